@@ -1,0 +1,62 @@
+"""attnviz: see self-attention, in the terminal, as figures and as data.
+
+    >>> import attnviz
+    >>> att = attnviz.self_attention("the cat sat on the mat".split(), attnviz.LayerConfig(heads=2))
+    >>> att.weights.shape
+    (2, 6, 6)
+
+Names are imported on first use, so that ``attnviz --help`` does not pay for NumPy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+_EXPORTS = {
+    "Attention": "attention",
+    "AttnvizError": "errors",
+    "UsageError": "errors",
+    "LayerConfig": "config",
+    "self_attention": "layer",
+    "sinusoidal_positions": "layer",
+    "causal_mask": "core",
+    "padding_mask": "core",
+    "softmax": "core",
+    "scaled_dot_product_attention": "core",
+    "multi_head_attention": "core",
+}
+
+__all__ = [
+    "Attention",
+    "AttnvizError",
+    "LayerConfig",
+    "UsageError",
+    "__version__",
+    "causal_mask",
+    "multi_head_attention",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "self_attention",
+    "sinusoidal_positions",
+    "softmax",
+]
+
+if TYPE_CHECKING:
+    from .attention import Attention
+    from .config import LayerConfig
+    from .core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
+    from .errors import AttnvizError, UsageError
+    from .layer import self_attention, sinusoidal_positions
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,5 @@
+"""python -m attnviz"""
+
+from .cli import run
+
+run()

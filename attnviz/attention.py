@@ -1,0 +1,69 @@
+"""The result every source of attention produces and every view consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .core import Array, BoolArray
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Attention weights of one layer, with what is needed to show them.
+
+    Views take an ``Attention`` and nothing else, so a random layer, a pretrained model
+    or a file from another tool are all shown the same way.
+
+    Attributes:
+        tokens: the query tokens, padding included (n).
+        weights: (heads, n, m) attention weights, rows summing to 1 (0 where masked).
+        head_labels: a name for each of the ``heads`` matrices ("head 0", "mean of 4 heads").
+        config: a JSON-ready description of how the weights were made.
+        scores: (heads, n, m) pre-softmax scores, -inf where masked, if known.
+        output: (n, d_model) output of the layer, if known.
+        mask: (n, m) True where a query may attend to a key; None when nothing is masked.
+        padding: n flags, True for padding tokens.
+        key_tokens: the key tokens when they differ from the queries (cross-attention).
+    """
+
+    tokens: tuple[str, ...]
+    weights: Array
+    head_labels: tuple[str, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+    scores: Array | None = None
+    output: Array | None = None
+    mask: BoolArray | None = None
+    padding: tuple[bool, ...] = ()
+    key_tokens: tuple[str, ...] | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The tokens along the key axis."""
+        return self.tokens if self.key_tokens is None else self.key_tokens
+
+    @property
+    def allowed(self) -> BoolArray:
+        """(n, m) True where a query may attend to a key."""
+        if self.mask is None:
+            return np.ones(self.weights.shape[-2:], dtype=bool)
+        return self.mask
+
+    def select(self, head: int | None = None, mean: bool = False) -> Attention:
+        """One head (``head``), the mean over heads (``mean``), or all of them."""
+        if head is not None and mean:
+            raise UsageError("choose either --head or --mean, not both")
+        if head is not None:
+            count = self.weights.shape[0]
+            if not 0 <= head < count:
+                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+            pick = slice(head, head + 1)
+            scores = None if self.scores is None else self.scores[pick]
+            return replace(self, weights=self.weights[pick], scores=scores, head_labels=(self.head_labels[head],))
+        if mean:
+            label = f"mean of {self.weights.shape[0]} heads"
+            return replace(self, weights=self.weights.mean(axis=0, keepdims=True), scores=None, head_labels=(label,))
+        return self

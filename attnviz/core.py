@@ -1,0 +1,69 @@
+"""Scaled dot-product and multi-head self-attention, as the textbook writes them.
+
+Pure NumPy: arrays in, arrays out, no I/O. Every other part of attnviz (the random
+layer, real models, the views) is built on these few functions, so they stay small
+enough to check line by line against Vaswani et al. (2017).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.floating]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def softmax(z: Array, axis: int = -1) -> Array:
+    """Numerically stable softmax; a slice that is all -inf (fully masked) becomes all 0."""
+    peak = z.max(axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    e = np.exp(z - peak)
+    total = e.sum(axis=axis, keepdims=True)
+    weights: Array = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return weights
+
+
+def causal_mask(n: int, m: int | None = None) -> BoolArray:
+    """(n, m) mask, True where query t may attend to key s, i.e. s <= t."""
+    return np.tril(np.ones((n, n if m is None else m), dtype=bool))
+
+
+def padding_mask(key_is_padding: BoolArray, n_queries: int) -> BoolArray:
+    """(n, m) mask, True where the key is a real token: no query may attend to padding."""
+    return np.broadcast_to(~np.asarray(key_is_padding, dtype=bool), (n_queries, len(key_is_padding))).copy()
+
+
+def scaled_dot_product_attention(
+    q: Array, k: Array, v: Array, *, scale: float, mask: BoolArray | None = None
+) -> tuple[Array, Array, Array]:
+    """softmax(q kᵀ · scale) v over the last two axes, for one head or a stack of heads.
+
+    Returns (output, weights, scores); masked scores are -inf, masked weights exactly 0.
+    """
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-1)  # (..., n, m), each row a distribution over keys
+    return weights @ v, weights, scores  # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+
+
+def multi_head_attention(
+    x: Array,
+    w_q: Array,
+    w_k: Array,
+    w_v: Array,
+    w_o: Array,
+    *,
+    scale: float,
+    mask: BoolArray | None = None,
+) -> tuple[Array, Array, Array]:
+    """MultiHead(X) = [head_1; ...; head_h] W_O with head_i = Attention(X W_Q^i, X W_K^i, X W_V^i).
+
+    Shapes: x (n, d_model); w_q, w_k (h, d_model, d_k); w_v (h, d_model, d_v);
+    w_o (h·d_v, d_model). Returns (output (n, d_model), weights (h, n, n), scores (h, n, n)).
+    """
+    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (n, d_model) @ (h, d_model, d_k) -> (h, n, d_k)
+    heads, weights, scores = scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    concat = np.concatenate(list(heads), axis=-1)  # h × (n, d_v) -> (n, h·d_v)
+    return concat @ w_o, weights, scores  # (n, h·d_v) @ (h·d_v, d_model) -> (n, d_model)

@@ -1,0 +1,1 @@
+"""Views of an :class:`~attnviz.attention.Attention`: one module per output kind."""

@@ -1,0 +1,67 @@
+"""Text shared by every view: tokens made safe to show, and a one-line summary of the configuration."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from rich.cells import cell_len, set_cell_size
+
+from ..attention import Attention
+
+_INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def visible_token(token: str) -> str:
+    """The token with control, format (zero-width, bidi) and odd space characters shown as escapes.
+
+    Tokens come from other people's files; shown raw they could restyle or corrupt a terminal.
+    """
+    out = []
+    for ch in token:
+        category = unicodedata.category(ch)
+        if category in _INVISIBLE or (category == "Zs" and ch != " "):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out) if token else '""'
+
+
+def abbreviate(token: str, width: int) -> str:
+    """The visible token cut to ``width`` terminal cells, with an ellipsis when cut."""
+    text = visible_token(token)
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1).rstrip() + "…"
+
+
+def describe_scale(config: dict[str, Any]) -> str:
+    """'1/√16 = 0.25', 'none (1)' or the number."""
+    mode, value = config.get("scale_mode"), config.get("scale")
+    if mode == "sqrt":
+        return f"1/√{config['d_k']} = {value:.4g}"
+    if mode == "none":
+        return "none (1)"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def describe(att: Attention) -> str:
+    """One line stating the configuration: sizes, scale, masks, embedding and seed."""
+    return " · ".join(describe_parts(att))
+
+
+def describe_parts(att: Attention) -> list[str]:
+    """The pieces of :func:`describe`, for views that wrap them to a width."""
+    c = att.config
+    real = len(att.tokens) - sum(att.padding)
+    parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
+    if "d_model" in c:
+        parts += [f"d_model {c['d_model']}", f"{c['heads']} heads × d_k {c['d_k']}", f"scale {describe_scale(c)}"]
+    if c.get("causal"):
+        parts.append("causal")
+    if "embed" in c:
+        parts.append(f"embed {c['embed']}" + (" + sinusoidal positions" if c.get("positions") == "sinusoidal" else ""))
+    if "seed" in c:
+        parts.append(f"seed {c['seed']}")
+    return parts

@@ -1,0 +1,180 @@
+"""Attention in the terminal: one heatmap per head, as rich renderables.
+
+Numbers when the matrix fits the width (``0.23`` on a background coloured by weight),
+otherwise a compact block heatmap with two cells per key; keys that still do not fit
+are left out and the view says so. Without colour the same views use plain text and
+shade characters, so they read on any terminal and in a log file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from rich.cells import cell_len
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.text import Text
+
+from ..attention import Attention
+from .labels import abbreviate, describe_parts
+
+# viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
+_VIRIDIS = np.array(
+    [
+        [68, 1, 84],
+        [72, 36, 117],
+        [65, 68, 135],
+        [53, 95, 141],
+        [42, 120, 142],
+        [33, 145, 140],
+        [34, 168, 132],
+        [68, 191, 112],
+        [122, 209, 81],
+        [189, 223, 38],
+        [253, 231, 37],
+    ],
+    dtype=float,
+)
+_SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
+_MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
+LABEL_WIDTH = 8
+
+
+def weight_colour(w: float) -> str:
+    """The viridis colour of a weight in [0, 1], as '#rrggbb'."""
+    x = min(max(float(w), 0.0), 1.0) * 10
+    lo = int(x) if x < 10 else 9
+    rgb = _VIRIDIS[lo] + (x - lo) * (_VIRIDIS[lo + 1] - _VIRIDIS[lo])
+    return "#{:02x}{:02x}{:02x}".format(*np.rint(rgb).astype(int))
+
+
+def cell_style(w: float, *, strong: bool = False) -> Style:
+    """Background by weight, text black or white for contrast; the row maximum in bold."""
+    text = "black" if w > 0.55 else "white"
+    return Style(bgcolor=weight_colour(w), color=text, bold=strong, underline=strong)
+
+
+def shade(w: float) -> str:
+    """Two shade characters standing for a weight, for views without colour."""
+    return next(glyphs for limit, glyphs in _SHADES if w < limit)
+
+
+def _row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Index of each row's largest allowed weight."""
+    maxima: np.ndarray = np.where(allowed, weights, -np.inf).argmax(axis=1)
+    return maxima
+
+
+def _label_style(padding: bool) -> str:
+    return "dim italic" if padding else "bold"
+
+
+def number_table(att: Attention, head: int, *, color: bool) -> Text:
+    """Rows are queries, columns keys, each cell the weight to 2 decimals."""
+    weights, allowed = att.weights[head], att.allowed
+    maxima = _row_maxima(weights, allowed)
+    rows = [abbreviate(t, LABEL_WIDTH) for t in att.tokens]
+    cols = [abbreviate(t, LABEL_WIDTH) for t in att.keys]
+    cell = 4 if color else 5
+    widths = [max(cell, cell_len(c)) for c in cols]
+    label_w = max(cell_len(r) for r in rows)
+    out = Text(no_wrap=True, overflow="crop")
+    out.append(" " * label_w)
+    marker = 0 if color else 1
+    for c, w in zip(cols, widths, strict=True):
+        out.append(" " + " " * (w - marker - cell_len(c)) + c + " " * marker, style="bold")
+    for i, row in enumerate(rows):
+        pad = bool(att.padding[i]) if att.padding else False
+        out.append("\n")
+        out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(pad))
+        for j, w in enumerate(widths):
+            out.append(" ")
+            if not allowed[i, j]:
+                out.append("·".center(w), style=_MASKED_STYLE if color else "")
+                continue
+            value, strong = weights[i, j], j == maxima[i]
+            if color:
+                out.append(f"{value:.2f}".rjust(w), style=cell_style(value, strong=strong))
+            else:
+                out.append((f"{value:.2f}" + ("*" if strong else " ")).rjust(w))
+    return out
+
+
+def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
+    """Two cells per key, keys numbered like the rows; keys beyond ``width`` are left out."""
+    weights, allowed = att.weights[head], att.allowed
+    n, m = weights.shape
+    digits = len(str(max(n, m) - 1))
+    cell = max(2, digits)
+    rows = [f"{i:>{digits}} {abbreviate(t, LABEL_WIDTH)}" for i, t in enumerate(att.tokens)]
+    label_w = max(cell_len(r) for r in rows)
+    shown = max(1, min(m, (width - label_w - 1) // cell))
+    maxima = _row_maxima(weights, allowed)
+    out = Text(no_wrap=True, overflow="crop")
+    step = 5 if 5 * cell > digits else 10
+    header = "".join(f"{j:<{step * cell}}" for j in range(0, shown, step))
+    out.append(" " * (label_w + 1) + header[: shown * cell].rstrip(), style="dim")
+    for i, row in enumerate(rows):
+        pad = bool(att.padding[i]) if att.padding else False
+        out.append("\n")
+        out.append(row + " " * (label_w - cell_len(row) + 1), style=_label_style(pad))
+        for j in range(shown):
+            value = weights[i, j]
+            if not allowed[i, j]:
+                out.append("·".rjust(cell), style=_MASKED_STYLE if color else "")
+            elif color:
+                glyph = "◆" if j == maxima[i] else " "
+                out.append(glyph.rjust(cell), style=cell_style(value))
+            else:
+                out.append(shade(value)[0] * cell)
+    if shown < m:
+        note = f"\nkeys {shown}–{m - 1} of {m} left out to fit {width} columns: widen the terminal, or use --json"
+        out.append(note, style="yellow")
+    return out
+
+
+def legend(*, color: bool, blocks: bool) -> Text:
+    """What the cells mean."""
+    out = Text(style="dim")
+    if blocks and color:
+        out.append("0 ")
+        for w in np.linspace(0, 1, 11):
+            out.append(" ", style=Style(bgcolor=weight_colour(w)))
+        out.append(" 1   ◆ row maximum   · masked")
+    elif blocks:
+        out.append("   <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7   · masked")
+    else:
+        out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
+        out.append(" · ·: masked")
+    return out
+
+
+def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
+    """Whether the number table is no wider than the terminal."""
+    cell = 4 if color else 5
+    label_w = max(cell_len(abbreviate(t, LABEL_WIDTH)) for t in att.tokens)
+    cols = sum(1 + max(cell, cell_len(abbreviate(t, LABEL_WIDTH))) for t in att.keys)
+    return label_w + cols <= width
+
+
+def wrap_parts(parts: list[str], width: int) -> Text:
+    """Join parts with ' · ', breaking lines only between parts."""
+    lines = [""]
+    for part in parts:
+        joined = f"{lines[-1]} · {part}" if lines[-1] else part
+        if cell_len(joined) <= width or not lines[-1]:
+            lines[-1] = joined
+        else:
+            lines.append(part)
+    return Text("\n".join(lines), style="dim")
+
+
+def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
+    """The configuration line, then a heading and a heatmap for each head, then a legend."""
+    yield wrap_parts(describe_parts(att), width)
+    blocks = not fits_as_numbers(att, color=color, width=width)
+    for head, label in enumerate(att.head_labels):
+        body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
+        yield Group(Text(""), Text(label, style="bold cyan"), body)
+    yield legend(color=color, blocks=blocks)

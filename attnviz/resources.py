@@ -1,0 +1,40 @@
+"""How much memory a request needs, checked against what the machine has, before allocating."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import AttnvizError
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says are available now (MemAvailable), or physical memory, or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def ensure_fits(needed: int, what: str, hint: str) -> None:
+    """Refuse, with the numbers and a way out, a request that would not fit in memory."""
+    available = available_memory()
+    if available is not None and needed > available:
+        raise AttnvizError(
+            f"{what} needs about {human_bytes(needed)} of memory but only {human_bytes(available)} is available; {hint}"
+        )

@@ -1,0 +1,73 @@
+"""The JSON documents attnviz writes: a contract other tools rely on.
+
+``attnviz.attention/1`` keys (kept forever; others may be added): schema, tokens, config,
+padding, weights, output. Written with the json module, never through rich, with
+``allow_nan=False``: masked scores become null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import IO, Any
+
+from .attention import Attention
+from .core import Array
+from .resources import ensure_fits
+
+SCHEMA = "attnviz.attention/1"
+HEAD_SCHEMA = "attnviz.attention-head/1"
+BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
+
+
+def _finite_or_null(matrix: Array) -> list[Any]:
+    """Nested lists with -inf (masked scores) as None."""
+    return [[v if math.isfinite(v) else None for v in row] for row in matrix.tolist()]
+
+
+def _common(att: Attention) -> dict[str, Any]:
+    doc: dict[str, Any] = {"tokens": list(att.tokens)}
+    if att.key_tokens is not None:
+        doc["key_tokens"] = list(att.key_tokens)
+    doc["config"] = att.config
+    doc["padding"] = list(att.padding) or [False] * len(att.tokens)
+    doc["mask"] = None if att.mask is None else att.mask.tolist()
+    return doc
+
+
+def _check_size(att: Attention, scores: bool) -> None:
+    numbers = att.weights.size * (2 if scores else 1) + (0 if att.output is None else att.output.size)
+    ensure_fits(
+        numbers * BYTES_PER_NUMBER,
+        f"a JSON document of {numbers:,} numbers",
+        "choose one head with --head, or --mean",
+    )
+
+
+def attention_document(att: Attention, *, scores: bool = False) -> dict[str, Any]:
+    """One document with every head shown: weights (heads, n, m), the output and, on request, scores."""
+    _check_size(att, scores)
+    doc = {"schema": SCHEMA, **_common(att), "heads": list(att.head_labels), "weights": att.weights.tolist()}
+    if scores and att.scores is not None:
+        doc["scores"] = [_finite_or_null(s) for s in att.scores]
+    doc["output"] = None if att.output is None else att.output.tolist()
+    return doc
+
+
+def head_documents(att: Attention, *, scores: bool = False) -> Iterator[dict[str, Any]]:
+    """One compact document per head, for ``--jsonl`` streams."""
+    _check_size(att, scores)
+    common = _common(att)
+    for i, label in enumerate(att.head_labels):
+        doc = {"schema": HEAD_SCHEMA, "head": label, "index": i, **common, "weights": att.weights[i].tolist()}
+        if scores and att.scores is not None:
+            doc["scores"] = _finite_or_null(att.scores[i])
+        yield doc
+
+
+def write_document(doc: dict[str, Any], stream: IO[str], *, compact: bool = False) -> None:
+    """Write one document and a newline; NaN or infinity is a bug, so it raises."""
+    separators = (",", ":") if compact else (", ", ": ")
+    stream.write(json.dumps(doc, allow_nan=False, separators=separators))
+    stream.write("\n")

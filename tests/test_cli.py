@@ -1,0 +1,192 @@
+"""The command line as a user meets it: output, JSON contract, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLES
+
+from attnviz import __version__
+
+CONTRACT = {"schema", "tokens", "config", "padding", "weights", "output"}
+CHAPTER_ARGS = [
+    "heatmap",
+    "--embed",
+    "textbook",
+    "--d-model",
+    "8",
+    "--heads",
+    "1",
+    "--seed",
+    "0",
+    "--causal",
+    "--json",
+    "w1",
+    "w2",
+    "w3",
+    "w4",
+]
+
+
+def test_chapter_example_as_json(cli) -> None:
+    run = cli(*CHAPTER_ARGS)
+    assert run.code == 0, run.err
+    doc = json.loads(run.out)
+    assert np.round(np.array(doc["weights"][0]), 2).tolist() == [
+        [1.0, 0.0, 0.0, 0.0],
+        [0.98, 0.02, 0.0, 0.0],
+        [0.32, 0.34, 0.35, 0.0],
+        [0.23, 0.27, 0.22, 0.28],
+    ]
+
+
+def test_json_has_the_contract_keys_and_shapes(cli) -> None:
+    run = cli("heatmap", "--file", str(SAMPLES / "sentence.txt"), "--json")
+    doc = json.loads(run.out)
+    assert CONTRACT <= doc.keys()
+    assert doc["schema"] == "attnviz.attention/1"
+    assert doc["tokens"] == ["the", "cat", "sat", "on", "the", "mat"]
+    assert doc["config"] == {
+        "seed": 0,
+        "d_model": 64,
+        "heads": 4,
+        "d_k": 16,
+        "causal": False,
+        "scale": 0.25,
+        "embed": "token",
+        "positions": "sinusoidal",
+        "pad_to": None,
+        "scale_mode": "sqrt",
+    }
+    assert np.array(doc["weights"]).shape == (4, 6, 6)
+    assert np.array(doc["output"]).shape == (6, 64)
+    assert doc["padding"] == [False] * 6
+
+
+def test_json_is_byte_identical_across_runs(cli) -> None:
+    assert (
+        cli("heatmap", "a", "b", "c", "--json", "--scores").out
+        == cli("heatmap", "a", "b", "c", "--json", "--scores").out
+    )
+
+
+def test_scores_mark_masked_entries_as_null(cli) -> None:
+    doc = json.loads(cli("heatmap", "a", "b", "c", "--causal", "--pad-to", "4", "--json", "--scores").out)
+    scores = doc["scores"][0]
+    assert scores[0][1] is None and scores[2][3] is None and isinstance(scores[1][0], float)
+    assert doc["padding"] == [False, False, False, True]
+    assert doc["tokens"][-1] == "[PAD]"
+
+
+def test_jsonl_writes_one_object_per_head(cli) -> None:
+    lines = cli("heatmap", "a", "b", "--heads", "2", "--jsonl").out.splitlines()
+    assert len(lines) == 2
+    docs = [json.loads(line) for line in lines]
+    assert [d["index"] for d in docs] == [0, 1]
+    assert np.array(docs[1]["weights"]).shape == (2, 2)
+
+
+def test_head_and_mean_select_what_is_shown(cli) -> None:
+    full = json.loads(cli("heatmap", "a", "b", "c", "--json").out)
+    one = json.loads(cli("heatmap", "a", "b", "c", "--json", "--head", "2").out)
+    mean = json.loads(cli("heatmap", "a", "b", "c", "--json", "--mean").out)
+    assert one["weights"] == [full["weights"][2]]
+    np.testing.assert_allclose(mean["weights"][0], np.mean(full["weights"], axis=0))
+
+
+def test_stdin_json_array(cli) -> None:
+    run = cli("heatmap", "-", "--mean", "--no-color", stdin=b'["I","saw","her"]')
+    assert run.code == 0
+    assert "mean of 4 heads" in run.out and "saw" in run.out
+
+
+def test_terminal_at_80_columns_without_colour_has_tokens_and_values(cli) -> None:
+    run = cli("heatmap", "the", "cat", "sat", "--heads", "2", "--causal", "--no-color")
+    assert run.code == 0 and run.err == ""
+    assert "\x1b" not in run.out
+    lines = run.out.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "head 0" in run.out and "head 1" in run.out
+    header = next(line for line in lines if "cat" in line and "sat" in line and "the" in line)
+    row = next(line for line in lines if line.strip().startswith("the ") and "1.00*" in line)
+    assert header and row.count("·") == 2  # causal: 'the' sees only itself
+
+
+def test_twenty_tokens_fit_80_columns(cli) -> None:
+    words = "the quick brown fox jumps over the lazy dog while the cat sat on the mat and then it slept".split()
+    run = cli("heatmap", *words, "--head", "0", "--no-color")
+    lines = run.out.splitlines()
+    assert len(words) == 20 and all(len(line) <= 80 for line in lines)
+    for word in set(words):
+        assert word in run.out
+    assert "left out" not in run.out
+
+
+def test_no_color_environment_gives_plain_text(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert "\x1b[" in cli("heatmap", "a", "b").out
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b" not in cli("heatmap", "a", "b").out
+
+
+def test_markup_and_control_characters_in_tokens_are_shown_literally(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    run = cli("heatmap", "-", stdin=json.dumps(["[b]x", "\x1b[2J", "a\u202eb", "\x07"]).encode())
+    assert run.code == 0
+    assert "[b]x" in run.out
+    assert "\\x1b[2J" in run.out and "\x1b[2J" not in run.out
+    assert "\\u202e" in run.out and "\u202e" not in run.out
+    assert "\\x07" in run.out and "\x07" not in run.out
+
+
+def test_version(cli) -> None:
+    assert cli("--version").out.strip() == f"attnviz {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["heatmap"], 2, "no tokens"),
+        (["heatmap", "   "], 2, "no tokens"),
+        (["heatmap", "a", "--d-model", "10", "--heads", "4"], 2, "not divisible by --heads"),
+        (["heatmap", "a", "--heads", "0"], 2, "--heads"),
+        (["heatmap", "a", "--d-model", "-1"], 2, "--d-model"),
+        (["heatmap", "a", "b", "c", "--pad-to", "2"], 2, "shorter than the sequence"),
+        (["heatmap", "--file", "/nonexistent/tokens.txt"], 1, "no such file"),
+        (["heatmap", "a", "--head", "4"], 2, "out of range"),
+        (["heatmap", "a", "--head", "1", "--mean"], 2, "not both"),
+        (["heatmap", "a", "--json", "--jsonl"], 2, "one of --json and --jsonl"),
+        (["heatmap", "a", "--scale", "huge"], 2, "--scale"),
+        (["heatmap", "a", "--embed", "word"], 2, "--embed"),
+        (["heatmap", "a", "--bogus"], 2, "No such option"),
+        (["nosuchcommand"], 2, "No such command"),
+        (["heatmap", *["x"] * 100_000, "--heads", "1"], 1, "of memory"),
+    ],
+)
+def test_user_errors_are_one_line_and_an_exit_code(cli, args: list[str], code: int, message: str) -> None:
+    run = cli(*args)
+    assert run.code == code
+    assert run.out == ""
+    assert run.err.count("\n") == 1 and run.err.startswith("attnviz: error: ")
+    assert message in run.err
+    assert "Traceback" not in run.err
+
+
+def test_unreadable_and_invalid_files(cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a list"}')
+    assert cli("heatmap", "--file", str(bad)).code == 1
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"\xff\xfe\x00")
+    run = cli("heatmap", "--file", str(binary))
+    assert run.code == 1 and "not UTF-8" in run.err
+    assert cli("heatmap", "--file", str(tmp_path)).code == 1
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked.txt"
+        locked.write_text("a b")
+        locked.chmod(0)
+        assert "permission denied" in cli("heatmap", "--file", str(locked)).err

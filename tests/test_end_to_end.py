@@ -1,0 +1,77 @@
+"""The installed program in real processes: entry points, pipes and completion. Marked slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+ATTNVIZ = [sys.executable, "-m", "attnviz"]
+
+
+def run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR")}
+    return subprocess.run(ATTNVIZ + args, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, **kwargs)
+
+
+def test_python_dash_m_and_the_console_script_agree() -> None:
+    script = os.path.join(os.path.dirname(sys.executable), "attnviz")
+    via_module = run(["heatmap", "the", "cat", "--json"])
+    via_script = subprocess.run([script, "heatmap", "the", "cat", "--json"], capture_output=True, text=True, timeout=60)
+    assert via_module.returncode == via_script.returncode == 0
+    assert via_module.stdout == via_script.stdout
+
+
+def test_json_from_a_file_pipes_into_another_program() -> None:
+    produced = run(["heatmap", "--file", "samples/sentence.txt", "--json"])
+    consumer = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.load(sys.stdin)['weights'][0][1][0])"],
+        input=produced.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert 0.0 < float(consumer.stdout) < 1.0
+
+
+def test_stdin_is_read_only_when_asked() -> None:
+    asked = run(["heatmap", "-", "--json"], input='["I", "saw", "her"]')
+    assert json.loads(asked.stdout)["tokens"] == ["I", "saw", "her"]
+    not_asked = run(["heatmap", "a", "--json"], input='["I", "saw", "her"]')
+    assert json.loads(not_asked.stdout)["tokens"] == ["a"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_a_reader_that_closes_early_gets_no_traceback(extra: list[str]) -> None:
+    shell = " ".join(ATTNVIZ) + " heatmap $(seq 1 400) --no-color " + " ".join(extra) + " | head -c 50"
+    done = subprocess.run(
+        ["bash", "-c", f"{shell} >/dev/null; echo ${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.stderr == ""
+    assert done.stdout.strip() in {"0", "1"}
+
+
+def test_errors_in_a_real_process_are_one_line() -> None:
+    done = run(["heatmap", "a", "--heads", "3"])
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_shell_completion_script() -> None:
+    done = run(["--show-completion", "bash"])
+    assert done.returncode == 0 and "complete" in done.stdout
+
+
+def test_help_does_not_import_numpy() -> None:
+    code = "import sys; from attnviz.cli import main; main(['--help']); print('numpy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().endswith("False")

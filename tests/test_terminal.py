@@ -1,0 +1,82 @@
+"""The terminal view, rendered to strings at fixed widths."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+
+from attnviz.attention import Attention
+from attnviz.config import LayerConfig
+from attnviz.layer import self_attention
+from attnviz.render.labels import abbreviate, visible_token
+from attnviz.render.terminal import render_heatmap, shade, weight_colour
+
+
+def render(att: Attention, *, width: int = 80, color: bool = False) -> str:
+    console = Console(
+        width=width,
+        record=True,
+        file=open("/dev/null", "w"),  # noqa: SIM115
+        color_system="truecolor" if color else None,
+        force_terminal=color,
+    )
+    for renderable in render_heatmap(att, color=color, width=width):
+        console.print(renderable)
+    return console.export_text(styles=color)
+
+
+def test_number_table_shows_every_weight_to_two_decimals() -> None:
+    att = self_attention(["w1", "w2", "w3", "w4"], LayerConfig(d_model=8, heads=1, embed="textbook", causal=True))
+    text = render(att)
+    for value in ["1.00*", "0.98*", "0.02", "0.35*", "0.28*"]:
+        assert value in text
+    assert "scale 1/√8 = 0.3536" in text and "causal" in text
+    assert text.count("·") >= 6  # the six masked cells of the upper triangle
+
+
+def test_colour_view_colours_cells_by_weight() -> None:
+    att = self_attention("the cat sat".split(), LayerConfig(heads=1))
+    text = render(att, color=True)
+    assert "\x1b[" in text and "48;2;" in text  # true-colour backgrounds
+
+
+def test_viridis_ends_and_shades() -> None:
+    assert weight_colour(0.0) == "#440154" and weight_colour(1.0) == "#fde725"
+    assert shade(0.0) == "  " and shade(0.99) == "██" and shade(0.3) == "▒▒"
+
+
+def test_long_sequences_switch_to_blocks_that_fit_the_width() -> None:
+    tokens = [f"tok{i}" for i in range(30)]
+    att = self_attention(tokens, LayerConfig(heads=1))
+    text = render(att, width=80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "29 tok29" in text and "left out" not in text
+
+
+def test_keys_that_cannot_fit_are_left_out_and_said_so() -> None:
+    att = self_attention([f"t{i}" for i in range(60)], LayerConfig(heads=1))
+    text = render(att, width=80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "of 60 left out to fit 80 columns" in text
+
+
+def test_padding_rows_and_columns() -> None:
+    att = self_attention(["a", "b"], LayerConfig(heads=1, pad_to=4))
+    text = render(att)
+    assert text.count("[PAD]") == 4  # two column headers, two row labels
+    assert "2 tokens padded to 4" in text
+
+
+def test_mean_view_is_labelled() -> None:
+    att = self_attention(["a", "b"], LayerConfig(heads=4)).select(mean=True)
+    assert "mean of 4 heads" in render(att)
+    np.testing.assert_allclose(att.weights.sum(axis=-1), 1.0)
+
+
+def test_tokens_are_made_visible_and_cut_to_width() -> None:
+    assert visible_token("a\x1bb") == "a\\x1bb"
+    assert visible_token("\u200b") == "\\u200b"
+    assert visible_token("") == '""'
+    assert visible_token("猫 é") == "猫 é"
+    assert abbreviate("international", 8) == "interna…"
+    assert abbreviate("猫猫猫猫猫", 6) == "猫猫…"
