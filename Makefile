@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,17 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.installed
 	$(BIN)/attnviz heatmap --file samples/sentence.txt --heads 2
-	$(BIN)/attnviz heatmap --embed textbook --d-model 8 --heads 1 --causal w1 w2 w3 w4
+	$(BIN)/attnviz heatmap --embed textbook --d-model 8 --heads 1 --seed 0 --causal w1 w2 w3 w4
+	$(BIN)/attnviz heatmap --file samples/long.txt --head 2 --causal
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet ruff mypy
+	$(BIN)/ruff check attnviz tests
+	$(BIN)/ruff format --check attnviz tests
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -57,7 +57,11 @@ def describe_parts(att: Attention) -> list[str]:
     real = len(att.tokens) - sum(att.padding)
     parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
     if "d_model" in c:
-        parts += [f"d_model {c['d_model']}", f"{c['heads']} heads × d_k {c['d_k']}", f"scale {describe_scale(c)}"]
+        parts += [
+            f"d_model {c['d_model']}",
+            f"{c['heads']} head{'s' if c['heads'] != 1 else ''} × d_k {c['d_k']}",
+            f"scale {describe_scale(c)}",
+        ]
     if c.get("causal"):
         parts.append("causal")
     if "embed" in c:

@@ -134,19 +134,20 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     return out
 
 
-def legend(*, color: bool, blocks: bool) -> Text:
+def legend(*, color: bool, blocks: bool, masked: bool) -> Text:
     """What the cells mean."""
     out = Text(style="dim")
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
-        out.append(" 1   ◆ row maximum   · masked")
+        out.append(" 1   ◆ row maximum")
     elif blocks:
-        out.append("   <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7   · masked")
+        out.append("   <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7")
     else:
         out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
-        out.append(" · ·: masked")
+    if masked:
+        out.append("   · masked" if blocks else " · ·: masked")
     return out
 
 
@@ -177,4 +178,4 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
     for head, label in enumerate(att.head_labels):
         body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
-    yield legend(color=color, blocks=blocks)
+    yield legend(color=color, blocks=blocks, masked=att.mask is not None)

@@ -1,0 +1,24 @@
+"""The README shows real output: every `$ attnviz …` example without a pipe is run and compared."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from conftest import REPO
+
+FENCE = re.compile(r"```\n(\$ attnviz [^\n|]*)\n(.*?)```", re.S)
+EXAMPLES = FENCE.findall((REPO / "README.md").read_text(encoding="utf-8"))
+
+
+def test_the_readme_has_examples() -> None:
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize(("command", "shown"), EXAMPLES, ids=[c for c, _ in EXAMPLES])
+def test_readme_example_output_is_what_attnviz_prints(cli, monkeypatch, command: str, shown: str) -> None:
+    monkeypatch.chdir(REPO)
+    run = cli(*shlex.split(command)[2:], "--no-color")
+    assert run.code == 0, run.err
+    assert [line.rstrip() for line in run.out.splitlines()] == shown.rstrip("\n").splitlines()
