@@ -41,18 +41,29 @@ _MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
 LABEL_WIDTH = 8
 
 
-def weight_colour(w: float) -> str:
-    """The viridis colour of a weight in [0, 1], as '#rrggbb'."""
+def _weight_rgb(w: float) -> np.ndarray:
+    """Viridis, linearly interpolated between its tenths, as 0–255 floats."""
     x = min(max(float(w), 0.0), 1.0) * 10
     lo = int(x) if x < 10 else 9
-    rgb = _VIRIDIS[lo] + (x - lo) * (_VIRIDIS[lo + 1] - _VIRIDIS[lo])
-    return "#{:02x}{:02x}{:02x}".format(*np.rint(rgb).astype(int))
+    rgb: np.ndarray = _VIRIDIS[lo] + (x - lo) * (_VIRIDIS[lo + 1] - _VIRIDIS[lo])
+    return rgb
+
+
+def weight_colour(w: float) -> str:
+    """The viridis colour of a weight in [0, 1], as '#rrggbb'."""
+    return "#{:02x}{:02x}{:02x}".format(*np.rint(_weight_rgb(w)).astype(int))
+
+
+def text_colour(w: float) -> str:
+    """Black or white, whichever contrasts more with the cell (WCAG relative luminance)."""
+    linear = _weight_rgb(w) / 255
+    linear = np.where(linear <= 0.03928, linear / 12.92, ((linear + 0.055) / 1.055) ** 2.4)
+    return "black" if float(linear @ [0.2126, 0.7152, 0.0722]) > 0.179 else "white"
 
 
 def cell_style(w: float, *, strong: bool = False) -> Style:
-    """Background by weight, text black or white for contrast; the row maximum in bold."""
-    text = "black" if w > 0.55 else "white"
-    return Style(bgcolor=weight_colour(w), color=text, bold=strong, underline=strong)
+    """Background by weight, text in contrast; the row maximum bold and underlined."""
+    return Style(bgcolor=weight_colour(w), color=text_colour(w), bold=strong, underline=strong)
 
 
 def shade(w: float) -> str:
