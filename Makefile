@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint samples clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,23 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check attnviz tests
 	$(BIN)/ruff format --check attnviz tests
 	$(BIN)/mypy
+
+# The gallery the README shows: every figure is made by attnviz itself.
+samples: $(VENV)/.installed
+	$(BIN)/attnviz heatmap "the cat sat on the mat" -o samples/heatmap.png
+	$(BIN)/attnviz heatmap --embed textbook --d-model 8 --heads 1 --seed 0 --causal w1 w2 w3 w4 \
+		--preset paper -o samples/heatmap-textbook.svg
+	$(BIN)/attnviz heatmap --file samples/long.txt --heads 12 --d-model 96 --preset slide --theme dark \
+		-o samples/heatmap-12-heads-slide-dark.png
+	$(BIN)/attnviz heatmap --file samples/paragraph.txt --mean --causal -o samples/heatmap-60-tokens.png
+	$(BIN)/attnviz heatmap --file samples/paragraph.txt --head 3 --preset paper --cmap Greys \
+		-o samples/heatmap-60-tokens-paper.png
+	$(BIN)/attnviz mask "the cat sat on the mat" --compare -o samples/mask-compare.png
+	$(BIN)/attnviz mask --embed textbook --d-model 8 --heads 1 --seed 0 w1 w2 w3 w4 \
+		--preset slide --theme dark -o samples/mask-textbook-slide-dark.png
+	$(BIN)/attnviz saturation -o samples/saturation.png
+	$(BIN)/attnviz saturation --preset slide --theme dark -o samples/saturation-slide-dark.png
+	$(BIN)/attnviz saturation --preset paper -o samples/saturation-paper.pdf
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -15,9 +15,12 @@ from typing import IO, Any
 from .attention import Attention
 from .core import Array
 from .resources import ensure_fits
+from .saturation import Saturation
 
 SCHEMA = "attnviz.attention/1"
 HEAD_SCHEMA = "attnviz.attention-head/1"
+MASK_SCHEMA = "attnviz.mask/1"
+SATURATION_SCHEMA = "attnviz.saturation/1"
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
 
@@ -64,6 +67,37 @@ def head_documents(att: Attention, *, scores: bool = False) -> Iterator[dict[str
         if scores and att.scores is not None:
             doc["scores"] = _finite_or_null(att.scores[i])
         yield doc
+
+
+def _triangle(att: Attention) -> dict[str, Any]:
+    assert att.scores is not None
+    return {
+        "causal": bool(att.config.get("causal")),
+        "mask": att.allowed.tolist(),
+        "scores": _finite_or_null(att.scores[0]),
+        "weights": att.weights[0].tolist(),
+    }
+
+
+def mask_document(att: Attention, *, compare: Attention | None = None) -> dict[str, Any]:
+    """One head's mask (true: allowed), scaled scores (blocked: null) and weights; ``compare`` unmasked."""
+    doc = {"schema": MASK_SCHEMA, **_common(att), "head": att.head_labels[0], **_triangle(att)}
+    if compare is not None:
+        doc["compare"] = _triangle(compare)
+    return doc
+
+
+def saturation_document(result: Saturation) -> dict[str, Any]:
+    """The statistics of :func:`attnviz.saturation.measure_saturation`, per d_k."""
+    return {
+        "schema": SATURATION_SCHEMA,
+        "keys": result.keys,
+        "trials": result.trials,
+        "seed": result.seed,
+        "d_k": list(result.d_k),
+        "scaled": {name: values.tolist() for name, values in result.scaled.items()},
+        "unscaled": {name: values.tolist() for name, values in result.unscaled.items()},
+    }
 
 
 def write_document(doc: dict[str, Any], stream: IO[str], *, compact: bool = False) -> None:

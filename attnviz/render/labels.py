@@ -69,3 +69,25 @@ def describe_parts(att: Attention) -> list[str]:
     if "seed" in c:
         parts.append(f"seed {c['seed']}")
     return parts
+
+
+def wrap_parts(parts: list[str], width: int) -> list[str]:
+    """Join parts with ' · ' into lines of at most ``width`` cells, breaking only between parts."""
+    lines = [""]
+    for part in parts:
+        joined = f"{lines[-1]} · {part}" if lines[-1] else part
+        if cell_len(joined) <= width or not lines[-1]:
+            lines[-1] = joined
+        else:
+            lines.append(part)
+    return lines
+
+
+def score_label(config: dict[str, object]) -> str:
+    """How the scores were scaled, as a formula."""
+    mode = config.get("scale_mode")
+    if mode == "sqrt":
+        return "QKᵀ/√d_k + M"
+    if mode == "none":
+        return "QKᵀ + M"
+    return f"QKᵀ·{config.get('scale')} + M"

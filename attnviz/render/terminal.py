@@ -8,16 +8,19 @@ shade characters, so they read on any terminal and in a log file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
+from rich import box
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 
 from ..attention import Attention
-from .labels import abbreviate, describe_parts
+from ..saturation import STATISTICS, Saturation
+from .labels import abbreviate, describe_parts, score_label, wrap_parts
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -81,35 +84,70 @@ def _label_style(padding: bool) -> str:
     return "dim italic" if padding else "bold"
 
 
-def number_table(att: Attention, head: int, *, color: bool) -> Text:
-    """Rows are queries, columns keys, each cell the weight to 2 decimals."""
-    weights, allowed = att.weights[head], att.allowed
-    maxima = _row_maxima(weights, allowed)
+def matrix_text(
+    att: Attention, cell: Callable[[int, int], tuple[str, Style | str]], width: int, *, trailing: int = 0
+) -> Text:
+    """Query tokens down, key tokens across, each cell's text right-aligned in ``width`` characters.
+
+    Column labels are right-aligned too, ending ``trailing`` characters early (above a marker).
+    """
     rows = [abbreviate(t, LABEL_WIDTH) for t in att.tokens]
     cols = [abbreviate(t, LABEL_WIDTH) for t in att.keys]
-    cell = 4 if color else 5
-    widths = [max(cell, cell_len(c)) for c in cols]
+    widths = [max(width, cell_len(c)) for c in cols]
     label_w = max(cell_len(r) for r in rows)
     out = Text(no_wrap=True, overflow="crop")
     out.append(" " * label_w)
-    marker = 0 if color else 1
     for c, w in zip(cols, widths, strict=True):
-        out.append(" " + " " * (w - marker - cell_len(c)) + c + " " * marker, style="bold")
+        right = min(trailing, w - cell_len(c))
+        out.append(" " * (1 + w - right - cell_len(c)) + c + " " * right, style="bold")
     for i, row in enumerate(rows):
-        pad = bool(att.padding[i]) if att.padding else False
         out.append("\n")
-        out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(pad))
+        out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(_is_padding(att, i)))
         for j, w in enumerate(widths):
+            text, style = cell(i, j)
             out.append(" ")
-            if not allowed[i, j]:
-                out.append("·".center(w), style=_MASKED_STYLE if color else "")
-                continue
-            value, strong = weights[i, j], j == maxima[i]
-            if color:
-                out.append(f"{value:.2f}".rjust(w), style=cell_style(value, strong=strong))
-            else:
-                out.append((f"{value:.2f}" + ("*" if strong else " ")).rjust(w))
+            out.append(text.rjust(w), style=style)
     return out
+
+
+def _is_padding(att: Attention, i: int) -> bool:
+    return bool(att.padding[i]) if att.padding else False
+
+
+def number_table(att: Attention, head: int, *, color: bool) -> Text:
+    """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
+    weights, allowed = att.weights[head], att.allowed
+    maxima = _row_maxima(weights, allowed)
+
+    def cell(i: int, j: int) -> tuple[str, Style | str]:
+        if not allowed[i, j]:
+            return "·".center(4 if color else 5), (_MASKED_STYLE if color else "")
+        value, strong = weights[i, j], j == maxima[i]
+        if color:
+            return f"{value:.2f}", cell_style(value, strong=strong)
+        return f"{value:.2f}" + ("*" if strong else " "), ""
+
+    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1)
+
+
+def scores_table(att: Attention, head: int, *, color: bool) -> Text:
+    """Scaled scores to 2 decimals, −∞ where the mask blocks."""
+    assert att.scores is not None
+    scores, allowed = att.scores[head], att.allowed
+    texts = [
+        [f"{v:.2f}" if ok else "−∞" for v, ok in zip(r, a, strict=True)] for r, a in zip(scores, allowed, strict=True)
+    ]
+
+    def cell(i: int, j: int) -> tuple[str, Style | str]:
+        return texts[i][j], ("" if allowed[i, j] else "dim")
+
+    return matrix_text(att, cell, max(len(t) for row in texts for t in row))
+
+
+def mask_table(att: Attention) -> Text:
+    """The additive mask: 0 where allowed, −∞ where blocked."""
+    allowed = att.allowed
+    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3)
 
 
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
@@ -164,29 +202,82 @@ def legend(*, color: bool, blocks: bool, masked: bool) -> Text:
 
 def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
     """Whether the number table is no wider than the terminal."""
-    cell = 4 if color else 5
+    return table_width(att, 4 if color else 5) <= width
+
+
+def table_width(att: Attention, cell: int) -> int:
+    """Columns a :func:`matrix_text` with cells of ``cell`` characters takes."""
     label_w = max(cell_len(abbreviate(t, LABEL_WIDTH)) for t in att.tokens)
-    cols = sum(1 + max(cell, cell_len(abbreviate(t, LABEL_WIDTH))) for t in att.keys)
-    return label_w + cols <= width
-
-
-def wrap_parts(parts: list[str], width: int) -> Text:
-    """Join parts with ' · ', breaking lines only between parts."""
-    lines = [""]
-    for part in parts:
-        joined = f"{lines[-1]} · {part}" if lines[-1] else part
-        if cell_len(joined) <= width or not lines[-1]:
-            lines[-1] = joined
-        else:
-            lines.append(part)
-    return Text("\n".join(lines), style="dim")
+    return label_w + sum(1 + max(cell, cell_len(abbreviate(t, LABEL_WIDTH))) for t in att.keys)
 
 
 def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
     """The configuration line, then a heading and a heatmap for each head, then a legend."""
-    yield wrap_parts(describe_parts(att), width)
+    yield Text("\n".join(wrap_parts(describe_parts(att), width)), style="dim")
     blocks = not fits_as_numbers(att, color=color, width=width)
     for head, label in enumerate(att.head_labels):
         body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
     yield legend(color=color, blocks=blocks, masked=att.mask is not None)
+
+
+def _section(title: str, body: RenderableType) -> Group:
+    return Group(Text(""), Text(title, style="bold cyan"), body)
+
+
+def render_mask(
+    att: Attention, *, compare: Attention | None = None, color: bool = True, width: int = 80
+) -> Iterator[RenderableType]:
+    """One head's additive mask, masked scores and weights; with ``compare``, unmasked first."""
+    yield Text("\n".join(wrap_parts([att.head_labels[0], *describe_parts(att)], width)), style="dim")
+    for row in [compare, att] if compare is not None else [att]:
+        which = "with" if row.config.get("causal") else "without"
+        prefix = f"{which} the causal mask: " if compare is not None else ""
+        assert row.scores is not None
+        score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
+        if table_width(row, max(score_width, 5)) <= width:
+            yield _section(f"{prefix}mask M", mask_table(row))
+            yield _section(f"{prefix}scores S = {score_label(row.config)}", scores_table(row, 0, color=color))
+            yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color))
+        else:
+            note = Text(
+                f"mask and score tables need {table_width(row, score_width)} columns: widen the "
+                "terminal, or use --json or -o",
+                style="yellow",
+            )
+            yield _section(
+                f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
+            )
+    yield legend(color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True)
+
+
+SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
+
+
+def render_saturation(result: Saturation, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
+    """A table of each statistic per d_k, scaled (÷√d_k) next to raw (unscaled)."""
+    yield Text(
+        f"Why divide by √d_k: q, k ~ N(0, I) · {result.keys} keys · {result.trials} trials · seed {result.seed}",
+        style="bold",
+    )
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    table.add_column("d_k", justify="right", style="bold")
+    scaled_style, raw_style = ("#56B4E9", "#E69F00") if color else ("", "")
+    for name in STATISTICS:
+        table.add_column(f"{SATURATION_HEADINGS[name]}\n÷√d_k", justify="right", header_style=scaled_style)
+        table.add_column(f"{SATURATION_HEADINGS[name]}\nraw", justify="right", header_style=raw_style)
+    for i, d_k in enumerate(result.d_k):
+        cells = [str(d_k)]
+        for name in STATISTICS:
+            cells += [f"{result.scaled[name][i]:.3f}", f"{result.unscaled[name][i]:.3f}"]
+        table.add_row(*cells)
+    yield table
+    notes = [
+        "÷√d_k: scaled scores",
+        "raw: unscaled q·k",
+        "std: spread of the scores",
+        f"max w: largest softmax weight (uniform: {1 / result.keys:.3f})",
+        "entropy: of the softmax, ÷ log(keys)",
+        "grad: ‖diag(p) − ppᵀ‖_F, the gradient through the softmax",
+    ]
+    yield Text("\n".join(wrap_parts(notes, width)), style="dim")

@@ -1,0 +1,253 @@
+"""What every figure shares: themes, presets, the rc settings that pin the look, and saving.
+
+Figures are built on ``matplotlib.figure.Figure`` directly (no pyplot state) inside
+:func:`figure_context`, which starts from matplotlib's own defaults so that a user's
+matplotlibrc cannot change the output, and files are written so that the same command
+gives the same bytes: no dates, a fixed SVG hash salt, the configuration in the metadata.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+from .._version import __version__
+from ..errors import AttnvizError, UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap
+    from matplotlib.figure import Figure
+
+Theme = Literal["light", "dark"]
+Preset = Literal["screen", "slide", "paper"]
+Format = Literal["png", "svg", "pdf"]
+FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+
+# Base font size (points), figure width (inches) and default DPI of each preset.
+PRESETS: dict[str, tuple[float, float, int]] = {
+    "screen": (10.0, 7.0, 150),
+    "slide": (18.0, 13.333, 150),
+    "paper": (7.0, 3.4, 300),
+}
+THEMES: dict[str, dict[str, str]] = {
+    "light": {
+        "background": "white",
+        "text": "#1a1a1a",
+        "muted": "#666666",
+        "masked": "#d4d4d4",
+        "hatch": "#ffffff",
+        "grid": "#cccccc",
+        "allowed": "#e4eef5",
+    },
+    "dark": {
+        "background": "#15171c",
+        "text": "#e8e8e8",
+        "muted": "#9a9a9a",
+        "masked": "#3a3d45",
+        "hatch": "#15171c",
+        "grid": "#44474f",
+        "allowed": "#2c4a60",
+    },
+}
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    """How a figure looks: theme, colour map, preset (fonts and width), size and resolution."""
+
+    theme: Theme = "light"
+    cmap: str = "viridis"
+    preset: Preset = "screen"
+    size: tuple[float, float] | None = None
+    dpi: int | None = None
+    annotate: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.theme not in THEMES:
+            raise UsageError(f"--theme must be light or dark, got {self.theme!r}")
+        if self.preset not in PRESETS:
+            raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.dpi is not None and not 10 <= self.dpi <= 2400:
+            raise UsageError(f"--dpi must be between 10 and 2400, got {self.dpi}")
+        if self.size is not None and not all(0.5 <= s <= 100 for s in self.size):
+            raise UsageError(f"--size must be between 0.5 and 100 inches each way, got {self.size[0]}x{self.size[1]}")
+
+    @property
+    def font_size(self) -> float:
+        return PRESETS[self.preset][0]
+
+    @property
+    def colours(self) -> dict[str, str]:
+        return THEMES[self.theme]
+
+    def figure_size(self, aspect: float, *, wide: bool = False) -> tuple[float, float]:
+        """(width, height) in inches: --size, else the preset's width (slides are 16:9) and ``aspect``.
+
+        ``wide`` figures (several panels side by side) get 1.7 times the width on screen
+        and a paper's full text width (two columns).
+        """
+        if self.size is not None:
+            return self.size
+        width = PRESETS[self.preset][1]
+        if self.preset == "slide":
+            return width, width * 9 / 16
+        if wide:
+            width *= 2.1 if self.preset == "paper" else 1.7
+        return width, width * aspect
+
+    def resolution(self) -> int:
+        return self.dpi or PRESETS[self.preset][2]
+
+
+def parse_size(text: str) -> tuple[float, float]:
+    """'8x4.5' -> (8.0, 4.5) inches."""
+    try:
+        width, height = (float(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--size must be WIDTHxHEIGHT in inches, like 8x4.5, got {text!r}") from None
+    if not (math.isfinite(width) and math.isfinite(height)) or width <= 0 or height <= 0:
+        raise UsageError(f"--size must be two positive numbers, got {text!r}")
+    return width, height
+
+
+def colormap(name: str) -> Colormap:
+    """A copy of a registered colour map, with masked cells left transparent (the hatching shows)."""
+    import matplotlib as mpl
+
+    try:
+        cmap = mpl.colormaps[name].copy()
+    except KeyError:
+        raise UsageError(f"--cmap {name!r} is not a matplotlib colour map (try viridis, cividis or Greys)") from None
+    cmap.set_bad((0, 0, 0, 0))
+    return cmap
+
+
+@contextmanager
+def figure_context(style: FigureStyle) -> Iterator[None]:
+    """matplotlib's own defaults (not the user's matplotlibrc), then attnviz's look."""
+    import matplotlib as mpl
+
+    c = style.colours
+    with mpl.rc_context():
+        mpl.rcdefaults()
+        mpl.rcParams.update(
+            {
+                "font.family": "DejaVu Sans",
+                "font.size": style.font_size,
+                "axes.titlesize": style.font_size,
+                "axes.labelsize": style.font_size * 0.9,
+                "xtick.labelsize": style.font_size * 0.8,
+                "ytick.labelsize": style.font_size * 0.8,
+                "legend.fontsize": style.font_size * 0.8,
+                "figure.titlesize": style.font_size * 1.05,
+                "figure.facecolor": c["background"],
+                "axes.facecolor": c["background"],
+                "savefig.facecolor": c["background"],
+                "text.color": c["text"],
+                "axes.labelcolor": c["text"],
+                "axes.edgecolor": c["muted"],
+                "xtick.color": c["muted"],
+                "ytick.color": c["muted"],
+                "xtick.labelcolor": c["text"],
+                "ytick.labelcolor": c["text"],
+                "legend.facecolor": c["background"],
+                "legend.edgecolor": c["grid"],
+                "hatch.color": c["hatch"],
+                "hatch.linewidth": 1.0,
+                "svg.hashsalt": "attnviz",
+                "svg.fonttype": "path",
+                "pdf.fonttype": 42,
+                "path.simplify": True,
+            }
+        )
+        yield
+
+
+def new_figure(style: FigureStyle, aspect: float, *, wide: bool = False) -> Figure:
+    """A pyplot-free figure with constrained layout, sized by the style."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=style.figure_size(aspect, wide=wide), dpi=style.resolution(), layout="constrained")
+
+
+def hatch_masked(ax: Axes, n: int, m: int, style: FigureStyle) -> None:
+    """A hatched neutral background: where the image is transparent (masked), it reads as blocked."""
+    from matplotlib.patches import Rectangle
+
+    c = style.colours
+    ax.add_patch(
+        Rectangle((-0.5, -0.5), m, n, facecolor=c["masked"], edgecolor=c["hatch"], hatch="///", linewidth=0, zorder=0)
+    )
+
+
+def tick_step(count: int, length_inches: float, font_size: float) -> int:
+    """Show every k-th label so that labels of this font size do not overlap."""
+    fits = max(1, int(length_inches * 72 / (font_size * 1.35)))
+    return max(1, math.ceil(count / fits))
+
+
+def format_of(path: str, explicit: str | None) -> str:
+    """--format, else the file's extension; '-' (stdout) defaults to PNG."""
+    if explicit is not None:
+        if explicit not in FORMATS:
+            raise UsageError(f"--format must be png, svg or pdf, got {explicit!r}")
+        return explicit
+    if path == "-":
+        return "png"
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UsageError(f"cannot tell the format of {path!r} from its extension: use .png, .svg or .pdf, or --format")
+    return suffix
+
+
+def figure_bytes(fig: Figure, fmt: str, description: dict[str, Any]) -> bytes:
+    """The figure as PNG, SVG or PDF, identical run after run, with the configuration embedded."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    software = f"attnviz {__version__}"
+    metadata: dict[str, Any] = {"Creator": software}
+    if fmt == "png":
+        metadata = {"Software": software, "Description": text}
+    elif fmt == "svg":
+        metadata.update(Date=None, Description=text)
+    else:
+        metadata.update(Producer=software, CreationDate=None, ModDate=None, Subject=text)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, metadata=metadata)
+    return buffer.getvalue()
+
+
+def write_output(data: bytes, destination: str, stdout: IO[bytes]) -> None:
+    """Write to a file atomically (temporary name, then rename), or to stdout for '-'."""
+    if destination == "-":
+        stdout.write(data)
+        stdout.flush()
+        return
+    path = Path(destination)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AttnvizError(f"{destination}: the directory {parent} does not exist")
+    if path.is_dir():
+        raise AttnvizError(f"{destination}: is a directory")
+    umask = os.umask(0)
+    os.umask(umask)
+    temporary = None
+    try:
+        handle, temporary = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except OSError as err:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
+        reason = "permission denied" if isinstance(err, PermissionError) else f"cannot be written ({err.strerror})"
+        raise AttnvizError(f"{destination}: {reason}") from None
