@@ -27,17 +27,29 @@ _EXPORTS = {
     "softmax": "core",
     "scaled_dot_product_attention": "core",
     "multi_head_attention": "core",
+    "measure_saturation": "saturation",
+    "FigureStyle": "render.figure",
+    "save_figure": "render.figure",
+    "render_heatmap_figure": "render.heatmap",
+    "render_mask_figure": "render.mask",
+    "render_saturation_figure": "render.saturation",
 }
 
 __all__ = [
     "Attention",
     "AttnvizError",
+    "FigureStyle",
     "LayerConfig",
     "UsageError",
     "__version__",
     "causal_mask",
+    "measure_saturation",
     "multi_head_attention",
     "padding_mask",
+    "render_heatmap_figure",
+    "render_mask_figure",
+    "render_saturation_figure",
+    "save_figure",
     "scaled_dot_product_attention",
     "self_attention",
     "sinusoidal_positions",
@@ -50,6 +62,11 @@ if TYPE_CHECKING:
     from .core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
     from .errors import AttnvizError, UsageError
     from .layer import self_attention, sinusoidal_positions
+    from .render.figure import FigureStyle, save_figure
+    from .render.heatmap import render_heatmap_figure
+    from .render.mask import render_mask_figure
+    from .render.saturation import render_saturation_figure
+    from .saturation import measure_saturation
 
 
 def __getattr__(name: str) -> Any:

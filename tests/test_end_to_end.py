@@ -75,3 +75,48 @@ def test_help_does_not_import_numpy() -> None:
     code = "import sys; from attnviz.cli import main; main(['--help']); print('numpy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().endswith("False")
+
+
+def test_figures_are_byte_identical_across_processes_whatever_the_matplotlibrc(tmp_path) -> None:
+    rc = tmp_path / "matplotlibrc"
+    rc.write_text("font.size: 25\nimage.cmap: magma\naxes.facecolor: red\nsvg.hashsalt: other\n")
+    outputs = []
+    for extra_env in ({}, {"MATPLOTLIBRC": str(rc)}):
+        for ext in ("png", "svg", "pdf"):
+            path = tmp_path / f"{len(outputs)}.{ext}"
+            env = {**os.environ, **extra_env}
+            done = subprocess.run(
+                ATTNVIZ + ["mask", "the cat sat", "--compare", "-o", str(path)],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            outputs.append(path.read_bytes())
+    assert outputs[:3] == outputs[3:]
+
+
+def test_dash_o_writes_an_image_to_a_pipe_and_refuses_a_terminal() -> None:
+    done = subprocess.run(ATTNVIZ + ["heatmap", "a", "b", "-o", "-"], capture_output=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith(b"\x89PNG")
+    svg = subprocess.run(
+        ATTNVIZ + ["saturation", "--dk-max", "4", "-o", "-", "--format", "svg"],
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert svg.stdout.startswith(b"<?xml")
+    script = "import pty, sys; sys.exit(pty.spawn([sys.executable, '-m', 'attnviz', 'heatmap', 'a', '-o', '-']) >> 8)"
+    tty = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=REPO, timeout=120)
+    assert b"refusing to write a PNG image to the terminal" in tty.stdout
+    assert tty.returncode == 2
+
+
+def test_json_output_does_not_import_matplotlib() -> None:
+    code = (
+        "import sys; from attnviz.cli import main; main(['heatmap', 'a', 'b', '--json']); "
+        "print('matplotlib' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip() == "False"

@@ -8,16 +8,18 @@ gives the same bytes: no dates, a fixed SVG hash salt, the configuration in the 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from .._version import __version__
 from ..errors import AttnvizError, UsageError
@@ -108,6 +110,9 @@ class FigureStyle:
         return self.dpi or PRESETS[self.preset][2]
 
 
+DEFAULT_STYLE = FigureStyle()
+
+
 def parse_size(text: str) -> tuple[float, float]:
     """'8x4.5' -> (8.0, 4.5) inches."""
     try:
@@ -124,11 +129,10 @@ def colormap(name: str) -> Colormap:
     import matplotlib as mpl
 
     try:
-        cmap = mpl.colormaps[name].copy()
+        cmap = mpl.colormaps[name]
     except KeyError:
         raise UsageError(f"--cmap {name!r} is not a matplotlib colour map (try viridis, cividis or Greys)") from None
-    cmap.set_bad((0, 0, 0, 0))
-    return cmap
+    return cmap.with_extremes(bad=(0, 0, 0, 0))
 
 
 @contextmanager
@@ -170,6 +174,23 @@ def figure_context(style: FigureStyle) -> Iterator[None]:
             }
         )
         yield
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def styled(render: Callable[P, R]) -> Callable[P, R]:
+    """Run a ``render_*_figure(data, style, ...)`` inside :func:`figure_context` of its style."""
+
+    @functools.wraps(render)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        style = args[1] if len(args) > 1 else kwargs.get("style", DEFAULT_STYLE)
+        assert isinstance(style, FigureStyle)
+        with figure_context(style):
+            return render(*args, **kwargs)
+
+    return wrapper
 
 
 def new_figure(style: FigureStyle, aspect: float, *, wide: bool = False) -> Figure:
@@ -220,9 +241,19 @@ def figure_bytes(fig: Figure, fmt: str, description: dict[str, Any]) -> bytes:
         metadata.update(Date=None, Description=text)
     else:
         metadata.update(Producer=software, CreationDate=None, ModDate=None, Subject=text)
+    import matplotlib as mpl
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, metadata=metadata)
+    with mpl.rc_context({"svg.hashsalt": "attnviz", "svg.fonttype": "path", "pdf.fonttype": 42}):
+        fig.savefig(buffer, format=fmt, metadata=metadata)
     return buffer.getvalue()
+
+
+def save_figure(
+    fig: Figure, path: str | Path, *, fmt: str | None = None, description: dict[str, Any] | None = None
+) -> None:
+    """Save a figure reproducibly (the same figure, the same bytes), atomically, format from the extension."""
+    write_output(figure_bytes(fig, format_of(str(path), fmt), description or {}), str(path), sys.stdout.buffer)
 
 
 def write_output(data: bytes, destination: str, stdout: IO[bytes]) -> None:

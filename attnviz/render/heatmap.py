@@ -15,7 +15,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..core import Array, BoolArray
-from .figure import FigureStyle, colormap, hatch_masked, new_figure, tick_step
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, hatch_masked, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, wrap_parts
 
 if TYPE_CHECKING:
@@ -155,7 +155,8 @@ def draw_matrix(
     return image
 
 
-def render_heatmap_figure(att: Attention, style: FigureStyle) -> Figure:
+@styled
+def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
     count = len(att.head_labels)
     n, m = att.weights.shape[1:]

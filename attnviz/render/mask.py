@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..attention import Attention
-from .figure import FigureStyle, colormap, new_figure
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, wrapped_title
 from .labels import describe_parts, score_label
 
@@ -72,7 +72,10 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
         label_axes(ax, att, style, (panel, panel * n / m), outer=(True, index == 0))
 
 
-def render_mask_figure(att: Attention, style: FigureStyle, *, compare: Attention | None = None) -> Figure:
+@styled
+def render_mask_figure(
+    att: Attention, style: FigureStyle = DEFAULT_STYLE, *, compare: Attention | None = None
+) -> Figure:
     """One head's mask, scores and weights; with ``compare``, the same head unmasked above it."""
     rows = [compare, att] if compare is not None else [att]
     n, m = att.weights.shape[1:]

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..saturation import Saturation
-from .figure import FigureStyle, new_figure
+from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -21,7 +21,8 @@ PANELS = (
 )
 
 
-def render_saturation_figure(result: Saturation, style: FigureStyle) -> Figure:
+@styled
+def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Each statistic against d_k on a log axis, ÷√d_k and unscaled on every panel."""
     fig = new_figure(style, 0.62, wide=True)
     axes = fig.subplots(2, 2, sharex=True)
