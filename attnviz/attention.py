@@ -28,6 +28,7 @@ class Attention:
         mask: (n, m) True where a query may attend to a key; None when nothing is masked.
         padding: n flags, True for padding tokens.
         key_tokens: the key tokens when they differ from the queries (cross-attention).
+        key_padding: m flags for the key tokens, in cross-attention.
     """
 
     tokens: tuple[str, ...]
@@ -39,6 +40,7 @@ class Attention:
     mask: BoolArray | None = None
     padding: tuple[bool, ...] = ()
     key_tokens: tuple[str, ...] | None = None
+    key_padding: tuple[bool, ...] = ()
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -10,21 +10,21 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from . import options as opt
 from ._version import __version__
-from .config import LayerConfig
 from .errors import AttnvizError, UsageError
-from .render.figure import FigureStyle, Preset, Theme, parse_size
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import RenderableType
 
     from .attention import Attention
+    from .render.figure import FigureStyle
 
 app = typer.Typer(
     name="attnviz",
@@ -51,31 +51,16 @@ def _root(
 
 
 @app.command()
+@opt.with_options(layer=opt.LAYER, figure=opt.FIGURE)
 def heatmap(
-    tokens: opt.Tokens = None,
-    file: opt.File = None,
-    heads: opt.Heads = 4,
-    d_model: opt.DModel = 64,
-    seed: opt.Seed = 0,
-    embed: opt.EmbedOption = "token",
-    positions: opt.PositionsOption = None,
-    scale: opt.Scale = "sqrt",
-    causal: opt.Causal = False,
-    pad_to: opt.PadTo = None,
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
     head: opt.Head = None,
     mean: opt.Mean = False,
     as_json: opt.Json = False,
     jsonl: opt.Jsonl = False,
     scores: opt.Scores = False,
     no_color: opt.NoColor = False,
-    output: opt.Output = None,
-    fmt: opt.FormatOption = None,
-    theme: opt.ThemeOption = "light",
-    cmap: opt.Cmap = "viridis",
-    preset: opt.PresetOption = "screen",
-    size: opt.Size = None,
-    dpi: opt.Dpi = None,
-    annotate: opt.Annotate = None,
 ) -> None:
     """Attention weights of every head: queries as rows, keys as columns.
 
@@ -89,30 +74,19 @@ def heatmap(
 
       echo '["I","saw","her"]' | attnviz heatmap - --mean
 
+      attnviz heatmap "le chat" --keys "the cat sat"
+
       attnviz heatmap "the cat sat on the mat" -o heads.png
     """
-    config = LayerConfig(
-        d_model=d_model,
-        heads=heads,
-        seed=seed,
-        embed=embed,
-        positions=positions,
-        scale=scale,
-        causal=causal,
-        pad_to=pad_to,
-    )
-    _one_output(output, as_json, jsonl)
-    style = _style(theme, cmap, preset, size, dpi, annotate)
-    att = _attention(tokens, file, config).select(head=head, mean=mean)
-    if output is not None:
+    _one_output(figure.output, as_json, jsonl)
+    att = layer.attention().select(head=head, mean=mean)
+    if figure.output is not None:
         from .render.heatmap import render_heatmap_figure
 
         _write_figure(
-            lambda: render_heatmap_figure(att, style),
-            style,
-            output,
-            fmt,
-            _description("heatmap", att, style, head=head, mean=mean),
+            figure,
+            lambda: render_heatmap_figure(att, figure.style),
+            _description("heatmap", att, figure.style, head=head, mean=mean),
         )
     elif as_json or jsonl:
         from .schema import attention_document, head_documents
@@ -126,31 +100,17 @@ def heatmap(
 
 
 @app.command()
+@opt.with_options(layer=opt.LAYER.variant(causal=True), figure=opt.FIGURE)
 def mask(
-    tokens: opt.Tokens = None,
-    file: opt.File = None,
-    heads: opt.Heads = 4,
-    d_model: opt.DModel = 64,
-    seed: opt.Seed = 0,
-    embed: opt.EmbedOption = "token",
-    positions: opt.PositionsOption = None,
-    scale: opt.Scale = "sqrt",
-    causal: opt.Causal = True,
-    pad_to: opt.PadTo = None,
-    head: Annotated[int, typer.Option("--head", min=0, help="The head to show.", rich_help_panel=opt.OUT)] = 0,
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head to show.", rich_help_panel=opt.P_OUT)] = 0,
     compare: Annotated[
-        bool, typer.Option("--compare", help="Show the head without the causal mask too.", rich_help_panel=opt.OUT)
+        bool,
+        typer.Option("--compare", help="Show the head without the causal mask too.", rich_help_panel=opt.P_OUT),
     ] = False,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
-    output: opt.Output = None,
-    fmt: opt.FormatOption = None,
-    theme: opt.ThemeOption = "light",
-    cmap: opt.Cmap = "viridis",
-    preset: opt.PresetOption = "screen",
-    size: opt.Size = None,
-    dpi: opt.Dpi = None,
-    annotate: opt.Annotate = None,
 ) -> None:
     """Causal-mask triangles: the mask, the masked scores and the weights of one head.
 
@@ -165,38 +125,22 @@ def mask(
 
       attnviz mask the cat sat --pad-to 5 --json
     """
-    config = LayerConfig(
-        d_model=d_model,
-        heads=heads,
-        seed=seed,
-        embed=embed,
-        positions=positions,
-        scale=scale,
-        causal=causal,
-        pad_to=pad_to,
-    )
-    _one_output(output, as_json, False)
-    style = _style(theme, cmap, preset, size, dpi, annotate)
     from dataclasses import replace
 
-    from .inputs import read_tokens
-    from .layer import self_attention
-
-    sequence = read_tokens(tokens or [], file)
-    att = self_attention(sequence, config).select(head=head)
+    _one_output(figure.output, as_json, False)
+    att = layer.attention().select(head=head)
     other = None
     if compare:
-        other = self_attention(sequence, replace(config, causal=not causal)).select(head=head)
-        att, other = (att, other) if causal else (other, att)
-    if output is not None:
+        flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
+        other = flipped.attention().select(head=head)
+        att, other = (att, other) if layer.config.causal else (other, att)
+    if figure.output is not None:
         from .render.mask import render_mask_figure
 
         _write_figure(
-            lambda: render_mask_figure(att, style, compare=other),
-            style,
-            output,
-            fmt,
-            _description("mask", att, style, head=head, compare=compare),
+            figure,
+            lambda: render_mask_figure(att, figure.style, compare=other),
+            _description("mask", att, figure.style, head=head, compare=compare),
         )
     elif as_json:
         from .schema import mask_document
@@ -209,19 +153,15 @@ def mask(
 
 
 @app.command()
+@opt.with_options(figure=opt.FIGURE.variant(hidden=("cmap", "annotate")))
 def saturation(
+    figure: opt.FigureRequest,
     dk_max: Annotated[int, typer.Option("--dk-max", min=1, help="Largest d_k: 1, 2, 4, … up to this.")] = 1024,
     keys: Annotated[int, typer.Option("--keys", min=2, help="Keys per query.")] = 64,
     trials: Annotated[int, typer.Option("--trials", min=1, help="Seeded trials averaged per d_k.")] = 200,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.")] = 0,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
-    output: opt.Output = None,
-    fmt: opt.FormatOption = None,
-    theme: opt.ThemeOption = "light",
-    preset: opt.PresetOption = "screen",
-    size: opt.Size = None,
-    dpi: opt.Dpi = None,
 ) -> None:
     """Why divide by √d_k: the softmax of unscaled scores saturates as d_k grows.
 
@@ -237,12 +177,11 @@ def saturation(
 
       attnviz saturation --json | jq '.unscaled.max_weight'
     """
-    _one_output(output, as_json, False)
-    style = _style(theme, "viridis", preset, size, dpi, None)
+    _one_output(figure.output, as_json, False)
     from .saturation import measure_saturation
 
     result = measure_saturation(dk_max=dk_max, keys=keys, trials=trials, seed=seed)
-    if output is not None:
+    if figure.output is not None:
         from .render.saturation import render_saturation_figure
 
         description = {
@@ -252,9 +191,9 @@ def saturation(
             "keys": keys,
             "trials": trials,
             "seed": seed,
-            "style": _style_description(style),
+            "style": asdict(figure.style),
         }
-        _write_figure(lambda: render_saturation_figure(result, style), style, output, fmt, description)
+        _write_figure(figure, lambda: render_saturation_figure(result, figure.style), description)
     elif as_json:
         from .schema import saturation_document
 
@@ -265,59 +204,32 @@ def saturation(
         _print(lambda color, width: render_saturation(result, color=color, width=width), no_color)
 
 
-def _attention(tokens: list[str] | None, file: Any, config: LayerConfig) -> Attention:
-    from .inputs import read_tokens
-    from .layer import self_attention
-
-    return self_attention(read_tokens(tokens or [], file), config)
-
-
 def _one_output(output: str | None, as_json: bool, jsonl: bool) -> None:
     chosen = [name for name, on in (("-o", output is not None), ("--json", as_json), ("--jsonl", jsonl)) if on]
     if len(chosen) > 1:
         raise UsageError(f"choose one of {' and '.join(chosen)}: each writes its own output")
 
 
-def _style(
-    theme: Theme, cmap: str, preset: Preset, size: str | None, dpi: int | None, annotate: bool | None
-) -> FigureStyle:
-    parsed = None if size is None else parse_size(size)
-    return FigureStyle(theme=theme, cmap=cmap, preset=preset, size=parsed, dpi=dpi, annotate=annotate)
-
-
-def _style_description(style: FigureStyle) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(style)
-
-
 def _description(command: str, att: Attention, style: FigureStyle, **view: Any) -> dict[str, Any]:
     """What a figure file records about how to make it again."""
-    return {
-        "attnviz": __version__,
-        "command": command,
-        "tokens": list(att.tokens),
-        "config": att.config,
-        "view": view,
-        "style": _style_description(style),
-    }
+    doc: dict[str, Any] = {"attnviz": __version__, "command": command, "tokens": list(att.tokens)}
+    if att.key_tokens is not None:
+        doc["key_tokens"] = list(att.key_tokens)
+    return doc | {"config": att.config, "view": view, "style": asdict(style)}
 
 
-def _write_figure(
-    build: Callable[[], Figure], style: FigureStyle, output: str, fmt: str | None, description: dict[str, Any]
-) -> None:
-    from .render.figure import figure_bytes, figure_context, format_of, write_output
+def _write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], description: dict[str, Any]) -> None:
+    from .render.figure import figure_bytes, format_of, write_output
 
-    chosen = format_of(output, fmt)
-    if output == "-" and sys.stdout.isatty():
+    assert figure.output is not None
+    chosen = format_of(figure.output, figure.fmt)
+    if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
             f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
         )
-    with figure_context(style):
-        data = figure_bytes(build(), chosen, description)
-    write_output(data, output, sys.stdout.buffer)
-    if output != "-":
-        print(f"wrote {output}", file=sys.stderr)
+    write_output(figure_bytes(build(), chosen, description), figure.output, sys.stdout.buffer)
+    if figure.output != "-":
+        print(f"wrote {figure.output}", file=sys.stderr)
 
 
 def _write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:

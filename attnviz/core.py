@@ -57,13 +57,17 @@ def multi_head_attention(
     *,
     scale: float,
     mask: BoolArray | None = None,
+    context: Array | None = None,
 ) -> tuple[Array, Array, Array]:
-    """MultiHead(X) = [head_1; ...; head_h] W_O with head_i = Attention(X W_Q^i, X W_K^i, X W_V^i).
+    """MultiHead(X) = [head_1; ...; head_h] W_O with head_i = Attention(X W_Q^i, C W_K^i, C W_V^i).
 
-    Shapes: x (n, d_model); w_q, w_k (h, d_model, d_k); w_v (h, d_model, d_v);
-    w_o (h·d_v, d_model). Returns (output (n, d_model), weights (h, n, n), scores (h, n, n)).
+    C is X itself (self-attention) unless ``context`` gives the sequence the keys and values
+    come from (cross-attention). Shapes: x (n, d_model); context (m, d_model); w_q, w_k
+    (h, d_model, d_k); w_v (h, d_model, d_v); w_o (h·d_v, d_model).
+    Returns (output (n, d_model), weights (h, n, m), scores (h, n, m)).
     """
-    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (n, d_model) @ (h, d_model, d_k) -> (h, n, d_k)
+    c = x if context is None else context
+    q, k, v = x @ w_q, c @ w_k, c @ w_v  # (n, d_model) @ (h, d_model, d_k) -> (h, n, d_k)
     heads, weights, scores = scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
     concat = np.concatenate(list(heads), axis=-1)  # h × (n, d_v) -> (n, h·d_v)
     return concat @ w_o, weights, scores  # (n, h·d_v) @ (h·d_v, d_model) -> (n, d_model)

@@ -64,3 +64,14 @@ def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
         text = decode(read_file(file), str(file))
         return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json")
     return " ".join(args).split()
+
+
+def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | None:
+    """The key sequence of cross-attention, from ``--keys TEXT`` or ``--keys-file PATH``; None for self-attention."""
+    if keys is not None and keys_file is not None:
+        raise UsageError("give key tokens either with --keys or with --keys-file, not both")
+    if keys_file is not None:
+        return read_tokens([], keys_file)
+    if keys is not None:
+        return keys.split()
+    return None

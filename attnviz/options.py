@@ -1,18 +1,34 @@
-"""The command-line options, declared once and shared by every command that takes them."""
+"""The command-line options, declared once and shared by every command that takes them.
+
+Single options are ``Annotated`` aliases; the options of the attention layer and of figures
+come as groups (:data:`LAYER`, :data:`FIGURE`) that :func:`with_options` puts into a command's
+signature, so a new command takes them all with one parameter each.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from .config import Embed, Positions
-from .render.figure import Format, Preset, Theme
+from .config import Embed, LayerConfig, Positions
+from .errors import UsageError
+from .render.figure import FigureStyle, Format, Preset, Theme, parse_size
 
-CORE = "Attention layer"
-OUT = "Output"
-FIGURE = "Figures (with -o)"
+if TYPE_CHECKING:
+    from .attention import Attention
+    from .layer import Layer
+
+R = TypeVar("R")
+
+P_LAYER = "Attention layer"
+P_OUT = "Output"
+P_FIG = "Figures (with -o)"
 
 Tokens = Annotated[
     list[str] | None,
@@ -25,16 +41,34 @@ File = Annotated[
         "-f",
         help="Read tokens from a text file or a JSON array of strings (- for stdin).",
         show_default=False,
-        rich_help_panel=CORE,
+        rich_help_panel=P_LAYER,
     ),
 ]
-Heads = Annotated[int, typer.Option("--heads", "-H", min=1, help="Number of heads h.", rich_help_panel=CORE)]
-DModel = Annotated[
-    int, typer.Option("--d-model", min=1, help="Model width; d_k = d_model / heads.", rich_help_panel=CORE)
+Keys = Annotated[
+    str | None,
+    typer.Option(
+        "--keys",
+        help="Cross-attention: keys and values from this sequence, queries from the tokens.",
+        show_default=False,
+        rich_help_panel=P_LAYER,
+    ),
 ]
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.", rich_help_panel=CORE)]
+KeysFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys-file",
+        help="Cross-attention keys from a text file or a JSON array of strings (- for stdin).",
+        show_default=False,
+        rich_help_panel=P_LAYER,
+    ),
+]
+Heads = Annotated[int, typer.Option("--heads", "-H", min=1, help="Number of heads h.", rich_help_panel=P_LAYER)]
+DModel = Annotated[
+    int, typer.Option("--d-model", min=1, help="Model width; d_k = d_model / heads.", rich_help_panel=P_LAYER)
+]
+Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.", rich_help_panel=P_LAYER)]
 EmbedOption = Annotated[
-    Embed, typer.Option("--embed", help="How input vectors X are made (see README).", rich_help_panel=CORE)
+    Embed, typer.Option("--embed", help="How input vectors X are made (see README).", rich_help_panel=P_LAYER)
 ]
 PositionsOption = Annotated[
     Positions | None,
@@ -42,16 +76,16 @@ PositionsOption = Annotated[
         "--positions",
         help="Add sinusoidal positional encodings. Default: sinusoidal with --embed token, none otherwise.",
         show_default=False,
-        rich_help_panel=CORE,
+        rich_help_panel=P_LAYER,
     ),
 ]
 Scale = Annotated[
-    str, typer.Option("--scale", help="Score scale: sqrt (1/√d_k), none (1), or a number.", rich_help_panel=CORE)
+    str, typer.Option("--scale", help="Score scale: sqrt (1/√d_k), none (1), or a number.", rich_help_panel=P_LAYER)
 ]
 Causal = Annotated[
     bool,
     typer.Option(
-        "--causal/--no-causal", help="Mask the future: position t sees only positions ≤ t.", rich_help_panel=CORE
+        "--causal/--no-causal", help="Mask the future: position t sees only positions ≤ t.", rich_help_panel=P_LAYER
     ),
 ]
 PadTo = Annotated[
@@ -61,20 +95,23 @@ PadTo = Annotated[
         min=1,
         help="Append [PAD] tokens up to this length; they get zero weight.",
         show_default=False,
-        rich_help_panel=CORE,
+        rich_help_panel=P_LAYER,
     ),
 ]
 Head = Annotated[
-    int | None, typer.Option("--head", min=0, help="Show only this head.", show_default=False, rich_help_panel=OUT)
+    int | None,
+    typer.Option("--head", min=0, help="Show only this head.", show_default=False, rich_help_panel=P_OUT),
 ]
-Mean = Annotated[bool, typer.Option("--mean", help="Show the mean over heads.", rich_help_panel=OUT)]
-Json = Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.", rich_help_panel=OUT)]
-Jsonl = Annotated[bool, typer.Option("--jsonl", help="Write one compact JSON object per head.", rich_help_panel=OUT)]
+Mean = Annotated[bool, typer.Option("--mean", help="Show the mean over heads.", rich_help_panel=P_OUT)]
+Json = Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.", rich_help_panel=P_OUT)]
+Jsonl = Annotated[bool, typer.Option("--jsonl", help="Write one compact JSON object per head.", rich_help_panel=P_OUT)]
 Scores = Annotated[
-    bool, typer.Option("--scores", help="Add pre-softmax scores to the JSON (masked: null).", rich_help_panel=OUT)
+    bool,
+    typer.Option("--scores", help="Add pre-softmax scores to the JSON (masked: null).", rich_help_panel=P_OUT),
 ]
 NoColor = Annotated[
-    bool, typer.Option("--no-color", help="Plain text, no colour or styles (also NO_COLOR).", rich_help_panel=OUT)
+    bool,
+    typer.Option("--no-color", help="Plain text, no colour or styles (also NO_COLOR).", rich_help_panel=P_OUT),
 ]
 
 Output = Annotated[
@@ -84,7 +121,7 @@ Output = Annotated[
         "-o",
         help="Write a figure to this file (.png, .svg, .pdf), or - for stdout.",
         show_default=False,
-        rich_help_panel=FIGURE,
+        rich_help_panel=P_FIG,
     ),
 ]
 FormatOption = Annotated[
@@ -93,28 +130,28 @@ FormatOption = Annotated[
         "--format",
         help="Image format. Default: from the file's extension (png for -).",
         show_default=False,
-        rich_help_panel=FIGURE,
+        rich_help_panel=P_FIG,
     ),
 ]
-ThemeOption = Annotated[Theme, typer.Option("--theme", help="Light or dark background.", rich_help_panel=FIGURE)]
+ThemeOption = Annotated[Theme, typer.Option("--theme", help="Light or dark background.", rich_help_panel=P_FIG)]
 Cmap = Annotated[
     str,
     typer.Option(
         "--cmap",
         help="Colour map of the weights: viridis, cividis, Greys (print), or any matplotlib name.",
-        rich_help_panel=FIGURE,
+        rich_help_panel=P_FIG,
     ),
 ]
 PresetOption = Annotated[
     Preset,
     typer.Option(
-        "--preset", help="screen; slide (16:9, large fonts); paper (column width, small fonts).", rich_help_panel=FIGURE
+        "--preset", help="screen; slide (16:9, large fonts); paper (column width, small fonts).", rich_help_panel=P_FIG
     ),
 ]
 Size = Annotated[
     str | None,
     typer.Option(
-        "--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x4.5.", show_default=False, rich_help_panel=FIGURE
+        "--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x4.5.", show_default=False, rich_help_panel=P_FIG
     ),
 ]
 Dpi = Annotated[
@@ -123,7 +160,7 @@ Dpi = Annotated[
         "--dpi",
         help="Resolution of PNG files. Default: 150 (300 with --preset paper).",
         show_default=False,
-        rich_help_panel=FIGURE,
+        rich_help_panel=P_FIG,
     ),
 ]
 Annotate = Annotated[
@@ -132,6 +169,131 @@ Annotate = Annotated[
         "--annotate/--no-annotate",
         help="Write values in the cells. Default: when they fit.",
         show_default=False,
-        rich_help_panel=FIGURE,
+        rich_help_panel=P_FIG,
     ),
 ]
+
+
+# Option groups: a command names a group as one parameter; the group's options take its place
+# on the command line and arrive built (a LayerRequest, a FigureRequest).
+
+
+@dataclass(frozen=True)
+class LayerRequest:
+    """The tokens (and keys, for cross-attention) and the layer configuration a command was given."""
+
+    tokens: list[str]
+    keys: list[str] | None
+    config: LayerConfig
+
+    def attention(self) -> Attention:
+        return self.prepare()[1]
+
+    def prepare(self) -> tuple[Layer, Attention]:
+        from .layer import prepare
+
+        return prepare(self.tokens, self.config, self.keys)
+
+
+def layer_options(
+    tokens: Tokens = None,
+    file: File = None,
+    keys: Keys = None,
+    keys_file: KeysFile = None,
+    heads: Heads = 4,
+    d_model: DModel = 64,
+    seed: Seed = 0,
+    embed: EmbedOption = "token",
+    positions: PositionsOption = None,
+    scale: Scale = "sqrt",
+    causal: Causal = False,
+    pad_to: PadTo = None,
+) -> LayerRequest:
+    """Validate the layer's options first, then read the tokens (stdin only when asked)."""
+    config = LayerConfig(
+        d_model=d_model,
+        heads=heads,
+        seed=seed,
+        embed=embed,
+        positions=positions,
+        scale=scale,
+        causal=causal,
+        pad_to=pad_to,
+    )
+    from .inputs import read_key_tokens, read_tokens
+
+    if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
+        raise UsageError("only one of --file and --keys-file can read stdin")
+    return LayerRequest(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), config)
+
+
+@dataclass(frozen=True)
+class FigureRequest:
+    """Where a figure goes (None: no figure), in which format, and how it looks."""
+
+    output: str | None
+    fmt: str | None
+    style: FigureStyle
+
+
+def figure_options(
+    output: Output = None,
+    fmt: FormatOption = None,
+    theme: ThemeOption = "light",
+    cmap: Cmap = "viridis",
+    preset: PresetOption = "screen",
+    size: Size = None,
+    dpi: Dpi = None,
+    annotate: Annotate = None,
+) -> FigureRequest:
+    parsed = None if size is None else parse_size(size)
+    style = FigureStyle(theme=theme, cmap=cmap, preset=preset, size=parsed, dpi=dpi, annotate=annotate)
+    return FigureRequest(output=output, fmt=fmt, style=style)
+
+
+class OptionGroup:
+    """Options declared once, by a build function's parameters, for every command that takes them."""
+
+    def __init__(self, build: Callable[..., Any], *, hidden: tuple[str, ...] = (), **defaults: Any) -> None:
+        self.build, self.hidden = build, hidden
+        self.signature = inspect.signature(build, eval_str=True)
+        self.parameters = [
+            p.replace(default=defaults[p.name]) if p.name in defaults else p
+            for p in self.signature.parameters.values()
+            if p.name not in hidden
+        ]
+
+    def variant(self, *, hidden: tuple[str, ...] = (), **defaults: Any) -> OptionGroup:
+        """The same group with other defaults, or some options left out (they keep their defaults)."""
+        return OptionGroup(self.build, hidden=self.hidden + hidden, **defaults)
+
+    def take(self, values: dict[str, Any]) -> Any:
+        """Build the group's object from its options, removing them from ``values``."""
+        given = {p.name: values.pop(p.name) for p in self.parameters}
+        return self.build(**given)
+
+
+LAYER = OptionGroup(layer_options)
+FIGURE = OptionGroup(figure_options)
+
+
+def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Replace each parameter named in ``groups`` by that group's options, for Typer to read."""
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        parameters: list[inspect.Parameter] = []
+        for p in signature.parameters.values():
+            parameters.extend(groups[p.name].parameters if p.name in groups else [p])
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> R:
+            for name, group in groups.items():
+                values[name] = group.take(values)
+            return command(**values)
+
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": signature.return_annotation}
+        return wrapper
+
+    return decorate

@@ -33,6 +33,7 @@ def _common(att: Attention) -> dict[str, Any]:
     doc: dict[str, Any] = {"tokens": list(att.tokens)}
     if att.key_tokens is not None:
         doc["key_tokens"] = list(att.key_tokens)
+        doc["key_padding"] = list(att.key_padding) or [False] * len(att.key_tokens)
     doc["config"] = att.config
     doc["padding"] = list(att.padding) or [False] * len(att.tokens)
     doc["mask"] = None if att.mask is None else att.mask.tolist()

@@ -178,6 +178,7 @@ def figure_context(style: FigureStyle) -> Iterator[None]:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+STYLE_ATTRIBUTE = "_attnviz_style"
 
 
 def styled(render: Callable[P, R]) -> Callable[P, R]:
@@ -188,7 +189,9 @@ def styled(render: Callable[P, R]) -> Callable[P, R]:
         style = args[1] if len(args) > 1 else kwargs.get("style", DEFAULT_STYLE)
         assert isinstance(style, FigureStyle)
         with figure_context(style):
-            return render(*args, **kwargs)
+            fig = render(*args, **kwargs)
+        setattr(fig, STYLE_ATTRIBUTE, style)  # saving draws again: figure_bytes needs the same context
+        return fig
 
     return wrapper
 
@@ -241,10 +244,8 @@ def figure_bytes(fig: Figure, fmt: str, description: dict[str, Any]) -> bytes:
         metadata.update(Date=None, Description=text)
     else:
         metadata.update(Producer=software, CreationDate=None, ModDate=None, Subject=text)
-    import matplotlib as mpl
-
     buffer = io.BytesIO()
-    with mpl.rc_context({"svg.hashsalt": "attnviz", "svg.fonttype": "path", "pdf.fonttype": 42}):
+    with figure_context(getattr(fig, STYLE_ATTRIBUTE, DEFAULT_STYLE)):
         fig.savefig(buffer, format=fmt, metadata=metadata)
     return buffer.getvalue()
 

@@ -115,10 +115,15 @@ def label_axes(
     if widest * math.ceil(m / col_step) > size_inches[0] * 0.9:
         for label in ax.get_xticklabels():
             label.set_rotation(90)
-    for label, i in zip(ax.get_yticklabels(), range(0, n, row_step), strict=True):
-        if att.padding and att.padding[i]:
-            label.set_color(style.colours["muted"])
-            label.set_fontstyle("italic")
+    key_padding = att.key_padding if att.key_tokens is not None else att.padding
+    for labels, padding, step in (
+        (ax.get_yticklabels(), att.padding, row_step),
+        (ax.get_xticklabels(), key_padding, col_step),
+    ):
+        for index, label in enumerate(labels):
+            if padding and padding[index * step]:
+                label.set_color(style.colours["muted"])
+                label.set_fontstyle("italic")
     ax.tick_params(length=0, pad=2, labelsize=font, labeltop=ticks[0], labelleft=ticks[1])
     if outer[0]:
         ax.set_xlabel("keys")

@@ -54,8 +54,13 @@ def describe(att: Attention) -> str:
 def describe_parts(att: Attention) -> list[str]:
     """The pieces of :func:`describe`, for views that wrap them to a width."""
     c = att.config
-    real = len(att.tokens) - sum(att.padding)
-    parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
+    if att.key_tokens is not None:
+        keys = len(att.key_tokens) - sum(att.key_padding)
+        padded = f" padded to {len(att.key_tokens)}" if keys < len(att.key_tokens) else ""
+        parts = [f"cross-attention: {len(att.tokens)} queries × {keys} keys{padded}"]
+    else:
+        real = len(att.tokens) - sum(att.padding)
+        parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
     if "d_model" in c:
         parts += [
             f"d_model {c['d_model']}",
