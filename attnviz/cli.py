@@ -17,6 +17,7 @@ import typer
 
 from . import options as opt
 from ._version import __version__
+from .config import Positions
 from .errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
@@ -202,6 +203,210 @@ def saturation(
         from .render.terminal import render_saturation
 
         _print(lambda color, width: render_saturation(result, color=color, width=width), no_color)
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER, figure=opt.FIGURE.variant(hidden=("annotate",)))
+def explain(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    query: Annotated[
+        int | None,
+        typer.Option(
+            "--query",
+            "-q",
+            min=0,
+            help="The query position. Default: the last token.",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head.", rich_help_panel=opt.P_OUT)] = 0,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """One query through one head, every step: q, the keys, q·k_j, the scale, the mask,
+    the softmax, each value weighted, their sum, and the layer's output row.
+
+    [bold]Examples[/bold]
+
+      attnviz explain "the cat sat on the mat" --query 2 --head 0
+
+      attnviz explain the cat sat --causal -o explain.png
+
+      attnviz explain "le chat" --keys "the cat sat" --json | jq '.weights'
+    """
+    from .explain import explain_query
+
+    _one_output(figure.output, as_json, False)
+    built, att = layer.prepare()
+    if query is None:
+        query = len(att.tokens) - 1 - sum(att.padding)
+    e = explain_query(built, att, query, head)
+    if figure.output is not None:
+        from .render.explain import render_explain_figure
+
+        _write_figure(
+            figure,
+            lambda: render_explain_figure(e, figure.style, att=att),
+            _description("explain", att, figure.style, query=query, head=head),
+        )
+    elif as_json:
+        from .schema import explain_document
+
+        _write_json([explain_document(e, att)])
+    else:
+        from .render.explain import render_explain
+
+        _print(lambda color, width: render_explain(e, att, color=color, width=width), no_color)
+
+
+@app.command()
+@opt.with_options(
+    layer=opt.LAYER.variant(hidden=("keys", "keys_file", "embed", "positions", "causal", "pad_to")),
+    figure=opt.FIGURE,
+)
+def permute(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    shuffle: Annotated[
+        int, typer.Option("--shuffle", min=0, help="Seed of the permutation.", rich_help_panel=opt.P_OUT)
+    ] = 0,
+    positions: Annotated[
+        Positions | None,
+        typer.Option(
+            "--positions",
+            help="Show only this case. Default: both, without and with positions.",
+            show_default=False,
+            rich_help_panel=opt.P_LAYER,
+        ),
+    ] = None,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head.", rich_help_panel=opt.P_OUT)] = 0,
+    mean: opt.Mean = False,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Order-blindness: shuffle the tokens and compare the maps.
+
+    Without positional encodings, self-attention of a shuffled sequence is exactly the
+    original map with rows and columns shuffled the same way; with sinusoidal positions
+    it is not. The view states the measured maximum difference.
+
+    [bold]Examples[/bold]
+
+      attnviz permute "the cat sat on the mat"
+
+      attnviz permute "the cat sat on the mat" --shuffle 3 -o permute.png
+    """
+    from .compare import order_blindness, permutation
+    from .render.compare import permutation_heading, permutation_rows
+
+    _one_output(figure.output, as_json, False)
+    order = permutation(len(layer.tokens), shuffle)
+    cases = order_blindness(
+        layer.tokens,
+        layer.config,
+        order,
+        positions=(positions,) if positions else ("none", "sinusoidal"),
+        head=None if mean else head,
+        mean=mean,
+    )
+    rows = permutation_rows(cases, order)
+    heading = permutation_heading(cases[0].original, order, layer.tokens)
+    _compare_output(
+        "permute",
+        rows,
+        heading,
+        figure,
+        as_json,
+        no_color,
+        {"permutation": order.tolist(), "shuffle": shuffle, "head": head, "mean": mean},
+    )
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(hidden=("keys", "keys_file")), figure=opt.FIGURE)
+def diff(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    a: Annotated[
+        str, typer.Option("--a", help='Options of configuration A, e.g. "--scale none".', rich_help_panel=opt.P_OUT)
+    ] = "",
+    b: Annotated[
+        str, typer.Option("--b", help='Options of configuration B, e.g. "--head 1".', rich_help_panel=opt.P_OUT)
+    ] = "",
+    head: opt.Head = None,
+    mean: opt.Mean = False,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """What changed: two configurations of the same tokens and their difference B − A.
+
+    The options given directly apply to both; --a and --b each add options of their own,
+    written as on the command line. Head 0 is compared unless --head or --mean says otherwise.
+
+    [bold]Examples[/bold]
+
+      attnviz diff "the cat sat" --a "--scale none" --b "--scale sqrt"
+
+      attnviz diff "the cat sat on the mat" --a "--head 0" --b "--head 1"
+
+      attnviz diff "the cat sat" --b "--causal" -o causal-diff.png
+
+      attnviz diff "the cat sat" --a "--seed 1" --b "--seed 2" --json
+    """
+    from dataclasses import replace
+
+    from .compare import difference
+    from .layer import self_attention
+    from .render.compare import difference_heading, difference_rows
+
+    _one_output(figure.output, as_json, False)
+    if not a.strip() and not b.strip():
+        raise UsageError('give --a and/or --b: the options in which the two configurations differ, e.g. --b "--causal"')
+    maps = []
+    for name, text in (("--a", a), ("--b", b)):
+        given = opt.parse_side(text, name)
+        side_head, side_mean = given.pop("head", head), given.pop("mean", mean)
+        if side_mean and "head" not in given:
+            side_head = None
+        config = replace(layer.config, **given)
+        maps.append(
+            self_attention(layer.tokens, config).select(head=None if side_mean else side_head or 0, mean=side_mean)
+        )
+    result = difference(maps[0], maps[1])
+    rows = difference_rows(result, a.strip() or "as given", b.strip() or "as given")
+    heading = difference_heading(maps[0], maps[1])
+    _compare_output("diff", rows, heading, figure, as_json, no_color, {"a": a, "b": b})
+
+
+def _compare_output(
+    command: str,
+    rows: list[Any],
+    heading: list[str],
+    figure: opt.FigureRequest,
+    as_json: bool,
+    no_color: bool,
+    view: dict[str, Any],
+) -> None:
+    """A comparison (permute, diff) as a figure, JSON or in the terminal."""
+    first = rows[0].a
+    if figure.output is not None:
+        from .render.compare import render_rows_figure
+
+        _write_figure(
+            figure,
+            lambda: render_rows_figure(rows, figure.style, heading=heading),
+            _description(command, first, figure.style, **view),
+        )
+    elif as_json:
+        from .schema import comparison_document
+
+        _write_json([comparison_document(command, rows, view)])
+    else:
+        from .render.compare import render_rows_terminal
+
+        _print(lambda color, width: render_rows_terminal(rows, heading, color=color, width=width), no_color)
 
 
 def _one_output(output: str | None, as_json: bool, jsonl: bool) -> None:

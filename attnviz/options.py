@@ -297,3 +297,39 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
         return wrapper
 
     return decorate
+
+
+def _side(
+    heads: Heads = 4,
+    d_model: DModel = 64,
+    seed: Seed = 0,
+    embed: EmbedOption = "token",
+    positions: PositionsOption = None,
+    scale: Scale = "sqrt",
+    causal: Causal = False,
+    pad_to: PadTo = None,
+    head: Head = None,
+    mean: Mean = False,
+) -> None:
+    """The options one side of `attnviz diff` may change."""
+
+
+def parse_side(text: str, name: str) -> dict[str, Any]:
+    """The options given in ``--a "…"`` or ``--b "…"``, parsed by the same declarations as the CLI's."""
+    import shlex
+
+    side = typer.Typer(add_completion=False)
+    side.command()(_side)
+    command = typer.main.get_command(side)
+    try:
+        ctx = command.make_context(name, shlex.split(text))
+    except ValueError as err:
+        raise UsageError(f"{name} {text!r}: {err}") from None
+    except typer.TyperException as err:
+        raise UsageError(f"{name} {text!r}: {err.format_message()}") from None
+    given = {}
+    for key, value in ctx.params.items():
+        source = ctx.get_parameter_source(key)
+        if source is not None and source.name == "COMMANDLINE":
+            given[key] = value
+    return given

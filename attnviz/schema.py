@@ -10,17 +10,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .attention import Attention
 from .core import Array
 from .resources import ensure_fits
 from .saturation import Saturation
 
+if TYPE_CHECKING:
+    from .explain import QueryExplanation
+
 SCHEMA = "attnviz.attention/1"
 HEAD_SCHEMA = "attnviz.attention-head/1"
 MASK_SCHEMA = "attnviz.mask/1"
 SATURATION_SCHEMA = "attnviz.saturation/1"
+EXPLAIN_SCHEMA = "attnviz.explain/1"
+COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
 
@@ -98,6 +103,61 @@ def saturation_document(result: Saturation) -> dict[str, Any]:
         "d_k": list(result.d_k),
         "scaled": {name: values.tolist() for name, values in result.scaled.items()},
         "unscaled": {name: values.tolist() for name, values in result.unscaled.items()},
+    }
+
+
+def explain_document(e: QueryExplanation, att: Attention) -> dict[str, Any]:
+    """Every step of one query through one head; masked scores are null."""
+    return {
+        "schema": EXPLAIN_SCHEMA,
+        **_common(att),
+        "query": e.query,
+        "query_token": att.tokens[e.query],
+        "head": e.head,
+        "scale": e.scale,
+        "q": e.q.tolist(),
+        "keys": e.keys.tolist(),
+        "dots": e.dots.tolist(),
+        "scores": [v if math.isfinite(v) else None for v in e.scores.tolist()],
+        "allowed": e.allowed.tolist(),
+        "weights": e.weights.tolist(),
+        "values": e.values.tolist(),
+        "weighted_values": e.weighted.tolist(),
+        "head_output": e.head_output.tolist(),
+        "head_outputs": e.head_outputs.tolist(),
+        "output": e.output.tolist(),
+    }
+
+
+def comparison_document(command: str, rows: list[Any], view: dict[str, Any]) -> dict[str, Any]:
+    """A and B, their difference and the measured numbers, for each row of a permute or diff view."""
+    first = rows[0].a
+    return {
+        "schema": COMPARISON_SCHEMAS[command],
+        "tokens": list(first.tokens),
+        **view,
+        "rows": [
+            {
+                "title": row.title,
+                "labels": list(row.labels),
+                "verdict": row.verdict,
+                "a": {
+                    "tokens": list(row.a.tokens),
+                    "config": row.a.config,
+                    "head": row.a.head_labels[0],
+                    "weights": row.a.weights[0].tolist(),
+                },
+                "b": {
+                    "tokens": list(row.b.tokens),
+                    "config": row.b.config,
+                    "head": row.b.head_labels[0],
+                    "weights": row.b.weights[0].tolist(),
+                },
+                "difference": row.delta.tolist(),
+                "max_abs_difference": float(abs(row.delta).max()),
+            }
+            for row in rows
+        ],
     }
 
 

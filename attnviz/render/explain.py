@@ -8,7 +8,7 @@ same steps out as matrices and bars, in the manner of bertviz's neuron view.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
@@ -111,11 +111,11 @@ def render_explain(
     for name in ("j", "key", "w_j", "v_j", "w_j v_j"):
         values.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
     for j, key in enumerate(keys):
-        weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
+        shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
         values.add_row(
             str(j),
             key,
-            weight,
+            shown_weight,
             vector_text(e.values[j], in_values),
             vector_text(e.weighted[j], in_values),
             style="" if e.allowed[j] else "dim",
@@ -182,7 +182,7 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     shown = min(len(e.q), FIGURE_COMPONENTS)
     keys = [abbreviate(t, 12) for t in att.keys]
     fig = new_figure(style, 0.5 + 0.04 * m, wide=True)
-    mosaic = [
+    mosaic: list[Any] = [
         ["q", ".", ".", "."],
         ["K", "dots", "scores", "weights"],
         ["V", "wv", "wv", "bar"],

@@ -82,8 +82,8 @@ def annotate_cells(
             continue
         colour = "black" if luminance(cmap((value - vmin) / span)) > 0.179 else "white"
         text = fmt.format(value)
-        if text.startswith("-") and not text.strip("-0."):
-            text = text[1:]  # -0.0 reads as a sign that is not there
+        if text[0] in "+-" and not text.strip("+-0."):
+            text = text[1:]  # ±0.00 reads as a sign that is not there
         ax.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
 
 
