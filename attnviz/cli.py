@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -378,6 +378,57 @@ def diff(
     rows = difference_rows(result, a.strip() or "as given", b.strip() or "as given")
     heading = difference_heading(maps[0], maps[1])
     _compare_output("diff", rows, heading, figure, as_json, no_color, {"a": a, "b": b})
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER, figure=opt.FIGURE.variant(hidden=("cmap", "annotate")))
+def lines(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: opt.Head = None,
+    min_weight: Annotated[
+        float,
+        typer.Option(
+            "--min-weight", min=0.0, max=1.0, help="Leave out links weaker than this.", rich_help_panel=opt.P_OUT
+        ),
+    ] = 0.05,
+    layout: Annotated[
+        Literal["side", "overlay"],
+        typer.Option("--layout", help="Heads side by side, or overlaid in one panel.", rich_help_panel=opt.P_OUT),
+    ] = "side",
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """The head view: a line from each query to each key, as strong as its weight.
+
+    [bold]Examples[/bold]
+
+      attnviz lines "the cat sat on the mat"
+
+      attnviz lines "the cat sat on the mat" --head 2 -o lines.svg
+
+      attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2 -o heads.png
+    """
+    from .render.lines import links
+
+    _one_output(figure.output, as_json, False)
+    att = layer.attention().select(head=head)
+    if figure.output is not None:
+        from .render.lines import render_lines_figure
+
+        _write_figure(
+            figure,
+            lambda: render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
+            _description("lines", att, figure.style, head=head, min_weight=min_weight, layout=layout),
+        )
+    elif as_json:
+        from .schema import lines_document
+
+        _write_json([lines_document(att, links(att, min_weight), min_weight)])
+    else:
+        from .render.lines import render_lines
+
+        _print(lambda color, width: render_lines(att, min_weight=min_weight, color=color, width=width), no_color)
 
 
 def _compare_output(

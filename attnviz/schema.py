@@ -25,6 +25,7 @@ HEAD_SCHEMA = "attnviz.attention-head/1"
 MASK_SCHEMA = "attnviz.mask/1"
 SATURATION_SCHEMA = "attnviz.saturation/1"
 EXPLAIN_SCHEMA = "attnviz.explain/1"
+LINES_SCHEMA = "attnviz.lines/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
@@ -158,6 +159,17 @@ def comparison_document(command: str, rows: list[Any], view: dict[str, Any]) -> 
             }
             for row in rows
         ],
+    }
+
+
+def lines_document(att: Attention, found: list[tuple[int, int, int, float]], min_weight: float) -> dict[str, Any]:
+    """Every link of weight at least ``min_weight``: head, query, key and weight."""
+    return {
+        "schema": LINES_SCHEMA,
+        **_common(att),
+        "heads": list(att.head_labels),
+        "min_weight": min_weight,
+        "links": [{"head": h, "query": i, "key": j, "weight": w} for h, i, j, w in found],
     }
 
 

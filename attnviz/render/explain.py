@@ -20,7 +20,7 @@ from ..attention import Attention
 from ..core import Array
 from ..explain import QueryExplanation
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .labels import abbreviate, describe_parts, wrap_parts
+from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .terminal import cell_style
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def render_explain(
     def cut(k: int, d: int = d_k) -> str:
         return f"first {k} of {d} shown" if k < d else ""
 
-    keys = [abbreviate(t, 8) for t in att.keys]
+    keys = distinct_labels(att.keys, 8)
     yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
 
     yield _heading(

@@ -96,3 +96,12 @@ def score_label(config: dict[str, object]) -> str:
     if mode == "none":
         return "QKᵀ + M"
     return f"QKᵀ·{config.get('scale')} + M"
+
+
+def distinct_labels(tokens: tuple[str, ...] | list[str], width: int) -> list[str]:
+    """Abbreviated tokens; one that occurs more than once gets its position as a subscript (the₀, the₄)."""
+    counts: dict[str, int] = {}
+    for token in tokens:
+        counts[token] = counts.get(token, 0) + 1
+    subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+    return [abbreviate(t, width) + (str(i).translate(subscript) if counts[t] > 1 else "") for i, t in enumerate(tokens)]
