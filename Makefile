@@ -47,6 +47,14 @@ samples: $(VENV)/.installed
 	$(BIN)/attnviz saturation -o samples/saturation.png
 	$(BIN)/attnviz saturation --preset slide --theme dark -o samples/saturation-slide-dark.png
 	$(BIN)/attnviz saturation --preset paper -o samples/saturation-paper.pdf
+	$(BIN)/attnviz explain "the cat sat on the mat" --query 2 --head 0 --causal -o samples/explain.png
+	$(BIN)/attnviz heatmap "le chat dort" --keys "the black cat sleeps" -o samples/cross-attention.png
+	$(BIN)/attnviz permute "the cat sat on the mat" -o samples/permute.png
+	$(BIN)/attnviz diff "the cat sat on the mat" --heads 2 --d-model 256 --a "--scale none" --b "--scale sqrt" \
+		-o samples/diff-scale.png
+	$(BIN)/attnviz lines "the cat sat on the mat" -o samples/lines.png
+	$(BIN)/attnviz lines --file samples/long.txt --heads 2 --causal --preset slide --theme dark \
+		-o samples/lines-causal-slide-dark.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -21,6 +21,7 @@ _EXPORTS = {
     "UsageError": "errors",
     "LayerConfig": "config",
     "self_attention": "layer",
+    "cross_attention": "layer",
     "sinusoidal_positions": "layer",
     "causal_mask": "core",
     "padding_mask": "core",
@@ -43,6 +44,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "causal_mask",
+    "cross_attention",
     "measure_saturation",
     "multi_head_attention",
     "padding_mask",
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     from .config import LayerConfig
     from .core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
     from .errors import AttnvizError, UsageError
-    from .layer import self_attention, sinusoidal_positions
+    from .layer import cross_attention, self_attention, sinusoidal_positions
     from .render.figure import FigureStyle, save_figure
     from .render.heatmap import render_heatmap_figure
     from .render.mask import render_mask_figure

@@ -214,3 +214,47 @@ def test_json_description_is_valid_json(tmp_path: Path) -> None:
     info = Image.open(path).text
     assert json.loads(info["Description"])["config"]["heads"] == 1
     assert info["Software"].startswith("attnviz ")
+
+
+def test_explain_figure_draws_the_weights_as_bars() -> None:
+    from attnviz.explain import explain_query
+    from attnviz.layer import prepare
+    from attnviz.render.explain import render_explain_figure
+
+    layer, att = prepare(SENTENCE, LayerConfig(causal=True))
+    e = explain_query(layer, att, 3, 2)
+    fig = render_explain_figure(e, att=att)
+    bars = {ax.get_title(): [p.get_width() for p in ax.patches] for ax in fig.axes if ax.patches}
+    np.testing.assert_allclose(bars["softmax → $w_j$"], e.weights)
+    blocked = [t.get_text() for ax in fig.axes if "mask" in ax.get_title() for t in ax.texts]
+    assert blocked.count("−∞") == 2
+
+
+def test_permute_figure_shares_one_difference_scale() -> None:
+    from attnviz.compare import order_blindness, permutation
+    from attnviz.render.compare import permutation_heading, permutation_rows, render_rows_figure
+
+    order = permutation(6, 0)
+    cases = order_blindness(SENTENCE, LayerConfig(), order, positions=("none", "sinusoidal"))
+    fig = render_rows_figure(
+        permutation_rows(cases, order), heading=permutation_heading(cases[0].original, order, SENTENCE)
+    )
+    deltas = [im for im in images(fig) if im.get_cmap().name.startswith("RdBu")]
+    assert len(deltas) == 2
+    assert (
+        deltas[0].get_clim()
+        == deltas[1].get_clim()
+        == pytest.approx((-cases[1].max_difference, cases[1].max_difference))
+    )
+
+
+def test_lines_figure_draws_one_line_per_link() -> None:
+    from matplotlib.collections import LineCollection
+
+    from attnviz.render.lines import links, render_lines_figure
+
+    att = self_attention(SENTENCE, LayerConfig(heads=2, causal=True))
+    fig = render_lines_figure(att, min_weight=0.1)
+    drawn = sum(len(c.get_segments()) for ax in fig.axes for c in ax.collections if isinstance(c, LineCollection))
+    assert drawn == len(links(att, 0.1))
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]

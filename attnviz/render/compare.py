@@ -109,9 +109,11 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
     n, m = rows[0].a.weights.shape[1:]
     width = style.figure_size(0.5, wide=True)[0]
     panel = (width - 2.2) / 3
-    fig = new_figure(style, (len(rows) * (panel * n / m + 1.3) + 0.9) / width, wide=True)
+    suptitle = wrapped_title(heading, width, style.font_size) + ("\n" + rows[0].verdict if len(rows) == 1 else "")
+    top = 0.4 + 0.3 * suptitle.count("\n") * style.font_size / 10
+    fig = new_figure(style, (len(rows) * (panel * n / m + 1.9) + top) / width, wide=True)
     fig_w, fig_h = fig.get_size_inches()
-    panel = min(panel, (fig_h - 0.9) / len(rows) - 1.3)
+    panel = min(panel, (fig_h - top) / len(rows) - 1.9)
     limit = max(max(float(np.abs(r.delta).max()) for r in rows), 1e-12)
     weights_cmap, diverging = colormap(style.cmap), colormap("RdBu_r")
     font = annotation_font(panel / max(n, m) * 0.9, style)
@@ -161,10 +163,7 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
     bar = fig.colorbar(delta_image, ax=axes[:, 2], location="bottom", shrink=0.9, aspect=20, pad=0.03)
     bar.set_label("difference")
     bar.outline.set_visible(False)
-    title = wrapped_title(heading, fig_w, style.font_size)
-    if len(rows) == 1:
-        title += "\n" + rows[0].verdict
-    fig.suptitle(title, fontweight="bold")
+    fig.suptitle(suptitle, fontweight="bold")
     return fig
 
 
