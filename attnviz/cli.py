@@ -81,23 +81,22 @@ def heatmap(
     """
     _one_output(figure.output, as_json, jsonl)
     att = layer.attention().select(head=head, mean=mean)
-    if figure.output is not None:
-        from .render.heatmap import render_heatmap_figure
+    from . import schema
+    from .render import heatmap as figures
+    from .render import terminal
 
-        _write_figure(
-            figure,
-            lambda: render_heatmap_figure(att, figure.style),
-            _description("heatmap", att, figure.style, head=head, mean=mean),
-        )
-    elif as_json or jsonl:
-        from .schema import attention_document, head_documents
-
-        docs = head_documents(att, scores=scores) if jsonl else [attention_document(att, scores=scores)]
-        _write_json(docs, compact=jsonl)
-    else:
-        from .render.terminal import render_heatmap
-
-        _print(lambda color, width: render_heatmap(att, color=color, width=width), no_color)
+    _emit(
+        figure,
+        as_json or jsonl,
+        no_color,
+        draw=lambda: figures.render_heatmap_figure(att, figure.style),
+        description=lambda: _description("heatmap", att, figure.style, head=head, mean=mean),
+        documents=lambda: (
+            schema.head_documents(att, scores=scores) if jsonl else [schema.attention_document(att, scores=scores)]
+        ),
+        show=lambda color, width: terminal.render_heatmap(att, color=color, width=width),
+        compact=jsonl,
+    )
 
 
 @app.command()
@@ -135,22 +134,19 @@ def mask(
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
         other = flipped.attention().select(head=head)
         att, other = (att, other) if layer.config.causal else (other, att)
-    if figure.output is not None:
-        from .render.mask import render_mask_figure
+    from . import schema
+    from .render import mask as figures
+    from .render import terminal
 
-        _write_figure(
-            figure,
-            lambda: render_mask_figure(att, figure.style, compare=other),
-            _description("mask", att, figure.style, head=head, compare=compare),
-        )
-    elif as_json:
-        from .schema import mask_document
-
-        _write_json([mask_document(att, compare=other)])
-    else:
-        from .render.terminal import render_mask
-
-        _print(lambda color, width: render_mask(att, compare=other, color=color, width=width), no_color)
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: figures.render_mask_figure(att, figure.style, compare=other),
+        description=lambda: _description("mask", att, figure.style, head=head, compare=compare),
+        documents=lambda: [schema.mask_document(att, compare=other)],
+        show=lambda color, width: terminal.render_mask(att, compare=other, color=color, width=width),
+    )
 
 
 @app.command()
@@ -182,27 +178,20 @@ def saturation(
     from .saturation import measure_saturation
 
     result = measure_saturation(dk_max=dk_max, keys=keys, trials=trials, seed=seed)
-    if figure.output is not None:
-        from .render.saturation import render_saturation_figure
+    from . import schema
+    from .render import saturation as figures
+    from .render import terminal
 
-        description = {
-            "attnviz": __version__,
-            "command": "saturation",
-            "dk_max": dk_max,
-            "keys": keys,
-            "trials": trials,
-            "seed": seed,
-            "style": asdict(figure.style),
-        }
-        _write_figure(figure, lambda: render_saturation_figure(result, figure.style), description)
-    elif as_json:
-        from .schema import saturation_document
-
-        _write_json([saturation_document(result)])
-    else:
-        from .render.terminal import render_saturation
-
-        _print(lambda color, width: render_saturation(result, color=color, width=width), no_color)
+    options = {"dk_max": dk_max, "keys": keys, "trials": trials, "seed": seed}
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: figures.render_saturation_figure(result, figure.style),
+        description=lambda: {"attnviz": __version__, "command": "saturation", **options, "style": asdict(figure.style)},
+        documents=lambda: [schema.saturation_document(result)],
+        show=lambda color, width: terminal.render_saturation(result, color=color, width=width),
+    )
 
 
 @app.command()
@@ -243,22 +232,18 @@ def explain(
     if query is None:
         query = len(att.tokens) - 1 - sum(att.padding)
     e = explain_query(built, att, query, head)
-    if figure.output is not None:
-        from .render.explain import render_explain_figure
+    from . import schema
+    from .render import explain as view
 
-        _write_figure(
-            figure,
-            lambda: render_explain_figure(e, figure.style, att=att),
-            _description("explain", att, figure.style, query=query, head=head),
-        )
-    elif as_json:
-        from .schema import explain_document
-
-        _write_json([explain_document(e, att)])
-    else:
-        from .render.explain import render_explain
-
-        _print(lambda color, width: render_explain(e, att, color=color, width=width), no_color)
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: view.render_explain_figure(e, figure.style, att=att),
+        description=lambda: _description("explain", att, figure.style, query=query, head=head),
+        documents=lambda: [schema.explain_document(e, att)],
+        show=lambda color, width: view.render_explain(e, att, color=color, width=width),
+    )
 
 
 @app.command()
@@ -409,26 +394,21 @@ def lines(
 
       attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2 -o heads.png
     """
-    from .render.lines import links
 
     _one_output(figure.output, as_json, False)
     att = layer.attention().select(head=head)
-    if figure.output is not None:
-        from .render.lines import render_lines_figure
+    from . import schema
+    from .render import lines as view
 
-        _write_figure(
-            figure,
-            lambda: render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
-            _description("lines", att, figure.style, head=head, min_weight=min_weight, layout=layout),
-        )
-    elif as_json:
-        from .schema import lines_document
-
-        _write_json([lines_document(att, links(att, min_weight), min_weight)])
-    else:
-        from .render.lines import render_lines
-
-        _print(lambda color, width: render_lines(att, min_weight=min_weight, color=color, width=width), no_color)
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: view.render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
+        description=lambda: _description("lines", att, figure.style, head=head, min_weight=min_weight, layout=layout),
+        documents=lambda: [schema.lines_document(att, view.links(att, min_weight), min_weight)],
+        show=lambda color, width: view.render_lines(att, min_weight=min_weight, color=color, width=width),
+    )
 
 
 def _compare_output(
@@ -441,23 +421,38 @@ def _compare_output(
     view: dict[str, Any],
 ) -> None:
     """A comparison (permute, diff) as a figure, JSON or in the terminal."""
-    first = rows[0].a
+    from . import schema
+    from .render import compare
+
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: compare.render_rows_figure(rows, figure.style, heading=heading),
+        description=lambda: _description(command, rows[0].a, figure.style, **view),
+        documents=lambda: [schema.comparison_document(command, rows, view)],
+        show=lambda color, width: compare.render_rows_terminal(rows, heading, color=color, width=width),
+    )
+
+
+def _emit(
+    figure: opt.FigureRequest,
+    as_json: bool,
+    no_color: bool,
+    *,
+    draw: Callable[[], Figure],
+    description: Callable[[], dict[str, Any]],
+    documents: Callable[[], Iterable[dict[str, Any]]],
+    show: Callable[[bool, int], Iterable[RenderableType]],
+    compact: bool = False,
+) -> None:
+    """Hand a view's result to the output asked for: a figure (-o), JSON (--json), or the terminal."""
     if figure.output is not None:
-        from .render.compare import render_rows_figure
-
-        _write_figure(
-            figure,
-            lambda: render_rows_figure(rows, figure.style, heading=heading),
-            _description(command, first, figure.style, **view),
-        )
+        _write_figure(figure, draw, description())
     elif as_json:
-        from .schema import comparison_document
-
-        _write_json([comparison_document(command, rows, view)])
+        _write_json(documents(), compact=compact)
     else:
-        from .render.compare import render_rows_terminal
-
-        _print(lambda color, width: render_rows_terminal(rows, heading, color=color, width=width), no_color)
+        _print(show, no_color)
 
 
 def _one_output(output: str | None, as_json: bool, jsonl: bool) -> None:

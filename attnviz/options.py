@@ -299,19 +299,11 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
     return decorate
 
 
-def _side(
-    heads: Heads = 4,
-    d_model: DModel = 64,
-    seed: Seed = 0,
-    embed: EmbedOption = "token",
-    positions: PositionsOption = None,
-    scale: Scale = "sqrt",
-    causal: Causal = False,
-    pad_to: PadTo = None,
-    head: Head = None,
-    mean: Mean = False,
-) -> None:
-    """The options one side of `attnviz diff` may change."""
+def _side(layer: LayerRequest, head: Head = None, mean: Mean = False) -> None:
+    """The options one side of `attnviz diff` may change: the layer's, and which head."""
+
+
+SIDE = with_options(layer=LAYER.variant(hidden=("tokens", "file", "keys", "keys_file")))(_side)
 
 
 def parse_side(text: str, name: str) -> dict[str, Any]:
@@ -319,7 +311,7 @@ def parse_side(text: str, name: str) -> dict[str, Any]:
     import shlex
 
     side = typer.Typer(add_completion=False)
-    side.command()(_side)
+    side.command()(SIDE)
     command = typer.main.get_command(side)
     try:
         ctx = command.make_context(name, shlex.split(text))
