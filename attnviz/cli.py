@@ -128,6 +128,10 @@ def mask(
     from dataclasses import replace
 
     _one_output(figure.output, as_json, False)
+    if layer.from_file is not None:
+        raise UsageError("the mask view shows scores, and --from files hold weights only: use heatmap")
+    if compare and layer.external:
+        raise UsageError("--compare switches the random layer's causal mask; a model has its own")
     att = layer.attention().select(head=head)
     other = None
     if compare:
@@ -195,7 +199,7 @@ def saturation(
 
 
 @app.command()
-@opt.with_options(layer=opt.LAYER, figure=opt.FIGURE.variant(hidden=("annotate",)))
+@opt.with_options(layer=opt.RANDOM_LAYER, figure=opt.FIGURE.variant(hidden=("annotate",)))
 def explain(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
@@ -248,7 +252,7 @@ def explain(
 
 @app.command()
 @opt.with_options(
-    layer=opt.LAYER.variant(hidden=("keys", "keys_file", "embed", "positions", "causal", "pad_to")),
+    layer=opt.RANDOM_LAYER.variant(hidden=("keys", "keys_file", "embed", "positions", "causal", "pad_to")),
     figure=opt.FIGURE,
 )
 def permute(
@@ -310,7 +314,7 @@ def permute(
 
 
 @app.command()
-@opt.with_options(layer=opt.LAYER.variant(hidden=("keys", "keys_file")), figure=opt.FIGURE)
+@opt.with_options(layer=opt.RANDOM_LAYER.variant(hidden=("keys", "keys_file")), figure=opt.FIGURE)
 def diff(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,

@@ -52,6 +52,28 @@ def read_file(path: Path) -> bytes:
         raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
 
 
+def read_text(args: list[str], file: Path | None = None) -> str:
+    """The text the user gave, unsplit, for a model's own tokeniser (a JSON array is joined with spaces)."""
+    if args == ["-"] or (file is not None and str(file) == "-"):
+        text, source = decode(sys.stdin.buffer.read(), "stdin"), "stdin"
+    elif file is not None:
+        if args:
+            raise UsageError("give text either as arguments or with --file, not both")
+        text, source = decode(read_file(file), str(file)), str(file)
+    else:
+        return " ".join(args)
+    stripped = text.lstrip("\ufeff").strip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError:
+            return stripped
+        if isinstance(data, list) and all(isinstance(t, str) for t in data):
+            return " ".join(data)
+        raise AttnvizError(f"{source}: a JSON input must be an array of strings")
+    return stripped
+
+
 def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
     """The sequence the user gave: arguments (joined, split on whitespace), ``--file``, or ``-`` for stdin."""
     if args == ["-"] or (file is not None and str(file) == "-"):

@@ -23,12 +23,14 @@ from .render.figure import FigureStyle, Format, Preset, Theme, parse_size
 if TYPE_CHECKING:
     from .attention import Attention
     from .layer import Layer
+    from .sources import AttentionStack
 
 R = TypeVar("R")
 
 P_LAYER = "Attention layer"
 P_OUT = "Output"
 P_FIG = "Figures (with -o)"
+P_SOURCE = "Real attention"
 
 Tokens = Annotated[
     list[str] | None,
@@ -60,6 +62,62 @@ KeysFile = Annotated[
         help="Cross-attention keys from a text file or a JSON array of strings (- for stdin).",
         show_default=False,
         rich_help_panel=P_LAYER,
+    ),
+]
+ModelName = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A pretrained model instead of the random layer: minilm (6 layers × 12 heads).",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+ModelDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--model-dir",
+        help="A local BERT-family checkpoint (config.json, vocab.txt, model.safetensors).",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+Pair = Annotated[
+    str | None,
+    typer.Option(
+        "--pair",
+        help="A second sentence for the model ([CLS] A [SEP] B [SEP]).",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+LayerIndex = Annotated[
+    int | None,
+    typer.Option(
+        "--layer",
+        "-L",
+        min=0,
+        help="The model's layer to show. Default: the last.",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+FromFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--from",
+        help="Attention saved by another tool: .npy, .npz or attnviz JSON.",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+TokensFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokens-file",
+        help="Tokens for --from, when the file has none (text or JSON array).",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
     ),
 ]
 Heads = Annotated[int, typer.Option("--heads", "-H", min=1, help="Number of heads h.", rich_help_panel=P_LAYER)]
@@ -180,13 +238,34 @@ Annotate = Annotated[
 
 @dataclass(frozen=True)
 class LayerRequest:
-    """The tokens (and keys, for cross-attention) and the layer configuration a command was given."""
+    """Where the attention comes from: the random layer (tokens, keys, config), a model, or a file."""
 
     tokens: list[str]
     keys: list[str] | None
     config: LayerConfig
+    model: str | None = None
+    model_dir: Path | None = None
+    text: str = ""
+    pair: str | None = None
+    layer: int | None = None
+    from_file: Path | None = None
+
+    @property
+    def external(self) -> bool:
+        """True for a pretrained model or a file, whose attention has many layers."""
+        return self.model is not None or self.model_dir is not None or self.from_file is not None
+
+    def stack(self) -> AttentionStack:
+        """Every layer's attention, from the model or the file."""
+        from .sources import file_stack, model_stack
+
+        if self.from_file is not None:
+            return file_stack(self.from_file, self.tokens or None, "the tokens given")
+        return model_stack(self.model, self.model_dir, self.text, self.pair)
 
     def attention(self) -> Attention:
+        if self.external:
+            return self.stack().layer(self.layer)
         return self.prepare()[1]
 
     def prepare(self) -> tuple[Layer, Attention]:
@@ -208,8 +287,21 @@ def layer_options(
     scale: Scale = "sqrt",
     causal: Causal = False,
     pad_to: PadTo = None,
+    model: ModelName = None,
+    model_dir: ModelDir = None,
+    pair: Pair = None,
+    layer: LayerIndex = None,
+    from_file: FromFile = None,
+    tokens_file: TokensFile = None,
 ) -> LayerRequest:
-    """Validate the layer's options first, then read the tokens (stdin only when asked)."""
+    """Validate the options first, then read the input (stdin only when asked)."""
+    external = model is not None or model_dir is not None or from_file is not None
+    random_options = (heads, d_model, seed, embed, positions, scale, pad_to, keys, keys_file)
+    if external and random_options != (4, 64, 0, "token", None, "sqrt", None, None, None):
+        raise UsageError(
+            "the random layer's options (--heads, --d-model, --seed, --embed, --positions, --scale, "
+            "--pad-to, --keys) do not apply to --model or --from"
+        )
     config = LayerConfig(
         d_model=d_model,
         heads=heads,
@@ -220,11 +312,35 @@ def layer_options(
         causal=causal,
         pad_to=pad_to,
     )
-    from .inputs import read_key_tokens, read_tokens
+    from .inputs import read_key_tokens, read_text, read_tokens
 
-    if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
-        raise UsageError("only one of --file and --keys-file can read stdin")
-    return LayerRequest(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), config)
+    if not external:
+        for name, value in (("--pair", pair), ("--layer", layer), ("--tokens-file", tokens_file)):
+            if value is not None:
+                raise UsageError(f"{name} goes with --model or --from")
+        if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
+            raise UsageError("only one of --file and --keys-file can read stdin")
+        return LayerRequest(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), config)
+    if from_file is not None and (model is not None or model_dir is not None):
+        raise UsageError("choose either --model or --from")
+    if from_file is not None:
+        if pair is not None:
+            raise UsageError("--pair goes with --model")
+        from .sources import read_tokens_file
+
+        given = (
+            read_tokens_file(tokens_file)
+            if tokens_file is not None
+            else read_tokens(tokens or [], file)
+            if tokens or file is not None
+            else []
+        )
+        return LayerRequest(given, None, config, layer=layer, from_file=from_file)
+    if tokens_file is not None:
+        raise UsageError("--tokens-file goes with --from; a model tokenises its text itself")
+    return LayerRequest(
+        [], None, config, model=model, model_dir=model_dir, text=read_text(tokens or [], file), pair=pair, layer=layer
+    )
 
 
 @dataclass(frozen=True)
@@ -274,6 +390,7 @@ class OptionGroup:
 
 
 LAYER = OptionGroup(layer_options)
+RANDOM_LAYER = LAYER.variant(hidden=("model", "model_dir", "pair", "layer", "from_file", "tokens_file"))
 FIGURE = OptionGroup(figure_options)
 
 
@@ -303,7 +420,7 @@ def _side(layer: LayerRequest, head: Head = None, mean: Mean = False) -> None:
     """The options one side of `attnviz diff` may change: the layer's, and which head."""
 
 
-SIDE = with_options(layer=LAYER.variant(hidden=("tokens", "file", "keys", "keys_file")))(_side)
+SIDE = with_options(layer=RANDOM_LAYER.variant(hidden=("tokens", "file", "keys", "keys_file")))(_side)
 
 
 def parse_side(text: str, name: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len, set_cell_size
@@ -61,6 +62,12 @@ def describe_parts(att: Attention) -> list[str]:
     else:
         real = len(att.tokens) - sum(att.padding)
         parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
+    if "model" in c:
+        parts += [f"{c['model']}", f"layer {c['layer']} of {c['layers']}", f"{c['heads']} heads"]
+        if c.get("pair"):
+            parts.append("sentence pair")
+    if "from" in c:
+        parts += [f"from {Path(str(c['from'])).name}", f"layer {c['layer']} of {c['layers']}", f"{c['heads']} heads"]
     if "d_model" in c:
         parts += [
             f"d_model {c['d_model']}",
@@ -91,7 +98,7 @@ def wrap_parts(parts: list[str], width: int) -> list[str]:
 def score_label(config: dict[str, object]) -> str:
     """How the scores were scaled, as a formula."""
     mode = config.get("scale_mode")
-    if mode == "sqrt":
+    if mode == "sqrt" or "model" in config:
         return "QKᵀ/√d_k + M"
     if mode == "none":
         return "QKᵀ + M"

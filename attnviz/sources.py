@@ -1,0 +1,165 @@
+"""Attention of every layer from somewhere other than the random layer: a pretrained model, or a file.
+
+Both give an :class:`AttentionStack` — weights (layers, heads, n, m) and the tokens — from
+which a view takes one layer as an :class:`Attention`, or all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .attention import Attention
+from .core import Array, causal_mask
+from .errors import AttnvizError, UsageError
+from .inputs import decode, read_file, tokens_from_text
+
+ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
+
+
+@dataclass(frozen=True)
+class AttentionStack:
+    """Attention of every layer and head, with its tokens and where it came from."""
+
+    tokens: tuple[str, ...]
+    weights: Array  # (layers, heads, n, m)
+    source: dict[str, Any]
+    scores: Array | None = None
+    causal: bool = False
+    key_tokens: tuple[str, ...] | None = None
+    padding: tuple[bool, ...] = field(default=())
+
+    @property
+    def layers(self) -> int:
+        return int(self.weights.shape[0])
+
+    def layer(self, index: int | None = None) -> Attention:
+        """One layer (default: the last) as the views take it."""
+        count = self.layers
+        chosen = count - 1 if index is None else index
+        if not 0 <= chosen < count:
+            raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
+        n, m = self.weights.shape[2:]
+        return Attention(
+            tokens=self.tokens,
+            weights=self.weights[chosen],
+            head_labels=tuple(f"layer {chosen} · head {h}" for h in range(self.weights.shape[1])),
+            config={**self.source, "layer": chosen, "layers": count, "heads": int(self.weights.shape[1])},
+            scores=None if self.scores is None else self.scores[chosen],
+            mask=causal_mask(n, m) if self.causal else None,
+            padding=self.padding,
+            key_tokens=self.key_tokens,
+        )
+
+
+def model_stack(name: str | None, model_dir: Path | None, text: str, pair: str | None) -> AttentionStack:
+    """Run a pretrained model on ``text`` (and ``pair``) and keep the attention of every layer."""
+    from .models import load_model
+
+    if not text.strip():
+        raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
+    model = load_model(name, model_dir)
+    result = model.attention(model.encode(text, pair))
+    source = {"model": model.name, "text": text, "pair": pair, "token_ids": list(result.encoding.ids)}
+    return AttentionStack(
+        tokens=result.encoding.tokens, weights=result.weights, scores=result.scores, source=source, causal=result.causal
+    )
+
+
+def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str = "") -> AttentionStack:
+    """Attention saved by another tool: .npy, .npz or attnviz's JSON; shapes (q, k) up to (layers, heads, q, k).
+
+    A leading batch of 1 (Hugging Face's stacked ``output_attentions``, TransformerLens'
+    ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
+    Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
+    """
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        array, file_tokens = _from_json(path)
+    elif suffix in (".npy", ".npz"):
+        array, file_tokens = _from_numpy(path, suffix)
+    else:
+        raise UsageError(f"--from {path}: attnviz reads .npy, .npz and .json attention files")
+    weights = _four_axes(array, path)
+    layers, heads, n, m = weights.shape
+    if file_tokens is not None and tokens is not None:
+        raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
+    chosen = file_tokens if file_tokens is not None else tokens
+    where = str(path) if file_tokens is not None else tokens_source
+    if chosen is None:
+        chosen = [str(i) for i in range(n)]
+    if len(chosen) != n:
+        raise AttnvizError(f"expected {n} tokens for a {tuple(array.shape)} tensor, got {len(chosen)} from {where}")
+    if n != m:
+        raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
+    if not np.isfinite(weights).all():
+        raise AttnvizError(f"--from {path}: the weights hold NaN or infinity (attnviz check {path} says where)")
+    return AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path), "shape": list(array.shape)})
+
+
+def _four_axes(array: np.ndarray, path: Path) -> Array:
+    if array.ndim == 5 and 1 in array.shape[:2]:
+        array = array[0] if array.shape[0] == 1 else array[:, 0]
+    if not 2 <= array.ndim <= 4:
+        raise AttnvizError(
+            f"--from {path}: expected (q, k), (heads, q, k) or (layers, heads, q, k) weights, "
+            f"got shape {tuple(array.shape)}"
+        )
+    if array.dtype.kind not in "fiu":
+        raise AttnvizError(f"--from {path}: the weights are {array.dtype}, not numbers")
+    return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
+
+
+def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise AttnvizError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError) as err:
+        raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
+    if suffix == ".npy":
+        return loaded, None
+    with loaded:
+        keys = list(loaded.keys())
+        name = next((k for k in ARRAY_KEYS if k in keys), None)
+        candidates = [k for k in keys if k != "tokens"]
+        if name is None and len(candidates) == 1:
+            name = candidates[0]
+        if name is None:
+            raise AttnvizError(
+                f"{path}: which array holds the attention? found {', '.join(keys) or 'none'}; "
+                f"name it one of {', '.join(ARRAY_KEYS)}"
+            )
+        try:
+            array = loaded[name]
+            tokens = [str(t) for t in loaded["tokens"].tolist()] if "tokens" in keys else None
+        except ValueError as err:
+            raise AttnvizError(f"{path}: cannot read {name!r} ({err})") from None
+    return array, tokens
+
+
+def _from_json(path: Path) -> tuple[np.ndarray, list[str] | None]:
+    try:
+        doc = json.loads(decode(read_file(path), str(path)))
+    except json.JSONDecodeError as err:
+        raise AttnvizError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if isinstance(doc, dict) and "weights" in doc:
+        weights, tokens = doc["weights"], doc.get("tokens")
+    else:
+        weights, tokens = doc, None
+    try:
+        array = np.array(weights, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise AttnvizError(f"{path}: 'weights' is not a nested list of numbers of one shape") from None
+    if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
+        raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
+    return array, tokens
+
+
+def read_tokens_file(path: Path) -> list[str]:
+    """--tokens-file: text (split on whitespace) or a JSON array of strings."""
+    return tokens_from_text(decode(read_file(path), str(path)), str(path), force_json=path.suffix == ".json")
