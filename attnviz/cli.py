@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from .attention import Attention
     from .render.figure import FigureStyle
+    from .sources import AttentionStack
 
 app = typer.Typer(
     name="attnviz",
@@ -61,6 +63,14 @@ def heatmap(
     as_json: opt.Json = False,
     jsonl: opt.Jsonl = False,
     scores: opt.Scores = False,
+    all_layers: Annotated[
+        bool,
+        typer.Option(
+            "--all-layers",
+            help="Every layer of a model (--model, --from): the model view.",
+            rich_help_panel=opt.P_SOURCE,
+        ),
+    ] = False,
     no_color: opt.NoColor = False,
 ) -> None:
     """Attention weights of every head: queries as rows, keys as columns.
@@ -78,8 +88,15 @@ def heatmap(
       attnviz heatmap "le chat" --keys "the cat sat"
 
       attnviz heatmap "the cat sat on the mat" -o heads.png
+
+      attnviz heatmap --model minilm "The quick brown fox jumps over the lazy dog." --layer 2 --head 9
+
+      attnviz heatmap --model minilm "The quick brown fox." --all-layers -o grid.png
     """
     _one_output(figure.output, as_json, jsonl)
+    if all_layers:
+        _all_layers(layer, figure, head, mean, as_json or jsonl, no_color)
+        return
     att = layer.attention().select(head=head, mean=mean)
     from . import schema
     from .render import heatmap as figures
@@ -96,6 +113,44 @@ def heatmap(
         ),
         show=lambda color, width: terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
+    )
+
+
+def _all_layers(
+    layer: opt.LayerRequest, figure: opt.FigureRequest, head: int | None, mean: bool, as_json: bool, no_color: bool
+) -> None:
+    """heatmap --all-layers: the model view."""
+    if not layer.external:
+        raise UsageError("--all-layers needs a model with layers: --model or --from")
+    if layer.layer is not None:
+        raise UsageError("choose either --layer or --all-layers")
+    from dataclasses import replace
+
+    from . import schema
+    from .render import model
+
+    stack = layer.stack()
+    if head is not None:
+        stack.layer(0).select(head=head)  # checks the index
+        stack = replace(stack, weights=stack.weights[:, head : head + 1])
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: model.render_model_figure(stack, figure.style, mean=mean),
+        description=lambda: {
+            "attnviz": __version__,
+            "command": "heatmap --all-layers",
+            "tokens": list(stack.tokens),
+            "source": stack.source,
+            "head": head,
+            "mean": mean,
+            "style": asdict(figure.style),
+        },
+        documents=lambda: [
+            schema.model_document(replace(stack, weights=stack.weights.mean(axis=1, keepdims=True)) if mean else stack)
+        ],
+        show=lambda color, width: model.render_all_layers(stack, head=None, mean=mean, color=color, width=width),
     )
 
 
@@ -413,6 +468,152 @@ def lines(
         documents=lambda: [schema.lines_document(att, view.links(att, min_weight), min_weight)],
         show=lambda color, width: view.render_lines(att, min_weight=min_weight, color=color, width=width),
     )
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(hidden=("layer",)), figure=opt.FIGURE.variant(hidden=("annotate",)))
+def rollout(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Attention rollout through all the layers (Abnar & Zuidema, 2020).
+
+    Per layer the heads are averaged, the identity is added for the residual connection and
+    the rows renormalised; the layers are then multiplied, first to last.
+
+    [bold]Examples[/bold]
+
+      attnviz rollout --model minilm "The quick brown fox jumps over the lazy dog."
+
+      attnviz rollout --from attention.npz -o rollout.png
+    """
+    from . import schema
+    from .analysis import rollout as attention_rollout
+    from .render import model
+
+    _one_output(figure.output, as_json, False)
+    stack = _stack(layer)
+    result = attention_rollout(stack.weights)
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: model.render_rollout_figure(stack, result, figure.style),
+        description=lambda: {
+            "attnviz": __version__,
+            "command": "rollout",
+            "tokens": list(stack.tokens),
+            "source": stack.source,
+            "style": asdict(figure.style),
+        },
+        documents=lambda: [schema.rollout_document(stack, result)],
+        show=lambda color, width: model.render_rollout(stack, result, color=color, width=width),
+    )
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(hidden=("layer",)), figure=opt.FIGURE.variant(hidden=("annotate", "cmap")))
+def heads(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    top: Annotated[int, typer.Option("--top", min=1, help="Heads listed per pattern.", rich_help_panel=opt.P_OUT)] = 3,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Rank every layer and head by recognisable patterns: previous token, next token, first
+    token ([CLS], the attention sink), [SEP], self, and the same token elsewhere.
+
+    [bold]Examples[/bold]
+
+      attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
+
+      attnviz heads --model minilm "The cat sat. The cat sat." -o heads.png
+    """
+    from . import schema
+    from .analysis import head_patterns, ranking
+    from .render import model
+
+    _one_output(figure.output, as_json, False)
+    stack = _stack(layer)
+    scores = head_patterns(stack.weights, stack.tokens)
+    _emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: model.render_heads_figure(stack, scores, figure.style),
+        description=lambda: {
+            "attnviz": __version__,
+            "command": "heads",
+            "tokens": list(stack.tokens),
+            "source": stack.source,
+            "style": asdict(figure.style),
+        },
+        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
+        show=lambda color, width: model.render_heads(stack, scores, top=top, color=color, width=width),
+    )
+
+
+@app.command()
+def check(
+    file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
+    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
+    causal: Annotated[bool, typer.Option("--causal", help="Also check that no weight is above the diagonal.")] = False,
+    padding: Annotated[
+        str | None,
+        typer.Option(
+            "--padding",
+            help="Padded keys, which must get no weight: 0/1 per key (e.g. '0 0 0 1 1') or a file of them.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """Verify an attention file: finite, non-negative, rows summing to 1, and optionally causal
+    and padding masks respected. Exits 1 when anything fails: usable in CI.
+
+    [bold]Examples[/bold]
+
+      attnviz check attention.npy
+
+      attnviz check attention.npz --causal --tolerance 1e-4
+
+      attnviz check attention.npy --padding "0 0 0 0 1 1"
+    """
+    from . import schema
+    from .analysis import check_attention
+    from .sources import load_attention_array, parse_padding
+
+    array, _ = load_attention_array(file)
+    mask = None if padding is None else parse_padding(padding, array.shape[-1])
+    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask)
+    if as_json:
+        _write_json([schema.check_document(str(file), array.shape, checks)])
+    else:
+        layers, heads_, n, m = array.shape
+        print(f"{file}: {layers} layers × {heads_} heads × {n} queries × {m} keys")
+        for result in checks:
+            print(
+                f"{'ok  ' if result.count == 0 else 'FAIL'} {result.name}"
+                + (f": {result.count} rows" if result.count else "")
+            )
+            for f in result.failures:
+                print(f"       layer {f.layer}, head {f.head}, row {f.row}: {f.found}")
+            if result.count > len(result.failures):
+                print(f"       … and {result.count - len(result.failures)} more")
+    if any(result.count for result in checks):
+        raise typer.Exit(1)
+
+
+def _stack(layer: opt.LayerRequest) -> AttentionStack:
+    """All layers: a model's or a file's, or the random layer's one."""
+    if layer.external:
+        return layer.stack()
+    from .sources import AttentionStack
+
+    att = layer.attention()
+    return AttentionStack(tokens=att.tokens, weights=att.weights[None], source={"random layer": att.config})
 
 
 def _compare_output(

@@ -19,6 +19,7 @@ from .saturation import Saturation
 
 if TYPE_CHECKING:
     from .explain import QueryExplanation
+    from .sources import AttentionStack
 
 SCHEMA = "attnviz.attention/1"
 HEAD_SCHEMA = "attnviz.attention-head/1"
@@ -26,6 +27,10 @@ MASK_SCHEMA = "attnviz.mask/1"
 SATURATION_SCHEMA = "attnviz.saturation/1"
 EXPLAIN_SCHEMA = "attnviz.explain/1"
 LINES_SCHEMA = "attnviz.lines/1"
+MODEL_SCHEMA = "attnviz.model/1"
+ROLLOUT_SCHEMA = "attnviz.rollout/1"
+HEADS_SCHEMA = "attnviz.heads/1"
+CHECK_SCHEMA = "attnviz.check/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
@@ -170,6 +175,57 @@ def lines_document(att: Attention, found: list[tuple[int, int, int, float]], min
         "heads": list(att.head_labels),
         "min_weight": min_weight,
         "links": [{"head": h, "query": i, "key": j, "weight": w} for h, i, j, w in found],
+    }
+
+
+def model_document(stack: AttentionStack) -> dict[str, Any]:
+    """Every layer: weights (layers, heads, n, n)."""
+    ensure_fits(
+        stack.weights.size * BYTES_PER_NUMBER,
+        f"a JSON document of {stack.weights.size:,} numbers",
+        "choose one layer with --layer",
+    )
+    return {
+        "schema": MODEL_SCHEMA,
+        "tokens": list(stack.tokens),
+        "source": stack.source,
+        "layers": stack.layers,
+        "heads": int(stack.weights.shape[1]),
+        "weights": stack.weights.tolist(),
+    }
+
+
+def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
+    return {
+        "schema": ROLLOUT_SCHEMA,
+        "tokens": list(stack.tokens),
+        "source": stack.source,
+        "layers": stack.layers,
+        "rollout": result.tolist(),
+        "first_row": result[0].tolist(),
+    }
+
+
+def heads_document(stack: AttentionStack, scores: dict[str, Array], ranked: list[Any]) -> dict[str, Any]:
+    return {
+        "schema": HEADS_SCHEMA,
+        "tokens": list(stack.tokens),
+        "source": stack.source,
+        "scores": {name: table.tolist() for name, table in scores.items()},
+        "ranking": [{"pattern": p, "layer": layer, "head": h, "score": score} for p, layer, h, score in ranked],
+    }
+
+
+def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:
+    return {
+        "schema": CHECK_SCHEMA,
+        "file": path,
+        "shape": list(shape),
+        "ok": all(c.count == 0 for c in checks),
+        "checks": [
+            {"name": c.name, "ok": c.count == 0, "failing_rows": c.count, "examples": [vars(f) for f in c.failures]}
+            for c in checks
+        ],
     }
 
 

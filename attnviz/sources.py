@@ -77,14 +77,7 @@ def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str =
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        array, file_tokens = _from_json(path)
-    elif suffix in (".npy", ".npz"):
-        array, file_tokens = _from_numpy(path, suffix)
-    else:
-        raise UsageError(f"--from {path}: attnviz reads .npy, .npz and .json attention files")
-    weights = _four_axes(array, path)
+    weights, file_tokens = load_attention_array(path)
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
@@ -93,12 +86,37 @@ def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str =
     if chosen is None:
         chosen = [str(i) for i in range(n)]
     if len(chosen) != n:
-        raise AttnvizError(f"expected {n} tokens for a {tuple(array.shape)} tensor, got {len(chosen)} from {where}")
+        raise AttnvizError(f"expected {n} tokens for a {tuple(weights.shape)} tensor, got {len(chosen)} from {where}")
     if n != m:
         raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
     if not np.isfinite(weights).all():
         raise AttnvizError(f"--from {path}: the weights hold NaN or infinity (attnviz check {path} says where)")
-    return AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path), "shape": list(array.shape)})
+    return AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)})
+
+
+def load_attention_array(path: Path) -> tuple[Array, list[str] | None]:
+    """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        array, tokens = _from_json(path)
+    elif suffix in (".npy", ".npz"):
+        array, tokens = _from_numpy(path, suffix)
+    else:
+        raise UsageError(f"{path}: attnviz reads .npy, .npz and .json attention files")
+    return _four_axes(array, path), tokens
+
+
+def parse_padding(text: str, keys: int) -> np.ndarray:
+    """--padding: 0/1 per key, written out or in a file; True marks a padded key."""
+    source = Path(text)
+    if source.is_file():
+        text = decode(read_file(source), text)
+    values = text.replace(",", " ").replace("[", " ").replace("]", " ").split()
+    if not all(v in ("0", "1", "true", "false") for v in values):
+        raise UsageError(f"--padding must be 0 or 1 per key, like '0 0 1', got {text[:40]!r}")
+    if len(values) != keys:
+        raise UsageError(f"--padding gives {len(values)} flags, but the attention has {keys} keys")
+    return np.array([v in ("1", "true") for v in values])
 
 
 def _four_axes(array: np.ndarray, path: Path) -> Array:
@@ -110,7 +128,7 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
             f"got shape {tuple(array.shape)}"
         )
     if array.dtype.kind not in "fiu":
-        raise AttnvizError(f"--from {path}: the weights are {array.dtype}, not numbers")
+        raise AttnvizError(f"{path}: the weights are {array.dtype}, not numbers")
     return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
 
 

@@ -182,11 +182,11 @@ STYLE_ATTRIBUTE = "_attnviz_style"
 
 
 def styled(render: Callable[P, R]) -> Callable[P, R]:
-    """Run a ``render_*_figure(data, style, ...)`` inside :func:`figure_context` of its style."""
+    """Run a ``render_*_figure(..., style, ...)`` inside :func:`figure_context` of its style."""
 
     @functools.wraps(render)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        style = args[1] if len(args) > 1 else kwargs.get("style", DEFAULT_STYLE)
+        style = next((a for a in args if isinstance(a, FigureStyle)), kwargs.get("style", DEFAULT_STYLE))
         assert isinstance(style, FigureStyle)
         with figure_context(style):
             fig = render(*args, **kwargs)

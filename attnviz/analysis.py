@@ -1,0 +1,115 @@
+"""What the attention of a whole model says: rollout through the layers, recognisable head patterns,
+and checks that an attention tensor is a valid one. Pure NumPy on (layers, heads, n, n) arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .core import Array, BoolArray
+
+PATTERNS = {
+    "previous": "previous token",
+    "next": "next token",
+    "first": "first token ([CLS]; a sink)",
+    "separator": "[SEP]",
+    "self": "self",
+    "same": "same token elsewhere",
+}
+
+
+def rollout(weights: Array) -> Array:
+    """Attention rollout (Abnar & Zuidema, 2020): average heads, add the identity, renormalise, multiply.
+
+    weights (layers, heads, n, n) -> (n, n): how much each input token flows into each position.
+    """
+    n = weights.shape[-1]
+    result = np.eye(n)
+    for layer in weights:
+        a = layer.mean(axis=0) + np.eye(n)  # the residual connection
+        a /= a.sum(axis=-1, keepdims=True)
+        result = a @ result
+    return result
+
+
+def head_patterns(weights: Array, tokens: tuple[str, ...]) -> dict[str, Array]:
+    """For each pattern, a (layers, heads) score in [0, 1]: the mean weight a head gives to it."""
+    layers, heads, n, _ = weights.shape
+    rows = np.arange(n)
+    scores = {
+        "previous": weights[..., rows[1:], rows[1:] - 1].mean(axis=-1) if n > 1 else np.zeros((layers, heads)),
+        "next": weights[..., rows[:-1], rows[:-1] + 1].mean(axis=-1) if n > 1 else np.zeros((layers, heads)),
+        "first": weights[..., :, 0].mean(axis=-1),
+        "self": weights[..., rows, rows].mean(axis=-1),
+    }
+    separators = np.array([t == "[SEP]" for t in tokens])
+    scores["separator"] = (
+        weights[..., separators].sum(axis=-1).mean(axis=-1) if separators.any() else np.zeros((layers, heads))
+    )
+    same = np.array([[a == b and i != j for j, b in enumerate(tokens)] for i, a in enumerate(tokens)])
+    repeated = same.any(axis=1)
+    scores["same"] = (
+        (weights * same).sum(axis=-1)[..., repeated].mean(axis=-1) if repeated.any() else np.zeros((layers, heads))
+    )
+    return {name: scores[name] for name in PATTERNS}
+
+
+def ranking(scores: dict[str, Array], top: int = 3) -> list[tuple[str, int, int, float]]:
+    """The ``top`` heads of each pattern: (pattern, layer, head, score), best first."""
+    ranked = []
+    for name, table in scores.items():
+        order = np.argsort(-table, axis=None, kind="stable")[:top]
+        for flat in order:
+            layer, head = np.unravel_index(flat, table.shape)
+            ranked.append((name, int(layer), int(head), float(table[layer, head])))
+    return ranked
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where one check fails: (layer, head, row) and what was found."""
+
+    layer: int
+    head: int
+    row: int
+    found: str
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    failures: list[Failure]
+    count: int  # failing (layer, head, row) triples, of which ``failures`` lists the first
+
+
+def check_attention(
+    weights: Array, *, tolerance: float = 1e-5, causal: bool = False, padding: BoolArray | None = None, show: int = 10
+) -> list[Check]:
+    """Finite, non-negative, rows summing to 1; no weight above the diagonal (causal); none on padding."""
+    finite = np.isfinite(weights)
+    safe = np.where(finite, weights, 0.0)
+    sums = safe.sum(axis=-1)
+    cells = {"finite": ~finite, "non-negative": safe < 0}
+    if causal:
+        cells["causal: nothing above the diagonal"] = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1) & (
+            safe != 0
+        )
+    if padding is not None:
+        cells["padding: nothing on padded keys"] = padding & (safe != 0)
+    checks = [_cell_check(name, bad, weights, show) for name, bad in cells.items()]
+    rows = np.argwhere(np.abs(sums - 1) > tolerance)
+    failures = [Failure(int(a), int(b), int(c), f"sums to {sums[a, b, c]:.6g}") for a, b, c in rows[:show]]
+    checks.insert(2, Check(f"rows sum to 1 (tolerance {tolerance:g})", failures, len(rows)))
+    return checks
+
+
+def _cell_check(name: str, bad: BoolArray, weights: Array, show: int) -> Check:
+    """The rows holding a bad cell, each with its first bad column."""
+    rows = np.argwhere(bad.any(axis=-1))
+    failures = []
+    for a, b, c in rows[:show]:
+        j = int(np.argmax(bad[a, b, c]))
+        failures.append(Failure(int(a), int(b), int(c), f"column {j} holds {weights[a, b, c, j]:.6g}"))
+    return Check(name, failures, len(rows))
