@@ -35,7 +35,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 # The gallery the README shows: every figure is made by attnviz itself.
-samples: $(VENV)/.installed
+samples: $(VENV)/.installed-test
 	$(BIN)/attnviz heatmap "the cat sat on the mat" -o samples/heatmap.png
 	$(BIN)/attnviz heatmap --embed textbook --d-model 8 --heads 1 --seed 0 --causal w1 w2 w3 w4 \
 		--preset paper -o samples/heatmap-textbook.svg
@@ -58,6 +58,10 @@ samples: $(VENV)/.installed
 	$(BIN)/attnviz lines "the cat sat on the mat" -o samples/lines.png
 	$(BIN)/attnviz lines --file samples/long.txt --heads 2 --causal --preset slide --theme dark \
 		-o samples/lines-causal-slide-dark.png
+	$(BIN)/attnviz heatmap --model minilm --file samples/fox.txt --all-layers -o samples/minilm-model-view.png
+	$(BIN)/attnviz heatmap --model minilm --file samples/fox.txt --layer 0 --head 2 -o samples/minilm-previous-token.png
+	$(BIN)/attnviz heads --model minilm --file samples/fox-twice.txt -o samples/minilm-heads.png
+	$(BIN)/attnviz rollout --model minilm --file samples/fox.txt -o samples/minilm-rollout.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -29,6 +29,12 @@ _EXPORTS = {
     "scaled_dot_product_attention": "core",
     "multi_head_attention": "core",
     "measure_saturation": "saturation",
+    "model_stack": "sources",
+    "file_stack": "sources",
+    "AttentionStack": "sources",
+    "rollout": "analysis",
+    "head_patterns": "analysis",
+    "check_attention": "analysis",
     "FigureStyle": "render.figure",
     "save_figure": "render.figure",
     "render_heatmap_figure": "render.heatmap",
@@ -38,19 +44,25 @@ _EXPORTS = {
 
 __all__ = [
     "Attention",
+    "AttentionStack",
     "AttnvizError",
     "FigureStyle",
     "LayerConfig",
     "UsageError",
     "__version__",
     "causal_mask",
+    "check_attention",
     "cross_attention",
+    "file_stack",
+    "head_patterns",
     "measure_saturation",
+    "model_stack",
     "multi_head_attention",
     "padding_mask",
     "render_heatmap_figure",
     "render_mask_figure",
     "render_saturation_figure",
+    "rollout",
     "save_figure",
     "scaled_dot_product_attention",
     "self_attention",
@@ -59,6 +71,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .analysis import check_attention, head_patterns, rollout
     from .attention import Attention
     from .config import LayerConfig
     from .core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
@@ -69,6 +82,7 @@ if TYPE_CHECKING:
     from .render.mask import render_mask_figure
     from .render.saturation import render_saturation_figure
     from .saturation import measure_saturation
+    from .sources import AttentionStack, file_stack, model_stack
 
 
 def __getattr__(name: str) -> Any:

@@ -592,7 +592,9 @@ def check(
         _write_json([schema.check_document(str(file), array.shape, checks)])
     else:
         layers, heads_, n, m = array.shape
-        print(f"{file}: {layers} layers × {heads_} heads × {n} queries × {m} keys")
+        print(
+            f"{file}: {plural(layers, 'layer')} × {plural(heads_, 'head')} × {plural(n, 'query')} × {plural(m, 'key')}"
+        )
         for result in checks:
             print(
                 f"{'ok  ' if result.count == 0 else 'FAIL'} {result.name}"
@@ -604,6 +606,13 @@ def check(
                 print(f"       … and {result.count - len(result.failures)} more")
     if any(result.count for result in checks):
         raise typer.Exit(1)
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 layer', '2 layers', '3 queries'."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
 
 
 def _stack(layer: opt.LayerRequest) -> AttentionStack:
