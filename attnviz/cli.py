@@ -273,8 +273,10 @@ def explain(
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
-    """One query through one head, every step: q, the keys, q·k_j, the scale, the mask,
-    the softmax, each value weighted, their sum, and the layer's output row.
+    """One query through one head, every number of the computation in order.
+
+    q, the keys, q·k_j, the scale, the mask, the softmax, each value weighted, their sum,
+    and the layer's output row.
 
     [bold]Examples[/bold]
 
@@ -522,8 +524,10 @@ def heads(
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
-    """Rank every layer and head by recognisable patterns: previous token, next token, first
-    token ([CLS], the attention sink), [SEP], self, and the same token elsewhere.
+    """Rank every layer and head by recognisable patterns.
+
+    Previous token, next token, first token ([CLS], the attention sink), [SEP], self, and
+    the same token elsewhere, each scored by the mean weight a head gives to it.
 
     [bold]Examples[/bold]
 
@@ -570,8 +574,10 @@ def check(
     ] = None,
     as_json: opt.Json = False,
 ) -> None:
-    """Verify an attention file: finite, non-negative, rows summing to 1, and optionally causal
-    and padding masks respected. Exits 1 when anything fails: usable in CI.
+    """Verify an attention file; exit 1 when anything fails, for use in CI.
+
+    Finite, non-negative, rows summing to 1, and with --causal and --padding the masks
+    respected. Each failure names its layer, head and row.
 
     [bold]Examples[/bold]
 

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one thread is faster on a busy machine
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ..core import Array, softmax  # noqa: E402
-from ..errors import AttnvizError  # noqa: E402
-from . import Encoding, ModelAttention  # noqa: E402
-from .safetensors import read_safetensors  # noqa: E402
-from .wordpiece import WordPiece  # noqa: E402
+from ..core import Array, softmax
+from ..errors import AttnvizError
+from . import Encoding, ModelAttention
+from .safetensors import read_safetensors
+from .wordpiece import WordPiece
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
