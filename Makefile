@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint samples clean
+.PHONY: demo test lint samples slides bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,14 @@ samples: $(VENV)/.installed-test
 	$(BIN)/attnviz heatmap --model minilm --file samples/fox.txt --layer 0 --head 2 -o samples/minilm-previous-token.png
 	$(BIN)/attnviz heads --model minilm --file samples/fox-twice.txt -o samples/minilm-heads.png
 	$(BIN)/attnviz rollout --model minilm --file samples/fox.txt -o samples/minilm-rollout.png
+
+# The lecture deck of samples/slides.toml, redrawn only where it changed.
+slides: $(VENV)/.installed-test
+	$(BIN)/attnviz batch samples/slides.toml -o build/slides
+
+# Speed, as ratios against baselines measured in the same run.
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/batch_speed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -415,6 +415,7 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
             return command(**values)
 
         wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.option_groups = groups  # type: ignore[attr-defined]  # for checking a batch plan's entries
         wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": signature.return_annotation}
         return wrapper
 

@@ -13,7 +13,7 @@ from matplotlib.image import AxesImage
 from attnviz.config import LayerConfig
 from attnviz.layer import self_attention
 from attnviz.render.figure import FigureStyle, figure_bytes, figure_context, format_of, parse_size
-from attnviz.render.heatmap import grid_shape, render_heatmap_figure
+from attnviz.render.heatmap import cell_values, grid_shape, render_heatmap_figure
 from attnviz.render.mask import render_mask_figure
 from attnviz.render.saturation import render_saturation_figure
 from attnviz.saturation import measure_saturation
@@ -54,28 +54,30 @@ def test_token_labels_on_both_axes_keys_on_top() -> None:
 def test_small_matrices_are_annotated_and_masked_cells_are_not() -> None:
     att, fig = heatmap(heads=1, causal=True)
     ax = images(fig)[0].axes
-    texts = [t.get_text() for t in ax.texts]
+    texts = cell_values(ax)
     assert len(texts) == 21  # the lower triangle of 6 × 6
     assert texts[0] == "1.00"
+    np.testing.assert_array_equal([float(v) for v in texts], np.round(att.weights[0][att.allowed], 2))
     image = images(fig)[0]
     assert image.get_array().mask[0, 1] and not image.get_array().mask[1, 0]
 
 
 def test_annotation_colour_follows_the_cell() -> None:
     _, fig = heatmap(["w1", "w2", "w3", "w4"], heads=1, d_model=8, embed="textbook", causal=True)
-    colours = {t.get_text(): t.get_color() for t in images(fig)[0].axes.texts}
-    assert colours["1.00"] == "black"  # on yellow
-    assert colours["0.02"] == "white"  # on dark purple
+    [cells] = [c for c in images(fig)[0].axes.collections if c.get_gid() == "cell values"]
+    colours = dict(zip(cells.labels, (tuple(c) for c in cells.get_facecolors()), strict=True))
+    assert colours["1.00"] == (0, 0, 0, 1)  # black on yellow
+    assert colours["0.02"] == (1, 1, 1, 1)  # white on dark purple
 
 
 def test_annotation_can_be_forced_or_turned_off() -> None:
     tokens = [f"t{i}" for i in range(60)]
     _, auto = heatmap(tokens, heads=1)
-    assert not images(auto)[0].axes.texts
+    assert not cell_values(images(auto)[0].axes)
     _, forced = heatmap(tokens, style=FigureStyle(annotate=True), heads=1)
-    assert len(images(forced)[0].axes.texts) == 3600
+    assert len(cell_values(images(forced)[0].axes)) == 3600
     _, off = heatmap(style=FigureStyle(annotate=False), heads=1)
-    assert not images(off)[0].axes.texts
+    assert not cell_values(images(off)[0].axes)
 
 
 def test_long_sequences_thin_their_labels() -> None:
@@ -258,3 +260,21 @@ def test_lines_figure_draws_one_line_per_link() -> None:
     drawn = sum(len(c.get_segments()) for ax in fig.axes for c in ax.collections if isinstance(c, LineCollection))
     assert drawn == len(links(att, 0.1))
     assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]
+
+
+def test_batch_reuse_of_a_figure_gives_the_bytes_of_a_fresh_one() -> None:
+    from attnviz.render import heatmap as view
+
+    def draw_all(reuse: bool) -> list[bytes]:
+        view.REUSE_FIGURES = reuse
+        try:
+            out = []
+            for seed in range(4):
+                att = self_attention(SENTENCE, LayerConfig(seed=seed, causal=seed >= 2)).select(head=0)
+                out.append(figure_bytes(render_heatmap_figure(att, FigureStyle(annotate=True)), "png", {}))
+            return out
+        finally:
+            view.REUSE_FIGURES = False
+            view.forget_figures()
+
+    assert draw_all(True) == draw_all(False)

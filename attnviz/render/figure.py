@@ -246,6 +246,10 @@ def figure_bytes(fig: Figure, fmt: str, description: dict[str, Any]) -> bytes:
         metadata.update(Producer=software, CreationDate=None, ModDate=None, Subject=text)
     buffer = io.BytesIO()
     with figure_context(getattr(fig, STYLE_ATTRIBUTE, DEFAULT_STYLE)):
+        engine = fig.get_layout_engine()
+        if engine is not None:  # lay out once, then save with one drawing pass instead of two
+            engine.execute(fig)
+            fig.set_layout_engine(None)  # no placeholder engine: it would make savefig draw twice
         fig.savefig(buffer, format=fmt, metadata=metadata)
     return buffer.getvalue()
 
@@ -278,8 +282,10 @@ def write_output(data: bytes, destination: str, stdout: IO[bytes]) -> None:
             out.write(data)
         os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
+        temporary = None
     except OSError as err:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
         reason = "permission denied" if isinstance(err, PermissionError) else f"cannot be written ({err.strerror})"
         raise AttnvizError(f"{destination}: {reason}") from None
+    finally:  # also on Ctrl-C: never leave a half-written file behind
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,6 +64,26 @@ def annotation_font(cell_inches: float, style: FigureStyle) -> float | None:
     return max(size, 3.0)
 
 
+_GLYPHS: dict[tuple[str, float, str], Any] = {}
+
+
+def text_path(text: str, size: float) -> Any:
+    """The outline of ``text`` at ``size`` points, centred on (0, 0); made once per process and kept."""
+    import matplotlib as mpl
+
+    family = str(mpl.rcParams["font.family"][0])
+    key = (text, size, family)
+    if key not in _GLYPHS:
+        from matplotlib.font_manager import FontProperties
+        from matplotlib.textpath import TextPath
+        from matplotlib.transforms import Affine2D
+
+        path = TextPath((0, 0), text, prop=FontProperties(family=family, size=size))
+        box = path.get_extents()
+        _GLYPHS[key] = path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+    return _GLYPHS[key]
+
+
 def annotate_cells(
     ax: Axes,
     values: Array,
@@ -75,16 +95,47 @@ def annotate_cells(
     vmax: float = 1.0,
     fmt: str = "{:.2f}",
 ) -> None:
-    """Write each allowed cell's value in black or white, whichever reads on the cell's colour."""
+    """Write each allowed cell's value in black or white, whichever reads on the cell's colour.
+
+    All the numbers of a matrix are drawn as one collection of glyph outlines: a few hundred
+    Text artists would cost most of the time of drawing the figure.
+    """
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Affine2D
+
     span = (vmax - vmin) or 1.0
+    labels, paths, offsets, colours = [], [], [], []
     for (i, j), value in np.ndenumerate(values):
         if not allowed[i, j]:
             continue
-        colour = "black" if luminance(cmap((value - vmin) / span)) > 0.179 else "white"
         text = fmt.format(value)
         if text[0] in "+-" and not text.strip("+-0."):
             text = text[1:]  # ±0.00 reads as a sign that is not there
-        ax.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
+        labels.append(text)
+        paths.append(text_path(text, font))
+        offsets.append((j, i))
+        colours.append("black" if luminance(cmap((value - vmin) / span)) > 0.179 else "white")
+    if not paths:
+        return
+    points_to_pixels = Affine2D().scale(1 / 72) + ax.figure.dpi_scale_trans
+    cells = PathCollection(
+        paths,
+        offsets=offsets,
+        offset_transform=ax.transData,
+        transform=points_to_pixels,
+        facecolors=colours,
+        edgecolors="none",
+        zorder=3,
+        gid="cell values",
+    )
+    cells.labels = labels  # type: ignore[attr-defined]  # what the cells say, for tests and readers of the figure
+    cells.font_size = font  # type: ignore[attr-defined]
+    ax.add_collection(cells, autolim=False)
+
+
+def cell_values(ax: Axes) -> list[str]:
+    """The numbers :func:`annotate_cells` wrote on ``ax``, in row-major order."""
+    return [label for c in ax.collections if c.get_gid() == "cell values" for label in c.labels]  # type: ignore[attr-defined]
 
 
 def label_axes(
@@ -145,7 +196,8 @@ def draw_matrix(
 ) -> AxesImage:
     """The matrix as square cells over a hatched background that shows through masked cells."""
     n, m = values.shape
-    hatch_masked(ax, n, m, style)
+    if not allowed.all():
+        hatch_masked(ax, n, m, style)
     image = ax.imshow(
         np.ma.masked_where(~allowed, values),
         cmap=cmap,
@@ -160,12 +212,38 @@ def draw_matrix(
     return image
 
 
+REUSE_FIGURES = False  # a batch worker sets this: figures that differ only in their numbers share one Figure
+_reusable: dict[Any, tuple[Figure, list[Axes], Any]] = {}
+
+
+def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ...]:
+    """Everything that decides where things go; two figures with the same key differ only in their numbers."""
+    return (
+        att.tokens,
+        att.keys,
+        att.head_labels,
+        att.padding,
+        att.key_padding,
+        att.weights.shape,
+        att.allowed.tobytes(),
+        style,
+        title.count("\n"),
+    )
+
+
 @styled
 def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
     count = len(att.head_labels)
     n, m = att.weights.shape[1:]
     width = style.figure_size(0.75)[0]
+    title = wrapped_title(describe_parts(att), width if style.size is None else style.size[0], style.font_size)
+    key = _layout_key(att, style, title)
+    if REUSE_FIGURES and key in _reusable:
+        fig, axes, heading = _reusable[key]
+        _redraw_numbers(fig, axes, att, style)
+        heading.set_text(title)  # the text only: the layout placed it
+        return fig
     box = style.figure_size(0.75) if style.size or style.preset == "slide" else (width, width * 1.2)
     title_h = style.font_size * 2.2 / 72
     rows, cols = grid_shape(count, (box[0] - MARGIN_W, box[1] - MARGIN_H), title_h)
@@ -175,12 +253,11 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     fig_w, fig_h = fig.get_size_inches()
     panel = min((fig_w - MARGIN_W) / cols, (fig_h - MARGIN_H) / rows - title_h)
     outer_only = count > 4
-    cell = panel / max(n, m)
     cmap = colormap(style.cmap)
-    font = annotation_font(cell, style)
-    axes = fig.subplots(rows, cols, squeeze=False)
+    font = annotation_font(panel / max(n, m), style)
+    grid = fig.subplots(rows, cols, squeeze=False)
     image = None
-    for index, ax in enumerate(axes.flat):
+    for index, ax in enumerate(grid.flat):
         if index >= count:
             ax.set_axis_off()
             continue
@@ -192,9 +269,29 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         label_axes(ax, att, style, (panel, panel * n / m), outer=titles, ticks=edge if outer_only else (True, True))
         ax.set_title(att.head_labels[index], fontweight="bold", pad=6)
     assert image is not None
-    bar = fig.colorbar(image, ax=axes, shrink=0.8 if rows > 1 else 0.9, aspect=30, pad=0.02)
+    bar = fig.colorbar(image, ax=grid, shrink=0.8 if rows > 1 else 0.9, aspect=30, pad=0.02)
     bar.set_label("attention weight")
     bar.set_ticks([0, 0.25, 0.5, 0.75, 1])
     bar.outline.set_visible(False)
-    fig.suptitle(wrapped_title(describe_parts(att), fig_w, style.font_size))
+    heading = fig.suptitle(title)
+    if REUSE_FIGURES:
+        _reusable.clear()
+        _reusable[key] = (fig, list(grid.flat)[:count], heading)
     return fig
+
+
+def forget_figures() -> None:
+    """Let go of the Figure kept for reuse."""
+    _reusable.clear()
+
+
+def _redraw_numbers(fig: Figure, axes: list[Axes], att: Attention, style: FigureStyle) -> None:
+    """Put ``att``'s weights into a figure drawn for another map of the same layout."""
+    cmap = colormap(style.cmap)
+    for index, ax in enumerate(axes):
+        ax.images[0].set_data(np.ma.masked_where(~att.allowed, att.weights[index]))
+        old = [c for c in ax.collections if c.get_gid() == "cell values"]
+        for collection in old:
+            font = collection.font_size  # type: ignore[attr-defined]
+            collection.remove()
+            annotate_cells(ax, att.weights[index], att.allowed, cmap, font)

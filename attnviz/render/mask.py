@@ -69,7 +69,7 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
         for ax in axes[:2]:
             _mark_blocked(ax, allowed, font, c["text"])
     for index, ax in enumerate(axes):
-        label_axes(ax, att, style, (panel, panel * n / m), outer=(True, index == 0))
+        label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0))
 
 
 @styled

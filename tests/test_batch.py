@@ -1,0 +1,157 @@
+"""attnviz batch: plans, expansion, incremental runs, interruption, shards and refused names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnviz import batch as plans
+
+PLAN = """
+[defaults]
+seed = 1
+theme = "dark"
+
+[[figure]]
+name = "textbook"
+command = "heatmap"
+tokens = "w1 w2 w3 w4"
+embed = "textbook"
+d_model = 8
+heads = 1
+causal = true
+
+[[figure]]
+name = "head-{head}"
+command = "heatmap"
+tokens = "the cat sat"
+head = [0, 1, 2]
+
+[[figure]]
+name = "sqrt"
+command = "saturation"
+dk_max = 16
+trials = 10
+format = "svg"
+"""
+
+
+def write(tmp_path: Path, text: str = PLAN) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def test_lists_expand_into_one_figure_each(tmp_path: Path) -> None:
+    entries, errors = plans.load_plan(write(tmp_path))
+    assert errors == []
+    assert [e.filename for e in entries] == ["textbook.png", "head-0.png", "head-1.png", "head-2.png", "sqrt.svg"]
+    assert entries[2].options["head"] == 1 and entries[2].options["seed"] == 1
+    assert "seed" in entries[4].options and "heads" not in entries[4].options  # defaults only where they apply
+    assert entries[1].line == 15
+
+
+def test_the_plan_is_parsed_by_the_cli_itself(tmp_path: Path) -> None:
+    entries, _ = plans.load_plan(write(tmp_path))
+    plans.validate(entries[0], tmp_path)
+    assert entries[0].args[:4] == ["w1", "w2", "w3", "w4"] and "--causal" in entries[0].args
+    assert entries[0].args[-4:] == ["-o", str(tmp_path / "textbook.png"), "--format", "png"]
+
+
+def test_batch_draws_then_skips_what_did_not_change(cli, tmp_path: Path) -> None:
+    plan, out = write(tmp_path), tmp_path / "out"
+    first = cli("batch", str(plan), "-o", str(out), "-j", "1", "--json")
+    assert first.code == 0, first.err
+    doc = json.loads(first.out)
+    assert [f["status"] for f in doc["figures"]] == ["drawn"] * 5
+    assert "5 drawn, 0 up to date, 0 failed" in first.err
+    second = json.loads(cli("batch", str(plan), "-o", str(out), "-j", "1", "--json").out)
+    assert [f["status"] for f in second["figures"]] == ["skipped"] * 5
+    assert [f["sha256"] for f in second["figures"]] == [f["sha256"] for f in doc["figures"]]
+    plan.write_text(PLAN.replace("head = [0, 1, 2]", "head = [0, 1, 3]"))
+    (out / "textbook.png").write_bytes(b"tampered")
+    third = json.loads(cli("batch", str(plan), "-o", str(out), "-j", "1", "--json").out)
+    status = {f["name"]: f["status"] for f in third["figures"]}
+    assert status == {
+        "textbook": "drawn",
+        "head-0": "skipped",
+        "head-1": "skipped",
+        "head-3": "drawn",
+        "sqrt": "skipped",
+    }
+    forced = json.loads(cli("batch", str(plan), "-o", str(out), "-j", "1", "--json", "--force").out)
+    assert {f["status"] for f in forced["figures"]} == {"drawn"}
+
+
+def test_parallel_and_serial_runs_give_the_same_files(cli, tmp_path: Path) -> None:
+    plan = write(tmp_path)
+    cli("batch", str(plan), "-o", str(tmp_path / "a"), "-j", "1", "-q")
+    cli("batch", str(plan), "-o", str(tmp_path / "b"), "-j", "2", "-q")
+    for name in ("textbook.png", "head-2.png", "sqrt.svg"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_bad_entry_is_reported_and_the_others_are_drawn(cli, tmp_path: Path) -> None:
+    plan = write(
+        tmp_path,
+        PLAN + '\n[[figure]]\nname = "bad"\ncommand = "heatmap"\ntokens = "a b"\n'
+        'd_model = 10\nheads = 4\n\n[[figure]]\nname = "typo"\ncommand = "mask"\ncolour = 1\n',
+    )
+    run = cli("batch", str(plan), "-o", str(tmp_path / "out"), "-j", "1")
+    assert run.code == 1
+    assert "figure 'bad' (line 28): --d-model 10 is not divisible by --heads 4" in run.err
+    assert "figure 5 (line 35): 'colour' is not an option of attnviz mask" in run.err
+    assert len(list((tmp_path / "out").glob("*.png"))) == 4
+    check = cli("batch", str(plan), "--check")
+    assert check.code == 2 and "5 figures valid, 2 errors" in check.err
+    assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "~/x", ""])
+def test_names_cannot_leave_the_output_directory(tmp_path: Path, name: str) -> None:
+    entries, errors = plans.load_plan(write(tmp_path, f'[[figure]]\nname = "{name}"\ncommand = "saturation"\n'))
+    assert entries == [] and len(errors) == 1
+    assert "would leave the output directory" in errors[0] or "needs a name" in errors[0]
+
+
+def test_shards_cover_the_plan_once(tmp_path: Path) -> None:
+    entries, _ = plans.load_plan(write(tmp_path))
+    for count in (1, 2, 3, 7):
+        parts = [plans.shard(entries, f"{k}/{count}") for k in range(1, count + 1)]
+        names = [e.filename for part in parts for e in part]
+        assert sorted(names) == sorted(e.filename for e in entries) and len(names) == len(set(names))
+    with pytest.raises(Exception, match="--shard must be K/N"):
+        plans.shard(entries, "3/2")
+
+
+def test_an_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path: Path, monkeypatch) -> None:
+    entries, _ = plans.load_plan(write(tmp_path))
+    out = tmp_path / "out"
+    for entry in entries:
+        plans.validate(entry, out)
+    real_draw = plans.draw
+    calls = []
+
+    def interrupted(entry, directory):
+        calls.append(entry.name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_draw(entry, directory)
+
+    monkeypatch.setattr(plans, "draw", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plans.run_plan(entries, out, jobs=1, force=False, progress=False)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".attnviz")) == ["head-0.png", "textbook.png"]
+    assert not list(out.glob(".*.tmp"))
+    monkeypatch.setattr(plans, "draw", real_draw)
+    outcomes = plans.run_plan(entries, out, jobs=1, force=False, progress=False)
+    assert [o.status for o in outcomes] == ["skipped", "skipped", "drawn", "drawn", "drawn"]
+
+
+def test_invalid_plans(cli, tmp_path: Path) -> None:
+    assert "not valid TOML" in cli("batch", str(write(tmp_path, "[[figure]\n"))).err
+    assert "unknown table" in cli("batch", str(write(tmp_path, "[figures]\nname = 1\n"))).err
+    run = cli("batch", str(write(tmp_path, '[[figure]]\nname = "x"\ncommand = "check"\n')), "--check")
+    assert "command must be one of" in run.err
