@@ -15,12 +15,11 @@ import json
 import os
 import re
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ._version import __version__
 from .errors import AttnvizError, UsageError

@@ -105,64 +105,51 @@ def render_rows_terminal(rows: list[Row], heading: list[str], *, color: bool, wi
 
 @styled
 def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, heading: list[str]) -> Figure:
-    """A row per comparison: A and B on the 0–1 weight scale, B − A on a diverging scale centred at 0."""
+    """A row per comparison: A and B on the 0–1 weight scale, B − A on a diverging scale centred at 0.
+
+    Colour bars stand to the right of the panels, and each row's title above it, so that the
+    height goes to the matrices (on a 16:9 slide it is the scarce direction).
+    """
     n, m = rows[0].a.weights.shape[1:]
     width = style.figure_size(0.5, wide=True)[0]
-    panel = (width - 2.2) / 3
+    line = style.font_size / 72
+    panel = (width - 3.0 - 9 * line) / 3
     suptitle = wrapped_title(heading, width, style.font_size) + ("\n" + rows[0].verdict if len(rows) == 1 else "")
-    top = 0.4 + 0.3 * suptitle.count("\n") * style.font_size / 10
-    fig = new_figure(style, (len(rows) * (panel * n / m + 1.9) + top) / width, wide=True)
+    top = 0.3 + 1.6 * line * (suptitle.count("\n") + 1)
+    row_extra = 10 * line
+    fig = new_figure(style, (len(rows) * (panel * n / m + row_extra) + top) / width, wide=True)
     fig_w, fig_h = fig.get_size_inches()
-    panel = min(panel, (fig_h - top) / len(rows) - 1.9)
+    panel = min(panel, (fig_h - top) / len(rows) - row_extra)
     limit = max(max(float(np.abs(r.delta).max()) for r in rows), 1e-12)
     weights_cmap, diverging = colormap(style.cmap), colormap("RdBu_r")
     font = annotation_font(panel / max(n, m) * 0.9, style)
-    axes = fig.subplots(len(rows), 3, squeeze=False)
-    weight_image = delta_image = None
-    for r, row in enumerate(rows):
+    targets = list(fig.subfigures(len(rows), 1, squeeze=False).flat) if len(rows) > 1 else [fig]
+    for target, row in zip(targets, rows, strict=True):
+        axes = target.subplots(1, 3)
+        images = []
         for c, (att, values) in enumerate(((row.a, row.a.weights[0]), (row.b, row.b.weights[0]), (row.b, row.delta))):
-            ax = axes[r, c]
+            ax = axes[c]
             if c < 2:
-                weight_image = draw_matrix(ax, values, att.allowed, weights_cmap, style)
+                images.append(draw_matrix(ax, values, att.allowed, weights_cmap, style))
                 if font is not None:
                     annotate_cells(ax, values, att.allowed, weights_cmap, font)
             else:
-                delta_image = draw_matrix(ax, values, att.allowed, diverging, style, vmin=-limit, vmax=limit)
+                images.append(draw_matrix(ax, values, att.allowed, diverging, style, vmin=-limit, vmax=limit))
                 if font is not None:
                     annotate_cells(
                         ax, values, att.allowed, diverging, font * 0.9, vmin=-limit, vmax=limit, fmt="{:+.2f}"
                     )
-            label_axes(ax, att, style, (panel, panel * n / m), outer=(r == 0, c == 0))
-            title = row.labels[c] + (f"\n{att.head_labels[0]}" if c < 2 else "")
-            ax.set_title(title, fontweight="bold", pad=6, fontsize=style.font_size * 0.9)
-        axes[r, 2].text(
-            0.5,
-            -0.04,
-            row.summary,
-            transform=axes[r, 2].transAxes,
-            ha="center",
-            va="top",
-            fontsize=style.font_size * 0.85,
-            fontweight="bold",
-        )
-        if row.title:
-            axes[r, 0].annotate(
-                row.title,
-                (-0.35, 0.5),
-                xycoords="axes fraction",
-                rotation=90,
-                ha="center",
-                va="center",
-                fontsize=style.font_size,
-                fontstyle="italic",
-            )
-    assert weight_image is not None and delta_image is not None
-    bar = fig.colorbar(weight_image, ax=axes[:, :2], location="bottom", shrink=0.5, aspect=40, pad=0.03)
-    bar.set_label("attention weight")
-    bar.outline.set_visible(False)
-    bar = fig.colorbar(delta_image, ax=axes[:, 2], location="bottom", shrink=0.9, aspect=20, pad=0.03)
-    bar.set_label("difference")
-    bar.outline.set_visible(False)
+            label_axes(ax, att, style, (panel, panel * n / m), outer=(False, c == 0))
+            title = row.labels[c] + (f" · {att.head_labels[0]}" if c < 2 else "")
+            ax.set_title(title, fontweight="bold", pad=6, fontsize=style.font_size * 0.85)
+        axes[2].set_xlabel(row.summary, fontsize=style.font_size * 0.85, fontweight="bold")
+        axes[2].xaxis.set_label_position("bottom")
+        for image, where, label in ((images[1], axes[:2], "weight"), (images[2], axes[2], "difference")):
+            bar = target.colorbar(image, ax=where, location="right", shrink=0.85, aspect=18, pad=0.02)
+            bar.set_label(label)
+            bar.outline.set_visible(False)
+        if len(rows) > 1:
+            target.suptitle(row.title, fontstyle="italic", fontsize=style.font_size)
     fig.suptitle(suptitle, fontweight="bold")
     return fig
 
