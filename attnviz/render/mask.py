@@ -45,7 +45,7 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
     draw_matrix(axes[0], np.zeros((n, m)), allowed, allowed_cmap, style)
     axes[0].set_title("mask M", fontweight="bold", pad=6)
     key = ScalarMappable(cmap=ListedColormap([c["allowed"], c["masked"]]), norm=Normalize(0, 1))
-    bar = target.colorbar(key, ax=axes[0], location="bottom", shrink=0.8, aspect=25, pad=0.02)
+    bar = target.colorbar(key, ax=axes[0], location="right", shrink=0.85, aspect=18, pad=0.03)
     bar.set_ticks([0.25, 0.75], labels=["0: allowed", f"{MINUS_INF}: blocked"])
     bar.outline.set_visible(False)
 
@@ -53,12 +53,12 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
     finite = np.where(allowed, scores, 0.0)
     image = draw_matrix(axes[1], finite, allowed, diverging, style, vmin=-limit, vmax=limit)
     axes[1].set_title(f"scores S = {score_label(att.config)}", fontweight="bold", pad=6)
-    target.colorbar(image, ax=axes[1], location="bottom", shrink=0.8, aspect=25, pad=0.02).outline.set_visible(False)
+    target.colorbar(image, ax=axes[1], location="right", shrink=0.85, aspect=18, pad=0.03).outline.set_visible(False)
 
     weights_cmap = colormap(style.cmap)
     image = draw_matrix(axes[2], att.weights[0], allowed, weights_cmap, style)
     axes[2].set_title("weights = softmax(S)", fontweight="bold", pad=6)
-    bar = target.colorbar(image, ax=axes[2], location="bottom", shrink=0.8, aspect=25, pad=0.02)
+    bar = target.colorbar(image, ax=axes[2], location="right", shrink=0.85, aspect=18, pad=0.03)
     bar.set_ticks([0, 0.5, 1])
     bar.outline.set_visible(False)
 
@@ -80,10 +80,13 @@ def render_mask_figure(
     rows = [compare, att] if compare is not None else [att]
     n, m = att.weights.shape[1:]
     width = style.figure_size(0.5, wide=True)[0]
-    panel = (width - 2.0) / 3
-    fig = new_figure(style, (len(rows) * (panel * n / m + 1.7) + 0.5) / width, wide=True)
+    line = style.font_size / 72
+    panel = (width - 2.0 - 18 * line) / 3
+    top = 0.3 + 3.2 * line
+    row_extra = 8 * line
+    fig = new_figure(style, (len(rows) * (panel * n / m + row_extra) + top) / width, wide=True)
     fig_w, fig_h = fig.get_size_inches()
-    panel = min(panel, (fig_h - 0.5) / len(rows) - 1.7)
+    panel = min(panel, (fig_h - top) / len(rows) - row_extra)
     finite = [np.abs(r.scores[0][r.allowed]) for r in rows if r.scores is not None]
     limit = float(max((f.max() for f in finite if f.size), default=1.0)) or 1.0
     targets: list[Figure | SubFigure] = [fig]
