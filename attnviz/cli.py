@@ -18,7 +18,7 @@ import typer
 
 from . import options as opt
 from ._version import __version__
-from .config import Positions
+from .config import Pool, Positions
 from .errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
@@ -73,6 +73,25 @@ def heatmap(
             rich_help_panel=opt.P_SOURCE,
         ),
     ] = False,
+    pool: Annotated[
+        Pool | None,
+        typer.Option(
+            "--pool",
+            help="Pool the map into bins of tokens, by their max or mean weight. Default: max, "
+            "for sequences of over 2048 tokens.",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Write every head's full weights (float32) and the tokens to FILE.npz.",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,
     no_color: opt.NoColor = False,
 ) -> None:
     """Attention weights of every head: queries as rows, keys as columns.
@@ -95,11 +114,17 @@ def heatmap(
 
       attnviz heatmap --model minilm "The quick brown fox." --all-layers -o grid.png
     """
-    _one_output(figure.output, as_json, jsonl)
+    _one_output(figure.output, as_json, jsonl, save)
+    if save is not None:
+        _save_weights(layer, save)
+        return
     if all_layers:
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color)
         return
-    att = layer.attention().select(head=head, mean=mean)
+    if _is_long(layer, pool):
+        att = _pooled(layer, figure, pool or "max", head, mean, as_json or jsonl)
+    else:
+        att = layer.attention().select(head=head, mean=mean)
     from . import schema
     from .render import heatmap as figures
     from .render import terminal
@@ -116,6 +141,65 @@ def heatmap(
         show=lambda color, width: terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
     )
+
+
+def _is_long(layer: opt.LayerRequest, pool: str | None) -> bool:
+    """Whether the map is pooled: asked for with --pool, or too long to show whole."""
+    if layer.external or layer.keys is not None:
+        if pool is not None:
+            raise UsageError("--pool works on the random layer's self-attention")
+        return False
+    from .layer import LONG_SEQUENCE
+
+    return pool is not None or max(len(layer.tokens), layer.config.pad_to or 0) > LONG_SEQUENCE
+
+
+def _pooled(
+    layer: opt.LayerRequest, figure: opt.FigureRequest, pool: Pool, head: int | None, mean: bool, as_json: bool
+) -> Attention:
+    """The map pooled to the resolution it is shown at: figure pixels, or terminal cells."""
+    from .layer import pooled_self_attention
+
+    n = max(len(layer.tokens), layer.config.pad_to or 0)
+    if as_json:
+        raise UsageError(
+            f"a {n} × {n} map is too large to be useful as JSON: --save FILE.npz writes the full "
+            "weights (when they fit), and the terminal and -o show it pooled"
+        )
+    if figure.output is not None:
+        style = figure.style
+        bins = int(style.figure_size(0.75)[0] * 0.75 * style.resolution())
+    else:
+        from rich.console import Console
+
+        bins = (Console().width - 16) // 2
+    return pooled_self_attention(layer.tokens, layer.config, bins=max(2, bins), pool=pool, head=head, mean=mean)
+
+
+def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
+    """--save: every head's weights, float32, with the tokens, in an .npz that --from reads back."""
+    import numpy as np
+
+    from .render.figure import write_output
+
+    if path.suffix.lower() != ".npz":
+        raise UsageError(f"--save writes an .npz file, got {path}")
+    if layer.external:
+        stack = layer.stack()
+        tokens, weights = stack.tokens, stack.weights.astype(np.float32)
+    elif layer.keys is not None:
+        raise UsageError("--save writes self-attention; it does not take --keys")
+    else:
+        from .layer import full_weights
+
+        tokens, weights = full_weights(layer.tokens, layer.config)
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, attentions=weights, tokens=np.array(tokens))
+    write_output(buffer.getvalue(), str(path), sys.stdout.buffer)
+    if ANNOUNCE:
+        print(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)", file=sys.stderr)
 
 
 def _all_layers(
@@ -750,8 +834,17 @@ def _emit(
         _print(show, no_color)
 
 
-def _one_output(output: str | None, as_json: bool, jsonl: bool) -> None:
-    chosen = [name for name, on in (("-o", output is not None), ("--json", as_json), ("--jsonl", jsonl)) if on]
+def _one_output(output: str | None, as_json: bool, jsonl: bool, save: Path | None = None) -> None:
+    chosen = [
+        name
+        for name, on in (
+            ("-o", output is not None),
+            ("--json", as_json),
+            ("--jsonl", jsonl),
+            ("--save", save is not None),
+        )
+        if on
+    ]
     if len(chosen) > 1:
         raise UsageError(f"choose one of {' and '.join(chosen)}: each writes its own output")
 

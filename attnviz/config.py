@@ -14,6 +14,7 @@ from .errors import UsageError
 
 Embed = Literal["token", "position", "textbook"]
 Positions = Literal["none", "sinusoidal"]
+Pool = Literal["max", "mean"]
 EMBEDS: tuple[str, ...] = ("token", "position", "textbook")
 POSITIONS: tuple[str, ...] = ("none", "sinusoidal")
 

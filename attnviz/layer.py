@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .attention import Attention
-from .config import LayerConfig
+from .config import LayerConfig, Pool
 from .core import Array, BoolArray, causal_mask, multi_head_attention, padding_mask
 from .errors import UsageError
 from .resources import ensure_fits
@@ -28,9 +28,9 @@ PAD = "[PAD]"
 TEXTBOOK_SCALE = 0.3
 
 
-def sinusoidal_positions(n: int, d_model: int) -> Array:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), (n, d_model)."""
-    pos = np.arange(n)[:, None]
+def sinusoidal_positions(n: int, d_model: int, start: int = 0) -> Array:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), (n, d_model) from ``start``."""
+    pos = np.arange(start, start + n)[:, None]
     two_i = np.arange(0, d_model, 2)[None, :]
     angle = pos / np.power(10000.0, two_i / d_model)
     pe = np.zeros((n, d_model))
@@ -66,8 +66,13 @@ class Layer:
         return self.x @ self.w_q, self.context @ self.w_k, self.context @ self.w_v
 
 
-def build_layer(config: LayerConfig, tokens: tuple[str, ...], keys: tuple[str, ...] | None = None) -> Layer:
-    """Input vectors and weights for ``tokens`` (and ``keys``, for cross-attention), drawn as the README says."""
+def build_layer(
+    config: LayerConfig, tokens: tuple[str, ...], keys: tuple[str, ...] | None = None, dtype: type = np.float64
+) -> Layer:
+    """Input vectors and weights for ``tokens`` (and ``keys``, for cross-attention), drawn as the README says.
+
+    The draws are always float64; ``dtype`` float32 halves the memory of long sequences' inputs.
+    """
     h, d_model, d_k = config.heads, config.d_model, config.d_k
     n, m = len(tokens), len(keys or ())
     x: Array
@@ -89,19 +94,33 @@ def build_layer(config: LayerConfig, tokens: tuple[str, ...], keys: tuple[str, .
             x = positions.normal(size=(n, d_model))
             context = positions.normal(size=(m, d_model)) if keys is not None else x
         elif keys is not None:
-            x, context = token_vectors(tokens, config), token_vectors(keys, config)
+            x, context = token_vectors(tokens, config, dtype), token_vectors(keys, config, dtype)
         else:
-            x = context = token_vectors(tokens, config)
+            x = context = token_vectors(tokens, config, dtype)
+    x = np.asarray(x, dtype=dtype)
+    context = x if keys is None else np.asarray(context, dtype=dtype)
     if config.positions == "sinusoidal":
-        x = x + sinusoidal_positions(n, d_model)
-        context = context + sinusoidal_positions(len(context), d_model) if keys is not None else x
+        x, context = add_positions(x), (add_positions(context) if keys is not None else context)
+        if keys is None:
+            context = x
     return Layer(x=x, context=context, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o)
 
 
-def token_vectors(tokens: tuple[str, ...], config: LayerConfig) -> Array:
+def add_positions(x: Array, chunk: int = 8192) -> Array:
+    """x + PE, in place on a private copy, a chunk of rows at a time (no n × d_model float64 temporary)."""
+    out = np.array(x, copy=True)
+    for start in range(0, len(out), chunk):
+        stop = min(len(out), start + chunk)
+        out[start:stop] += sinusoidal_positions(stop - start, out.shape[1], start=start).astype(out.dtype)
+    return out
+
+
+def token_vectors(tokens: tuple[str, ...], config: LayerConfig, dtype: type = np.float64) -> Array:
     """(n, d_model): each token's own vector; equal tokens, equal rows."""
-    vectors = {t: token_vector(t, config.seed, config.d_model) for t in dict.fromkeys(tokens)}
-    return np.array([vectors[t] for t in tokens]).reshape(len(tokens), config.d_model)
+    distinct = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+    table: Array = np.array([token_vector(t, config.seed, config.d_model) for t in distinct], dtype=dtype)
+    rows: Array = table.reshape(len(distinct), config.d_model)[[distinct[t] for t in tokens]]
+    return rows
 
 
 def estimate_bytes(n: int, config: LayerConfig, m: int | None = None) -> int:
@@ -198,3 +217,84 @@ def combined_mask(n: int, m: int, *, causal: bool, key_padding: BoolArray) -> Bo
         pad = padding_mask(key_padding, n)
         mask = pad if mask is None else mask & pad
     return mask
+
+
+LONG_SEQUENCE = 2048  # above this many tokens, views pool the map instead of holding it whole
+
+
+def pooled_self_attention(
+    tokens: list[str] | tuple[str, ...],
+    config: LayerConfig,
+    *,
+    bins: int,
+    pool: Pool = "max",
+    head: int | None = None,
+    mean: bool = False,
+) -> Attention:
+    """Self-attention of any length, pooled into ``bins`` × ``bins`` (at most) without holding n × n.
+
+    The rows and columns of the result are bins of consecutive tokens; ``config`` records how
+    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked.
+    """
+    from .blocked import bin_edges, pooled_attention
+
+    tokens, padding = _pad(tuple(tokens), config.pad_to)
+    if not tokens:
+        raise UsageError("no tokens: give a sequence as arguments, with --file, or on stdin with -")
+    n, h, d = len(tokens), config.heads, config.d_model
+    if head is not None and not 0 <= head < h:
+        raise UsageError(f"--head {head} is out of range: there are {h} heads (0 to {h - 1})")
+    chosen = list(range(h)) if head is None else [head]
+    ensure_fits(
+        4 * n * (2 * d + 4 * len(chosen) * config.d_k) + 8 * n * bins, f"{n} tokens, pooled", "use fewer tokens"
+    )
+    layer = build_layer(config, tokens, dtype=np.float32)
+    q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
+    k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
+    rows = cols = bin_edges(n, bins)
+    key_mask = ~np.array(padding) if any(padding) else None
+    weights = pooled_attention(
+        q,
+        k,
+        scale=config.scale_value,
+        rows=rows,
+        cols=cols,
+        pool=pool,
+        causal=config.causal,
+        key_mask=key_mask,
+        mean_heads=mean,
+    )
+    labels = tuple(f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in zip(rows[:-1], rows[1:], strict=True))
+    real = np.add.reduceat(~np.array(padding), cols[:-1]) > 0  # a column bin with at least one real key
+    allowed = np.broadcast_to(real, (len(labels), len(labels))).copy()
+    if config.causal:
+        allowed &= cols[:-1][None, :] <= (rows[1:] - 1)[:, None]
+    heads = (f"mean of {h} heads",) if mean else tuple(f"head {i}" for i in chosen)
+    described = {**config.describe(), "pooled": {"method": pool, "tokens": n, "bins": len(labels)}}
+    bin_padding = tuple(bool(all(padding[a:b])) for a, b in zip(rows[:-1], rows[1:], strict=True))
+    return Attention(
+        tokens=labels,
+        weights=weights.astype(np.float64),
+        head_labels=heads,
+        config=described,
+        mask=None if allowed.all() else allowed,
+        padding=bin_padding,
+    )
+
+
+def full_weights(tokens: list[str] | tuple[str, ...], config: LayerConfig) -> tuple[tuple[str, ...], Array]:
+    """Every head's weights in float32, a block of rows at a time: what --save writes."""
+    from .blocked import blocked_attention
+
+    tokens, padding = _pad(tuple(tokens), config.pad_to)
+    n = len(tokens)
+    ensure_fits(
+        4 * config.heads * n * n + 16 * n * config.d_model,
+        f"the full weights of {n} tokens",
+        "use fewer tokens or a pooled view (the terminal, or -o)",
+    )
+    layer = build_layer(config, tokens, dtype=np.float32)
+    q, k, v = (a.astype(np.float32) for a in layer.projections())
+    key_mask = ~np.array(padding) if any(padding) else None
+    weights, _ = blocked_attention(q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask)
+    return tokens, weights

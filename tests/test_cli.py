@@ -164,7 +164,7 @@ def test_version(cli) -> None:
         (["heatmap", "a", "--embed", "word"], 2, "--embed"),
         (["heatmap", "a", "--bogus"], 2, "No such option"),
         (["nosuchcommand"], 2, "No such command"),
-        (["heatmap", *["x"] * 100_000, "--heads", "1"], 1, "of memory"),
+        (["heatmap", *["x"] * 150_000, "--save", "/tmp/attnviz-never-written.npz"], 1, "of memory"),
     ],
 )
 def test_user_errors_are_one_line_and_an_exit_code(cli, args: list[str], code: int, message: str) -> None:

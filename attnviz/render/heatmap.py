@@ -193,6 +193,7 @@ def draw_matrix(
     *,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    norm: Any = None,
 ) -> AxesImage:
     """The matrix as square cells over a hatched background that shows through masked cells."""
     n, m = values.shape
@@ -201,8 +202,9 @@ def draw_matrix(
     image = ax.imshow(
         np.ma.masked_where(~allowed, values),
         cmap=cmap,
-        vmin=vmin,
-        vmax=vmax,
+        norm=norm,
+        vmin=None if norm is not None else vmin,
+        vmax=None if norm is not None else vmax,
         interpolation="nearest",
         aspect="equal",
         zorder=1,
@@ -214,6 +216,22 @@ def draw_matrix(
 
 REUSE_FIGURES = False  # a batch worker sets this: figures that differ only in their numbers share one Figure
 _reusable: dict[Any, tuple[Figure, list[Axes], Any]] = {}
+
+
+def pooled_floor(att: Attention) -> float | None:
+    """For a pooled long map, the smallest weight the colours tell apart (a tenth of uniform); else None."""
+    pooled = att.config.get("pooled")
+    return None if pooled is None else 0.1 / float(pooled["tokens"])
+
+
+def pooled_norm(att: Attention) -> Any:
+    """A log colour scale for pooled long maps, whose weights are ~1/n and would all look 0 on 0–1."""
+    floor = pooled_floor(att)
+    if floor is None:
+        return None
+    from matplotlib.colors import LogNorm
+
+    return LogNorm(vmin=floor, vmax=1.0, clip=True)
 
 
 def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ...]:
@@ -261,8 +279,8 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         if index >= count:
             ax.set_axis_off()
             continue
-        image = draw_matrix(ax, att.weights[index], att.allowed, cmap, style)
-        if font is not None:
+        image = draw_matrix(ax, att.weights[index], att.allowed, cmap, style, norm=pooled_norm(att))
+        if font is not None and pooled_norm(att) is None:
             annotate_cells(ax, att.weights[index], att.allowed, cmap, font)
         edge = (index < cols, index % cols == 0)
         titles = (index == 0, edge[1]) if outer_only else edge
@@ -270,8 +288,11 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         ax.set_title(att.head_labels[index], fontweight="bold", pad=6)
     assert image is not None
     bar = fig.colorbar(image, ax=grid, shrink=0.8 if rows > 1 else 0.9, aspect=30, pad=0.02)
-    bar.set_label("attention weight")
-    bar.set_ticks([0, 0.25, 0.5, 0.75, 1])
+    if pooled_norm(att) is None:
+        bar.set_label("attention weight")
+        bar.set_ticks([0, 0.25, 0.5, 0.75, 1])
+    else:
+        bar.set_label("attention weight (log scale)")
     bar.outline.set_visible(False)
     heading = fig.suptitle(title)
     if REUSE_FIGURES:

@@ -59,6 +59,9 @@ def describe_parts(att: Attention) -> list[str]:
         keys = len(att.key_tokens) - sum(att.key_padding)
         padded = f" padded to {len(att.key_tokens)}" if keys < len(att.key_tokens) else ""
         parts = [f"cross-attention: {len(att.tokens)} queries × {keys} keys{padded}"]
+    elif "pooled" in c:
+        pooled = c["pooled"]
+        parts = [f"{pooled['tokens']:,} tokens {pooled['method']}-pooled into {pooled['bins']} × {pooled['bins']} bins"]
     else:
         real = len(att.tokens) - sum(att.padding)
         parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]

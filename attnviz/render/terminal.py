@@ -153,10 +153,14 @@ def mask_table(att: Attention) -> Text:
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
     """Two cells per key, keys numbered like the rows; keys beyond ``width`` are left out."""
     weights, allowed = att.weights[head], att.allowed
+    pooled = att.config.get("pooled")
+    if pooled is not None:  # ~1/n weights: shade them on a log scale from a tenth of uniform to 1
+        floor = np.log10(0.1 / pooled["tokens"])
+        weights = np.clip((np.log10(np.maximum(weights, 1e-30)) - floor) / -floor, 0.0, 1.0)
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
-    rows = [f"{i:>{digits}} {abbreviate(t, LABEL_WIDTH)}" for i, t in enumerate(att.tokens)]
+    rows = [f"{i:>{digits}} {abbreviate(t, LABEL_WIDTH + 3)}" for i, t in enumerate(att.tokens)]
     label_w = max(cell_len(r) for r in rows)
     shown = max(1, min(m, (width - label_w - 1) // cell))
     maxima = _row_maxima(weights, allowed)
@@ -183,9 +187,11 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     return out
 
 
-def legend(*, color: bool, blocks: bool, masked: bool) -> Text:
+def legend(*, color: bool, blocks: bool, masked: bool, pooled: int | None = None) -> Text:
     """What the cells mean."""
     out = Text(style="dim")
+    if pooled is not None:
+        out.append(f"log scale from {0.1 / pooled:.1e} (a tenth of uniform) to 1 · ")
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
@@ -218,7 +224,8 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
     for head, label in enumerate(att.head_labels):
         body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
-    yield legend(color=color, blocks=blocks, masked=att.mask is not None)
+    pooled = att.config.get("pooled")
+    yield legend(color=color, blocks=blocks, masked=att.mask is not None, pooled=pooled["tokens"] if pooled else None)
 
 
 def _section(title: str, body: RenderableType) -> Group:

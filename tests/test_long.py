@@ -1,0 +1,88 @@
+"""Long sequences: blocked float32 attention, pooled maps, --pool, --save and the JSON refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnviz.blocked import bin_edges, blocked_attention, pooled_attention
+from attnviz.config import LayerConfig
+from attnviz.core import causal_mask, scaled_dot_product_attention
+from attnviz.layer import full_weights, pooled_self_attention, self_attention
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 150), m=st.integers(1, 150), causal=st.booleans(), seed=st.integers(0, 99))
+def test_blocked_attention_matches_the_textbook_core(n: int, m: int, causal: bool, seed: int) -> None:
+    m = n if causal else m
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.normal(size=(2, n, 8)), rng.normal(size=(2, m, 8)), rng.normal(size=(2, m, 8))
+    weights, output = blocked_attention(q, k, v, scale=0.35, causal=causal)
+    ref_out, ref_w, _ = scaled_dot_product_attention(q, k, v, scale=0.35, mask=causal_mask(n) if causal else None)
+    np.testing.assert_allclose(weights, ref_w, atol=2e-6)
+    np.testing.assert_allclose(output, ref_out, atol=2e-5)
+    if causal:
+        assert (weights[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
+
+
+@pytest.mark.parametrize("pool", ["max", "mean"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pooled_maps_equal_pooling_the_full_map(pool: str, causal: bool) -> None:
+    tokens = [f"t{i % 7}" for i in range(97)]
+    config = LayerConfig(causal=causal, pad_to=101)
+    full = self_attention(tokens, config).weights
+    rows = bin_edges(101, 9)
+    pooled = pooled_self_attention(tokens, config, bins=9, pool=pool)  # type: ignore[arg-type]
+    reduce = np.max if pool == "max" else np.mean
+    expected = [[[reduce(full[h, rows[i]:rows[i + 1], rows[j]:rows[j + 1]]) for j in range(9)] for i in range(9)]
+                for h in range(4)]
+    np.testing.assert_allclose(pooled.weights, expected, atol=1e-6)
+    assert pooled.tokens[0] == "0–10" and pooled.config["pooled"] == {"method": pool, "tokens": 101, "bins": 9}
+    if causal:
+        assert pooled.mask is not None and not pooled.mask[0, -1] and pooled.mask[-1, 0]
+
+
+def test_pooling_holds_only_blocks() -> None:
+    rows = cols = bin_edges(3000, 10)
+    q = k = np.random.default_rng(0).normal(size=(1, 3000, 16))
+    out = pooled_attention(q, k, scale=0.25, rows=rows, cols=cols, mean_heads=True)
+    assert out.shape == (1, 10, 10) and out.dtype == np.float32
+    assert (out <= 1).all() and (out > 0).all()
+
+
+def test_full_weights_are_the_dense_weights_in_float32() -> None:
+    tokens, weights = full_weights("the cat sat on the mat".split(), LayerConfig(causal=True, pad_to=8))
+    assert tokens[-1] == "[PAD]" and weights.dtype == np.float32
+    dense = self_attention("the cat sat on the mat".split(), LayerConfig(causal=True, pad_to=8)).weights
+    np.testing.assert_allclose(weights, dense, atol=1e-6)
+
+
+def test_long_sequences_in_the_cli(cli, tmp_path: Path) -> None:
+    tokens = tmp_path / "long.txt"
+    tokens.write_text(" ".join(f"w{i % 50}" for i in range(2500)))
+    run = cli("heatmap", "--file", str(tokens), "--head", "0", "--causal", "--no-color")
+    assert run.code == 0, run.err
+    assert "2,500 tokens max-pooled into 32 × 32 bins" in run.out and "log scale" in run.out
+    assert all(len(line) <= 80 for line in run.out.splitlines())
+    refused = cli("heatmap", "--file", str(tokens), "--json")
+    assert refused.code == 2 and "--save FILE.npz" in refused.err
+    figure = tmp_path / "long.png"
+    assert cli("heatmap", "--file", str(tokens), "--mean", "-o", str(figure)).code == 0
+    short = cli("heatmap", "a b c d e f", "--pool", "mean", "--no-color", "--head", "1")
+    assert "6 tokens mean-pooled" in short.out
+
+
+def test_save_writes_what_from_reads(cli, tmp_path: Path) -> None:
+    path = tmp_path / "weights.npz"
+    assert cli("heatmap", "the cat sat", "--causal", "--save", str(path)).code == 0
+    with np.load(path) as data:
+        assert data["attentions"].shape == (4, 3, 3) and data["tokens"].tolist() == ["the", "cat", "sat"]
+    doc = json.loads(cli("heatmap", "--from", str(path), "--json").out)
+    assert doc["tokens"] == ["the", "cat", "sat"] and np.array(doc["weights"]).shape == (4, 3, 3)
+    assert cli("heatmap", "a", "--save", str(tmp_path / "x.npy")).code == 2
+    assert cli("heatmap", "a", "--save", str(path), "--json").code == 2
