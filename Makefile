@@ -30,8 +30,8 @@ test: $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet ruff mypy
-	$(BIN)/ruff check attnviz tests
-	$(BIN)/ruff format --check attnviz tests
+	$(BIN)/ruff check attnviz tests benchmarks
+	$(BIN)/ruff format --check attnviz tests benchmarks
 	$(BIN)/mypy
 
 # The gallery the README shows: every figure is made by attnviz itself.
@@ -69,7 +69,7 @@ slides: $(VENV)/.installed-test
 
 # Speed, as ratios against baselines measured in the same run.
 bench: $(VENV)/.installed
-	$(BIN)/python benchmarks/batch_speed.py
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

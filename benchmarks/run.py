@@ -1,0 +1,213 @@
+"""Every speed and memory target of attnviz, each as a ratio against a baseline measured in the same run.
+
+    python benchmarks/run.py            # make bench
+    python benchmarks/run.py --quick    # smaller sizes, for a first look
+
+Prints one table: case, attnviz, baseline, ratio, target, pass/fail (and peak memory where it is a
+target). Times are the best of a few repeats; the machine's load moves them, the ratios less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOOR = ROOT.parent / "shared" / "bench" / "typer_floor.py"
+ROWS: list[tuple[str, float, float, float, str, bool, str]] = []
+
+
+def best(run: Callable[[], object], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def record(case: str, ours: float, base: float, limit: float, note: str = "") -> None:
+    ratio = ours / base
+    ROWS.append((case, ours, base, ratio, f"≤ {limit:g}×", ratio <= limit, note))
+
+
+def full_attention(n: int) -> None:
+    from attnviz.blocked import blocked_attention
+
+    h, d_k = 12, 64
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((h, n, d_k), dtype=np.float32) for _ in range(3))
+    kt = np.ascontiguousarray(k.transpose(0, 2, 1))
+    floor = best(lambda: np.matmul(np.matmul(q, kt), v))
+    scale = 1 / np.sqrt(d_k)
+    ours = best(lambda: blocked_attention(q, k, v, scale=scale))
+    causal = best(lambda: blocked_attention(q, k, v, scale=scale, causal=True))
+    weights, _ = blocked_attention(q[:1], k[:1], v[:1], scale=scale)
+    s = q[0].astype(np.float64) @ k[0].astype(np.float64).T * scale
+    ref = np.exp(s - s.max(axis=1, keepdims=True))
+    error = float(np.abs(weights[0] - ref / ref.sum(axis=1, keepdims=True)).max())
+    record(f"full attention, n={n}, 12 heads × 64, float32", ours, floor, 1.5, f"vs float64: {error:.1e}")
+    record("  causal, against the non-causal floor", causal, floor, 1.0)
+
+
+def long_sequence(n: int) -> None:
+    from attnviz.blocked import bin_edges, pooled_attention
+
+    d_k = 64
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((1, n, d_k), dtype=np.float32) for _ in range(2))
+    rows = bin_edges(n, 800)
+
+    def baseline() -> None:  # the QKᵀ products and the exponentials the view needs, nothing else
+        kt = np.ascontiguousarray(k[0].T)
+        for r0, r1 in zip(rows[:-1], rows[1:], strict=True):
+            np.exp(q[0, r0:r1] @ kt)
+
+    base = best(baseline, 1)
+    tracemalloc.start()
+    ours = best(lambda: pooled_attention(q, k, scale=0.125, rows=rows, cols=rows), 1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    record(f"pooled heatmap, n={n:,}, one head", ours, base, 2.0, f"peak {peak / 2**20:.0f} MiB (≤ 1024)")
+    ROWS[-1] = (*ROWS[-1][:5], ROWS[-1][5] and peak <= 2**30, ROWS[-1][6])
+
+
+def process(args: list[str], repeats: int = 7) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(args, capture_output=True, check=True, cwd=ROOT)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def start_up() -> None:
+    if not FLOOR.is_file():
+        print(f"(skipping start-up: {FLOOR} not found)")
+        return
+    attnviz = [sys.executable, "-m", "attnviz"]
+    floor = [sys.executable, str(FLOOR)]
+    record("start-up: --help", process([*attnviz, "--help"]), process([*floor, "--help"]), 1.3)
+    words = "the cat sat on the mat".split()
+    record(
+        "start-up: heatmap … --json",
+        process([*attnviz, "heatmap", *words, "--json"]),
+        process([*floor, "heatmap", *words, "--json"]),
+        1.3,
+    )
+
+
+def figures() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnviz import LayerConfig, self_attention
+    from attnviz.render.figure import FigureStyle, figure_bytes
+    from attnviz.render.heatmap import render_heatmap_figure
+
+    tokens = "the quick brown fox jumps over the lazy dog while the cat sat on a mat".split()
+    att = self_attention(tokens, LayerConfig()).select(head=0)
+    w = att.weights[0]
+
+    def naive_heatmap() -> None:
+        fig, ax = plt.subplots()
+        image = ax.imshow(w, vmin=0, vmax=1)
+        for (i, j), value in np.ndenumerate(w):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
+        fig.colorbar(image)
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close(fig)
+
+    style = FigureStyle(annotate=True)
+    record(
+        "annotated 16-token heatmap PNG",
+        best(lambda: figure_bytes(render_heatmap_figure(att, style), "png", {})),
+        best(naive_heatmap),
+        0.5,
+    )
+
+    grid_tokens = [f"tok{i}" for i in range(64)]
+    grid = self_attention(grid_tokens, LayerConfig(heads=12, d_model=96))
+
+    def naive_grid() -> None:
+        fig, axes = plt.subplots(3, 4, figsize=(14, 10))
+        for i, ax in enumerate(axes.flat):
+            ax.imshow(grid.weights[i], vmin=0, vmax=1)
+            ax.set_xticks(range(64), grid_tokens, rotation=90, fontsize=5)
+            ax.set_yticks(range(64), grid_tokens, fontsize=5)
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close(fig)
+
+    record(
+        "12-head grid of 64-token heads PNG",
+        best(lambda: figure_bytes(render_heatmap_figure(grid), "png", {})),
+        best(naive_grid),
+        0.25,
+    )
+
+    from attnviz.layer import pooled_self_attention
+
+    long_tokens = [f"w{i % 300}" for i in range(4096)]
+    config = LayerConfig(heads=12, d_model=768)
+    compute = best(lambda: pooled_self_attention(long_tokens, config, bins=787, head=0), 1)
+    total = best(
+        lambda: figure_bytes(
+            render_heatmap_figure(pooled_self_attention(long_tokens, config, bins=787, head=0)), "png", {}
+        ),
+        1,
+    )
+    record("4096-token heatmap PNG, against its attention", total, compute, 1.5)
+
+
+def batch(count: int) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    import tempfile
+
+    from batch_speed import attnviz_batch, baseline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = attnviz_batch(Path(tmp), count)
+        theirs = baseline(Path(tmp), count)
+    ROWS.append(
+        (
+            f"batch: {count} annotated heatmaps, {os.cpu_count()} cores",
+            ours,
+            theirs,
+            theirs / ours,
+            "≥ 3× faster",
+            theirs / ours >= 3,
+            "",
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    quick = parser.parse_args().quick
+    full_attention(1024 if quick else 4096)
+    long_sequence(8192 if quick else 65536)
+    start_up()
+    figures()
+    batch(20 if quick else 100)
+    print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")
+    for case, ours, base, ratio, target, ok, note in ROWS:
+        print(
+            f"{case:<52} {ours:>8.3f}s {base:>8.3f}s {ratio:>6.2f}×  {target:<12} {'pass' if ok else 'FAIL':4} {note}"
+        )
+
+
+if __name__ == "__main__":
+    main()
