@@ -224,15 +224,7 @@ def _all_layers(
         as_json,
         no_color,
         draw=lambda: model.render_model_figure(stack, figure.style, mean=mean),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "heatmap --all-layers",
-            "tokens": list(stack.tokens),
-            "source": stack.source,
-            "head": head,
-            "mean": mean,
-            "style": asdict(figure.style),
-        },
+        description=lambda: _stack_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean),
         documents=lambda: [
             schema.model_document(replace(stack, weights=stack.weights.mean(axis=1, keepdims=True)) if mean else stack)
         ],
@@ -589,13 +581,7 @@ def rollout(
         as_json,
         no_color,
         draw=lambda: model.render_rollout_figure(stack, result, figure.style),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "rollout",
-            "tokens": list(stack.tokens),
-            "source": stack.source,
-            "style": asdict(figure.style),
-        },
+        description=lambda: _stack_description("rollout", stack, figure.style),
         documents=lambda: [schema.rollout_document(stack, result)],
         show=lambda color, width: model.render_rollout(stack, result, color=color, width=width),
     )
@@ -633,13 +619,7 @@ def heads(
         as_json,
         no_color,
         draw=lambda: model.render_heads_figure(stack, scores, figure.style),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "heads",
-            "tokens": list(stack.tokens),
-            "source": stack.source,
-            "style": asdict(figure.style),
-        },
+        description=lambda: _stack_description("heads", stack, figure.style),
         documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
         show=lambda color, width: model.render_heads(stack, scores, top=top, color=color, width=width),
     )
@@ -855,6 +835,18 @@ def _description(command: str, att: Attention, style: FigureStyle, **view: Any) 
     if att.key_tokens is not None:
         doc["key_tokens"] = list(att.key_tokens)
     return doc | {"config": att.config, "view": view, "style": asdict(style)}
+
+
+def _stack_description(command: str, stack: AttentionStack, style: FigureStyle, **view: Any) -> dict[str, Any]:
+    """What a figure of a whole model (or file) records about how to make it again."""
+    return {
+        "attnviz": __version__,
+        "command": command,
+        "tokens": list(stack.tokens),
+        "source": stack.source,
+        "view": view,
+        "style": asdict(style),
+    }
 
 
 def _write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], description: dict[str, Any]) -> None:
