@@ -7,6 +7,7 @@ modules (NumPy, matplotlib) are imported inside the commands that need them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -30,6 +31,16 @@ if TYPE_CHECKING:
     from .sources import AttentionStack
 
 ANNOUNCE = True  # say "wrote FILE" on stderr; a batch run keeps its own account
+
+
+class _Views:
+    """attnviz.render's modules, each imported when first used: a JSON run loads no figure or table code."""
+
+    def __getattr__(self, name: str) -> Any:
+        return importlib.import_module(f"{__package__}.render.{name}")
+
+
+views = _Views()
 
 app = typer.Typer(
     name="attnviz",
@@ -126,19 +137,17 @@ def heatmap(
     else:
         att = layer.attention().select(head=head, mean=mean)
     from . import schema
-    from .render import heatmap as figures
-    from .render import terminal
 
     _emit(
         figure,
         as_json or jsonl,
         no_color,
-        draw=lambda: figures.render_heatmap_figure(att, figure.style),
+        draw=lambda: views.heatmap.render_heatmap_figure(att, figure.style),
         description=lambda: _description("heatmap", att, figure.style, head=head, mean=mean),
         documents=lambda: (
             schema.head_documents(att, scores=scores) if jsonl else [schema.attention_document(att, scores=scores)]
         ),
-        show=lambda color, width: terminal.render_heatmap(att, color=color, width=width),
+        show=lambda color, width: views.terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
     )
 
@@ -213,7 +222,6 @@ def _all_layers(
     from dataclasses import replace
 
     from . import schema
-    from .render import model
 
     stack = layer.stack()
     if head is not None:
@@ -223,12 +231,12 @@ def _all_layers(
         figure,
         as_json,
         no_color,
-        draw=lambda: model.render_model_figure(stack, figure.style, mean=mean),
+        draw=lambda: views.model.render_model_figure(stack, figure.style, mean=mean),
         description=lambda: _stack_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean),
         documents=lambda: [
             schema.model_document(replace(stack, weights=stack.weights.mean(axis=1, keepdims=True)) if mean else stack)
         ],
-        show=lambda color, width: model.render_all_layers(stack, head=None, mean=mean, color=color, width=width),
+        show=lambda color, width: views.model.render_all_layers(stack, head=None, mean=mean, color=color, width=width),
     )
 
 
@@ -272,17 +280,15 @@ def mask(
         other = flipped.attention().select(head=head)
         att, other = (att, other) if layer.config.causal else (other, att)
     from . import schema
-    from .render import mask as figures
-    from .render import terminal
 
     _emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: figures.render_mask_figure(att, figure.style, compare=other),
+        draw=lambda: views.mask.render_mask_figure(att, figure.style, compare=other),
         description=lambda: _description("mask", att, figure.style, head=head, compare=compare),
         documents=lambda: [schema.mask_document(att, compare=other)],
-        show=lambda color, width: terminal.render_mask(att, compare=other, color=color, width=width),
+        show=lambda color, width: views.terminal.render_mask(att, compare=other, color=color, width=width),
     )
 
 
@@ -316,18 +322,16 @@ def saturation(
 
     result = measure_saturation(dk_max=dk_max, keys=keys, trials=trials, seed=seed)
     from . import schema
-    from .render import saturation as figures
-    from .render import terminal
 
     options = {"dk_max": dk_max, "keys": keys, "trials": trials, "seed": seed}
     _emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: figures.render_saturation_figure(result, figure.style),
+        draw=lambda: views.saturation.render_saturation_figure(result, figure.style),
         description=lambda: {"attnviz": __version__, "command": "saturation", **options, "style": asdict(figure.style)},
         documents=lambda: [schema.saturation_document(result)],
-        show=lambda color, width: terminal.render_saturation(result, color=color, width=width),
+        show=lambda color, width: views.terminal.render_saturation(result, color=color, width=width),
     )
 
 
@@ -372,16 +376,15 @@ def explain(
         query = len(att.tokens) - 1 - sum(att.padding)
     e = explain_query(built, att, query, head)
     from . import schema
-    from .render import explain as view
 
     _emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: view.render_explain_figure(e, figure.style, att=att),
+        draw=lambda: views.explain.render_explain_figure(e, figure.style, att=att),
         description=lambda: _description("explain", att, figure.style, query=query, head=head),
         documents=lambda: [schema.explain_document(e, att)],
-        show=lambda color, width: view.render_explain(e, att, color=color, width=width),
+        show=lambda color, width: views.explain.render_explain(e, att, color=color, width=width),
     )
 
 
@@ -537,16 +540,15 @@ def lines(
     _one_output(figure.output, as_json, False)
     att = layer.attention().select(head=head)
     from . import schema
-    from .render import lines as view
 
     _emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: view.render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
+        draw=lambda: views.lines.render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
         description=lambda: _description("lines", att, figure.style, head=head, min_weight=min_weight, layout=layout),
-        documents=lambda: [schema.lines_document(att, view.links(att, min_weight), min_weight)],
-        show=lambda color, width: view.render_lines(att, min_weight=min_weight, color=color, width=width),
+        documents=lambda: [schema.lines_document(att, views.lines.links(att, min_weight), min_weight)],
+        show=lambda color, width: views.lines.render_lines(att, min_weight=min_weight, color=color, width=width),
     )
 
 
@@ -571,7 +573,6 @@ def rollout(
     """
     from . import schema
     from .analysis import rollout as attention_rollout
-    from .render import model
 
     _one_output(figure.output, as_json, False)
     stack = _stack(layer)
@@ -580,10 +581,10 @@ def rollout(
         figure,
         as_json,
         no_color,
-        draw=lambda: model.render_rollout_figure(stack, result, figure.style),
+        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style),
         description=lambda: _stack_description("rollout", stack, figure.style),
         documents=lambda: [schema.rollout_document(stack, result)],
-        show=lambda color, width: model.render_rollout(stack, result, color=color, width=width),
+        show=lambda color, width: views.model.render_rollout(stack, result, color=color, width=width),
     )
 
 
@@ -609,7 +610,6 @@ def heads(
     """
     from . import schema
     from .analysis import head_patterns, ranking
-    from .render import model
 
     _one_output(figure.output, as_json, False)
     stack = _stack(layer)
@@ -618,10 +618,10 @@ def heads(
         figure,
         as_json,
         no_color,
-        draw=lambda: model.render_heads_figure(stack, scores, figure.style),
+        draw=lambda: views.model.render_heads_figure(stack, scores, figure.style),
         description=lambda: _stack_description("heads", stack, figure.style),
         documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
-        show=lambda color, width: model.render_heads(stack, scores, top=top, color=color, width=width),
+        show=lambda color, width: views.model.render_heads(stack, scores, top=top, color=color, width=width),
     )
 
 
@@ -781,16 +781,15 @@ def _compare_output(
 ) -> None:
     """A comparison (permute, diff) as a figure, JSON or in the terminal."""
     from . import schema
-    from .render import compare
 
     _emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: compare.render_rows_figure(rows, figure.style, heading=heading),
+        draw=lambda: views.compare.render_rows_figure(rows, figure.style, heading=heading),
         description=lambda: _description(command, rows[0].a, figure.style, **view),
         documents=lambda: [schema.comparison_document(command, rows, view)],
-        show=lambda color, width: compare.render_rows_terminal(rows, heading, color=color, width=width),
+        show=lambda color, width: views.compare.render_rows_terminal(rows, heading, color=color, width=width),
     )
 
 
