@@ -14,7 +14,7 @@ import numpy as np
 from .config import Pool
 from .core import Array, BoolArray
 
-ROWS_PER_BLOCK = 64
+ROWS_PER_BLOCK = 256
 
 
 def _softmax_rows(block: Array) -> None:
@@ -41,15 +41,16 @@ def blocked_attention(
     weights = np.empty((heads, n, m), dtype=np.float32)
     output = np.empty((heads, n, v.shape[-1]), dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
+    above = np.triu(np.ones((ROWS_PER_BLOCK, ROWS_PER_BLOCK), dtype=bool), k=1)
     for start in range(0, n, ROWS_PER_BLOCK):
         stop = min(n, start + ROWS_PER_BLOCK)
         cols = min(m, stop) if causal else m  # keys beyond the block's last query are all masked
         for h in range(heads):
             block = weights[h, start:stop, :cols]
             np.matmul(q[h, start:stop], kt[h, :, :cols], out=block)
-            if causal:
-                rows = np.arange(start, stop)[:, None]
-                block[np.arange(cols)[None, :] > rows] = -np.inf
+            if causal:  # only the block's diagonal square holds both allowed and masked keys
+                diagonal = block[:, start : min(stop, cols)]
+                diagonal[above[: stop - start, : diagonal.shape[1]]] = -np.inf
             if blocked_keys is not None:
                 block[:, blocked_keys[:cols]] = -np.inf
             _softmax_rows(block)
