@@ -13,6 +13,7 @@ import numpy as np
 
 from .config import Pool
 from .core import Array, BoolArray
+from .threads import one_blas_thread, run_all
 
 ROWS_PER_BLOCK = 256
 
@@ -42,10 +43,11 @@ def blocked_attention(
     output = np.empty((heads, n, v.shape[-1]), dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     above = np.triu(np.ones((ROWS_PER_BLOCK, ROWS_PER_BLOCK), dtype=bool), k=1)
-    for start in range(0, n, ROWS_PER_BLOCK):
-        stop = min(n, start + ROWS_PER_BLOCK)
-        cols = min(m, stop) if causal else m  # keys beyond the block's last query are all masked
-        for h in range(heads):
+
+    def one_head(h: int) -> None:
+        for start in range(0, n, ROWS_PER_BLOCK):
+            stop = min(n, start + ROWS_PER_BLOCK)
+            cols = min(m, stop) if causal else m  # keys beyond the block's last query are all masked
             block = weights[h, start:stop, :cols]
             np.matmul(q[h, start:stop], kt[h, :, :cols], out=block)
             if causal:  # only the block's diagonal square holds both allowed and masked keys
@@ -55,8 +57,11 @@ def blocked_attention(
                 block[:, blocked_keys[:cols]] = -np.inf
             _softmax_rows(block)
             np.matmul(block, v[h, :cols], out=output[h, start:stop])
-        if cols < m:
-            weights[:, start:stop, cols:] = 0
+            if cols < m:
+                weights[h, start:stop, cols:] = 0
+
+    with one_blas_thread():
+        run_all(one_head, range(heads))
     return weights, output
 
 
@@ -91,22 +96,30 @@ def pooled_attention(
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     reduce_cols = np.maximum.reduceat if pool == "max" else np.add.reduceat
     widths = np.diff(cols).astype(np.float32)
-    for r in range(len(rows) - 1):
+
+    def one_bin(r: int) -> None:
         start, stop = int(rows[r]), int(rows[r + 1])
         block = np.empty((stop - start, m), dtype=np.float32)
         pooled_rows = np.zeros((shown, m), dtype=np.float32)
+        used = min(m, stop) if causal else m  # keys after the last query of the bin are all masked
+        scores = block[:, :used]
         for h in range(heads):
-            np.matmul(q[h, start:stop], kt[h], out=block)
-            if causal:
-                block[np.arange(m)[None, :] > np.arange(start, stop)[:, None]] = -np.inf
+            np.matmul(q[h, start:stop], kt[h, :, :used], out=scores)
+            if causal:  # only the bin's diagonal square holds both allowed and masked keys
+                diagonal = scores[:, start:used]
+                diagonal[np.triu(np.ones(diagonal.shape, dtype=bool), k=1)] = -np.inf
             if blocked_keys is not None:
-                block[:, blocked_keys] = -np.inf
-            _softmax_rows(block)
-            row = block.max(axis=0) if pool == "max" else block.mean(axis=0)
+                scores[:, blocked_keys[:used]] = -np.inf
+            _softmax_rows(scores)
+            row = np.zeros(m, dtype=np.float32)
+            row[:used] = scores.max(axis=0) if pool == "max" else scores.sum(axis=0) / (stop - start)
             if mean_heads:
                 pooled_rows[0] += row / heads
             else:
                 pooled_rows[h] = row
         pooled = reduce_cols(pooled_rows, cols[:-1], axis=1)
         result[:, r] = pooled if pool == "max" else pooled / widths
+
+    with one_blas_thread():
+        run_all(one_bin, range(len(rows) - 1))
     return result

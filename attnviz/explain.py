@@ -15,6 +15,7 @@ from .attention import Attention
 from .core import Array, BoolArray, softmax
 from .errors import UsageError
 from .layer import Layer
+from .threads import one_blas_thread
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryE
         raise UsageError(f"--head {head} is out of range: there are {heads} heads (0 to {heads - 1})")
     scale = float(att.config["scale"])
     allowed = att.allowed[query]
-    q, k, v = layer.projections()  # (h, n, d_k), (h, m, d_k), (h, m, d_v)
+    with one_blas_thread():
+        q, k, v = layer.projections()  # (h, n, d_k), (h, m, d_k), (h, m, d_v)
     q_i = q[:, query]  # (h, d_k): this query in every head
     dots = np.einsum("hd,hmd->hm", q_i, k)  # q·k_j for every key j
     scores = np.where(allowed, dots * scale, -np.inf)
@@ -67,5 +69,5 @@ def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryE
         weighted=weights[head][:, None] * v[head],
         head_output=head_outputs[head],
         head_outputs=head_outputs,
-        output=head_outputs.reshape(-1) @ layer.w_o,  # [o_1; …; o_h] W_O
+        output=np.einsum("i,ij->j", head_outputs.reshape(-1), layer.w_o),  # [o_1; …; o_h] W_O
     )

@@ -23,6 +23,7 @@ from .config import LayerConfig, Pool
 from .core import Array, BoolArray, causal_mask, multi_head_attention, padding_mask
 from .errors import UsageError
 from .resources import ensure_fits
+from .threads import one_blas_thread
 
 PAD = "[PAD]"
 TEXTBOOK_SCALE = 0.3
@@ -168,9 +169,17 @@ def prepare(
     )
     layer = build_layer(config, tokens, keys)
     mask = combined_mask(n, m, causal=config.causal, key_padding=np.array(key_padding))
-    output, weights, scores = multi_head_attention(
-        layer.x, layer.w_q, layer.w_k, layer.w_v, layer.w_o, scale=config.scale_value, mask=mask, context=layer.context
-    )
+    with one_blas_thread():  # the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
+        output, weights, scores = multi_head_attention(
+            layer.x,
+            layer.w_q,
+            layer.w_k,
+            layer.w_v,
+            layer.w_o,
+            scale=config.scale_value,
+            mask=mask,
+            context=layer.context,
+        )
     att = Attention(
         tokens=tokens,
         weights=weights,
@@ -249,8 +258,9 @@ def pooled_self_attention(
         4 * n * (2 * d + 4 * len(chosen) * config.d_k) + 8 * n * bins, f"{n} tokens, pooled", "use fewer tokens"
     )
     layer = build_layer(config, tokens, dtype=np.float32)
-    q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
-    k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
+    with one_blas_thread():
+        q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
+        k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
     rows = cols = bin_edges(n, bins)
     key_mask = ~np.array(padding) if any(padding) else None
     weights = pooled_attention(
@@ -294,7 +304,8 @@ def full_weights(tokens: list[str] | tuple[str, ...], config: LayerConfig) -> tu
         "use fewer tokens or a pooled view (the terminal, or -o)",
     )
     layer = build_layer(config, tokens, dtype=np.float32)
-    q, k, v = (a.astype(np.float32) for a in layer.projections())
+    with one_blas_thread():
+        q, k, v = (a.astype(np.float32) for a in layer.projections())
     key_mask = ~np.array(padding) if any(padding) else None
     weights, _ = blocked_attention(q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask)
     return tokens, weights

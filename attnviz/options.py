@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,9 +257,6 @@ class LayerRequest:
 
     def stack(self) -> AttentionStack:
         """Every layer's attention, from the model or the file."""
-        if "numpy" not in sys.modules:  # a model's matrices are small: one BLAS thread is faster on a busy machine
-            for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-                os.environ.setdefault(variable, "1")
         from .sources import file_stack, model_stack
 
         if self.from_file is not None:

@@ -60,6 +60,22 @@ def full_attention(n: int) -> None:
     record("  causal, against the non-causal floor", causal, floor, 1.0)
 
 
+def busy_machine(n: int) -> None:
+    """The same full attention while another process keeps one core busy: slower, but not many-fold."""
+    from attnviz.blocked import blocked_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((12, n, 64), dtype=np.float32) for _ in range(3))
+    quiet = best(lambda: blocked_attention(q, k, v, scale=0.125))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = best(lambda: blocked_attention(q, k, v, scale=0.125))
+    finally:
+        hog.kill()
+        hog.wait()
+    record(f"full attention, one of {os.cpu_count()} cores busy elsewhere", busy, quiet, 3.0, "against a quiet machine")
+
+
 def long_sequence(n: int) -> None:
     from attnviz.blocked import bin_edges, pooled_attention
 
@@ -198,6 +214,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     quick = parser.parse_args().quick
     full_attention(1024 if quick else 4096)
+    busy_machine(1024 if quick else 4096)
     long_sequence(8192 if quick else 65536)
     start_up()
     figures()

@@ -120,3 +120,16 @@ def test_json_output_does_not_import_matplotlib() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stderr.strip() == "False"
+
+
+def test_results_do_not_depend_on_the_number_of_blas_threads(tmp_path) -> None:
+    outputs = []
+    for threads in ("1", "2", "4"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        doc = subprocess.run(ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(300)], "--json", "--scores"],
+                             capture_output=True, cwd=REPO, env=env, timeout=120)
+        saved = tmp_path / f"{threads}.npz"
+        subprocess.run(ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(700)], "--causal", "--save", str(saved)],
+                       capture_output=True, cwd=REPO, env=env, timeout=120, check=True)
+        outputs.append((doc.stdout, saved.read_bytes()))
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core import Array, softmax
 from ..errors import AttnvizError
+from ..threads import one_blas_thread
 from . import Encoding, ModelAttention
 from .safetensors import read_safetensors
 from .wordpiece import WordPiece
@@ -124,6 +125,10 @@ class Bert:
 
     def attention(self, encoding: Encoding) -> ModelAttention:
         """Run the encoder; return the attention weights and scores of every layer, (layers, heads, n, n)."""
+        with one_blas_thread():  # small matrices: one thread is faster, and the bits do not depend on it
+            return self._forward(encoding)
+
+    def _forward(self, encoding: Encoding) -> ModelAttention:
         c = self.config
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
         ids = np.asarray(encoding.ids)
