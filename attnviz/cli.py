@@ -853,6 +853,16 @@ def _write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descri
 
     assert figure.output is not None
     chosen = format_of(figure.output, figure.fmt)
+    from .render.figure import missing_glyphs
+
+    boxes = missing_glyphs([*description.get("tokens", []), *description.get("key_tokens", [])])
+    if boxes and ANNOUNCE:
+        shown = " ".join(boxes[:8]) + (" …" if len(boxes) > 8 else "")
+        print(
+            f"attnviz: warning: no font here can draw {shown}; they show as boxes (install e.g. "
+            "fonts-noto-cjk or fonts-noto-color-emoji)",
+            file=sys.stderr,
+        )
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
             f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
@@ -898,7 +908,7 @@ def main(argv: list[str] | None = None) -> int:
     except AttnvizError as err:
         return _fail(str(err), err.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        return _fail("interrupted", 130)
+        return 130  # Ctrl-C: quietly; files are only ever renamed into place once complete
     except BrokenPipeError:  # the reader (head, less) left: stop quietly, as rich and typer do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -7,6 +7,8 @@ which a view takes one layer as an :class:`Attention`, or all of them.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,13 @@ def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str =
         raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
     if not np.isfinite(weights).all():
         raise AttnvizError(f"--from {path}: the weights hold NaN or infinity (attnviz check {path} says where)")
+    if (weights < 0).any():
+        raise AttnvizError(f"--from {path}: some weights are negative (attnviz check {path} says where)")
+    if not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-3):
+        raise AttnvizError(
+            f"--from {path}: some rows do not sum to 1, so these are not attention weights "
+            f"(attnviz check {path} says where)"
+        )
     return AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)})
 
 
@@ -137,7 +146,7 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
         loaded = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     if suffix == ".npy":
         return loaded, None
@@ -155,8 +164,8 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
         try:
             array = loaded[name]
             tokens = [str(t) for t in loaded["tokens"].tolist()] if "tokens" in keys else None
-        except ValueError as err:
-            raise AttnvizError(f"{path}: cannot read {name!r} ({err})") from None
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+            raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     return array, tokens
 
 

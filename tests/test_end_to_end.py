@@ -126,10 +126,42 @@ def test_results_do_not_depend_on_the_number_of_blas_threads(tmp_path) -> None:
     outputs = []
     for threads in ("1", "2", "4"):
         env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-        doc = subprocess.run(ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(300)], "--json", "--scores"],
-                             capture_output=True, cwd=REPO, env=env, timeout=120)
+        doc = subprocess.run(
+            ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(300)], "--json", "--scores"],
+            capture_output=True,
+            cwd=REPO,
+            env=env,
+            timeout=120,
+        )
         saved = tmp_path / f"{threads}.npz"
-        subprocess.run(ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(700)], "--causal", "--save", str(saved)],
-                       capture_output=True, cwd=REPO, env=env, timeout=120, check=True)
+        subprocess.run(
+            ATTNVIZ + ["heatmap", *[f"w{i}" for i in range(700)], "--causal", "--save", str(saved)],
+            capture_output=True,
+            cwd=REPO,
+            env=env,
+            timeout=120,
+            check=True,
+        )
         outputs.append((doc.stdout, saved.read_bytes()))
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_ctrl_c_exits_130_quietly_and_leaves_no_partial_file(tmp_path) -> None:
+    import signal
+    import time
+
+    tokens = tmp_path / "long.txt"
+    tokens.write_text(" ".join(f"w{i % 300}" for i in range(30_000)))
+    out = tmp_path / "out.png"
+    process = subprocess.Popen(
+        ATTNVIZ + ["heatmap", "--file", str(tokens), "-o", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(2.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert b"Traceback" not in err and err == b""
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))

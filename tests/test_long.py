@@ -39,8 +39,10 @@ def test_pooled_maps_equal_pooling_the_full_map(pool: str, causal: bool) -> None
     rows = bin_edges(101, 9)
     pooled = pooled_self_attention(tokens, config, bins=9, pool=pool)  # type: ignore[arg-type]
     reduce = np.max if pool == "max" else np.mean
-    expected = [[[reduce(full[h, rows[i]:rows[i + 1], rows[j]:rows[j + 1]]) for j in range(9)] for i in range(9)]
-                for h in range(4)]
+    expected = [
+        [[reduce(full[h, rows[i] : rows[i + 1], rows[j] : rows[j + 1]]) for j in range(9)] for i in range(9)]
+        for h in range(4)
+    ]
     np.testing.assert_allclose(pooled.weights, expected, atol=1e-6)
     assert pooled.tokens[0] == "0–10" and pooled.config["pooled"] == {"method": pool, "tokens": 101, "bins": 9}
     if causal:

@@ -7,6 +7,7 @@ Every size and offset in the header is checked against the file before anything 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -66,10 +67,10 @@ def _tensor(path: Path, name: str, info: object, data: np.ndarray | None, data_l
         start, end = int(start), int(end)
     except (KeyError, TypeError, ValueError):
         raise AttnvizError(f"{path}: tensor {name!r} has a malformed entry in the header") from None
-    if dtype not in DTYPES:
-        raise AttnvizError(f"{path}: tensor {name!r} has dtype {dtype}, which attnviz cannot read")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise AttnvizError(f"{path}: tensor {name!r} has dtype {dtype!r}, which attnviz cannot read")
     itemsize = np.dtype(DTYPES[dtype]).itemsize
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)  # Python integers: a crafted shape cannot overflow into a match
     if min(shape, default=0) < 0 or not 0 <= start <= end <= data_len or end - start != count * itemsize:
         raise AttnvizError(
             f"{path}: tensor {name!r} ({dtype} {list(shape)}) does not fit the file's data "

@@ -15,7 +15,8 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,17 +136,77 @@ def colormap(name: str) -> Colormap:
     return cmap.with_extremes(bad=(0, 0, 0, 0))
 
 
+# Fonts tried, in order, for glyphs DejaVu Sans lacks (CJK, emoji, more scripts) when installed.
+FALLBACK_FONTS = (
+    "Noto Sans CJK JP",
+    "Noto Sans CJK SC",
+    "Noto Sans CJK KR",
+    "Noto Sans CJK TC",
+    "Noto Sans",
+    "Noto Sans Arabic",
+    "Noto Sans Hebrew",
+    "Noto Sans Devanagari",
+    "Noto Color Emoji",
+    "Noto Emoji",
+    "Symbola",
+    "WenQuanYi Zen Hei",
+    "Droid Sans Fallback",
+    "Last Resort High-Efficiency",
+)
+
+
+@functools.cache
+def font_families() -> tuple[str, ...]:
+    """DejaVu Sans, then every fallback font this machine has."""
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return ("DejaVu Sans", *(name for name in FALLBACK_FONTS if name in installed and "Last Resort" not in name))
+
+
+@functools.cache
+def _covered_code_points() -> frozenset[int]:
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    points: set[int] = set()
+    for family in font_families():
+        path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+        points.update(FT2Font(path).get_charmap())
+    return frozenset(points)
+
+
+def missing_glyphs(texts: Iterable[str]) -> list[str]:
+    """The characters of ``texts`` that no font here can draw (they would show as boxes)."""
+    covered = _covered_code_points()
+    seen = dict.fromkeys(
+        ch
+        for text in texts
+        for ch in text
+        if not ch.isspace() and ord(ch) not in covered and unicodedata.category(ch)[0] not in "CZ"
+    )
+    return list(seen)
+
+
 @contextmanager
 def figure_context(style: FigureStyle) -> Iterator[None]:
-    """matplotlib's own defaults (not the user's matplotlibrc), then attnviz's look."""
+    """matplotlib's own defaults (not the user's matplotlibrc), then attnviz's look.
+
+    matplotlib warns once per glyph a font lacks; attnviz says it once per figure instead
+    (:func:`missing_glyphs`), so those warnings are silenced here.
+    """
+    import warnings
+
     import matplotlib as mpl
 
     c = style.colours
-    with mpl.rc_context():
+    with mpl.rc_context(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        warnings.filterwarnings("ignore", message=r"Matplotlib currently does not support")
         mpl.rcdefaults()
         mpl.rcParams.update(
             {
-                "font.family": "DejaVu Sans",
+                "font.family": list(font_families()),
                 "font.size": style.font_size,
                 "axes.titlesize": style.font_size,
                 "axes.labelsize": style.font_size * 0.9,

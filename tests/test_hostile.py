@@ -1,0 +1,259 @@
+"""A hostile user: every command against bad inputs, fuzzed parsers, and nothing half-written on disk.
+
+Every case must end with one readable line on stderr naming the problem and a non-zero exit
+(or, where the input is merely unusual, a clean success) — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnviz.batch import load_plan
+from attnviz.errors import AttnvizError, UsageError
+from attnviz.inputs import tokens_from_text
+from attnviz.models.safetensors import read_safetensors
+from attnviz.sources import file_stack
+
+COMMANDS = ["heatmap", "mask", "explain", "permute", "diff", "lines", "rollout", "heads"]
+EXTRA = {"diff": ["--b", "--causal"]}
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    good = np.full((1, 2, 3, 3), 1 / 3)
+    made = {
+        "empty": b"",
+        "spaces": b"  \n\t  ",
+        "binary": b"\xff\xfe\x00\x81 garbage",
+        "broken.json": b'["a", "b"',
+        "object.json": b'{"tokens": 3}',
+    }
+    paths = {}
+    for name, data in made.items():
+        paths[name] = tmp_path / name
+        paths[name].write_bytes(data)
+    arrays = {
+        "nan.npy": np.where(np.eye(3, dtype=bool), np.nan, good),
+        "inf.npy": np.where(np.eye(3, dtype=bool), np.inf, good),
+        "negative.npy": good - np.eye(3) * 0.5,
+        "rows.npy": good * 0.5,
+        "rank6.npy": np.ones((1, 1, 1, 2, 3, 3)),
+        "text.npy": np.full((3, 3), "a"),
+    }
+    for name, array in arrays.items():
+        paths[name] = tmp_path / name
+        np.save(paths[name], array)
+    valid = tmp_path / "valid.npy"
+    np.save(valid, good)
+    paths["truncated.npy"] = tmp_path / "truncated.npy"
+    paths["truncated.npy"].write_bytes(valid.read_bytes()[:90])
+    paths["corrupt.npz"] = tmp_path / "corrupt.npz"
+    paths["corrupt.npz"].write_bytes(b"PK\x03\x04" + bytes(range(200)))
+    paths["mismatch.npz"] = tmp_path / "mismatch.npz"
+    np.savez(paths["mismatch.npz"], attentions=good, tokens=np.array(["a", "b"]))
+    paths["dir"] = tmp_path
+    paths["missing"] = tmp_path / "no-such-file.txt"
+    return paths
+
+
+def assert_clean_failure(run, out: Path) -> None:
+    assert run.code != 0, run.out[:200]
+    assert "Traceback" not in run.err
+    assert run.err.startswith("attnviz: error: ") and run.err.count("\n") == 1, run.err
+    assert not out.exists()
+    assert not list(out.parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    "source",
+    ["empty", "spaces", "binary", "broken.json", "object.json", "dir", "missing"],
+)
+def test_bad_token_files(cli, files, tmp_path: Path, command: str, source: str) -> None:
+    out = tmp_path / "out" / "figure.png"
+    out.parent.mkdir(exist_ok=True)
+    assert_clean_failure(cli(command, "--file", str(files[source]), *EXTRA.get(command, []), "-o", str(out)), out)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--heads", "0"],
+        ["--d-model", "-1"],
+        ["--heads", "3"],
+        ["--dpi", "0"],
+        ["--size", "0x0"],
+        ["--pad-to", "1"],
+        ["--scale", "nan"],
+        ["--seed", "-5"],
+        ["--theme", "neon"],
+    ],
+)
+def test_absurd_options(cli, tmp_path: Path, command: str, options: list[str]) -> None:
+    out = tmp_path / "figure.png"
+    assert_clean_failure(cli(command, "the cat sat", *options, *EXTRA.get(command, []), "-o", str(out)), out)
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask", "explain", "lines"])
+def test_head_out_of_range(cli, tmp_path: Path, command: str) -> None:
+    out = tmp_path / "figure.png"
+    assert_clean_failure(cli(command, "the cat sat", "--head", "99", "-o", str(out)), out)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_single_token_works_or_says_why(cli, tmp_path: Path, command: str) -> None:
+    run = cli(command, "alone", *EXTRA.get(command, []), "--json")
+    assert "Traceback" not in run.err
+    assert run.code == 0 or (run.err.startswith("attnviz: error: ") and run.err.count("\n") == 1)
+    if command == "permute":
+        assert run.code == 2 and "at least 2 tokens" in run.err
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask", "explain", "permute", "diff", "lines", "rollout"])
+def test_a_hundred_thousand_tokens(cli, tmp_path: Path, command: str) -> None:
+    args = [command, *[f"w{i % 97}" for i in range(100_000)], *EXTRA.get(command, []), "--json"]
+    run = cli(*args)
+    assert run.code != 0 and "Traceback" not in run.err and run.err.count("\n") == 1
+    assert "memory" in run.err or "too large" in run.err
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nan.npy", "NaN or infinity"),
+        ("inf.npy", "NaN or infinity"),
+        ("negative.npy", "negative"),
+        ("rows.npy", "do not sum to 1"),
+        ("rank6.npy", "expected (q, k)"),
+        ("text.npy", "not numbers"),
+        ("truncated.npy", "not a readable .npy"),
+        ("corrupt.npz", "not a readable .npz"),
+        ("mismatch.npz", "expected 3 tokens"),
+        ("missing", "reads .npy, .npz and .json"),
+        ("broken.json", "not valid JSON"),
+        ("object.json", "nested list of numbers"),
+    ],
+)
+@pytest.mark.parametrize("command", ["heatmap", "lines", "rollout", "heads"])
+def test_bad_attention_files(cli, files, tmp_path: Path, command: str, name: str, message: str) -> None:
+    out = tmp_path / "figure.png"
+    run = cli(command, "--from", str(files[name]), "-o", str(out))
+    assert_clean_failure(run, out)
+    assert message in run.err
+
+
+def test_check_reports_what_the_views_refuse(cli, files) -> None:
+    for name in ("nan.npy", "negative.npy", "rows.npy"):
+        run = cli("check", str(files[name]))
+        assert run.code == 1 and "FAIL" in run.out and run.err == ""
+
+
+def test_bad_plans(cli, tmp_path: Path) -> None:
+    for text in ("[[figure]\n", "figure = 3\n", '[[figure]]\nname = "../x"\ncommand = "heatmap"\n', "\x00\xff"):
+        plan = tmp_path / "plan.toml"
+        plan.write_bytes(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text)
+        run = cli("batch", str(plan), "-o", str(tmp_path / "out"), "-j", "1")
+        assert run.code != 0 and "Traceback" not in run.err and run.err.startswith("attnviz: error: ")
+    assert not (tmp_path / ".." / "x.png").exists()
+
+
+def test_a_broken_model_checkpoint(cli, tmp_path: Path) -> None:
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_text('{"num_hidden_layers": 1, "num_attention_heads": 1, "hidden_size": 4}')
+    (directory / "vocab.txt").write_text("[UNK]\n[CLS]\n[SEP]\nhello\n")
+    (directory / "model.safetensors").write_bytes(struct.pack("<Q", 10**15) + b"{}")
+    run = cli("heatmap", "--model-dir", str(directory), "hello")
+    assert run.code == 1 and "header claims" in run.err and run.err.count("\n") == 1
+
+
+# Fuzzing: every parser either loads or raises attnviz's own error.
+
+
+@FUZZ
+@given(st.text())
+def test_fuzz_token_text(text: str) -> None:
+    try:
+        tokens = tokens_from_text(text, "fuzz")
+    except AttnvizError:
+        return
+    assert isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)
+
+
+@FUZZ
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=20,
+    )
+)
+def test_fuzz_attention_json(tmp_path: Path, document: object) -> None:
+    path = tmp_path / "fuzz.json"
+    path.write_text(json.dumps(document))
+    try:
+        stack = file_stack(path)
+    except (AttnvizError, UsageError):
+        return
+    assert stack.weights.ndim == 4
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_fuzz_numpy_files(tmp_path: Path, data: bytes) -> None:
+    for suffix, prefix in ((".npy", b"\x93NUMPY\x01\x00"), (".npz", b"PK\x03\x04")):
+        path = tmp_path / f"fuzz{suffix}"
+        path.write_bytes(prefix + data)
+        try:
+            file_stack(path)
+        except (AttnvizError, UsageError):
+            pass
+
+
+@FUZZ
+@given(st.integers(0, 2**64 - 1), st.binary(max_size=200))
+def test_fuzz_safetensors_headers(tmp_path: Path, claimed: int, data: bytes) -> None:
+    path = tmp_path / "fuzz.safetensors"
+    path.write_bytes(struct.pack("<Q", claimed) + data)
+    try:
+        read_safetensors(path)
+    except AttnvizError:
+        pass
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        st.sampled_from(["dtype", "shape", "data_offsets", "x"]),
+        st.one_of(st.text(max_size=4), st.lists(st.integers(-5, 10**12), max_size=4), st.integers()),
+        max_size=4,
+    )
+)
+def test_fuzz_safetensors_entries(tmp_path: Path, entry: dict) -> None:
+    header = json.dumps({"t": entry}).encode()
+    path = tmp_path / "fuzz.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\x00" * 64)
+    try:
+        read_safetensors(path)
+    except AttnvizError:
+        pass
+
+
+@FUZZ
+@given(st.text(max_size=300))
+def test_fuzz_plans(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        load_plan(path)
+    except (AttnvizError, UsageError):
+        pass
