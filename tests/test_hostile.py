@@ -257,3 +257,11 @@ def test_fuzz_plans(tmp_path: Path, text: str) -> None:
         load_plan(path)
     except (AttnvizError, UsageError):
         pass
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask", "explain", "lines", "permute"])
+def test_tokens_are_text_in_figures_not_mathematics(cli, tmp_path: Path, command: str) -> None:
+    out = tmp_path / "f.svg"
+    run = cli(command, "$\\undefined$", "$x^2$", "b", "-o", str(out))
+    assert run.code == 0, run.err
+    assert out.stat().st_size > 1000

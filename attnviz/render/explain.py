@@ -136,7 +136,7 @@ def _strip(ax: Axes, values: Array, limit: float, title: str, style: FigureStyle
     ax.imshow(values[None, :], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto")
     ax.set_yticks([])
     ax.set_xticks([])
-    ax.set_title(title, loc="left", fontsize=style.font_size * 0.9)
+    ax.set_title(title, loc="left", fontsize=style.font_size * 0.9, parse_math=True)
     for spine in ax.spines.values():
         spine.set_visible(False)
 
@@ -145,7 +145,7 @@ def _matrix(ax: Axes, values: Array, limit: float, title: str, keys: list[str], 
     image = ax.imshow(values, cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
     ax.set_yticks(range(len(keys)), keys, fontsize=style.font_size * 0.8)
     ax.set_xticks([])
-    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9)
+    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9, parse_math=True)
     for spine in ax.spines.values():
         spine.set_visible(False)
     return image
@@ -169,7 +169,7 @@ def _bars(
     ax.axvline(0, color=style.colours["muted"], lw=0.8)
     low = min(0.0, float(finite.min()))
     ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
-    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9)
+    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9, parse_math=True)
     ax.tick_params(labelsize=style.font_size * 0.7)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -195,7 +195,7 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     limit = float(max(np.abs(e.q).max(), np.abs(e.keys).max(), np.abs(e.values).max(), 1e-9))
     cut = f" (first {shown} of {len(e.q)})" if shown < len(e.q) else ""
     i = e.query
-    query = abbreviate(att.tokens[i], 16)
+    query = abbreviate(att.tokens[i], 16).replace("$", r"\$")  # literal in a title that holds mathematics
     _strip(axes["q"], e.q[:shown], limit, f"$q = x_{{{i}}} W_Q$, the query '{query}'{cut}", style)
     _matrix(axes["K"], e.keys[:, :shown], limit, "keys $k_j = c_j W_K$", keys, style)
     _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style)

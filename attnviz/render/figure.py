@@ -207,6 +207,7 @@ def figure_context(style: FigureStyle) -> Iterator[None]:
         mpl.rcParams.update(
             {
                 "font.family": list(font_families()),
+                "text.parse_math": False,  # tokens are text: '$x$' must not become mathematics
                 "font.size": style.font_size,
                 "axes.titlesize": style.font_size,
                 "axes.labelsize": style.font_size * 0.9,
