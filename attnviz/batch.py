@@ -118,7 +118,11 @@ def _expand(raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path
             raise UsageError(f"'{key}' is not an option of attnviz {command}")
         options[name] = value
     for name in PATH_OPTIONS & options.keys():
-        options[name] = str(base / str(options[name]))
+        given = Path(str(options[name]))
+        if name != "model_dir" and (given.is_absolute() or ".." in given.parts or str(given).startswith("~")):
+            # a plan from someone else must not read your files into its figures
+            raise UsageError(f"{name} = {str(given)!r}: a plan reads files from its own folder only")
+        options[name] = str(base / given)
     lists = [k for k, v in options.items() if isinstance(v, list)]
     for values in itertools.product(*(options[k] for k in lists)):
         chosen = {**options, **dict(zip(lists, values, strict=True))}

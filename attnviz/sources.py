@@ -7,11 +7,12 @@ which a view takes one layer as an :class:`Attention`, or all of them.
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from .attention import Attention
 from .core import Array, causal_mask
 from .errors import AttnvizError, UsageError
 from .inputs import decode, read_file, tokens_from_text
+from .resources import ensure_fits, human_bytes
 
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
@@ -141,12 +143,43 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
     return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
 
 
+def _check_npy_header(stream: IO[bytes], available: int, where: str) -> None:
+    """Refuse, before NumPy allocates anything, an array whose header claims more than the file holds."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(stream)
+        reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _, dtype = reader(stream)
+    except (ValueError, OSError, EOFError) as err:
+        raise AttnvizError(f"{where}: not a readable .npy array ({err})") from None
+    if dtype.hasobject:
+        raise AttnvizError(f"{where}: holds Python objects, which attnviz never loads (they could run code)")
+    needed = math.prod(shape) * dtype.itemsize
+    if needed > available:
+        raise AttnvizError(
+            f"{where}: its header claims a {tuple(shape)} {dtype} array ({human_bytes(needed)}), "
+            f"but the file holds {human_bytes(available)}"
+        )
+    ensure_fits(2 * needed, f"loading {where}", "use a smaller file")
+
+
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
     try:
+        if suffix == ".npy":
+            with open(path, "rb") as stream:
+                _check_npy_header(stream, path.stat().st_size, str(path))
+        else:
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    with archive.open(info) as stream:
+                        _check_npy_header(stream, info.file_size, f"{path}: {info.filename}")
         loaded = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except IsADirectoryError:
+        raise AttnvizError(f"{path}: is a directory, not a file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     if suffix == ".npy":
         return loaded, None

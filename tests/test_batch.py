@@ -155,3 +155,11 @@ def test_invalid_plans(cli, tmp_path: Path) -> None:
     assert "unknown table" in cli("batch", str(write(tmp_path, "[figures]\nname = 1\n"))).err
     run = cli("batch", str(write(tmp_path, '[[figure]]\nname = "x"\ncommand = "check"\n')), "--check")
     assert "command must be one of" in run.err
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../secret.txt", "~/notes.txt"])
+def test_a_plan_reads_files_from_its_own_folder_only(tmp_path: Path, path: str) -> None:
+    entries, errors = plans.load_plan(
+        write(tmp_path, f'[[figure]]\nname = "x"\ncommand = "heatmap"\nfile = "{path}"\n')
+    )
+    assert entries == [] and "reads files from its own folder only" in errors[0]

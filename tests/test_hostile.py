@@ -265,3 +265,23 @@ def test_tokens_are_text_in_figures_not_mathematics(cli, tmp_path: Path, command
     run = cli(command, "$\\undefined$", "$x^2$", "b", "-o", str(out))
     assert run.code == 0, run.err
     assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_a_header_claiming_terabytes_is_refused_before_allocating(tmp_path: Path, suffix: str) -> None:
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    header = io.BytesIO()
+    npy.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (1, 10**6, 10**6, 4)})
+    data = header.getvalue() + bytes(64)
+    path = tmp_path / f"huge{suffix}"
+    if suffix == ".npy":
+        path.write_bytes(data)
+    else:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("attentions.npy", data)
+    with pytest.raises(AttnvizError, match=r"its header claims .* TiB\), but the file holds"):
+        file_stack(path)
