@@ -12,6 +12,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "line
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "from_file", "tokens_file"}
 MANIFEST = ".attnviz-batch.json"
+MAX_FIGURES = 10_000
 
 
 @dataclass
@@ -124,6 +126,9 @@ def _expand(raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path
             raise UsageError(f"{name} = {str(given)!r}: a plan reads files from its own folder only")
         options[name] = str(base / given)
     lists = [k for k, v in options.items() if isinstance(v, list)]
+    count = math.prod(len(options[k]) for k in lists)
+    if count > MAX_FIGURES:
+        raise UsageError(f"its lists expand into {count:,} figures; a plan draws at most {MAX_FIGURES:,}")
     for values in itertools.product(*(options[k] for k in lists)):
         chosen = {**options, **dict(zip(lists, values, strict=True))}
         try:
@@ -314,7 +319,8 @@ def _draw_all(todo: list[Entry], directory: Path, jobs: int) -> Iterator[Outcome
 
     import matplotlib.backends.backend_agg  # noqa: F401 - loaded once here, shared by the forked workers
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    workers = min(jobs, len(todo))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [pool.submit(draw, entry, directory) for entry in todo]
         try:
             for future in as_completed(futures):

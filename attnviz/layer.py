@@ -127,12 +127,15 @@ def token_vectors(tokens: tuple[str, ...], config: LayerConfig, dtype: type = np
 def estimate_bytes(n: int, config: LayerConfig, m: int | None = None) -> int:
     """Peak memory of one call: scores, masked scores, exponentials and weights, float64."""
     m = n if m is None else m
-    return 8 * (4 * config.heads * n * m + 3 * (n + m) * config.d_model) + n * m
+    weights = 4 * config.d_model * config.heads * config.d_k  # W_Q, W_K, W_V and W_O
+    return 8 * (4 * config.heads * n * m + 3 * (n + m) * config.d_model + weights) + n * m
 
 
 def _pad(tokens: tuple[str, ...], pad_to: int | None) -> tuple[tuple[str, ...], tuple[bool, ...]]:
     if pad_to is not None and pad_to < len(tokens):
         raise UsageError(f"--pad-to {pad_to} is shorter than the sequence ({len(tokens)} tokens)")
+    if pad_to is not None:
+        ensure_fits(100 * pad_to, f"--pad-to {pad_to}", "pad to fewer tokens")
     padded = tokens + (PAD,) * ((pad_to or len(tokens)) - len(tokens))
     return padded, tuple(i >= len(tokens) for i in range(len(padded)))
 

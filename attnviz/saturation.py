@@ -80,9 +80,9 @@ def measure_saturation(dk_max: int = 1024, keys: int = 64, trials: int = 200, se
     if seed < 0:
         raise UsageError(f"--seed must be 0 or more, got {seed}")
     ensure_fits(
-        8 * 3 * max(_BATCH_NUMBERS, (keys + 1) * dk_max),
-        f"--dk-max {dk_max} with {keys} keys",
-        "use a smaller --dk-max or fewer --keys",
+        8 * 3 * max(_BATCH_NUMBERS, (keys + 1) * dk_max) + 8 * 4 * trials * keys,
+        f"--dk-max {dk_max} with {keys} keys and {trials} trials",
+        "use smaller numbers",
     )
     dks = dk_values(dk_max)
     scaled: dict[str, list[float]] = {name: [] for name in STATISTICS}

@@ -285,3 +285,30 @@ def test_a_header_claiming_terabytes_is_refused_before_allocating(tmp_path: Path
             archive.writestr("attentions.npy", data)
     with pytest.raises(AttnvizError, match=r"its header claims .* TiB\), but the file holds"):
         file_stack(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["heatmap", "a", "b", "--pad-to", "1000000000"], "of memory"),
+        (["heatmap", "a", "--d-model", "1000000000", "--heads", "1"], "of memory"),
+        (["saturation", "--trials", "1000000000000"], "of memory"),
+        (["saturation", "--keys", "100000000000", "--dk-max", "1"], "of memory"),
+        (["heatmap", "a", "-o", "x.png", "--size", "100x100", "--dpi", "2400"], "megapixels"),
+    ],
+)
+def test_sizes_read_from_the_command_line_are_checked_before_allocating(cli, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    run = cli(*args)
+    assert run.code in (1, 2) and message in run.err and run.err.count("\n") == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_plan_cannot_expand_into_millions_of_figures(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'[[figure]]\nname = "x{{seed}}{{head}}"\ncommand = "heatmap"\ntokens = "a"\n'
+        f"seed = {list(range(1000))}\nhead = {list(range(1000))}\n"
+    )
+    entries, errors = load_plan(plan)
+    assert entries == [] and "1,000,000 figures" in errors[0]

@@ -83,6 +83,12 @@ class FigureStyle:
             raise UsageError(f"--dpi must be between 10 and 2400, got {self.dpi}")
         if self.size is not None and not all(0.5 <= s <= 100 for s in self.size):
             raise UsageError(f"--size must be between 0.5 and 100 inches each way, got {self.size[0]}x{self.size[1]}")
+        width, height = self.figure_size(1.0, wide=True)
+        if width * height * self.resolution() ** 2 > 4e8:
+            raise UsageError(
+                f"a {width:g}x{height:g} in figure at {self.resolution()} dpi would be over 400 "
+                "megapixels: use a smaller --size or --dpi"
+            )
 
     @property
     def font_size(self) -> float:
