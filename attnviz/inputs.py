@@ -38,10 +38,17 @@ def decode(raw: bytes, source: str) -> str:
         raise AttnvizError(f"{source} is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})") from None
 
 
+MAX_INPUT = 512 * 1024 * 1024  # bytes of text: far more tokens than any view can use
+
+
 def read_file(path: Path) -> bytes:
-    """The bytes of a file, with one-line errors for the usual ways reading fails."""
+    """The bytes of a file, with one-line errors for the usual ways reading fails.
+
+    At most MAX_INPUT bytes are read, so a device such as /dev/zero cannot fill the memory.
+    """
     try:
-        return path.read_bytes()
+        with open(path, "rb") as stream:
+            return bounded(stream.read(MAX_INPUT + 1), str(path))
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -52,10 +59,16 @@ def read_file(path: Path) -> bytes:
         raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
 
 
+def bounded(data: bytes, source: str) -> bytes:
+    if len(data) > MAX_INPUT:
+        raise AttnvizError(f"{source}: more than {MAX_INPUT // 2**20} MiB of input; attnviz reads at most that")
+    return data
+
+
 def read_text(args: list[str], file: Path | None = None) -> str:
     """The text the user gave, unsplit, for a model's own tokeniser (a JSON array is joined with spaces)."""
     if args == ["-"] or (file is not None and str(file) == "-"):
-        text, source = decode(sys.stdin.buffer.read(), "stdin"), "stdin"
+        text, source = decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin"), "stdin"
     elif file is not None:
         if args:
             raise UsageError("give text either as arguments or with --file, not both")
@@ -79,7 +92,7 @@ def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
     if args == ["-"] or (file is not None and str(file) == "-"):
         if args not in ([], ["-"]):
             raise UsageError("give tokens either as arguments or on stdin with -, not both")
-        return tokens_from_text(decode(sys.stdin.buffer.read(), "stdin"), "stdin")
+        return tokens_from_text(decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin"), "stdin")
     if file is not None:
         if args:
             raise UsageError("give tokens either as arguments or with --file, not both")
