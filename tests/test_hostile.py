@@ -312,3 +312,21 @@ def test_a_plan_cannot_expand_into_millions_of_figures(tmp_path: Path) -> None:
     )
     entries, errors = load_plan(plan)
     assert entries == [] and "1,000,000 figures" in errors[0]
+
+
+def test_glyphs_no_font_has_are_named_once(cli, tmp_path: Path) -> None:
+    from attnviz.render.figure import missing_glyphs
+
+    run = cli("heatmap", "猫 🙂 b", "-o", str(tmp_path / "f.png"))
+    assert run.code == 0 and "Glyph" not in run.err and "Traceback" not in run.err
+    missing = missing_glyphs(["猫🙂"])
+    if missing:  # machines with Noto fonts draw them and say nothing
+        assert run.err.count("attnviz: warning: no font here can draw") == 1
+        assert all(ch in run.err for ch in missing)
+
+
+def test_markup_links_and_escapes_stay_text(cli, monkeypatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    run = cli("heatmap", "-", stdin=json.dumps(["[link=http://x]y", "\x1b]8;;http://x\x07z"]).encode())
+    assert run.code == 0
+    assert "[link=h" in run.out and "\x1b]8" not in run.out and "\\x1b]8" in run.out
