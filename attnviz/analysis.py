@@ -13,10 +13,11 @@ from .core import Array, BoolArray
 PATTERNS = {
     "previous": "previous token",
     "next": "next token",
-    "first": "first token ([CLS]; a sink)",
+    "first": "first token (a sink)",
     "separator": "[SEP]",
     "self": "self",
     "same": "same token elsewhere",
+    "induction": "induction",
 }
 
 
@@ -35,25 +36,36 @@ def rollout(weights: Array) -> Array:
 
 
 def head_patterns(weights: Array, tokens: tuple[str, ...]) -> dict[str, Array]:
-    """For each pattern, a (layers, heads) score in [0, 1]: the mean weight a head gives to it."""
+    """For each pattern that the tokens allow, a (layers, heads) score in [0, 1]: the mean weight a head gives to it.
+
+    "next" needs attention above the diagonal (not causal); [SEP] needs a [SEP] token; "same" and
+    "induction" need a token that occurs twice. An induction
+    head, at the second "cat" of "the cat sat ... the cat", attends to "sat": the token that followed
+    the earlier "cat" (Olsson et al., 2022).
+    """
     layers, heads, n, _ = weights.shape
     rows = np.arange(n)
+    none = np.zeros((layers, heads))
     scores = {
-        "previous": weights[..., rows[1:], rows[1:] - 1].mean(axis=-1) if n > 1 else np.zeros((layers, heads)),
-        "next": weights[..., rows[:-1], rows[:-1] + 1].mean(axis=-1) if n > 1 else np.zeros((layers, heads)),
+        "previous": weights[..., rows[1:], rows[1:] - 1].mean(axis=-1) if n > 1 else none,
         "first": weights[..., :, 0].mean(axis=-1),
         "self": weights[..., rows, rows].mean(axis=-1),
     }
+    if n > 1 and np.triu(weights, k=1).any():  # a causal model never looks ahead
+        scores["next"] = weights[..., rows[:-1], rows[:-1] + 1].mean(axis=-1)
     separators = np.array([t == "[SEP]" for t in tokens])
-    scores["separator"] = (
-        weights[..., separators].sum(axis=-1).mean(axis=-1) if separators.any() else np.zeros((layers, heads))
-    )
-    same = np.array([[a == b and i != j for j, b in enumerate(tokens)] for i, a in enumerate(tokens)])
-    repeated = same.any(axis=1)
-    scores["same"] = (
-        (weights * same).sum(axis=-1)[..., repeated].mean(axis=-1) if repeated.any() else np.zeros((layers, heads))
-    )
-    return {name: scores[name] for name in PATTERNS}
+    if separators.any():
+        scores["separator"] = weights[..., separators].sum(axis=-1).mean(axis=-1)
+    equal = np.array([[a == b for b in tokens] for a in tokens])
+    same = equal & ~np.eye(n, dtype=bool)
+    if same.any():
+        repeated = same.any(axis=1)
+        scores["same"] = (weights * same).sum(axis=-1)[..., repeated].mean(axis=-1)
+        after = np.zeros((n, n), dtype=bool)  # query i -> key j + 1 where token j equals token i, j < i
+        after[:, 1:] = np.tril(equal, k=-1)[:, :-1]
+        if after.any():
+            scores["induction"] = (weights * after).sum(axis=-1)[..., after.any(axis=1)].mean(axis=-1)
+    return {name: scores[name] for name in PATTERNS if name in scores}
 
 
 def ranking(scores: dict[str, Array], top: int = 3) -> list[tuple[str, int, int, float]]:

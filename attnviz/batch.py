@@ -27,7 +27,7 @@ from .errors import AttnvizError, UsageError
 
 COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads")
 RESERVED = {"name", "command", "format"}
-PATH_OPTIONS = {"file", "keys_file", "model_dir", "from_file", "tokens_file"}
+PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 MANIFEST = ".attnviz-batch.json"
 MAX_FIGURES = 10_000
 
@@ -121,7 +121,9 @@ def _expand(raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path
         options[name] = value
     for name in PATH_OPTIONS & options.keys():
         given = Path(str(options[name]))
-        if name != "model_dir" and (given.is_absolute() or ".." in given.parts or str(given).startswith("~")):
+        if name not in ("model_dir", "model_file") and (
+            given.is_absolute() or ".." in given.parts or str(given).startswith("~")
+        ):
             # a plan from someone else must not read your files into its figures
             raise UsageError(f"{name} = {str(given)!r}: a plan reads files from its own folder only")
         options[name] = str(base / given)

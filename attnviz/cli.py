@@ -594,24 +594,43 @@ def heads(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
     top: Annotated[int, typer.Option("--top", min=1, help="Heads listed per pattern.", rich_help_panel=opt.P_OUT)] = 3,
+    repeat: Annotated[
+        str | None,
+        typer.Option(
+            "--repeat",
+            help="Run the model on the text twice (text), or on 40 random words twice (random): induction heads show.",
+            show_default=False,
+            rich_help_panel=opt.P_SOURCE,
+        ),
+    ] = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
     """Rank every layer and head by recognisable patterns.
 
-    Previous token, next token, first token ([CLS], the attention sink), [SEP], self, and
-    the same token elsewhere, each scored by the mean weight a head gives to it.
+    Previous token, next token (encoders), first token (the attention sink), [SEP], self,
+    the same token elsewhere, and induction (the token after an earlier copy of this one),
+    each scored by the mean weight a head gives to it.
 
     [bold]Examples[/bold]
 
       attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
 
-      attnviz heads --model minilm "The cat sat. The cat sat." -o heads.png
+      attnviz heads --model smollm2 --repeat random -o heads.png
     """
+    import dataclasses
+
     from . import schema
     from .analysis import head_patterns, ranking
+    from .sources import REPEATS
 
     _one_output(figure.output, as_json, False)
+    if repeat is not None:
+        if repeat not in REPEATS:
+            raise UsageError(f"--repeat must be one of {', '.join(REPEATS)}, got {repeat!r}")
+        if layer.model is None and layer.model_dir is None and layer.model_file is None:
+            raise UsageError("--repeat goes with --model, --model-dir or --model-file")
+        layer = dataclasses.replace(layer, repeat=repeat)
     stack = _stack(layer)
     scores = head_patterns(stack.weights, stack.tokens)
     _emit(

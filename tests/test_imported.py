@@ -142,6 +142,7 @@ def test_from_file_in_the_views(cli, tmp_path: Path) -> None:
     rolled = json.loads(cli("rollout", "--from", str(path), "--json").out)
     np.testing.assert_allclose(np.sum(rolled["rollout"], axis=1), 1.0)
     ranked = json.loads(cli("heads", "--from", str(path), "--json").out)
-    assert ranked["schema"] == "attnviz.heads/1" and len(ranked["ranking"]) == 18
+    assert ranked["schema"] == "attnviz.heads/1" and len(ranked["ranking"]) == 12
+    assert set(ranked["scores"]) == {"previous", "next", "first", "self"}  # no [SEP], no repeated token
     assert "expected 5 tokens" in cli("heatmap", "--from", str(path), "a", "b").err
     assert cli("mask", "--from", str(path)).code == 2

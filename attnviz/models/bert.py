@@ -123,6 +123,9 @@ class Bert:
             raise AttnvizError(f"{len(tokens)} tokens, but {self.name} takes at most {self.config.max_positions}")
         return Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
 
+    def words(self) -> list[str]:
+        return [t for t in self.tokenizer.vocab if t.isascii() and t.isalpha()]
+
     def attention(self, encoding: Encoding) -> ModelAttention:
         """Run the encoder; return the attention weights and scores of every layer, (layers, heads, n, n)."""
         with one_blas_thread():  # small matrices: one thread is faster, and the bits do not depend on it

@@ -147,14 +147,14 @@ def render_heads(
     for name, layer, head, score in ranking(scores, top):
         by_pattern.setdefault(name, []).append((layer, head, score))
     for name, label in PATTERNS.items():
+        if name not in scores:
+            continue
         cells: list[Text | str] = [label]
         for layer, head, score in by_pattern[name]:
             cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
         table.add_row(*cells)
     yield Group(Text(""), table)
-    yield Text(
-        "L2 H9: layer 2, head 9 · score: the mean weight the head gives to the pattern (1: all of it)", style="dim"
-    )
+    yield Text("L2 H9: layer 2, head 9 · score: mean weight on the pattern (1: all of it)", style="dim")
 
 
 @styled
@@ -164,10 +164,13 @@ def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: 
 
     layers, heads = stack.weights.shape[:2]
     fig = new_figure(style, 0.55, wide=True)
-    axes = fig.subplots(2, 3, squeeze=False)
+    shown = [(name, label) for name, label in PATTERNS.items() if name in scores]
+    axes = fig.subplots(2, -(-len(shown) // 2), squeeze=False)
+    for ax in axes.flat[len(shown) :]:
+        ax.set_axis_off()
     cmap = colormap(style.cmap)
     image = None
-    for ax, (name, label) in zip(axes.flat, PATTERNS.items(), strict=True):
+    for ax, (name, label) in zip(axes.flat, shown, strict=False):
         table = scores[name]
         image = ax.imshow(table, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
         layer, head = np.unravel_index(int(np.argmax(table)), table.shape)

@@ -1,0 +1,158 @@
+"""Byte-level BPE (GPT-2's scheme) from a GGUF file's tokenizer metadata, in pure Python.
+
+Text is split into pieces by the pre-tokeniser's rules (digits one by one, then GPT-2's pattern:
+contractions, letters, numbers, other symbols, each with an optional leading space, and runs of
+spaces), each piece's UTF-8 bytes are spelled in printable characters (a space is ``Ġ``), and the
+merges are applied lowest rank first. Control tokens such as ``<|im_start|>`` are matched whole.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+from ..errors import AttnvizError
+
+CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
+CONTROL, USER_DEFINED = 3, 4
+
+
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable spelling of every byte: printable Latin-1 stays, the rest moves above 255."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    alphabet, extra = {}, 0
+    for byte in range(256):
+        if byte in keep:
+            alphabet[byte] = chr(byte)
+        else:
+            alphabet[byte] = chr(256 + extra)
+            extra += 1
+    return alphabet
+
+
+def _kind(ch: str) -> str:
+    if ch.isspace():
+        return "space"
+    category = unicodedata.category(ch)[0]
+    return {"L": "letter", "N": "number"}.get(category, "other")
+
+
+def split_gpt2(text: str) -> list[str]:
+    """GPT-2's pre-tokeniser pattern, by hand (Python's re has no \\p{L}).
+
+    ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
+    """
+    kinds = [_kind(ch) for ch in text]
+    pieces, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == "'":
+            tail = next((c for c in CONTRACTIONS if text.startswith(c, i + 1)), None)
+            if tail is not None:
+                pieces.append(text[i : i + 1 + len(tail)])
+                i += 1 + len(tail)
+                continue
+        start = i + 1 if text[i] == " " and i + 1 < n and kinds[i + 1] != "space" else i
+        kind = kinds[start]
+        if kind != "space":
+            j = start + 1
+            while j < n and kinds[j] == kind:
+                j += 1
+            pieces.append(text[i:j])
+            i = j
+            continue
+        j = i
+        while j < n and kinds[j] == "space":
+            j += 1
+        if j < n and j - i > 1:
+            j -= 1  # leave one space to lead the next word
+        pieces.append(text[i:j])
+        i = j
+    return pieces
+
+
+def split_digits(text: str) -> list[str]:
+    """Every digit its own piece, the text between digits kept whole."""
+    pieces, current = [], ""
+    for ch in text:
+        if unicodedata.category(ch)[0] == "N":
+            if current:
+                pieces.append(current)
+            pieces.append(ch)
+            current = ""
+        else:
+            current += ch
+    return [*pieces, current] if current else pieces
+
+
+class BytePairEncoding:
+    """A GGUF ``gpt2`` tokenizer: vocabulary, merge ranks and control tokens."""
+
+    def __init__(self, tokens: list[str], merges: list[str], token_types: list[int], single_digits: bool) -> None:
+        self.tokens = tokens
+        self.ids = {token: i for i, token in enumerate(tokens)}
+        self.ranks = {}
+        for rank, merge in enumerate(merges):
+            left, _, right = merge.partition(" ")
+            self.ranks[(left, right)] = rank
+        self.special = sorted(
+            (t for t, kind in zip(tokens, token_types, strict=False) if kind in (CONTROL, USER_DEFINED) and t),
+            key=len,
+            reverse=True,
+        )
+        self.single_digits = single_digits
+        self._pieces = lru_cache(maxsize=65536)(self._merge)
+
+    def _merge(self, piece: str) -> tuple[str, ...]:
+        alphabet = byte_alphabet()
+        parts = [alphabet[b] for b in piece.encode("utf-8")]
+        while len(parts) > 1:
+            pairs = [
+                (self.ranks.get(pair, len(self.ranks)), i) for i, pair in enumerate(zip(parts, parts[1:], strict=False))
+            ]
+            rank, first = min(pairs)
+            if rank == len(self.ranks):
+                break
+            best = (parts[first], parts[first + 1])
+            merged, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == best:
+                    merged.append(parts[i] + parts[i + 1])
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        return tuple(parts)
+
+    def _chunks(self, text: str) -> list[tuple[str, bool]]:
+        """The text cut around control tokens: (chunk, is_control)."""
+        chunks, start, i = [], 0, 0
+        while i < len(text):
+            match = next((s for s in self.special if text.startswith(s, i)), None) if text[i] == "<" else None
+            if match is None:
+                i += 1
+                continue
+            if start < i:
+                chunks.append((text[start:i], False))
+            chunks.append((match, True))
+            i += len(match)
+            start = i
+        if start < len(text):
+            chunks.append((text[start:], False))
+        return chunks
+
+    def encode(self, text: str) -> tuple[list[str], list[int]]:
+        """The tokens of ``text`` as the model names them, and their ids."""
+        tokens: list[str] = []
+        for chunk, control in self._chunks(text):
+            if control:
+                tokens.append(chunk)
+                continue
+            for part in split_digits(chunk) if self.single_digits else [chunk]:
+                for piece in split_gpt2(part):
+                    tokens.extend(self._pieces(piece))
+        unknown = next((t for t in tokens if t not in self.ids), None)
+        if unknown is not None:
+            raise AttnvizError(f"the tokenizer has no token {unknown!r} (its merges and vocabulary disagree)")
+        return tokens, [self.ids[t] for t in tokens]

