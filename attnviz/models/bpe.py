@@ -12,6 +12,7 @@ import unicodedata
 from functools import lru_cache
 
 from ..errors import AttnvizError
+from .wordpiece import isolate
 
 CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
 CONTROL, USER_DEFINED = 3, 4
@@ -71,18 +72,8 @@ def split_gpt2(text: str) -> list[str]:
     return pieces
 
 
-def split_digits(text: str) -> list[str]:
-    """Every digit its own piece, the text between digits kept whole."""
-    pieces, current = [], ""
-    for ch in text:
-        if unicodedata.category(ch)[0] == "N":
-            if current:
-                pieces.append(current)
-            pieces.append(ch)
-            current = ""
-        else:
-            current += ch
-    return [*pieces, current] if current else pieces
+def is_digit(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "N"
 
 
 class BytePairEncoding:
@@ -149,7 +140,7 @@ class BytePairEncoding:
             if control:
                 tokens.append(chunk)
                 continue
-            for part in split_digits(chunk) if self.single_digits else [chunk]:
+            for part in isolate(chunk, is_digit) if self.single_digits else [chunk]:
                 for piece in split_gpt2(part):
                     tokens.extend(self._pieces(piece))
         unknown = next((t for t in tokens if t not in self.ids), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,20 @@ def is_whitespace(ch: str) -> bool:
 
 def is_control(ch: str) -> bool:
     return ch not in "\t\n\r" and unicodedata.category(ch) in ("Cc", "Cf")
+
+
+def isolate(text: str, alone: Callable[[str], bool]) -> list[str]:
+    """``text`` cut so that every character for which ``alone`` holds is a piece of its own."""
+    pieces, current = [], ""
+    for ch in text:
+        if alone(ch):
+            if current:
+                pieces.append(current)
+            pieces.append(ch)
+            current = ""
+        else:
+            current += ch
+    return [*pieces, current] if current else pieces
 
 
 @dataclass(frozen=True)
@@ -95,20 +110,7 @@ class WordPiece:
 
     def words(self, text: str) -> list[str]:
         """Whitespace- and punctuation-split words of normalised text."""
-        words: list[str] = []
-        for chunk in text.split():
-            current = ""
-            for ch in chunk:
-                if is_punctuation(ch):
-                    if current:
-                        words.append(current)
-                    words.append(ch)
-                    current = ""
-                else:
-                    current += ch
-            if current:
-                words.append(current)
-        return words
+        return [word for chunk in text.split() for word in isolate(chunk, is_punctuation)]
 
     def pieces(self, word: str) -> list[str]:
         """Greedy longest-match-first WordPiece; a word that cannot be cut becomes [UNK]."""
