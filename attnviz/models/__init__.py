@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Encoding:
-    """A tokenised input: the tokens as the model names them, their ids and segment (type) ids."""
+    """A tokenised input: the tokens (WordPiece names; a decoder's byte-level pieces as the text they
+    stand for, " cat"), their ids and segment (type) ids."""
 
     tokens: tuple[str, ...]
     ids: tuple[int, ...]

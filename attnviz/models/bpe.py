@@ -32,6 +32,11 @@ def byte_alphabet() -> dict[int, str]:
     return alphabet
 
 
+@lru_cache(maxsize=1)
+def byte_values() -> dict[str, int]:
+    return {ch: byte for byte, ch in byte_alphabet().items()}
+
+
 def _kind(ch: str) -> str:
     if ch.isspace():
         return "space"
@@ -132,6 +137,15 @@ class BytePairEncoding:
         if start < len(text):
             chunks.append((text[start:], False))
         return chunks
+
+    def readable(self, token: str) -> str:
+        """The text a token stands for ("Ġcat" -> " cat", "Ã©" -> "é"); a partial UTF-8 character as \\x escapes."""
+        if token in self.special:
+            return token
+        spelled = byte_values()
+        if any(ch not in spelled for ch in token):
+            return token
+        return bytes(spelled[ch] for ch in token).decode("utf-8", "backslashreplace")
 
     def encode(self, text: str) -> tuple[list[str], list[int]]:
         """The tokens of ``text`` as the model names them, and their ids."""

@@ -110,7 +110,7 @@ class Llama:
             raise UsageError("no tokens: the text is empty")
         if len(ids) > self.context:
             raise AttnvizError(f"{len(ids)} tokens, but {self.name} takes at most {self.context}")
-        return Encoding(tuple(tokens), tuple(ids), (0,) * len(ids))
+        return Encoding(tuple(self.tokenizer.readable(t) for t in tokens), tuple(ids), (0,) * len(ids))
 
     def words(self) -> list[str]:
         return [t[1:] for t in self.tokenizer.tokens if t.startswith("Ġ") and t[1:].isascii() and t[1:].isalpha()]
