@@ -8,6 +8,7 @@ modules (NumPy, matplotlib) are imported inside the commands that need them.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -702,7 +703,8 @@ def check(
 @app.command()
 def batch(
     plan: Annotated[
-        Path, typer.Argument(help="The plan: a TOML file of [defaults] and [[figure]] entries.", show_default=False)
+        Path,
+        typer.Argument(help="The plan: a TOML file of \\[defaults] and \\[\\[figure]] entries.", show_default=False),
     ],
     output: Annotated[
         Path | None,
@@ -724,7 +726,7 @@ def batch(
 ) -> None:
     """Draw a deck of figures from a plan, in parallel, redrawing only what changed.
 
-    Each [[figure]] names a command and its options, as on the command line; a list value
+    Each \\[\\[figure]] names a command and its options, as on the command line; a list value
     draws one figure per element, and {option} in the name is filled in.
 
     [bold]Examples[/bold]
@@ -914,9 +916,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _reflow(help_text: str) -> str:
+    """Join a docstring paragraph's lines so the terminal wraps it (indented example lines stay)."""
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(p if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
     command = typer.main.get_command(app)
+    for sub in getattr(command, "commands", {}).values():
+        sub.help = _reflow(sub.help or "")
     try:
         result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
         sys.stdout.flush()

@@ -190,3 +190,15 @@ def test_unreadable_and_invalid_files(cli, tmp_path: Path) -> None:
         locked.write_text("a b")
         locked.chmod(0)
         assert "permission denied" in cli("heatmap", "--file", str(locked)).err
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask", "saturation", "explain", "batch", "heads", "rollout", "check"])
+def test_help_paragraphs_wrap_to_the_terminal_and_show_brackets(cli, monkeypatch, command: str) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    run = cli(command, "--help")
+    assert run.code == 0
+    lines = [line.strip() for line in run.out.splitlines()]
+    # a docstring paragraph is one line on a wide terminal, not cut where the source was
+    assert not any(line.endswith((" and", " the", ",")) for line in lines if not line.startswith("│"))
+    if command == "batch":
+        assert "[defaults] and [[figure]]" in run.out and "Each [[figure]] names" in run.out
