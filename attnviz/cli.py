@@ -20,7 +20,7 @@ import typer
 
 from . import options as opt
 from ._version import __version__
-from .config import Pool, Positions
+from .config import Pool, Positions, Repeat
 from .errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
@@ -596,7 +596,7 @@ def heads(
     figure: opt.FigureRequest,
     top: Annotated[int, typer.Option("--top", min=1, help="Heads listed per pattern.", rich_help_panel=opt.P_OUT)] = 3,
     repeat: Annotated[
-        str | None,
+        Repeat | None,
         typer.Option(
             "--repeat",
             help="Run the model on the text twice (text), or on 40 random words twice (random): induction heads show.",
@@ -623,12 +623,9 @@ def heads(
 
     from . import schema
     from .analysis import head_patterns, ranking
-    from .sources import REPEATS
 
     _one_output(figure.output, as_json, False)
     if repeat is not None:
-        if repeat not in REPEATS:
-            raise UsageError(f"--repeat must be one of {', '.join(REPEATS)}, got {repeat!r}")
         if layer.model is None and layer.model_dir is None and layer.model_file is None:
             raise UsageError("--repeat goes with --model, --model-dir or --model-file")
         layer = dataclasses.replace(layer, repeat=repeat)

@@ -15,6 +15,7 @@ from .errors import UsageError
 Embed = Literal["token", "position", "textbook"]
 Positions = Literal["none", "sinusoidal"]
 Pool = Literal["max", "mean"]
+Repeat = Literal["text", "random"]
 EMBEDS: tuple[str, ...] = ("token", "position", "textbook")
 POSITIONS: tuple[str, ...] = ("none", "sinusoidal")
 

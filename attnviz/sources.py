@@ -60,7 +60,6 @@ class AttentionStack:
         )
 
 
-REPEATS = ("text", "random")
 RANDOM_WORDS = 40
 
 

@@ -180,6 +180,10 @@ def test_every_view_takes_a_gguf_model_file(cli, tmp_path: Path) -> None:
     assert cli("rollout", "--model-file", path, "the cat sat", "--json").code == 0
     heads = json.loads(cli("heads", "--model-file", path, "the cat", "--repeat", "text", "--json").out)
     assert heads["source"]["text"] == "the cat the cat" and "induction" in heads["scores"]
+    wrong = cli("heads", "--model-file", path, "--repeat", "twice", "the")
+    assert wrong.code == 2 and "'twice' is not one of 'text', 'random'" in wrong.err
+    assert "--repeat goes with --model" in cli("heads", "--repeat", "text", "the").err
+    assert "draws its own words" in cli("heads", "--model-file", path, "--repeat", "random", "the").err
     assert cli("heatmap", "--model-file", path, "--all-layers", "the cat", "-o", str(tmp_path / "g.png")).code == 0
 
 
