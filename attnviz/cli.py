@@ -43,13 +43,14 @@ class _Views:
 
 views = _Views()
 
-app = typer.Typer(
-    name="attnviz",
-    help="See self-attention: per-head weights in the terminal, as figures, and as JSON.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+APP_SETTINGS: dict[str, Any] = {
+    "name": "attnviz",
+    "help": "See self-attention: per-head weights in the terminal, as figures, and as JSON.",
+    "no_args_is_help": True,
+    "rich_markup_mode": "rich",
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+}
+app = typer.Typer(**APP_SETTINGS)
 
 
 def _version(value: bool) -> None:
@@ -919,9 +920,29 @@ def _reflow(help_text: str) -> str:
     return "\n\n".join(p if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
 
 
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app with only the command that will run, when the first argument names one.
+
+    typer builds every command's parameters before it runs one (a few milliseconds each), and
+    start-up is a target (see benchmarks/run.py); usage lines and errors read the same.
+    """
+    name = argv[0] if argv else ""
+    chosen = [
+        info
+        for info in app.registered_commands
+        if info.callback is not None and (info.name or info.callback.__name__.replace("_", "-")) == name
+    ]
+    if not chosen:
+        return app
+    lean = typer.Typer(**APP_SETTINGS)
+    lean.registered_callback = app.registered_callback
+    lean.registered_commands = chosen
+    return lean
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
     for sub in getattr(command, "commands", {}).values():
         sub.help = _reflow(sub.help or "")
     try:

@@ -15,10 +15,10 @@ from typing import IO, TYPE_CHECKING, Any
 from .attention import Attention
 from .core import Array
 from .resources import ensure_fits
-from .saturation import Saturation
 
 if TYPE_CHECKING:
     from .explain import QueryExplanation
+    from .saturation import Saturation
     from .sources import AttentionStack
 
 SCHEMA = "attnviz.attention/1"

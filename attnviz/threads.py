@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -43,6 +42,8 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
         for item in chosen:
             work(item)
         return
+    from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
+
     with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
         for _ in pool.map(work, chosen):
             pass

@@ -202,3 +202,16 @@ def test_help_paragraphs_wrap_to_the_terminal_and_show_brackets(cli, monkeypatch
     assert not any(line.endswith((" and", " the", ",")) for line in lines if not line.startswith("│"))
     if command == "batch":
         assert "[defaults] and [[figure]]" in run.out and "Each [[figure]] names" in run.out
+
+
+@pytest.mark.parametrize("args", [["heatmap", "--help"], ["mask", "--bogus"], ["heatmap", "--heads", "x", "a"]])
+def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: list[str]) -> None:
+    """main builds only the command named first (start-up); help and errors must not change."""
+    from attnviz import cli as module
+
+    monkeypatch.setenv("COLUMNS", "100")
+    lean = cli(*args)
+    assert module._app_for(args) is not module.app
+    monkeypatch.setattr(module, "_app_for", lambda argv: module.app)
+    full = cli(*args)
+    assert (lean.code, lean.out, lean.err) == (full.code, full.out, full.err)
