@@ -98,13 +98,22 @@ def long_sequence(n: int) -> None:
     ROWS[-1] = (*ROWS[-1][:5], ROWS[-1][5] and peak <= 2**30, ROWS[-1][6])
 
 
-def process(args: list[str], repeats: int = 7) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run(args, capture_output=True, check=True, cwd=ROOT)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def processes(commands: list[list[str]], repeats: int = 9, pick: Callable[[list[float]], float] = min) -> list[float]:
+    """The best (or ``pick``) of ``repeats`` fresh runs of each command, taken in turns so that the
+    machine's load falls on all of them alike.
+
+    Python may write its bytecode cache, as it does for users (PYTHONDONTWRITEBYTECODE would
+    make every changed module compile again on each start).
+    """
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    times: list[list[float]] = [[] for _ in commands]
+    for turn in range(repeats + 1):
+        for command, spent in zip(commands, times, strict=True):
+            start = time.perf_counter()
+            subprocess.run(command, capture_output=True, check=True, cwd=ROOT, env=env)
+            if turn:  # the first turn warms the caches
+                spent.append(time.perf_counter() - start)
+    return [pick(spent) for spent in times]
 
 
 def start_up() -> None:
@@ -113,12 +122,11 @@ def start_up() -> None:
         return
     attnviz = [sys.executable, "-m", "attnviz"]
     floor = [sys.executable, str(FLOOR)]
-    record("start-up: --help", process([*attnviz, "--help"]), process([*floor, "--help"]), 1.3)
+    record("start-up: --help", *processes([[*attnviz, "--help"], [*floor, "--help"]]), 1.3)
     words = "the cat sat on the mat".split()
     record(
         "start-up: heatmap … --json",
-        process([*attnviz, "heatmap", *words, "--json"]),
-        process([*floor, "heatmap", *words, "--json"]),
+        *processes([[*attnviz, "heatmap", *words, "--json"], [*floor, "heatmap", *words, "--json"]]),
         1.3,
     )
 
@@ -137,11 +145,13 @@ def decoder() -> None:
         "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
-    ours = process(command, repeats=5)
+    if FLOOR.is_file():
+        ours, floor = processes([command, [sys.executable, str(FLOOR), "--help"]], repeats=5, pick=statistics.median)
+    else:
+        [ours], floor = processes([command], repeats=5, pick=statistics.median), float("nan")
     peak = int(
         subprocess.run([sys.executable, "-c", measure, *command], capture_output=True, text=True, check=True).stdout
     )
-    floor = process([sys.executable, str(FLOOR), "--help"], repeats=5) if FLOOR.is_file() else float("nan")
     mib = peak / 1024
     ROWS.append(
         (
@@ -210,14 +220,10 @@ def figures() -> None:
 
     long_tokens = [f"w{i % 300}" for i in range(4096)]
     config = LayerConfig(heads=12, d_model=768)
-    compute = best(lambda: pooled_self_attention(long_tokens, config, bins=787, head=0), 1)
-    total = best(
-        lambda: figure_bytes(
-            render_heatmap_figure(pooled_self_attention(long_tokens, config, bins=787, head=0)), "png", {}
-        ),
-        1,
-    )
-    record("4096-token heatmap PNG, against its attention", total, compute, 1.5)
+    compute = best(lambda: pooled_self_attention(long_tokens, config, bins=787, head=0))
+    pooled = pooled_self_attention(long_tokens, config, bins=787, head=0)
+    draw = best(lambda: figure_bytes(render_heatmap_figure(pooled), "png", {}))
+    record("4096-token heatmap PNG, against its attention", compute + draw, compute, 1.5)
 
 
 def batch(count: int) -> None:

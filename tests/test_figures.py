@@ -8,12 +8,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.colors import to_hex
 from matplotlib.image import AxesImage
 
 from attnviz.config import LayerConfig
 from attnviz.layer import self_attention
-from attnviz.render.figure import FigureStyle, figure_bytes, figure_context, format_of, parse_size
-from attnviz.render.heatmap import cell_values, grid_shape, render_heatmap_figure
+from attnviz.render.figure import THEMES, FigureStyle, figure_bytes, figure_context, format_of, parse_size
+from attnviz.render.heatmap import (
+    arrange,
+    cell_values,
+    figure_heading,
+    grid_layout,
+    render_heatmap_figure,
+    shown_labels,
+)
 from attnviz.render.mask import render_mask_figure
 from attnviz.render.saturation import render_saturation_figure
 from attnviz.saturation import measure_saturation
@@ -40,15 +48,17 @@ def test_every_head_is_drawn_with_its_weights_on_a_fixed_scale() -> None:
         np.testing.assert_array_equal(image.get_array().filled(np.nan), att.weights[i])
         assert image.get_clim() == (0.0, 1.0)
         assert image.axes.get_title() == f"head {i}"
-    assert "6 tokens" in fig.get_suptitle() and "d_k 16" in fig.get_suptitle() and "seed 0" in fig.get_suptitle()
+    heading = figure_heading(fig)
+    assert "6 tokens" in heading and "d_k 16" in heading and "seed 0" in heading
 
 
 def test_token_labels_on_both_axes_keys_on_top() -> None:
     _, fig = heatmap(heads=1)
     ax = images(fig)[0].axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == SENTENCE
-    assert [t.get_text() for t in ax.get_yticklabels()] == SENTENCE
-    assert ax.xaxis.get_label_position() == "top"
+    assert shown_labels(ax, "keys") == SENTENCE
+    assert shown_labels(ax, "queries") == SENTENCE
+    assert ax.get_xlabel() == "keys" and ax.xaxis.get_label_position() == "top"
+    assert ax.get_ylabel() == "queries"
 
 
 def test_small_matrices_are_annotated_and_masked_cells_are_not() -> None:
@@ -83,7 +93,7 @@ def test_annotation_can_be_forced_or_turned_off() -> None:
 def test_long_sequences_thin_their_labels() -> None:
     tokens = [f"tok{i}" for i in range(60)]
     _, fig = heatmap(tokens, heads=1)
-    labels = [t.get_text() for t in images(fig)[0].axes.get_yticklabels()]
+    labels = shown_labels(images(fig)[0].axes, "queries")
     assert 5 < len(labels) < 60
     assert labels[0] == "tok0"
 
@@ -93,15 +103,37 @@ def test_padding_is_hatched_and_labelled() -> None:
     ax = images(fig)[0].axes
     assert any(p.get_hatch() == "///" for p in ax.patches)
     assert images(fig)[0].get_array().mask[:, 2:].all()
-    pad_label = ax.get_yticklabels()[3]
-    assert pad_label.get_text() == "[PAD]" and pad_label.get_fontstyle() == "italic"
+    assert shown_labels(ax, "queries") == ["a", "b", "[PAD]", "[PAD]"]
+    [queries] = [c for c in ax.collections if c.get_gid() == "query labels"]
+    colours = [to_hex(c) for c in queries.get_facecolors()]
+    assert colours[:2] == [THEMES["light"]["text"]] * 2 and colours[2:] == [THEMES["light"]["muted"]] * 2
 
 
-def test_grid_shapes() -> None:
-    assert grid_shape(1, (6, 6)) == (1, 1)
-    assert grid_shape(4, (8, 6)) == (2, 2)
-    assert grid_shape(12, (8, 6)) == (3, 4)
-    assert grid_shape(8, (8, 6)) == (2, 4)
+@pytest.mark.parametrize(
+    ("heads", "style", "shape"),
+    [
+        (1, FigureStyle(), (1, 1)),
+        (4, FigureStyle(), (2, 2)),
+        (8, FigureStyle(), (3, 3)),
+        (12, FigureStyle(size=(8.0, 6.0)), (3, 4)),
+        (12, FigureStyle(preset="slide"), (2, 6)),
+        (3, FigureStyle(preset="slide"), (1, 3)),
+    ],
+)
+def test_heads_are_arranged_for_the_largest_cells(heads: int, style: FigureStyle, shape: tuple[int, int]) -> None:
+    att = self_attention(SENTENCE, LayerConfig(heads=heads, d_model=96 if heads % 3 == 0 else 64))
+    width, height = style.figure_size(0.75)
+    fixed = style.size is not None or style.preset == "slide"
+    with figure_context(style):
+        layout = grid_layout(att, style, 2)
+        others = [
+            arrange(att, style, 2, (math.ceil(heads / cols), cols), height if fixed else width * 1.2, fixed)
+            for cols in range(1, heads + 1)
+        ]
+    assert layout.shape == shape
+    assert all(other.panel[0] <= layout.panel[0] + 0.01 for other in others)
+    assert layout.size[0] == width
+    assert layout.size[1] == height if fixed else layout.size[1] <= width * 1.2 + 1e-9
 
 
 def test_twelve_heads_share_one_colour_bar() -> None:
@@ -278,3 +310,92 @@ def test_batch_reuse_of_a_figure_gives_the_bytes_of_a_fresh_one() -> None:
             view.forget_figures()
 
     assert draw_all(True) == draw_all(False)
+
+
+def _ink_boxes(collection) -> list[tuple[float, float, float, float]]:
+    """Pixel boxes (x0, y0, x1, y1) of each outline in a collection of texts, as drawn."""
+    offsets = collection.get_offset_transform().transform(collection.get_offsets())
+    scale = collection.get_transform()
+    boxes = []
+    for path, (x, y) in zip(collection.get_paths(), offsets, strict=True):
+        (x0, y0), (x1, y1) = scale.transform(path.vertices).min(axis=0), scale.transform(path.vertices).max(axis=0)
+        boxes.append((x + x0, y + y0, x + x1, y + y1))
+    return boxes
+
+
+LAYOUTS = [
+    (SENTENCE, {"heads": 1}, FigureStyle()),
+    (SENTENCE, {"heads": 4}, FigureStyle()),
+    (SENTENCE, {"heads": 12, "d_model": 96}, FigureStyle(preset="slide", theme="dark")),
+    ([f"token{i}" for i in range(60)], {"heads": 2}, FigureStyle(preset="paper")),
+    (["a", "supercalifragilistic", "b"], {"heads": 3, "d_model": 48}, FigureStyle(size=(4.0, 3.0))),
+    (SENTENCE, {"heads": 8, "d_model": 64}, FigureStyle(size=(12.0, 4.0))),
+]
+
+
+@pytest.mark.parametrize(("tokens", "config", "style"), LAYOUTS)
+def test_layout_keeps_labels_inside_the_figure_and_clear_of_panels_and_titles(tokens, config, style) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    _, fig = heatmap(tokens, style=style, **config)
+    with figure_context(style):
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        width, height = fig.bbox.width, fig.bbox.height
+        panels = [im.axes for im in images(fig)]
+        texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_text") and a.get_visible()) if t.get_text()]
+        for text in texts:
+            box = text.get_window_extent(renderer)
+            assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, text.get_text()
+        [heading] = [a for a in fig.artists if a.get_gid() == "heading"]
+        title_bottom = min(y0 for _, y0, _, _ in _ink_boxes(heading))
+        assert all(0 <= x0 and x1 <= width and y1 <= height for x0, _, x1, y1 in _ink_boxes(heading))
+        for ax in panels:
+            panel = ax.get_window_extent(renderer)
+            head = ax.title.get_window_extent(renderer)
+            assert title_bottom >= head.y1 - 1
+            for collection in ax.collections:
+                boxes = _ink_boxes(collection)
+                if collection.get_gid() in ("key labels", "query labels"):
+                    for other in (o.get_window_extent(renderer) for o in panels):
+                        assert not any(
+                            x0 < other.x1 - 1 and x1 > other.x0 + 1 and y0 < other.y1 - 1 and y1 > other.y0 + 1
+                            for x0, y0, x1, y1 in boxes
+                        )
+                if collection.get_gid() == "key labels":
+                    assert all(panel.y1 <= y0 and y1 <= head.y0 + 1 for _, y0, _, y1 in boxes)
+                if collection.get_gid() == "query labels":
+                    assert all(x1 <= panel.x0 and x0 >= -1 for x0, _, x1, _ in boxes)
+            if ax.get_xlabel():
+                keys = ax.xaxis.label.get_window_extent(renderer)
+                assert keys.y1 <= head.y0 + 1 and keys.y0 >= panel.y1
+        bar = next(ax for ax in fig.axes if ax.get_label() == "<colorbar>").get_window_extent(renderer)
+        assert bar.x0 >= max(ax.get_window_extent(renderer).x1 for ax in panels)
+
+
+def test_a_pooled_map_labels_its_log_colour_bar_in_plain_text() -> None:
+    from attnviz.layer import pooled_self_attention
+
+    att = pooled_self_attention([f"w{i}" for i in range(2000)], LayerConfig(), bins=50, head=0)
+    with figure_context(FigureStyle()):
+        fig = render_heatmap_figure(att, FigureStyle())
+    [bar] = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    labels = [t.get_text() for t in bar.get_yticklabels()]
+    assert labels == ["10⁻⁴", "10⁻³", "10⁻²", "10⁻¹", "1"]
+    assert "log scale" in bar.get_ylabel()
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 3), (40, 30, 4), (700, 600, 3)])
+def test_png_encoder_writes_the_pixels_and_the_text(shape, tmp_path: Path) -> None:
+    from PIL import Image
+
+    from attnviz.render.figure import encode_png
+
+    pixels = np.random.default_rng(0).integers(0, 256, size=shape, dtype=np.uint8)
+    pixels[: shape[0] // 2] = 7  # runs and noise, in a file large enough to be deflated in two halves
+    path = tmp_path / "p.png"
+    path.write_bytes(encode_png(pixels, 150, {"Software": "attnviz", "Title": "é 猫"}))
+    image = Image.open(path)
+    np.testing.assert_array_equal(np.asarray(image), pixels)
+    assert image.text == {"Software": "attnviz", "Title": "é 猫"}
+    assert round(image.info["dpi"][0]) == 150

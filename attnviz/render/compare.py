@@ -19,7 +19,7 @@ from ..attention import Attention
 from ..compare import Difference, PermutationCase
 from ..core import Array
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, wrapped_title
+from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, panel_title, wrapped_title
 from .labels import abbreviate, describe_parts, wrap_parts
 from .terminal import matrix_text, number_table
 
@@ -139,9 +139,9 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
                     annotate_cells(
                         ax, values, att.allowed, diverging, font * 0.9, vmin=-limit, vmax=limit, fmt="{:+.2f}"
                     )
-            label_axes(ax, att, style, (panel, panel * n / m), outer=(False, c == 0))
+            above = label_axes(ax, att, style, (panel, panel * n / m), outer=(False, c == 0))
             title = row.labels[c] + (f" · {att.head_labels[0]}" if c < 2 else "")
-            ax.set_title(title, fontweight="bold", pad=6, fontsize=style.font_size * 0.85)
+            panel_title(ax, title, above, fontsize=style.font_size * 0.85)
         axes[2].set_xlabel(row.summary, fontsize=style.font_size * 0.85, fontweight="bold")
         axes[2].xaxis.set_label_position("bottom")
         for image, where, label in ((images[1], axes[:2], "weight"), (images[2], axes[2], "difference")):

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..attention import Attention
 from ..core import Array, BoolArray
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, hatch_masked, new_figure, styled, tick_step
+from .figure import (
+    DEFAULT_STYLE,
+    FigureStyle,
+    colormap,
+    hatch_masked,
+    lines_height,
+    points_offset,
+    styled,
+    text_extent,
+    tick_step,
+)
 from .labels import abbreviate, describe_parts, wrap_parts
+from .outlines import Anchor, draw_texts, text_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,21 +37,8 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
 
 LABEL_CHARS = 14
-MARGIN_W, MARGIN_H = 1.6, 1.3  # inches for colour bar, labels and titles
-
-
-def grid_shape(count: int, box: tuple[float, float], row_overhead: float = 0.0) -> tuple[int, int]:
-    """(rows, cols) giving the largest square panels in a box of (width, height); fewer empty slots on ties.
-
-    ``row_overhead`` inches per row are taken by its panel titles.
-    """
-
-    def score(cols: int) -> tuple[float, int]:
-        rows = math.ceil(count / cols)
-        return min(box[0] / cols, box[1] / rows - row_overhead), -(rows * cols - count)
-
-    cols = max(range(1, count + 1), key=score)
-    return math.ceil(count / cols), cols
+MARGIN_W, MARGIN_H = 1.6, 1.3  # inches for colour bar, labels and titles: a first guess, then measured
+LABEL_PAD, AXIS_TITLE_PAD, TITLE_PAD = 3.0, 3.0, 6.0  # points between a panel and its labels, and so on
 
 
 def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> str:
@@ -47,10 +46,11 @@ def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> st
     return "\n".join(wrap_parts(parts, max(20, int(width_inches * 72 / (font_size * 0.62)))))
 
 
-def luminance(rgba: Sequence[float] | np.ndarray) -> float:
-    """WCAG relative luminance of a colour."""
-    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
-    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+def luminance(rgba: Sequence[float] | np.ndarray) -> Any:
+    """WCAG relative luminance of a colour, or of each colour of an (..., 4) array."""
+    c = np.asarray(rgba, dtype=float)[..., :3]
+    linear = np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return linear @ np.array([0.2126, 0.7152, 0.0722])
 
 
 def annotation_font(cell_inches: float, style: FigureStyle) -> float | None:
@@ -62,26 +62,6 @@ def annotation_font(cell_inches: float, style: FigureStyle) -> float | None:
     if wanted is None and size < max(5.0, style.font_size * 0.5):
         return None
     return max(size, 3.0)
-
-
-_GLYPHS: dict[tuple[str, float, str], Any] = {}
-
-
-def text_path(text: str, size: float) -> Any:
-    """The outline of ``text`` at ``size`` points, centred on (0, 0); made once per process and kept."""
-    import matplotlib as mpl
-
-    family = str(mpl.rcParams["font.family"][0])
-    key = (text, size, family)
-    if key not in _GLYPHS:
-        from matplotlib.font_manager import FontProperties
-        from matplotlib.textpath import TextPath
-        from matplotlib.transforms import Affine2D
-
-        path = TextPath((0, 0), text, prop=FontProperties(family=family, size=size))
-        box = path.get_extents()
-        _GLYPHS[key] = path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
-    return _GLYPHS[key]
 
 
 def annotate_cells(
@@ -100,42 +80,57 @@ def annotate_cells(
     All the numbers of a matrix are drawn as one collection of glyph outlines: a few hundred
     Text artists would cost most of the time of drawing the figure.
     """
-    from matplotlib.collections import PathCollection
-    from matplotlib.transforms import Affine2D
-
     span = (vmax - vmin) or 1.0
+    light = luminance(cmap((values - vmin) / span)) > 0.179
     labels, paths, offsets, colours = [], [], [], []
-    for (i, j), value in np.ndenumerate(values):
-        if not allowed[i, j]:
-            continue
-        text = fmt.format(value)
+    for i, j in zip(*np.nonzero(allowed), strict=True):
+        text = fmt.format(values[i, j])
         if text[0] in "+-" and not text.strip("+-0."):
             text = text[1:]  # ±0.00 reads as a sign that is not there
         labels.append(text)
         paths.append(text_path(text, font))
         offsets.append((j, i))
-        colours.append("black" if luminance(cmap((value - vmin) / span)) > 0.179 else "white")
-    if not paths:
-        return
-    points_to_pixels = Affine2D().scale(1 / 72) + ax.figure.dpi_scale_trans
-    cells = PathCollection(
-        paths,
-        offsets=offsets,
-        offset_transform=ax.transData,
-        transform=points_to_pixels,
-        facecolors=colours,
-        edgecolors="none",
-        zorder=3,
-        gid="cell values",
-    )
-    cells.labels = labels  # type: ignore[attr-defined]  # what the cells say, for tests and readers of the figure
-    cells.font_size = font  # type: ignore[attr-defined]
-    ax.add_collection(cells, autolim=False)
+        colours.append("black" if light[i, j] else "white")
+    if paths:
+        draw_texts(ax, labels, paths, offsets, ax.transData, colours, "cell values")
+        ax.collections[-1].font_size = font  # type: ignore[attr-defined]
 
 
 def cell_values(ax: Axes) -> list[str]:
     """The numbers :func:`annotate_cells` wrote on ``ax``, in row-major order."""
     return [label for c in ax.collections if c.get_gid() == "cell values" for label in c.labels]  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class TokenLabels:
+    """A panel's token labels: which are shown (every k-th when they would overlap), their font, their room.
+
+    ``top`` and ``left`` are the points the key labels take above the panel and the query labels
+    to its left: the layout reserves them, measured once.
+    """
+
+    font: float
+    rows: list[tuple[int, str]]
+    cols: list[tuple[int, str]]
+    rotate: bool
+    top: float
+    left: float
+
+
+def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, float]) -> TokenLabels:
+    """The labels of a panel of ``size_inches`` (width, height): font from the cell size, thinned to fit."""
+    n, m = len(att.tokens), len(att.keys)
+    cell_points = min(size_inches) * 72 / max(n, m)
+    font = max(style.font_size * 0.5, min(style.font_size * 0.8, cell_points * 1.1))
+    row_step = tick_step(n, size_inches[1], font)
+    col_step = tick_step(m, size_inches[0], font)
+    rows = [(i, abbreviate(att.tokens[i], LABEL_CHARS)) for i in range(0, n, row_step)]
+    cols = [(j, abbreviate(att.keys[j], LABEL_CHARS)) for j in range(0, m, col_step)]
+    widest = max(text_extent(text, font)[0] for _, text in cols)
+    rotate = widest > size_inches[0] * 72 * col_step / m * 0.9
+    line = text_extent("lp", font)[1]
+    left = max(text_extent(text, font)[0] for _, text in rows)
+    return TokenLabels(font, rows, cols, rotate, (widest if rotate else line) + LABEL_PAD, left + LABEL_PAD)
 
 
 def label_axes(
@@ -146,42 +141,75 @@ def label_axes(
     *,
     outer: tuple[bool, bool] = (True, True),
     ticks: tuple[bool, bool] = (True, True),
-) -> None:
-    """Token labels on both axes (keys on top), thinned to what fits; padding rows in muted italics.
+    labels: TokenLabels | None = None,
+) -> float:
+    """Token labels on both axes (keys on top), thinned to what fits; padding tokens in muted italics.
 
     ``outer`` says which axis titles ('keys', 'queries') to write, ``ticks`` which token labels.
+    Labels are plain texts placed beside the panel, not matplotlib ticks, whose layout is slow.
+    Returns the points taken above the panel, for the title to stand clear of them.
     """
-    n, m = len(att.tokens), len(att.keys)
-    cell_points = min(size_inches) * 72 / max(n, m)
-    font = max(style.font_size * 0.5, min(style.font_size * 0.8, cell_points * 1.1))
-    rows = [abbreviate(t, LABEL_CHARS) for t in att.tokens]
-    cols = [abbreviate(t, LABEL_CHARS) for t in att.keys]
-    row_step = tick_step(n, size_inches[1], font)
-    col_step = tick_step(m, size_inches[0], font)
-    ax.xaxis.tick_top()
-    ax.xaxis.set_label_position("top")
-    ax.set_xticks(range(0, m, col_step), [cols[j] for j in range(0, m, col_step)])
-    ax.set_yticks(range(0, n, row_step), [rows[i] for i in range(0, n, row_step)])
-    widest = max(len(c) for c in cols) * font * 0.6 / 72
-    if widest * math.ceil(m / col_step) > size_inches[0] * 0.9:
-        for label in ax.get_xticklabels():
-            label.set_rotation(90)
+    from matplotlib.transforms import blended_transform_factory
+
+    labels = labels or token_labels(att, style, size_inches)
+    fig = ax.figure
     key_padding = att.key_padding if att.key_tokens is not None else att.padding
-    for labels, padding, step in (
-        (ax.get_yticklabels(), att.padding, row_step),
-        (ax.get_xticklabels(), key_padding, col_step),
-    ):
-        for index, label in enumerate(labels):
-            if padding and padding[index * step]:
-                label.set_color(style.colours["muted"])
-                label.set_fontstyle("italic")
-    ax.tick_params(length=0, pad=2, labelsize=font, labeltop=ticks[0], labelleft=ticks[1])
+    text, muted = style.colours["text"], style.colours["muted"]
+    key_side = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+    query_side = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+    sides: list[tuple[bool, list[tuple[int, str]], tuple[bool, ...], Anchor, Any, str]] = [
+        (ticks[0], labels.cols, key_padding, "up" if labels.rotate else "above", key_side, "key labels"),
+        (ticks[1], labels.rows, att.padding, "right", query_side, "query labels"),
+    ]
+    for shown, items, padding, anchor, where, gid in sides:
+        if not shown:
+            continue
+        padded = [bool(padding and padding[k]) for k, _ in items]
+        draw_texts(
+            ax,
+            [label for _, label in items],
+            [text_path(label, labels.font, anchor, italic=p) for (_, label), p in zip(items, padded, strict=True)],
+            [(k, 1) if gid == "key labels" else (0, k) for k, _ in items],
+            where,
+            [muted if p else text for p in padded],
+            gid,
+        )
+    ax.set_xticks([])
+    ax.set_yticks([])
+    top = labels.top if ticks[0] else 0.0
     if outer[0]:
         ax.set_xlabel("keys")
+        ax.xaxis.set_label_position("top")
+        ax.xaxis.set_label_coords(0.5, 1, transform=ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD))
+        top += axis_title_room(style)
     if outer[1]:
         ax.set_ylabel("queries")
+        left = labels.left if ticks[1] else 0.0
+        ax.yaxis.set_label_coords(0, 0.5, transform=ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0))
     for spine in ax.spines.values():
         spine.set_visible(False)
+    return top
+
+
+def panel_title(ax: Axes, title: str, above: float, **text: Any) -> None:
+    """A panel's title in bold, clear of the ``above`` points its labels take (what label_axes returned)."""
+    ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2, **{"fontweight": "bold", **text})
+
+
+def axis_title_room(style: FigureStyle) -> float:
+    """Points an axis title ('keys', 'queries') takes across its line, with its gap."""
+    return text_extent("keys", style.font_size * 0.9)[1] + AXIS_TITLE_PAD
+
+
+def shown_labels(ax: Axes, which: Literal["keys", "queries"]) -> list[str]:
+    """The token labels :func:`label_axes` wrote on ``ax`` along the keys (top) or the queries (left)."""
+    gid = "key labels" if which == "keys" else "query labels"
+    return [label for c in ax.collections if c.get_gid() == gid for label in c.labels]  # type: ignore[attr-defined]
+
+
+def masked(values: Array, allowed: BoolArray) -> Any:
+    """The values with the cells not allowed masked out; the plain array when none is (it draws faster)."""
+    return values if allowed.all() else np.ma.masked_where(~allowed, values)
 
 
 def draw_matrix(
@@ -193,19 +221,18 @@ def draw_matrix(
     *,
     vmin: float = 0.0,
     vmax: float = 1.0,
-    norm: Any = None,
 ) -> AxesImage:
     """The matrix as square cells over a hatched background that shows through masked cells."""
     n, m = values.shape
     if not allowed.all():
         hatch_masked(ax, n, m, style)
     image = ax.imshow(
-        np.ma.masked_where(~allowed, values),
+        masked(values, allowed),
         cmap=cmap,
-        norm=norm,
-        vmin=None if norm is not None else vmin,
-        vmax=None if norm is not None else vmax,
+        vmin=vmin,
+        vmax=vmax,
         interpolation="nearest",
+        interpolation_stage="data",
         aspect="equal",
         zorder=1,
     )
@@ -215,7 +242,7 @@ def draw_matrix(
 
 
 REUSE_FIGURES = False  # a batch worker sets this: figures that differ only in their numbers share one Figure
-_reusable: dict[Any, tuple[Figure, list[Axes], Any]] = {}
+_reusable: dict[Any, tuple[Figure, list[Axes], tuple[Any, float]]] = {}
 
 
 def pooled_floor(att: Attention) -> float | None:
@@ -224,14 +251,14 @@ def pooled_floor(att: Attention) -> float | None:
     return None if pooled is None else 0.1 / float(pooled["tokens"])
 
 
-def pooled_norm(att: Attention) -> Any:
-    """A log colour scale for pooled long maps, whose weights are ~1/n and would all look 0 on 0–1."""
+def shown_values(att: Attention, index: int) -> tuple[Array, float, float]:
+    """What a panel colours, and its range: the weights on 0–1, or for a pooled long map, whose
+    weights are ~1/n and would all look 0 on 0–1, their powers of ten (a log scale, computed once
+    here rather than by a LogNorm on every draw)."""
     floor = pooled_floor(att)
     if floor is None:
-        return None
-    from matplotlib.colors import LogNorm
-
-    return LogNorm(vmin=floor, vmax=1.0, clip=True)
+        return att.weights[index], 0.0, 1.0
+    return np.log10(np.maximum(att.weights[index], floor)), math.log10(floor), 0.0
 
 
 def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ...]:
@@ -246,59 +273,182 @@ def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ..
         att.allowed.tobytes(),
         style,
         title.count("\n"),
+        pooled_floor(att),
+    )
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    """Where everything of a heatmap grid goes, in inches from the figure's lower left corner."""
+
+    size: tuple[float, float]
+    shape: tuple[int, int]
+    panel: tuple[float, float]
+    panels: list[tuple[float, float]]  # lower left corner of each panel, row by row
+    tops: list[float]  # points above each row's panels taken by its labels and axis title
+    bar: tuple[float, float, float, float]  # left, bottom, width, height of the colour bar
+    title_top: float  # where the heading's first line starts
+    labels: TokenLabels
+
+
+def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
+    """The colour bar's ticks: quarters of 0–1, or the powers of ten of a pooled map's log scale."""
+    floor = pooled_floor(att)
+    if floor is None:
+        return [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"]
+    superscript = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    powers = range(math.ceil(math.log10(floor)), 1)
+    return [float(p) for p in powers], [f"10{str(p).translate(superscript)}" if p else "1" for p in powers]
+
+
+def grid_layout(att: Attention, style: FigureStyle, title_lines: int) -> GridLayout:
+    """The panels in the rows × columns that give them the largest cells; fewer empty slots on ties.
+
+    Without --size the figure is the preset's width and at most 1.2 times as tall, shrunk to what
+    the panels need; with a fixed size (--size, slides) the panels shrink to fit and the whole is
+    centred.
+    """
+    count = len(att.head_labels)
+    width, height = style.figure_size(0.75)
+    fixed = style.size is not None or style.preset == "slide"
+    box = height if fixed else width * 1.2
+    shapes = [(math.ceil(count / cols), cols) for cols in range(1, count + 1)]
+    rows, cols = max(
+        shapes,
+        key=lambda shape: (
+            round(arrange(att, style, title_lines, shape, box, fixed).panel[0], 2),
+            -(shape[0] * shape[1] - count),
+        ),
+    )
+    return arrange(att, style, title_lines, (rows, cols), box, fixed)
+
+
+def arrange(
+    att: Attention, style: FigureStyle, title_lines: int, shape: tuple[int, int], height: float, fixed: bool
+) -> GridLayout:
+    """Lay out panels in ``shape`` from measured labels: square cells, as large as a figure of the
+    style's width and ``height`` allows; unless ``fixed``, the figure then shrinks to the panels."""
+    count = len(att.head_labels)
+    n, m = att.weights.shape[1:]
+    font = style.font_size
+    width = style.figure_size(0.75)[0]
+    rows, cols = shape
+    outer_only = count > 4
+    guess = max(0.2, min((width - MARGIN_W) / cols, (height - MARGIN_H) / rows - font * 2.2 / 72))
+    pad, gap, bar_gap, bar_w = font * 0.8, font * 0.8, font, font * 1.2
+    _, tick_texts = colour_bar_ticks(att)
+    bar_room = bar_gap + bar_w + 7 + max(text_extent(t, font * 0.8)[0] for t in tick_texts) + 4
+    bar_room += text_extent("attention weight", font * 0.9)[1]
+    heading = lines_height(title_lines, font * 1.05) + font * 0.6
+    head_title = max(text_extent(label, font, weight="bold")[1] for label in att.head_labels) + TITLE_PAD
+    for _ in range(2):  # the labels' font and thinning depend on the panel size, which depends on them
+        labels = token_labels(att, style, (guess, guess * n / m))
+        inner = (0.0, 0.0) if outer_only else (labels.left, labels.top)  # panels off the grid's edge
+        lefts = [labels.left + axis_title_room(style)] + [inner[0]] * (cols - 1)
+        tops = [labels.top + axis_title_room(style)] + [inner[1]] * (rows - 1)
+        fixed_w = 2 * pad + sum(lefts) + (cols - 1) * gap + bar_room
+        fixed_h = 2 * pad + heading + sum(tops) + rows * head_title + (rows - 1) * gap
+        panel = min((width * 72 - fixed_w) / cols, (height * 72 - fixed_h) / rows * m / n)
+        panel = max(panel, 0.2 * 72)
+        guess = panel / 72
+    if not fixed:
+        height = (fixed_h + rows * panel * n / m) / 72
+    panel_h = panel * n / m
+    x0 = (width * 72 - (fixed_w + cols * panel)) / 2 + pad
+    y = height * 72 - (height * 72 - (fixed_h + rows * panel_h)) / 2 - pad  # from the bottom, in points
+    title_top = y
+    y -= heading
+    corners = []
+    for r in range(rows):
+        y -= head_title + tops[r] + panel_h
+        x = x0
+        for c in range(cols):
+            x += lefts[c]
+            corners.append((x / 72, y / 72))
+            x += panel + gap
+        y -= gap
+    bar_left = x0 + sum(lefts) + cols * panel + (cols - 1) * gap + bar_gap
+    bottom = corners[(rows - 1) * cols][1]
+    top = corners[0][1] + panel_h / 72
+    return GridLayout(
+        size=(width, height),
+        shape=(rows, cols),
+        panel=(panel / 72, panel_h / 72),
+        panels=corners[:count],
+        tops=tops,
+        bar=(bar_left / 72, bottom, bar_w / 72, top - bottom),
+        title_top=title_top / 72,
+        labels=labels,
     )
 
 
 @styled
 def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
+    from matplotlib.figure import Figure
+
     count = len(att.head_labels)
     n, m = att.weights.shape[1:]
     width = style.figure_size(0.75)[0]
-    title = wrapped_title(describe_parts(att), width if style.size is None else style.size[0], style.font_size)
+    title = wrapped_title(describe_parts(att), width, style.font_size)
     key = _layout_key(att, style, title)
     if REUSE_FIGURES and key in _reusable:
-        fig, axes, heading = _reusable[key]
+        fig, axes, (heading, top) = _reusable[key]
         _redraw_numbers(fig, axes, att, style)
-        heading.set_text(title)  # the text only: the layout placed it
+        heading.remove()  # the text only: the layout placed it
+        _reusable[key] = (fig, axes, (draw_heading(fig, title, top, style), top))
         return fig
-    box = style.figure_size(0.75) if style.size or style.preset == "slide" else (width, width * 1.2)
-    title_h = style.font_size * 2.2 / 72
-    rows, cols = grid_shape(count, (box[0] - MARGIN_W, box[1] - MARGIN_H), title_h)
-    panel_w = (width - MARGIN_W) / cols
-    aspect = (rows * (panel_w * n / m + title_h) + MARGIN_H) / width
-    fig = new_figure(style, aspect)
-    fig_w, fig_h = fig.get_size_inches()
-    panel = min((fig_w - MARGIN_W) / cols, (fig_h - MARGIN_H) / rows - title_h)
+    layout = grid_layout(att, style, title.count("\n") + 1)
+    fig_w, fig_h = layout.size
+    fig = Figure(figsize=layout.size, dpi=style.resolution())
+    rows, cols = layout.shape
     outer_only = count > 4
     cmap = colormap(style.cmap)
-    font = annotation_font(panel / max(n, m), style)
-    grid = fig.subplots(rows, cols, squeeze=False)
-    image = None
-    for index, ax in enumerate(grid.flat):
-        if index >= count:
-            ax.set_axis_off()
-            continue
-        image = draw_matrix(ax, att.weights[index], att.allowed, cmap, style, norm=pooled_norm(att))
-        if font is not None and pooled_norm(att) is None:
+    pooled = pooled_floor(att) is not None
+    font = annotation_font(layout.panel[0] / m, style) if not pooled else None
+    axes, image = [], None
+    for index, (x, y) in enumerate(layout.panels):
+        ax = fig.add_axes((x / fig_w, y / fig_h, layout.panel[0] / fig_w, layout.panel[1] / fig_h))
+        values, vmin, vmax = shown_values(att, index)
+        image = draw_matrix(ax, values, att.allowed, cmap, style, vmin=vmin, vmax=vmax)
+        if font is not None:
             annotate_cells(ax, att.weights[index], att.allowed, cmap, font)
         edge = (index < cols, index % cols == 0)
         titles = (index == 0, edge[1]) if outer_only else edge
-        label_axes(ax, att, style, (panel, panel * n / m), outer=titles, ticks=edge if outer_only else (True, True))
-        ax.set_title(att.head_labels[index], fontweight="bold", pad=6)
+        label_axes(
+            ax, att, style, layout.panel, outer=titles, ticks=edge if outer_only else (True, True), labels=layout.labels
+        )
+        panel_title(ax, att.head_labels[index], layout.tops[index // cols])
+        axes.append(ax)
     assert image is not None
-    bar = fig.colorbar(image, ax=grid, shrink=0.8 if rows > 1 else 0.9, aspect=30, pad=0.02)
-    if pooled_norm(att) is None:
-        bar.set_label("attention weight")
-        bar.set_ticks([0, 0.25, 0.5, 0.75, 1])
-    else:
-        bar.set_label("attention weight (log scale)")
+    left, bottom, bar_w, bar_h = layout.bar
+    bar_axes = fig.add_axes((left / fig_w, bottom / fig_h, bar_w / fig_w, bar_h / fig_h), label="<colorbar>")
+    bar = fig.colorbar(image, cax=bar_axes)
+    ticks, tick_labels = colour_bar_ticks(att)
+    bar.set_ticks(ticks, labels=tick_labels)
+    bar.minorticks_off()
+    bar.set_label("attention weight (log scale)" if pooled else "attention weight")
     bar.outline.set_visible(False)
-    heading = fig.suptitle(title)
+    heading = draw_heading(fig, title, layout.title_top, style)
     if REUSE_FIGURES:
         _reusable.clear()
-        _reusable[key] = (fig, list(grid.flat)[:count], heading)
+        _reusable[key] = (fig, axes, (heading, layout.title_top))
     return fig
+
+
+def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any:
+    """The figure's title, its lines centred and hanging from ``top`` inches (as outlines, see text_path)."""
+    size = style.font_size * 1.05
+    lines = title.split("\n")
+    spacing = text_extent("lp", size)[1] * 1.2 / 72
+    offsets = [(fig.get_figwidth() / 2, top - k * spacing) for k in range(len(lines))]
+    paths = [text_path(line, size, "below") for line in lines]
+    return draw_texts(fig, lines, paths, offsets, fig.dpi_scale_trans, style.colours["text"], "heading")
+
+
+def figure_heading(fig: Figure) -> str:
+    """The title :func:`draw_heading` wrote on ``fig``."""
+    return "\n".join(label for a in fig.artists if a.get_gid() == "heading" for label in a.labels)  # type: ignore[attr-defined]
 
 
 def forget_figures() -> None:
@@ -310,7 +460,7 @@ def _redraw_numbers(fig: Figure, axes: list[Axes], att: Attention, style: Figure
     """Put ``att``'s weights into a figure drawn for another map of the same layout."""
     cmap = colormap(style.cmap)
     for index, ax in enumerate(axes):
-        ax.images[0].set_data(np.ma.masked_where(~att.allowed, att.weights[index]))
+        ax.images[0].set_data(masked(shown_values(att, index)[0], att.allowed))
         old = [c for c in ax.collections if c.get_gid() == "cell values"]
         for collection in old:
             font = collection.font_size  # type: ignore[attr-defined]

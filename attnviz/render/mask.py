@@ -13,7 +13,7 @@ import numpy as np
 
 from ..attention import Attention
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, wrapped_title
+from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, panel_title, wrapped_title
 from .labels import describe_parts, score_label
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
 
     allowed_cmap = ListedColormap([c["allowed"]])
     draw_matrix(axes[0], np.zeros((n, m)), allowed, allowed_cmap, style)
-    axes[0].set_title("mask M", fontweight="bold", pad=6)
     key = ScalarMappable(cmap=ListedColormap([c["allowed"], c["masked"]]), norm=Normalize(0, 1))
     bar = target.colorbar(key, ax=axes[0], location="right", shrink=0.85, aspect=18, pad=0.03)
     bar.set_ticks([0.25, 0.75], labels=["0: allowed", f"{MINUS_INF}: blocked"])
@@ -52,12 +51,10 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
     diverging = colormap("RdBu_r")
     finite = np.where(allowed, scores, 0.0)
     image = draw_matrix(axes[1], finite, allowed, diverging, style, vmin=-limit, vmax=limit)
-    axes[1].set_title(f"scores S = {score_label(att.config)}", fontweight="bold", pad=6)
     target.colorbar(image, ax=axes[1], location="right", shrink=0.85, aspect=18, pad=0.03).outline.set_visible(False)
 
     weights_cmap = colormap(style.cmap)
     image = draw_matrix(axes[2], att.weights[0], allowed, weights_cmap, style)
-    axes[2].set_title("weights = softmax(S)", fontweight="bold", pad=6)
     bar = target.colorbar(image, ax=axes[2], location="right", shrink=0.85, aspect=18, pad=0.03)
     bar.set_ticks([0, 0.5, 1])
     bar.outline.set_visible(False)
@@ -68,8 +65,9 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
         annotate_cells(axes[2], att.weights[0], allowed, weights_cmap, font)
         for ax in axes[:2]:
             _mark_blocked(ax, allowed, font, c["text"])
-    for index, ax in enumerate(axes):
-        label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0))
+    titles = ("mask M", f"scores S = {score_label(att.config)}", "weights = softmax(S)")
+    for index, (ax, title) in enumerate(zip(axes, titles, strict=True)):
+        panel_title(ax, title, label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0)))
 
 
 @styled

@@ -16,7 +16,7 @@ from ..attention import Attention
 from ..core import Array
 from ..sources import AttentionStack
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, wrapped_title
+from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, panel_title, wrapped_title
 from .labels import abbreviate, describe_parts, wrap_parts
 from .terminal import cell_style, render_heatmap
 
@@ -96,11 +96,11 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     font = annotation_font(panel / n, style)
     if font is not None:
         annotate_cells(heat, result, att.allowed, cmap, font, vmax=float(result.max()))
-    label_axes(heat, att, style, (panel, panel))
-    heat.set_title(
+    panel_title(
+        heat,
         "rollout: heads averaged, + identity, renormalised, multiplied through the layers",
+        label_axes(heat, att, style, (panel, panel)),
         fontsize=style.font_size * 0.85,
-        fontweight="bold",
     )
     fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02).outline.set_visible(False)
     labels = [abbreviate(t, 14) for t in stack.tokens]

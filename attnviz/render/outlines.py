@@ -1,0 +1,118 @@
+"""Text drawn as glyph outlines: token labels, cell values and headings of the heatmap figures.
+
+matplotlib 3.11 lays out and rasterises a Text artist glyph by glyph in Python on every draw;
+a figure of a few hundred labels spent most of its time there. An outline is made once per
+text and size, kept, and drawn by Agg with the other paths of one collection. The cost: in a
+PDF these texts are shapes, not selectable text (SVG draws all text as paths anyway).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+_GLYPHS: dict[tuple[Any, ...], Any] = {}
+Anchor = Literal["centre", "right", "up", "above", "below", "raw"]
+
+
+def ink_extents(path: Any) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1): the box of a path's points. A glyph's curves stay within their control
+    points; matplotlib's exact extents walk every Bézier segment in Python, a hundred times slower."""
+    if not len(path.vertices):
+        return 0.0, 0.0, 0.0, 0.0
+    (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+    return float(x0), float(y0), float(x1), float(y1)
+
+
+def text_path(text: str, size: float, anchor: Anchor = "centre", *, italic: bool = False) -> Any:
+    """The outline of ``text`` at ``size`` points, placed around (0, 0); made once per process and kept.
+
+    ``anchor``: "centre" centres the ink (cell values); "right" ends the text at 0 with the middle of
+    its capitals on 0 (query labels); "up" turns it to read upwards from 0 (standing key labels);
+    "above" centres it and rests its descenders on 0 (lying key labels); "below" centres it and
+    hangs its capitals from 0 (headings); "raw" leaves it on its baseline from 0.
+    """
+    import matplotlib as mpl
+
+    families = tuple(mpl.rcParams["font.family"])
+    key = (text, size, anchor, italic, families)
+    if key not in _GLYPHS:
+        from matplotlib.font_manager import FontProperties
+        from matplotlib.textpath import TextPath
+        from matplotlib.transforms import Affine2D
+
+        prop = FontProperties(family=list(families), size=size, style="italic" if italic else "normal")
+        path = TextPath((0, 0), text, prop=prop)
+        x0, y0, x1, y1 = ink_extents(path)
+        move = Affine2D()
+        if anchor == "centre":
+            move.translate(-(x0 + x1) / 2, -(y0 + y1) / 2)
+        elif anchor == "above":
+            move.translate(-(x0 + x1) / 2, -ink_extents(text_path("g", size, "raw", italic=italic))[1])
+        elif anchor == "below":
+            move.translate(-(x0 + x1) / 2, -ink_extents(text_path("H", size, "raw", italic=italic))[3])
+        elif anchor != "raw":
+            middle = ink_extents(text_path("H", size, "raw", italic=italic))[3] / 2
+            move.translate(-x1, -middle) if anchor == "right" else move.translate(-x0, -middle).rotate_deg(90)
+        _GLYPHS[key] = path.transformed(move)
+    return _GLYPHS[key]
+
+
+@functools.cache
+def _outlines_class() -> type:
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Bbox
+
+    class TextOutlines(PathCollection):
+        """Texts drawn as glyph outlines, which say where their ink is, so that layout engines
+        (constrained layout, bbox_inches="tight") make room for them."""
+
+        def get_window_extent(self, renderer: Any = None) -> Any:
+            boxes = np.array([ink_extents(path) for path in self.get_paths()]).reshape(-1, 4)
+            if not len(boxes):
+                return Bbox.null()
+            at = self.get_offset_transform().transform(self.get_offsets())
+            scale = self.get_transform()
+            low, high = at + scale.transform(boxes[:, :2]), at + scale.transform(boxes[:, 2:])
+            return Bbox([low.min(axis=0), high.max(axis=0)])
+
+    return TextOutlines
+
+
+def draw_texts(
+    target: Axes | Figure, texts: list[str], paths: list[Any], offsets: Any, where: Any, colours: Any, gid: str
+) -> Any:
+    """Outlines of ``texts`` at ``offsets`` in the coordinates of ``where``, as one collection on
+    an Axes (clipped to it when placed in its data) or a Figure.
+
+    The collection remembers the texts (``labels``), for tests and for readers of the figure.
+    """
+    from matplotlib.axes import Axes
+    from matplotlib.transforms import Affine2D
+
+    fig = target.figure if isinstance(target, Axes) else target
+    points_to_pixels = Affine2D().scale(1 / 72) + fig.dpi_scale_trans
+    collection = _outlines_class()(
+        paths,
+        offsets=offsets,
+        offset_transform=where,
+        transform=points_to_pixels,
+        facecolors=colours,
+        edgecolors="none",
+        zorder=3,
+        gid=gid,
+    )
+    collection.labels = texts
+    if isinstance(target, Axes):
+        target.add_collection(collection, autolim=False)
+        collection.set_clip_on(where is target.transData)  # labels stand outside the panel
+    else:
+        target.add_artist(collection)
+        collection.set_clip_on(False)
+    return collection
