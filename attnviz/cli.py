@@ -178,8 +178,12 @@ def _pooled(
             "weights (when they fit), and the terminal and -o show it pooled"
         )
     if figure.output is not None:
-        style = figure.style
-        bins = int(style.figure_size(0.75)[0] * 0.75 * style.resolution())
+        bins = views.heatmap.pooled_bins(
+            lambda bins: pooled_self_attention(
+                layer.tokens, layer.config, bins=bins, pool=pool, head=head, mean=mean, frame=True
+            ),
+            figure.style,
+        )
     else:
         from rich.console import Console
 

@@ -242,11 +242,14 @@ def pooled_self_attention(
     pool: Pool = "max",
     head: int | None = None,
     mean: bool = False,
+    frame: bool = False,
 ) -> Attention:
     """Self-attention of any length, pooled into ``bins`` × ``bins`` (at most) without holding n × n.
 
     The rows and columns of the result are bins of consecutive tokens; ``config`` records how
-    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked.
+    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked. With
+    ``frame`` nothing is computed: the weights are zeros of the shape they would have, for a
+    view to size itself (a figure gives each bin one pixel).
     """
     from .blocked import bin_edges, pooled_attention
 
@@ -260,23 +263,26 @@ def pooled_self_attention(
     ensure_fits(
         4 * n * (2 * d + 4 * len(chosen) * config.d_k) + 8 * n * bins, f"{n} tokens, pooled", "use fewer tokens"
     )
-    layer = build_layer(config, tokens, dtype=np.float32)
-    with one_blas_thread():
-        q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
-        k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
     rows = cols = bin_edges(n, bins)
-    key_mask = ~np.array(padding) if any(padding) else None
-    weights = pooled_attention(
-        q,
-        k,
-        scale=config.scale_value,
-        rows=rows,
-        cols=cols,
-        pool=pool,
-        causal=config.causal,
-        key_mask=key_mask,
-        mean_heads=mean,
-    )
+    if frame:
+        weights = np.broadcast_to(np.float32(0), (1 if mean else len(chosen), len(rows) - 1, len(rows) - 1))
+    else:
+        layer = build_layer(config, tokens, dtype=np.float32)
+        with one_blas_thread():
+            q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
+            k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
+        key_mask = ~np.array(padding) if any(padding) else None
+        weights = pooled_attention(
+            q,
+            k,
+            scale=config.scale_value,
+            rows=rows,
+            cols=cols,
+            pool=pool,
+            causal=config.causal,
+            key_mask=key_mask,
+            mean_heads=mean,
+        )
     labels = tuple(f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in zip(rows[:-1], rows[1:], strict=True))
     real = np.add.reduceat(~np.array(padding), cols[:-1]) > 0  # a column bin with at least one real key
     allowed = np.broadcast_to(real, (len(labels), len(labels))).copy()

@@ -174,7 +174,7 @@ def figures() -> None:
 
     from attnviz import LayerConfig, self_attention
     from attnviz.render.figure import FigureStyle, figure_bytes
-    from attnviz.render.heatmap import render_heatmap_figure
+    from attnviz.render.heatmap import pooled_bins, render_heatmap_figure
 
     tokens = "the quick brown fox jumps over the lazy dog while the cat sat on a mat".split()
     att = self_attention(tokens, LayerConfig()).select(head=0)
@@ -220,8 +220,9 @@ def figures() -> None:
 
     long_tokens = [f"w{i % 300}" for i in range(4096)]
     config = LayerConfig(heads=12, d_model=768)
-    compute = best(lambda: pooled_self_attention(long_tokens, config, bins=787, head=0))
-    pooled = pooled_self_attention(long_tokens, config, bins=787, head=0)
+    bins = pooled_bins(lambda b: pooled_self_attention(long_tokens, config, bins=b, head=0, frame=True), FigureStyle())
+    compute = best(lambda: pooled_self_attention(long_tokens, config, bins=bins, head=0))
+    pooled = pooled_self_attention(long_tokens, config, bins=bins, head=0)
     draw = best(lambda: figure_bytes(render_heatmap_figure(pooled), "png", {}))
     record("4096-token heatmap PNG, against its attention", compute + draw, compute, 1.5)
 

@@ -14,6 +14,8 @@ from attnviz.blocked import bin_edges, blocked_attention, pooled_attention
 from attnviz.config import LayerConfig
 from attnviz.core import causal_mask, scaled_dot_product_attention
 from attnviz.layer import full_weights, pooled_self_attention, self_attention
+from attnviz.render.figure import FigureStyle, figure_context
+from attnviz.render.heatmap import pooled_bins, render_heatmap_figure
 
 
 @settings(max_examples=20, deadline=None)
@@ -88,3 +90,18 @@ def test_save_writes_what_from_reads(cli, tmp_path: Path) -> None:
     assert doc["tokens"] == ["the", "cat", "sat"] and np.array(doc["weights"]).shape == (4, 3, 3)
     assert cli("heatmap", "a", "--save", str(tmp_path / "x.npy")).code == 2
     assert cli("heatmap", "a", "--save", str(path), "--json").code == 2
+
+
+@pytest.mark.parametrize(
+    ("style", "head"), [(FigureStyle(), 0), (FigureStyle(), None), (FigureStyle(preset="slide", dpi=100), 1)]
+)
+def test_a_pooled_figure_gives_each_bin_one_pixel(style: FigureStyle, head: int | None) -> None:
+    """Drawn at the panel's resolution, no bin (and its maximum) is dropped, none stretched."""
+    tokens = [f"w{i % 50}" for i in range(3000)]
+    bins = pooled_bins(lambda b: pooled_self_attention(tokens, LayerConfig(), bins=b, head=head, frame=True), style)
+    att = pooled_self_attention(tokens, LayerConfig(), bins=bins, head=head)
+    with figure_context(style):
+        fig = render_heatmap_figure(att, style)
+    panel = fig.axes[0].get_window_extent()
+    assert att.weights.shape[1] == bins
+    assert bins <= round(panel.width) <= bins + 1 and bins <= round(panel.height) <= bins + 1

@@ -8,7 +8,7 @@ as a low weight.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,6 +20,7 @@ from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
     colormap,
+    figure_context,
     hatch_masked,
     lines_height,
     points_offset,
@@ -28,7 +29,7 @@ from .figure import (
     tick_step,
 )
 from .labels import abbreviate, describe_parts, wrap_parts
-from .outlines import Anchor, draw_texts, text_path
+from .outlines import Anchor, draw_texts, drawn_texts, text_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 LABEL_CHARS = 14
 MARGIN_W, MARGIN_H = 1.6, 1.3  # inches for colour bar, labels and titles: a first guess, then measured
 LABEL_PAD, AXIS_TITLE_PAD, TITLE_PAD = 3.0, 3.0, 6.0  # points between a panel and its labels, and so on
+BAR_TICK_ROOM = 7.0  # points from the colour bar to its numbers: a tick mark and its pad
 
 
 def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> str:
@@ -98,7 +100,7 @@ def annotate_cells(
 
 def cell_values(ax: Axes) -> list[str]:
     """The numbers :func:`annotate_cells` wrote on ``ax``, in row-major order."""
-    return [label for c in ax.collections if c.get_gid() == "cell values" for label in c.labels]  # type: ignore[attr-defined]
+    return drawn_texts(ax, "cell values")
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,10 @@ def label_axes(
         draw_texts(
             ax,
             [label for _, label in items],
-            [text_path(label, labels.font, anchor, italic=p) for (_, label), p in zip(items, padded, strict=True)],
+            [
+                text_path(label, labels.font, anchor, "italic" if p else "normal")
+                for (_, label), p in zip(items, padded, strict=True)
+            ],
             [(k, 1) if gid == "key labels" else (0, k) for k, _ in items],
             where,
             [muted if p else text for p in padded],
@@ -177,23 +182,25 @@ def label_axes(
     ax.set_xticks([])
     ax.set_yticks([])
     top = labels.top if ticks[0] else 0.0
+    size = style.font_size * 0.9
     if outer[0]:
-        ax.set_xlabel("keys")
-        ax.xaxis.set_label_position("top")
-        ax.xaxis.set_label_coords(0.5, 1, transform=ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD))
+        where = ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD)
+        draw_texts(ax, ["keys"], [text_path("keys", size, "above")], [(0.5, 1)], where, text, "axis titles")
         top += axis_title_room(style)
     if outer[1]:
-        ax.set_ylabel("queries")
         left = labels.left if ticks[1] else 0.0
-        ax.yaxis.set_label_coords(0, 0.5, transform=ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0))
+        where = ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0)
+        draw_texts(ax, ["queries"], [text_path("queries", size, "up-left")], [(0, 0.5)], where, text, "axis titles")
     for spine in ax.spines.values():
         spine.set_visible(False)
     return top
 
 
-def panel_title(ax: Axes, title: str, above: float, **text: Any) -> None:
+def panel_title(ax: Axes, title: str, above: float, style: FigureStyle, size: float | None = None) -> None:
     """A panel's title in bold, clear of the ``above`` points its labels take (what label_axes returned)."""
-    ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2, **{"fontweight": "bold", **text})
+    where = ax.transAxes + points_offset(ax.figure, 0, above + TITLE_PAD / 2)
+    path = text_path(title, size or style.font_size, "above", "bold")
+    draw_texts(ax, [title], [path], [(0.5, 1)], where, style.colours["text"], "title")
 
 
 def axis_title_room(style: FigureStyle) -> float:
@@ -203,8 +210,7 @@ def axis_title_room(style: FigureStyle) -> float:
 
 def shown_labels(ax: Axes, which: Literal["keys", "queries"]) -> list[str]:
     """The token labels :func:`label_axes` wrote on ``ax`` along the keys (top) or the queries (left)."""
-    gid = "key labels" if which == "keys" else "query labels"
-    return [label for c in ax.collections if c.get_gid() == gid for label in c.labels]  # type: ignore[attr-defined]
+    return drawn_texts(ax, "key labels" if which == "keys" else "query labels")
 
 
 def masked(values: Array, allowed: BoolArray) -> Any:
@@ -301,6 +307,23 @@ def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
     return [float(p) for p in powers], [f"10{str(p).translate(superscript)}" if p else "1" for p in powers]
 
 
+def label_colour_bar(bar: Any, ticks: list[float], labels: list[str], title: str, style: FigureStyle) -> None:
+    """Tick marks on the bar, their numbers and the bar's title beside it, as outlines."""
+    from matplotlib.transforms import blended_transform_factory
+
+    cax, fig, text = bar.ax, bar.ax.figure, style.colours["text"]
+    bar.set_ticks(ticks)
+    bar.minorticks_off()
+    cax.tick_params(labelright=False, labelleft=False)
+    size = style.font_size * 0.8
+    beside = blended_transform_factory(cax.transAxes, cax.transData) + points_offset(fig, BAR_TICK_ROOM, 0)
+    paths = [text_path(label, size, "left") for label in labels]
+    draw_texts(cax, labels, paths, [(1, t) for t in ticks], beside, text, "colour bar ticks")
+    room = BAR_TICK_ROOM + max(text_extent(label, size)[0] for label in labels) + AXIS_TITLE_PAD
+    path = text_path(title, style.font_size * 0.9, "up-right")
+    draw_texts(cax, [title], [path], [(1, 0.5)], cax.transAxes + points_offset(fig, room, 0), text, "axis titles")
+
+
 def grid_layout(att: Attention, style: FigureStyle, title_lines: int) -> GridLayout:
     """The panels in the rows × columns that give them the largest cells; fewer empty slots on ties.
 
@@ -337,7 +360,8 @@ def arrange(
     guess = max(0.2, min((width - MARGIN_W) / cols, (height - MARGIN_H) / rows - font * 2.2 / 72))
     pad, gap, bar_gap, bar_w = font * 0.8, font * 0.8, font, font * 1.2
     _, tick_texts = colour_bar_ticks(att)
-    bar_room = bar_gap + bar_w + 7 + max(text_extent(t, font * 0.8)[0] for t in tick_texts) + 4
+    bar_room = bar_gap + bar_w + BAR_TICK_ROOM + max(text_extent(t, font * 0.8)[0] for t in tick_texts)
+    bar_room += AXIS_TITLE_PAD
     bar_room += text_extent("attention weight", font * 0.9)[1]
     heading = lines_height(title_lines, font * 1.05) + font * 0.6
     head_title = max(text_extent(label, font, weight="bold")[1] for label in att.head_labels) + TITLE_PAD
@@ -382,6 +406,27 @@ def arrange(
     )
 
 
+def pixels_per_panel(att: Attention, style: FigureStyle) -> int:
+    """The side in pixels of each panel of ``att``'s heatmap: the bins a pooled map should have,
+    one per pixel, so that drawing it drops no bin (and its maximum) and invents none."""
+    with figure_context(style):
+        title = wrapped_title(describe_parts(att), style.figure_size(0.75)[0], style.font_size)
+        layout = grid_layout(att, style, title.count("\n") + 1)
+    return max(2, int(min(layout.panel) * style.resolution()))
+
+
+def pooled_bins(frame: Callable[[int], Attention], style: FigureStyle) -> int:
+    """How many bins a pooled map gets in a figure: one per pixel of its panels.
+
+    ``frame(bins)`` is the map with that many bins, uncomputed (its shape and labels): the
+    panel's size depends a little on the labels, which depend on the bins.
+    """
+    bins = int(style.figure_size(0.75)[0] * style.resolution())
+    for _ in range(2):
+        bins = min(bins, pixels_per_panel(frame(bins), style))
+    return bins
+
+
 @styled
 def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
@@ -418,17 +463,16 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         label_axes(
             ax, att, style, layout.panel, outer=titles, ticks=edge if outer_only else (True, True), labels=layout.labels
         )
-        panel_title(ax, att.head_labels[index], layout.tops[index // cols])
+        panel_title(ax, att.head_labels[index], layout.tops[index // cols], style)
         axes.append(ax)
     assert image is not None
     left, bottom, bar_w, bar_h = layout.bar
     bar_axes = fig.add_axes((left / fig_w, bottom / fig_h, bar_w / fig_w, bar_h / fig_h), label="<colorbar>")
     bar = fig.colorbar(image, cax=bar_axes)
-    ticks, tick_labels = colour_bar_ticks(att)
-    bar.set_ticks(ticks, labels=tick_labels)
-    bar.minorticks_off()
-    bar.set_label("attention weight (log scale)" if pooled else "attention weight")
     bar.outline.set_visible(False)
+    label_colour_bar(
+        bar, *colour_bar_ticks(att), "attention weight (log scale)" if pooled else "attention weight", style
+    )
     heading = draw_heading(fig, title, layout.title_top, style)
     if REUSE_FIGURES:
         _reusable.clear()
@@ -448,7 +492,7 @@ def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any
 
 def figure_heading(fig: Figure) -> str:
     """The title :func:`draw_heading` wrote on ``fig``."""
-    return "\n".join(label for a in fig.artists if a.get_gid() == "heading" for label in a.labels)  # type: ignore[attr-defined]
+    return "\n".join(drawn_texts(fig, "heading"))
 
 
 def forget_figures() -> None:

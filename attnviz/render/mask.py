@@ -67,7 +67,7 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
             _mark_blocked(ax, allowed, font, c["text"])
     titles = ("mask M", f"scores S = {score_label(att.config)}", "weights = softmax(S)")
     for index, (ax, title) in enumerate(zip(axes, titles, strict=True)):
-        panel_title(ax, title, label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0)))
+        panel_title(ax, title, label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0)), style)
 
 
 @styled

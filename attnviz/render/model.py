@@ -100,7 +100,8 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
         heat,
         "rollout: heads averaged, + identity, renormalised, multiplied through the layers",
         label_axes(heat, att, style, (panel, panel)),
-        fontsize=style.font_size * 0.85,
+        style,
+        size=style.font_size * 0.85,
     )
     fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02).outline.set_visible(False)
     labels = [abbreviate(t, 14) for t in stack.tokens]

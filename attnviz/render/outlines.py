@@ -1,4 +1,4 @@
-"""Text drawn as glyph outlines: token labels, cell values and headings of the heatmap figures.
+"""Text drawn as glyph outlines: the labels, cell values and titles of the heatmap figures.
 
 matplotlib 3.11 lays out and rasterises a Text artist glyph by glyph in Python on every draw;
 a figure of a few hundred labels spent most of its time there. An outline is made once per
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _GLYPHS: dict[tuple[Any, ...], Any] = {}
-Anchor = Literal["centre", "right", "up", "above", "below", "raw"]
+Anchor = Literal["centre", "left", "right", "above", "below", "up", "up-left", "up-right", "raw"]
+Style = Literal["normal", "italic", "bold"]
 
 
 def ink_extents(path: Any) -> tuple[float, float, float, float]:
@@ -30,36 +31,45 @@ def ink_extents(path: Any) -> tuple[float, float, float, float]:
     return float(x0), float(y0), float(x1), float(y1)
 
 
-def text_path(text: str, size: float, anchor: Anchor = "centre", *, italic: bool = False) -> Any:
-    """The outline of ``text`` at ``size`` points, placed around (0, 0); made once per process and kept.
+def text_path(text: str, size: float, anchor: Anchor = "centre", style: Style = "normal") -> Any:
+    """The outline of ``text`` at ``size`` points, placed by ``anchor`` around (0, 0); made once and kept.
 
-    ``anchor``: "centre" centres the ink (cell values); "right" ends the text at 0 with the middle of
-    its capitals on 0 (query labels); "up" turns it to read upwards from 0 (standing key labels);
-    "above" centres it and rests its descenders on 0 (lying key labels); "below" centres it and
-    hangs its capitals from 0 (headings); "raw" leaves it on its baseline from 0.
+    "centre": the ink centred (cell values). "left", "right": starting or ending at 0, the middle
+    of its capitals on 0 (query labels, colour bar ticks). "above", "below": centred, resting its
+    descenders on 0 or hanging its capitals from 0 (titles, headings). "up": turned to read upwards
+    from 0, centred across (standing key labels). "up-left", "up-right": turned to read upwards,
+    centred along, standing left or right of 0 (axis titles). "raw": on its baseline from 0.
+    Heights come from the font ('H', 'g'), not the ink, so that texts of one size line up.
     """
     import matplotlib as mpl
 
     families = tuple(mpl.rcParams["font.family"])
-    key = (text, size, anchor, italic, families)
+    key = (text, size, anchor, style, families)
     if key not in _GLYPHS:
         from matplotlib.font_manager import FontProperties
         from matplotlib.textpath import TextPath
         from matplotlib.transforms import Affine2D
 
-        prop = FontProperties(family=list(families), size=size, style="italic" if italic else "normal")
+        prop = FontProperties(
+            family=list(families),
+            size=size,
+            style="italic" if style == "italic" else "normal",
+            weight="bold" if style == "bold" else "normal",
+        )
         path = TextPath((0, 0), text, prop=prop)
         x0, y0, x1, y1 = ink_extents(path)
-        move = Affine2D()
-        if anchor == "centre":
-            move.translate(-(x0 + x1) / 2, -(y0 + y1) / 2)
-        elif anchor == "above":
-            move.translate(-(x0 + x1) / 2, -ink_extents(text_path("g", size, "raw", italic=italic))[1])
-        elif anchor == "below":
-            move.translate(-(x0 + x1) / 2, -ink_extents(text_path("H", size, "raw", italic=italic))[3])
-        elif anchor != "raw":
-            middle = ink_extents(text_path("H", size, "raw", italic=italic))[3] / 2
-            move.translate(-x1, -middle) if anchor == "right" else move.translate(-x0, -middle).rotate_deg(90)
+        if anchor == "raw":
+            move = Affine2D()
+        elif anchor == "centre":
+            move = Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2)
+        else:
+            capitals = ink_extents(text_path("H", size, "raw", style))[3]
+            descent = ink_extents(text_path("g", size, "raw", style))[1]
+            along = {"left": -x0, "right": -x1, "up": -x0}.get(anchor, -(x0 + x1) / 2)
+            across = {"above": -descent, "below": -capitals, "up-left": -descent, "up-right": -capitals}
+            move = Affine2D().translate(along, across.get(anchor, -capitals / 2))
+            if anchor.startswith("up"):
+                move.rotate_deg(90)
         _GLYPHS[key] = path.transformed(move)
     return _GLYPHS[key]
 
@@ -116,3 +126,11 @@ def draw_texts(
         target.add_artist(collection)
         collection.set_clip_on(False)
     return collection
+
+
+def drawn_texts(target: Axes | Figure, gid: str) -> list[str]:
+    """The texts :func:`draw_texts` wrote on an Axes or a Figure under ``gid``, in order."""
+    from matplotlib.axes import Axes
+
+    artists = target.collections if isinstance(target, Axes) else target.artists
+    return [text for a in artists if a.get_gid() == gid for text in a.labels]  # type: ignore[attr-defined]
