@@ -151,7 +151,7 @@ def test_ctrl_c_exits_130_quietly_and_leaves_no_partial_file(tmp_path) -> None:
     import time
 
     tokens = tmp_path / "long.txt"
-    tokens.write_text(" ".join(f"w{i % 300}" for i in range(30_000)))
+    tokens.write_text(" ".join(f"w{i % 300}" for i in range(150_000)))  # tens of seconds of work
     out = tmp_path / "out.png"
     process = subprocess.Popen(
         ATTNVIZ + ["heatmap", "--file", str(tokens), "-o", str(out)],
@@ -160,6 +160,7 @@ def test_ctrl_c_exits_130_quietly_and_leaves_no_partial_file(tmp_path) -> None:
         stderr=subprocess.PIPE,
     )
     time.sleep(2.0)
+    assert process.poll() is None, "the command finished before it could be interrupted: give it more work"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130

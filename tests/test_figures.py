@@ -13,7 +13,7 @@ from matplotlib.image import AxesImage
 
 from attnviz.config import LayerConfig
 from attnviz.layer import self_attention
-from attnviz.render.figure import THEMES, FigureStyle, figure_bytes, figure_context, format_of, parse_size
+from attnviz.render.figure import THEMES, FigureStyle, colormap, figure_bytes, figure_context, format_of, parse_size
 from attnviz.render.heatmap import (
     arrange,
     cell_values,
@@ -393,3 +393,31 @@ def test_png_encoder_writes_the_pixels_and_the_text(shape, tmp_path: Path) -> No
     np.testing.assert_array_equal(np.asarray(image), pixels)
     assert image.text == {"Software": "attnviz", "Title": "é 猫"}
     assert round(image.info["dpi"][0]) == 150
+
+
+def test_the_model_view_tiles_every_head_and_greys_what_the_mask_blocks() -> None:
+    from matplotlib.colors import to_rgba
+
+    from attnviz.core import causal_mask
+    from attnviz.render.model import model_tiles, render_model_figure
+    from attnviz.sources import AttentionStack
+
+    rng = np.random.default_rng(0)
+    weights = rng.random((3, 4, 5, 5)) * causal_mask(5, 5)
+    cmap = colormap("viridis")
+    tiles = model_tiles(weights, causal_mask(5, 5), cmap, "#d4d4d4", gap=1)
+    assert tiles.shape == (3 * 6 - 1, 4 * 6 - 1, 4)
+    for layer, head in np.ndindex(3, 4):
+        tile = tiles[layer * 6 : layer * 6 + 5, head * 6 : head * 6 + 5]
+        np.testing.assert_allclose(tile[causal_mask(5, 5)], cmap(weights[layer, head][causal_mask(5, 5)]))
+        assert (tile[~causal_mask(5, 5)] == to_rgba("#d4d4d4")).all()
+    assert (tiles[5, :, 3] == 0).all() and (tiles[:, 5, 3] == 0).all()  # the gaps are clear
+
+    stack = AttentionStack(tokens=tuple("abcde"), weights=weights, source={"model": "test"}, causal=True)
+    style = FigureStyle()
+    with figure_context(style):
+        fig = render_model_figure(stack, style)
+    [ax] = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert drawn_texts(ax, "head titles") == [f"head {h}" for h in range(4)]
+    assert drawn_texts(ax, "layer titles") == [f"layer {i}" for i in range(3)]
+    assert "3 layers" in figure_heading(fig)

@@ -13,14 +13,28 @@ from rich.text import Text
 
 from ..analysis import PATTERNS, ranking
 from ..attention import Attention
-from ..core import Array
+from ..core import Array, BoolArray
 from ..sources import AttentionStack
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, panel_title, wrapped_title
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, points_offset, styled, text_extent
+from .heatmap import (
+    AXIS_TITLE_PAD,
+    BAR_TICK_ROOM,
+    LABEL_PAD,
+    annotate_cells,
+    annotation_font,
+    draw_heading,
+    draw_matrix,
+    label_axes,
+    label_colour_bar,
+    panel_title,
+    wrapped_title,
+)
 from .labels import abbreviate, describe_parts, wrap_parts
+from .outlines import draw_texts, text_path
 from .terminal import cell_style, render_heatmap
 
 if TYPE_CHECKING:
+    from matplotlib.colors import Colormap
     from matplotlib.figure import Figure
 
 
@@ -30,33 +44,87 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     return [*parts[:2], f"{stack.layers} layers", *parts[2:]]
 
 
+MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
+
+
+def model_tiles(weights: Array, allowed: BoolArray, cmap: Colormap, masked: str, gap: int) -> Array:
+    """(layers, heads, n, m) weights as one RGBA image: a tile per head, ``gap`` clear cells between
+    tiles, and the cells the mask blocks in the ``masked`` colour (a weight of 0 would look the same
+    as a blocked cell)."""
+    from matplotlib.colors import to_rgba
+
+    layers, heads, n, m = weights.shape
+    tiles = cmap(np.clip(weights, 0.0, 1.0))
+    tiles[:, :, ~allowed] = to_rgba(masked)
+    spaced = np.zeros((layers, n + gap, heads, m + gap, 4))
+    spaced[:, :n, :, :m] = tiles.transpose(0, 2, 1, 3, 4)
+    return spaced.reshape(layers * (n + gap), heads * (m + gap), 4)[
+        : layers * (n + gap) - gap, : heads * (m + gap) - gap
+    ]
+
+
 @styled
 def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, mean: bool = False) -> Figure:
-    """Layers down, heads across: bertviz's model view, as one figure with one colour bar."""
+    """Layers down, heads across: bertviz's model view, as one figure with one colour bar.
+
+    The panels are tiles of one image in one Axes: hundreds of Axes (30 layers × 9 heads) took
+    seconds to build and lay out.
+    """
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
     weights = stack.weights.mean(axis=1, keepdims=True) if mean else stack.weights
-    layers, heads, n, _ = weights.shape
+    layers, heads, n, m = weights.shape
+    font, label = style.font_size, style.font_size * 0.8
     width = style.figure_size(0.5, wide=True)[0]
-    cell = (width - 1.6) / heads
-    fig = new_figure(style, (layers * cell + 1.2) / width, wide=True)
-    axes = fig.subplots(layers, heads, squeeze=False, gridspec_kw={"wspace": 0.05, "hspace": 0.05})
-    cmap = colormap(style.cmap)
-    image = None
-    for (layer, head), ax in np.ndenumerate(axes):
-        image = ax.imshow(weights[layer, head], cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        if layer == 0:
-            ax.set_title("mean" if mean else f"head {head}", fontsize=style.font_size * 0.8)
-        if head == 0:
-            ax.set_ylabel(f"layer {layer}", fontsize=style.font_size * 0.8)
-    assert image is not None
-    bar = fig.colorbar(image, ax=axes, shrink=0.6, aspect=30, pad=0.01)
-    bar.set_label("attention weight")
+    title = wrapped_title([*stack_parts(stack), f"each cell: {n} × {m} tokens"], width, font)
+    pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
+    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", font * 0.8)[0] + AXIS_TITLE_PAD
+    bar_room += text_extent("attention weight", font * 0.9)[1]
+    gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
+    image = model_tiles(weights, stack.layer(0).allowed, colormap(style.cmap), style.colours["masked"], gap)
+    rows, cols = image.shape[:2]
+    cell = min((width * 72 - 2 * pad - room - bar_room) / cols, MAX_TILE * 72 / max(n, m))  # points
+    fixed = style.size is not None or style.preset == "slide"
+    if fixed:
+        height = style.figure_size(0.5, wide=True)[1]
+        cell = min(cell, (height * 72 - 2 * pad - heading - room) / rows)
+    grid_w, grid_h = cols * cell / 72, rows * cell / 72
+    if not fixed:
+        height = (2 * pad + heading + room) / 72 + grid_h
+    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
+    bottom = (height - (heading + room) / 72 - grid_h) / 2
+    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
+    ax.imshow(image, interpolation="nearest", aspect="auto")
+    ax.set_axis_off()
+    text = style.colours["text"]
+    tile = cell * max(n, m)
+    size = min(label, max(4.0, tile * 0.45))  # small tiles (a slide of 30 layers) get small labels
+    for kind, count, long, short, step in (("head", heads, "head", "H", m), ("layer", layers, "layer", "L", n)):
+        names = ["mean"] if kind == "head" and mean else [f"{long} {i}" for i in range(count)]
+        if text_extent(names[-1], size)[0] > tile * 0.95:
+            names = [f"{short}{i}" for i in range(count)]
+        at = [i * (step + gap) + (step - 1) / 2 for i in range(len(names))]
+        if kind == "head":
+            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+            paths, offsets = [text_path(name, size, "above") for name in names], [(x, 1) for x in at]
+        else:
+            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+            paths, offsets = [text_path(name, size, "up-left") for name in names], [(0, y) for y in at]
+        draw_texts(ax, names, paths, offsets, where, text, f"{kind} titles")
+    bar_h = min(grid_h, 5.0)
+    bar_at = (left + grid_w + font / 72, bottom + grid_h - bar_h, font * 1.2 / 72, bar_h)
+    cax = fig.add_axes(
+        (bar_at[0] / width, bar_at[1] / height, bar_at[2] / width, bar_at[3] / height), label="<colorbar>"
+    )
+    bar = fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=colormap(style.cmap)), cax=cax)
     bar.outline.set_visible(False)
-    title = [*stack_parts(stack), f"each cell: {n} × {n} tokens"]
-    fig.suptitle(wrapped_title(title, fig.get_size_inches()[0], style.font_size), fontweight="bold")
+    label_colour_bar(bar, [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"], "attention weight", style)
+    draw_heading(fig, title, bottom + grid_h + (room + heading) / 72, style)
     return fig
 
 
