@@ -80,3 +80,11 @@ def test_tokens_are_made_visible_and_cut_to_width() -> None:
     assert visible_token("猫 é") == "猫 é"
     assert abbreviate("international", 8) == "interna…"
     assert abbreviate("猫猫猫猫猫", 6) == "猫猫…"
+
+
+def test_cell_text_is_black_or_white_rgb_that_no_terminal_theme_repaints() -> None:
+    from attnviz.render.terminal import cell_style
+
+    assert cell_style(0.95).color.name == "#000000"  # on yellow
+    assert cell_style(0.02).color.name == "#ffffff"  # on dark purple
+    assert not any(cell_style(w / 20).color.is_system_defined for w in range(21))

@@ -58,10 +58,14 @@ def weight_colour(w: float) -> str:
 
 
 def text_colour(w: float) -> str:
-    """Black or white, whichever contrasts more with the cell (WCAG relative luminance)."""
+    """Black or white, whichever contrasts more with the cell (WCAG relative luminance).
+
+    As RGB, not the named ANSI colours a terminal theme may repaint (many draw "black" dark grey,
+    unreadable on a mid-tone cell); a 16-colour terminal gets the nearest of its own.
+    """
     linear = _weight_rgb(w) / 255
     linear = np.where(linear <= 0.03928, linear / 12.92, ((linear + 0.055) / 1.055) ** 2.4)
-    return "black" if float(linear @ [0.2126, 0.7152, 0.0722]) > 0.179 else "white"
+    return "#000000" if float(linear @ [0.2126, 0.7152, 0.0722]) > 0.179 else "#ffffff"
 
 
 def cell_style(w: float, *, strong: bool = False) -> Style:
