@@ -299,15 +299,15 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
 def _in_batch_mode(outcomes: Iterator[Outcome]) -> Iterator[Outcome]:
     """While drawing: no "wrote FILE" per figure, and figures of one layout share a Figure (also in the
     workers, which are forked inside)."""
-    from . import cli
+    from .cli import output
     from .render import heatmap
 
-    saved = cli.ANNOUNCE, heatmap.REUSE_FIGURES
-    cli.ANNOUNCE, heatmap.REUSE_FIGURES = False, True
+    saved = output.ANNOUNCE, heatmap.REUSE_FIGURES
+    output.ANNOUNCE, heatmap.REUSE_FIGURES = False, True
     try:
         yield from outcomes
     finally:
-        cli.ANNOUNCE, heatmap.REUSE_FIGURES = saved
+        output.ANNOUNCE, heatmap.REUSE_FIGURES = saved
         heatmap.forget_figures()
 
 

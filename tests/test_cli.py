@@ -207,7 +207,7 @@ def test_help_paragraphs_wrap_to_the_terminal_and_show_brackets(cli, monkeypatch
 @pytest.mark.parametrize("args", [["heatmap", "--help"], ["mask", "--bogus"], ["heatmap", "--heads", "x", "a"]])
 def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: list[str]) -> None:
     """main builds only the command named first (start-up); help and errors must not change."""
-    from attnviz import cli as module
+    from attnviz.cli import entry as module
 
     monkeypatch.setenv("COLUMNS", "100")
     lean = cli(*args)
@@ -215,3 +215,22 @@ def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: 
     monkeypatch.setattr(module, "_app_for", lambda argv: module.app)
     full = cli(*args)
     assert (lean.code, lean.out, lean.err) == (full.code, full.out, full.err)
+
+
+def test_help_lists_heatmap_then_the_teaching_views_then_models_then_batch() -> None:
+    from attnviz.cli import app
+
+    names = [info.callback.__name__ for info in app.registered_commands if info.callback is not None]
+    assert names == [
+        "heatmap",
+        "mask",
+        "saturation",
+        "explain",
+        "permute",
+        "diff",
+        "lines",
+        "rollout",
+        "heads",
+        "check",
+        "batch",
+    ]

@@ -1,0 +1,100 @@
+"""The app and :func:`main`, the one place where errors become exit codes.
+
+Errors are raised as :class:`~attnviz.errors.AttnvizError` anywhere below and turned into one
+line on stderr and an exit code in :func:`main`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from .._version import __version__
+from ..errors import AttnvizError
+
+APP_SETTINGS: dict[str, Any] = {
+    "name": "attnviz",
+    "help": "See self-attention: per-head weights in the terminal, as figures, and as JSON.",
+    "no_args_is_help": True,
+    "rich_markup_mode": "rich",
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+}
+app = typer.Typer(**APP_SETTINGS)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"attnviz {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """See self-attention: per-head weights in the terminal, as figures, and as JSON."""
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"attnviz: error: {message}", file=sys.stderr)
+    return code
+
+
+def _reflow(help_text: str) -> str:
+    """Join a docstring paragraph's lines so the terminal wraps it (indented example lines stay)."""
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(p if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app with only the command that will run, when the first argument names one.
+
+    typer builds every command's parameters before it runs one (a few milliseconds each), and
+    start-up is a target (see benchmarks/run.py); usage lines and errors read the same.
+    """
+    name = argv[0] if argv else ""
+    chosen = [
+        info
+        for info in app.registered_commands
+        if info.callback is not None and (info.name or info.callback.__name__.replace("_", "-")) == name
+    ]
+    if not chosen:
+        return app
+    lean = typer.Typer(**APP_SETTINGS)
+    lean.registered_callback = app.registered_callback
+    lean.registered_commands = chosen
+    return lean
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every error a user can cause ends here as one line on stderr."""
+    command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
+    for sub in getattr(command, "commands", {}).values():
+        sub.help = _reflow(sub.help or "")
+    try:
+        result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
+        sys.stdout.flush()
+    except typer.TyperException as err:
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        return _fail(err.format_message() + hint, err.exit_code)
+    except AttnvizError as err:
+        return _fail(str(err), err.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        return 130  # Ctrl-C: quietly; files are only ever renamed into place once complete
+    except BrokenPipeError:  # the reader (head, less) left: stop quietly, as rich and typer do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

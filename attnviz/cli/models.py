@@ -1,0 +1,167 @@
+"""Views of a whole model: attention rollout, the heads that follow known patterns, and the
+check of attnviz's models against the reference attention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import options as opt
+from ..config import Repeat
+from ..errors import UsageError
+from .entry import app
+from .output import (
+    emit,
+    one_output,
+    plural,
+    stack_figure_description,
+    stack_of,
+    views,
+    write_json,
+)
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(hidden=("layer",)), figure=opt.FIGURE.variant(hidden=("annotate",)))
+def rollout(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Attention rollout through all the layers (Abnar & Zuidema, 2020).
+
+    Per layer the heads are averaged, the identity is added for the residual connection and
+    the rows renormalised; the layers are then multiplied, first to last.
+
+    [bold]Examples[/bold]
+
+      attnviz rollout --model minilm "The quick brown fox jumps over the lazy dog."
+
+      attnviz rollout --from attention.npz -o rollout.png
+    """
+    from .. import schema
+    from ..analysis import rollout as attention_rollout
+
+    one_output(figure.output, as_json, False)
+    stack = stack_of(layer)
+    result = attention_rollout(stack.weights)
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style),
+        description=lambda: stack_figure_description("rollout", stack, figure.style),
+        documents=lambda: [schema.rollout_document(stack, result)],
+        show=lambda color, width: views.model.render_rollout(stack, result, color=color, width=width),
+    )
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(hidden=("layer",)), figure=opt.FIGURE.variant(hidden=("annotate", "cmap")))
+def heads(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    top: Annotated[int, typer.Option("--top", min=1, help="Heads listed per pattern.", rich_help_panel=opt.P_OUT)] = 3,
+    repeat: Annotated[
+        Repeat | None,
+        typer.Option(
+            "--repeat",
+            help="Run the model on the text twice (text), or on 40 random words twice (random): induction heads show.",
+            show_default=False,
+            rich_help_panel=opt.P_SOURCE,
+        ),
+    ] = None,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Rank every layer and head by recognisable patterns.
+
+    Previous token, next token (encoders), first token (the attention sink), [SEP], self,
+    the same token elsewhere, and induction (the token after an earlier copy of this one),
+    each scored by the mean weight a head gives to it.
+
+    [bold]Examples[/bold]
+
+      attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
+
+      attnviz heads --model smollm2 --repeat random -o heads.png
+    """
+    import dataclasses
+
+    from .. import schema
+    from ..analysis import head_patterns, ranking
+
+    one_output(figure.output, as_json, False)
+    if repeat is not None:
+        if layer.model is None and layer.model_dir is None and layer.model_file is None:
+            raise UsageError("--repeat goes with --model, --model-dir or --model-file")
+        layer = dataclasses.replace(layer, repeat=repeat)
+    stack = stack_of(layer)
+    scores = head_patterns(stack.weights, stack.tokens)
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.model.render_heads_figure(stack, scores, figure.style),
+        description=lambda: stack_figure_description("heads", stack, figure.style),
+        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
+        show=lambda color, width: views.model.render_heads(stack, scores, top=top, color=color, width=width),
+    )
+
+
+@app.command()
+def check(
+    file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
+    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
+    causal: Annotated[bool, typer.Option("--causal", help="Also check that no weight is above the diagonal.")] = False,
+    padding: Annotated[
+        str | None,
+        typer.Option(
+            "--padding",
+            help="Padded keys, which must get no weight: 0/1 per key (e.g. '0 0 0 1 1') or a file of them.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """Verify an attention file; exit 1 when anything fails, for use in CI.
+
+    Finite, non-negative, rows summing to 1, and with --causal and --padding the masks
+    respected. Each failure names its layer, head and row.
+
+    [bold]Examples[/bold]
+
+      attnviz check attention.npy
+
+      attnviz check attention.npz --causal --tolerance 1e-4
+
+      attnviz check attention.npy --padding "0 0 0 0 1 1"
+    """
+    from .. import schema
+    from ..analysis import check_attention
+    from ..sources import load_attention_array, parse_padding
+
+    array, _ = load_attention_array(file)
+    mask = None if padding is None else parse_padding(padding, array.shape[-1])
+    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask)
+    if as_json:
+        write_json([schema.check_document(str(file), array.shape, checks)])
+    else:
+        layers, heads_, n, m = array.shape
+        print(
+            f"{file}: {plural(layers, 'layer')} × {plural(heads_, 'head')} × {plural(n, 'query')} × {plural(m, 'key')}"
+        )
+        for result in checks:
+            print(
+                f"{'ok  ' if result.count == 0 else 'FAIL'} {result.name}"
+                + (f": {result.count} rows" if result.count else "")
+            )
+            for f in result.failures:
+                print(f"       layer {f.layer}, head {f.head}, row {f.row}: {f.found}")
+            if result.count > len(result.failures):
+                print(f"       … and {result.count - len(result.failures)} more")
+    if any(result.count for result in checks):
+        raise typer.Exit(1)

@@ -1,0 +1,175 @@
+"""Where a command's result goes: a figure file (-o), JSON (--json) or the terminal.
+
+Views are imported when first used (``views.heatmap``), so a JSON run loads no figure or table code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import options as opt
+from .._version import __version__
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from rich.console import RenderableType
+
+    from ..attention import Attention
+    from ..render.figure import FigureStyle
+    from ..sources import AttentionStack
+
+
+ANNOUNCE = True  # say "wrote FILE" on stderr; a batch run keeps its own account
+
+
+class _Views:
+    """attnviz.render's modules, each imported when first used: a JSON run loads no figure or table code."""
+
+    def __getattr__(self, name: str) -> Any:
+        return importlib.import_module(f"..render.{name}", __package__)
+
+
+views = _Views()
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 layer', '2 layers', '3 queries'."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
+def stack_of(layer: opt.LayerRequest) -> AttentionStack:
+    """All layers: a model's or a file's, or the random layer's one."""
+    if layer.external:
+        return layer.stack()
+    from ..sources import AttentionStack
+
+    att = layer.attention()
+    return AttentionStack(tokens=att.tokens, weights=att.weights[None], source={"random layer": att.config})
+
+
+def compare_output(
+    command: str,
+    rows: list[Any],
+    heading: list[str],
+    figure: opt.FigureRequest,
+    as_json: bool,
+    no_color: bool,
+    view: dict[str, Any],
+) -> None:
+    """A comparison (permute, diff) as a figure, JSON or in the terminal."""
+    from .. import schema
+
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.compare.render_rows_figure(rows, figure.style, heading=heading),
+        description=lambda: figure_description(command, rows[0].a, figure.style, **view),
+        documents=lambda: [schema.comparison_document(command, rows, view)],
+        show=lambda color, width: views.compare.render_rows_terminal(rows, heading, color=color, width=width),
+    )
+
+
+def emit(
+    figure: opt.FigureRequest,
+    as_json: bool,
+    no_color: bool,
+    *,
+    draw: Callable[[], Figure],
+    description: Callable[[], dict[str, Any]],
+    documents: Callable[[], Iterable[dict[str, Any]]],
+    show: Callable[[bool, int], Iterable[RenderableType]],
+    compact: bool = False,
+) -> None:
+    """Hand a view's result to the output asked for: a figure (-o), JSON (--json), or the terminal."""
+    if figure.output is not None:
+        write_figure(figure, draw, description())
+    elif as_json:
+        write_json(documents(), compact=compact)
+    else:
+        print_view(show, no_color)
+
+
+def one_output(output: str | None, as_json: bool, jsonl: bool, save: Path | None = None) -> None:
+    chosen = [
+        name
+        for name, on in (
+            ("-o", output is not None),
+            ("--json", as_json),
+            ("--jsonl", jsonl),
+            ("--save", save is not None),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one of {' and '.join(chosen)}: each writes its own output")
+
+
+def figure_description(command: str, att: Attention, style: FigureStyle, **view: Any) -> dict[str, Any]:
+    """What a figure file records about how to make it again."""
+    doc: dict[str, Any] = {"attnviz": __version__, "command": command, "tokens": list(att.tokens)}
+    if att.key_tokens is not None:
+        doc["key_tokens"] = list(att.key_tokens)
+    return doc | {"config": att.config, "view": view, "style": asdict(style)}
+
+
+def stack_figure_description(command: str, stack: AttentionStack, style: FigureStyle, **view: Any) -> dict[str, Any]:
+    """What a figure of a whole model (or file) records about how to make it again."""
+    return {
+        "attnviz": __version__,
+        "command": command,
+        "tokens": list(stack.tokens),
+        "source": stack.source,
+        "view": view,
+        "style": asdict(style),
+    }
+
+
+def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], description: dict[str, Any]) -> None:
+    from ..render.figure import figure_bytes, format_of, write_output
+
+    assert figure.output is not None
+    chosen = format_of(figure.output, figure.fmt)
+    from ..render.figure import missing_glyphs
+
+    boxes = missing_glyphs([*description.get("tokens", []), *description.get("key_tokens", [])])
+    if boxes and ANNOUNCE:
+        shown = " ".join(boxes[:8]) + (" …" if len(boxes) > 8 else "")
+        print(
+            f"attnviz: warning: no font here can draw {shown}; they show as boxes (install e.g. "
+            "fonts-noto-cjk or fonts-noto-color-emoji)",
+            file=sys.stderr,
+        )
+    if figure.output == "-" and sys.stdout.isatty():
+        raise UsageError(
+            f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
+        )
+    write_output(figure_bytes(build(), chosen, description), figure.output, sys.stdout.buffer)
+    if figure.output != "-" and ANNOUNCE:
+        print(f"wrote {figure.output}", file=sys.stderr)
+
+
+def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:
+    from ..schema import write_document
+
+    for doc in docs:
+        write_document(doc, sys.stdout, compact=compact)
+
+
+def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color: bool) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    color = not (no_color or console.no_color) and console.color_system is not None
+    if not color:
+        console = Console(highlight=False, color_system=None)
+    for renderable in render(color, console.width):
+        console.print(renderable)

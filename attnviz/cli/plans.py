@@ -1,0 +1,89 @@
+"""attnviz batch: every figure of a plan, in parallel, redrawing only what changed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UsageError
+from .entry import app
+from .output import (
+    write_json,
+)
+
+
+@app.command()
+def batch(
+    plan: Annotated[
+        Path,
+        typer.Argument(help="The plan: a TOML file of \\[defaults] and \\[\\[figure]] entries.", show_default=False),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Directory for the figures. Default: build/<plan name>.", show_default=False
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help="Figures drawn at once. Default: the cores.", show_default=False),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Redraw every figure, changed or not.")] = False,
+    check_only: Annotated[bool, typer.Option("--check", help="Validate the whole plan; draw nothing.")] = False,
+    shard_spec: Annotated[
+        str | None, typer.Option("--shard", help="Draw only slice K of N (K/N), e.g. 2/4.", show_default=False)
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a manifest of the figures to stdout.")] = False,
+) -> None:
+    """Draw a deck of figures from a plan, in parallel, redrawing only what changed.
+
+    Each \\[\\[figure]] names a command and its options, as on the command line; a list value
+    draws one figure per element, and {option} in the name is filled in.
+
+    [bold]Examples[/bold]
+
+      attnviz batch samples/slides.toml -o build/figures
+
+      attnviz batch samples/slides.toml --check
+
+      attnviz batch plan.toml --shard 2/4 --json
+    """
+    from .. import batch as plans
+
+    directory = output if output is not None else Path("build") / plan.stem
+    entries, errors = plans.load_plan(plan)
+    entries = plans.shard(entries, shard_spec)
+    valid = []
+    for entry in entries:
+        try:
+            plans.validate(entry, directory)
+            valid.append(entry)
+        except UsageError as err:
+            errors.append(f"{entry.where()}: {err}")
+    for error in errors:
+        print(f"attnviz: error: {plan}: {error}", file=sys.stderr)
+    if check_only:
+        if not quiet:
+            print(f"{plan}: {len(valid)} figures valid, {len(errors)} errors", file=sys.stderr)
+        if errors:
+            raise typer.Exit(2)
+        return
+    progress = sys.stderr.isatty() and not quiet
+    outcomes = plans.run_plan(valid, directory, jobs=jobs or plans.default_jobs(), force=force, progress=progress)
+    for failed in (o for o in outcomes if o.status == "failed"):
+        print(f"attnviz: error: {plan}: {failed.entry.where()}: {failed.message}", file=sys.stderr)
+    if as_json:
+        write_json([plans.manifest_document(outcomes, directory)])
+    if not quiet:
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
+        print(
+            f"{directory}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
+            f"{counts['failed'] + len(errors)} failed",
+            file=sys.stderr,
+        )
+    if errors or any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)

@@ -1,0 +1,336 @@
+"""The chapter's demonstrations: the causal mask, √d_k saturation, one query explained,
+order-blindness without positions, differences between two settings, and attention as lines."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+import typer
+
+from .. import options as opt
+from .._version import __version__
+from ..config import Positions
+from ..errors import UsageError
+from .entry import app
+from .output import (
+    compare_output,
+    emit,
+    figure_description,
+    one_output,
+    views,
+)
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER.variant(causal=True), figure=opt.FIGURE)
+def mask(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head to show.", rich_help_panel=opt.P_OUT)] = 0,
+    compare: Annotated[
+        bool,
+        typer.Option("--compare", help="Show the head without the causal mask too.", rich_help_panel=opt.P_OUT),
+    ] = False,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Causal-mask triangles: the mask, the masked scores and the weights of one head.
+
+    The mask adds −∞ to the scores of future positions, and the softmax turns each −∞
+    into a weight of exactly 0: the lower triangle of a decoder.
+
+    [bold]Examples[/bold]
+
+      attnviz mask "the cat sat on the mat"
+
+      attnviz mask "the cat sat on the mat" --compare -o triangle.png
+
+      attnviz mask the cat sat --pad-to 5 --json
+    """
+    from dataclasses import replace
+
+    one_output(figure.output, as_json, False)
+    if layer.from_file is not None:
+        raise UsageError("the mask view shows scores, and --from files hold weights only: use heatmap")
+    if compare and layer.external:
+        raise UsageError("--compare switches the random layer's causal mask; a model has its own")
+    att = layer.attention().select(head=head)
+    other = None
+    if compare:
+        flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
+        other = flipped.attention().select(head=head)
+        att, other = (att, other) if layer.config.causal else (other, att)
+    from .. import schema
+
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.mask.render_mask_figure(att, figure.style, compare=other),
+        description=lambda: figure_description("mask", att, figure.style, head=head, compare=compare),
+        documents=lambda: [schema.mask_document(att, compare=other)],
+        show=lambda color, width: views.terminal.render_mask(att, compare=other, color=color, width=width),
+    )
+
+
+@app.command()
+@opt.with_options(figure=opt.FIGURE.variant(hidden=("cmap", "annotate")))
+def saturation(
+    figure: opt.FigureRequest,
+    dk_max: Annotated[int, typer.Option("--dk-max", min=1, help="Largest d_k: 1, 2, 4, … up to this.")] = 1024,
+    keys: Annotated[int, typer.Option("--keys", min=2, help="Keys per query.")] = 64,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Seeded trials averaged per d_k.")] = 200,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.")] = 0,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Why divide by √d_k: the softmax of unscaled scores saturates as d_k grows.
+
+    For each d_k, q and the keys are drawn from N(0, I); the spread of the scores, the
+    largest softmax weight, the softmax entropy and the size of its gradient are
+    compared with and without the division by √d_k.
+
+    [bold]Examples[/bold]
+
+      attnviz saturation
+
+      attnviz saturation -o saturation.png --preset slide
+
+      attnviz saturation --json | jq '.unscaled.max_weight'
+    """
+    one_output(figure.output, as_json, False)
+    from ..saturation import measure_saturation
+
+    result = measure_saturation(dk_max=dk_max, keys=keys, trials=trials, seed=seed)
+    from .. import schema
+
+    options = {"dk_max": dk_max, "keys": keys, "trials": trials, "seed": seed}
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.saturation.render_saturation_figure(result, figure.style),
+        description=lambda: {"attnviz": __version__, "command": "saturation", **options, "style": asdict(figure.style)},
+        documents=lambda: [schema.saturation_document(result)],
+        show=lambda color, width: views.terminal.render_saturation(result, color=color, width=width),
+    )
+
+
+@app.command()
+@opt.with_options(layer=opt.RANDOM_LAYER, figure=opt.FIGURE.variant(hidden=("annotate",)))
+def explain(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    query: Annotated[
+        int | None,
+        typer.Option(
+            "--query",
+            "-q",
+            min=0,
+            help="The query position. Default: the last token.",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head.", rich_help_panel=opt.P_OUT)] = 0,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """One query through one head, every number of the computation in order.
+
+    q, the keys, q·k_j, the scale, the mask, the softmax, each value weighted, their sum,
+    and the layer's output row.
+
+    [bold]Examples[/bold]
+
+      attnviz explain "the cat sat on the mat" --query 2 --head 0
+
+      attnviz explain the cat sat --causal -o explain.png
+
+      attnviz explain "le chat" --keys "the cat sat" --json | jq '.weights'
+    """
+    from ..explain import explain_query
+
+    one_output(figure.output, as_json, False)
+    built, att = layer.prepare()
+    if query is None:
+        query = len(att.tokens) - 1 - sum(att.padding)
+    e = explain_query(built, att, query, head)
+    from .. import schema
+
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.explain.render_explain_figure(e, figure.style, att=att),
+        description=lambda: figure_description("explain", att, figure.style, query=query, head=head),
+        documents=lambda: [schema.explain_document(e, att)],
+        show=lambda color, width: views.explain.render_explain(e, att, color=color, width=width),
+    )
+
+
+@app.command()
+@opt.with_options(
+    layer=opt.RANDOM_LAYER.variant(hidden=("keys", "keys_file", "embed", "positions", "causal", "pad_to")),
+    figure=opt.FIGURE,
+)
+def permute(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    shuffle: Annotated[
+        int, typer.Option("--shuffle", min=0, help="Seed of the permutation.", rich_help_panel=opt.P_OUT)
+    ] = 0,
+    positions: Annotated[
+        Positions | None,
+        typer.Option(
+            "--positions",
+            help="Show only this case. Default: both, without and with positions.",
+            show_default=False,
+            rich_help_panel=opt.P_LAYER,
+        ),
+    ] = None,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head.", rich_help_panel=opt.P_OUT)] = 0,
+    mean: opt.Mean = False,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Order-blindness: shuffle the tokens and compare the maps.
+
+    Without positional encodings, self-attention of a shuffled sequence is exactly the
+    original map with rows and columns shuffled the same way; with sinusoidal positions
+    it is not. The view states the measured maximum difference.
+
+    [bold]Examples[/bold]
+
+      attnviz permute "the cat sat on the mat"
+
+      attnviz permute "the cat sat on the mat" --shuffle 3 -o permute.png
+    """
+    from ..compare import order_blindness, permutation
+    from ..render.compare import permutation_heading, permutation_rows
+
+    one_output(figure.output, as_json, False)
+    order = permutation(len(layer.tokens), shuffle)
+    cases = order_blindness(
+        layer.tokens,
+        layer.config,
+        order,
+        positions=(positions,) if positions else ("none", "sinusoidal"),
+        head=None if mean else head,
+        mean=mean,
+    )
+    rows = permutation_rows(cases, order)
+    heading = permutation_heading(cases[0].original, order, layer.tokens)
+    compare_output(
+        "permute",
+        rows,
+        heading,
+        figure,
+        as_json,
+        no_color,
+        {"permutation": order.tolist(), "shuffle": shuffle, "head": head, "mean": mean},
+    )
+
+
+@app.command()
+@opt.with_options(layer=opt.RANDOM_LAYER.variant(hidden=("keys", "keys_file")), figure=opt.FIGURE)
+def diff(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    a: Annotated[
+        str, typer.Option("--a", help='Options of configuration A, e.g. "--scale none".', rich_help_panel=opt.P_OUT)
+    ] = "",
+    b: Annotated[
+        str, typer.Option("--b", help='Options of configuration B, e.g. "--head 1".', rich_help_panel=opt.P_OUT)
+    ] = "",
+    head: opt.Head = None,
+    mean: opt.Mean = False,
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """What changed: two configurations of the same tokens and their difference B − A.
+
+    The options given directly apply to both; --a and --b each add options of their own,
+    written as on the command line. Head 0 is compared unless --head or --mean says otherwise.
+
+    [bold]Examples[/bold]
+
+      attnviz diff "the cat sat" --a "--scale none" --b "--scale sqrt"
+
+      attnviz diff "the cat sat on the mat" --a "--head 0" --b "--head 1"
+
+      attnviz diff "the cat sat" --b "--causal" -o causal-diff.png
+
+      attnviz diff "the cat sat" --a "--seed 1" --b "--seed 2" --json
+    """
+    from dataclasses import replace
+
+    from ..compare import difference
+    from ..layer import self_attention
+    from ..render.compare import difference_heading, difference_rows
+
+    one_output(figure.output, as_json, False)
+    if not a.strip() and not b.strip():
+        raise UsageError('give --a and/or --b: the options in which the two configurations differ, e.g. --b "--causal"')
+    maps = []
+    for name, text in (("--a", a), ("--b", b)):
+        given = opt.parse_side(text, name)
+        side_head, side_mean = given.pop("head", head), given.pop("mean", mean)
+        if side_mean and "head" not in given:
+            side_head = None
+        config = replace(layer.config, **given)
+        maps.append(
+            self_attention(layer.tokens, config).select(head=None if side_mean else side_head or 0, mean=side_mean)
+        )
+    result = difference(maps[0], maps[1])
+    rows = difference_rows(result, a.strip() or "as given", b.strip() or "as given")
+    heading = difference_heading(maps[0], maps[1])
+    compare_output("diff", rows, heading, figure, as_json, no_color, {"a": a, "b": b})
+
+
+@app.command()
+@opt.with_options(layer=opt.LAYER, figure=opt.FIGURE.variant(hidden=("cmap", "annotate")))
+def lines(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: opt.Head = None,
+    min_weight: Annotated[
+        float,
+        typer.Option(
+            "--min-weight", min=0.0, max=1.0, help="Leave out links weaker than this.", rich_help_panel=opt.P_OUT
+        ),
+    ] = 0.05,
+    layout: Annotated[
+        Literal["side", "overlay"],
+        typer.Option("--layout", help="Heads side by side, or overlaid in one panel.", rich_help_panel=opt.P_OUT),
+    ] = "side",
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """The head view: a line from each query to each key, as strong as its weight.
+
+    [bold]Examples[/bold]
+
+      attnviz lines "the cat sat on the mat"
+
+      attnviz lines "the cat sat on the mat" --head 2 -o lines.svg
+
+      attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2 -o heads.png
+    """
+
+    one_output(figure.output, as_json, False)
+    att = layer.attention().select(head=head)
+    from .. import schema
+
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.lines.render_lines_figure(att, figure.style, min_weight=min_weight, layout=layout),
+        description=lambda: figure_description(
+            "lines", att, figure.style, head=head, min_weight=min_weight, layout=layout
+        ),
+        documents=lambda: [schema.lines_document(att, views.lines.links(att, min_weight), min_weight)],
+        show=lambda color, width: views.lines.render_lines(att, min_weight=min_weight, color=color, width=width),
+    )
