@@ -203,9 +203,6 @@ def _measuring_renderer() -> Any:
     return RendererAgg(1, 1, 72)  # type: ignore[no-untyped-call]  # at 72 dpi a pixel is a point
 
 
-_EXTENTS: dict[tuple[Any, ...], tuple[float, float]] = {}
-
-
 def text_extent(text: str, size: float, *, weight: str = "normal") -> tuple[float, float]:
     """(width, height) in points of one line of ``text`` in the figure's fonts, measured once and kept.
 
@@ -214,15 +211,16 @@ def text_extent(text: str, size: float, *, weight: str = "normal") -> tuple[floa
     """
     import matplotlib as mpl
 
-    families = tuple(mpl.rcParams["font.family"])
-    key = (text, size, weight, families)
-    if key not in _EXTENTS:
-        from matplotlib.font_manager import FontProperties
+    return _extent(text, size, weight, tuple(mpl.rcParams["font.family"]))
 
-        prop = FontProperties(family=list(families), size=size, weight=weight)
-        width, height, _ = _measuring_renderer().get_text_width_height_descent(text, prop, ismath=False)
-        _EXTENTS[key] = (float(width), float(height))
-    return _EXTENTS[key]
+
+@functools.lru_cache(maxsize=16384)
+def _extent(text: str, size: float, weight: str, families: tuple[str, ...]) -> tuple[float, float]:
+    from matplotlib.font_manager import FontProperties
+
+    prop = FontProperties(family=list(families), size=size, weight=weight)
+    width, height, _ = _measuring_renderer().get_text_width_height_descent(text, prop, ismath=False)
+    return float(width), float(height)
 
 
 def lines_height(lines: int, size: float) -> float:

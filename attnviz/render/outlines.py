@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-_GLYPHS: dict[tuple[Any, ...], Any] = {}
 Anchor = Literal["centre", "left", "right", "above", "below", "up", "up-left", "up-right", "raw"]
 Style = Literal["normal", "italic", "bold"]
 
@@ -43,35 +42,33 @@ def text_path(text: str, size: float, anchor: Anchor = "centre", style: Style = 
     """
     import matplotlib as mpl
 
-    families = tuple(mpl.rcParams["font.family"])
-    key = (text, size, anchor, style, families)
-    if key not in _GLYPHS:
-        from matplotlib.font_manager import FontProperties
-        from matplotlib.textpath import TextPath
-        from matplotlib.transforms import Affine2D
+    return _outline(text, size, anchor, style, tuple(mpl.rcParams["font.family"]))
 
-        prop = FontProperties(
-            family=list(families),
-            size=size,
-            style="italic" if style == "italic" else "normal",
-            weight="bold" if style == "bold" else "normal",
-        )
-        path = TextPath((0, 0), text, prop=prop)
-        x0, y0, x1, y1 = ink_extents(path)
-        if anchor == "raw":
-            move = Affine2D()
-        elif anchor == "centre":
-            move = Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2)
-        else:
-            capitals = ink_extents(text_path("H", size, "raw", style))[3]
-            descent = ink_extents(text_path("g", size, "raw", style))[1]
-            along = {"left": -x0, "right": -x1, "up": -x0}.get(anchor, -(x0 + x1) / 2)
-            across = {"above": -descent, "below": -capitals, "up-left": -descent, "up-right": -capitals}
-            move = Affine2D().translate(along, across.get(anchor, -capitals / 2))
-            if anchor.startswith("up"):
-                move.rotate_deg(90)
-        _GLYPHS[key] = path.transformed(move)
-    return _GLYPHS[key]
+
+@functools.lru_cache(maxsize=16384)  # a long batch of many different tokens must not grow without bound
+def _outline(text: str, size: float, anchor: Anchor, style: Style, families: tuple[str, ...]) -> Any:
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+    from matplotlib.transforms import Affine2D
+
+    prop = FontProperties(
+        family=list(families),
+        size=size,
+        style="italic" if style == "italic" else "normal",
+        weight="bold" if style == "bold" else "normal",
+    )
+    path = TextPath((0, 0), text, prop=prop)
+    x0, y0, x1, y1 = ink_extents(path)
+    if anchor == "raw":
+        return path
+    if anchor == "centre":
+        return path.transformed(Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2))
+    capitals = ink_extents(_outline("H", size, "raw", style, families))[3]
+    descent = ink_extents(_outline("g", size, "raw", style, families))[1]
+    along = {"left": -x0, "right": -x1, "up": -x0}.get(anchor, -(x0 + x1) / 2)
+    across = {"above": -descent, "below": -capitals, "up-left": -descent, "up-right": -capitals}
+    move = Affine2D().translate(along, across.get(anchor, -capitals / 2))
+    return path.transformed(move.rotate_deg(90) if anchor.startswith("up") else move)
 
 
 @functools.cache
