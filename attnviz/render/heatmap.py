@@ -94,8 +94,7 @@ def annotate_cells(
         offsets.append((j, i))
         colours.append("black" if light[i, j] else "white")
     if paths:
-        draw_texts(ax, labels, paths, offsets, ax.transData, colours, "cell values")
-        ax.collections[-1].font_size = font  # type: ignore[attr-defined]
+        draw_texts(ax, labels, paths, offsets, ax.transData, colours, "cell values").font_size = font
 
 
 def cell_values(ax: Axes) -> list[str]:
