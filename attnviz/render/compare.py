@@ -141,7 +141,7 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
                     )
             above = label_axes(ax, att, style, (panel, panel * n / m), outer=(False, c == 0))
             title = row.labels[c] + (f" · {att.head_labels[0]}" if c < 2 else "")
-            panel_title(ax, title, above, style, size=style.font_size * 0.85)
+            panel_title(ax, title, above, style, size=style.font_size * 0.85, width=panel)
         axes[2].set_xlabel(row.summary, fontsize=style.font_size * 0.85, fontweight="bold")
         axes[2].xaxis.set_label_position("bottom")
         for image, where, label in ((images[1], axes[:2], "weight"), (images[2], axes[2], "difference")):

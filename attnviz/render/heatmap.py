@@ -195,10 +195,25 @@ def label_axes(
     return top
 
 
-def panel_title(ax: Axes, title: str, above: float, style: FigureStyle, size: float | None = None) -> None:
-    """A panel's title in bold, clear of the ``above`` points its labels take (what label_axes returned)."""
+def panel_title(
+    ax: Axes, title: str, above: float, style: FigureStyle, size: float | None = None, width: float | None = None
+) -> None:
+    """A panel's title in bold, clear of the ``above`` points its labels take (what label_axes returned),
+    and made smaller if it would be wider than ``width`` inches (the layout does not make room for it).
+
+    A Text, which constrained layout places with the panel after fitting it to its aspect (an
+    outline placed beside an aspect-fitted panel can end up where the layout did not expect it).
+    """
+    size = size or style.font_size
+    if width is not None:
+        size = min(size, size * width * 72 / text_extent(title, size, weight="bold")[0])
+    ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2, fontweight="bold", fontsize=size)
+
+
+def outline_title(ax: Axes, title: str, above: float, style: FigureStyle) -> None:
+    """:func:`panel_title` as an outline, for figures laid out by hand (the heatmap grid)."""
     where = ax.transAxes + points_offset(ax.figure, 0, above + TITLE_PAD / 2)
-    path = text_path(title, size or style.font_size, "above", "bold")
+    path = text_path(title, style.font_size, "above", "bold")
     draw_texts(ax, [title], [path], [(0.5, 1)], where, style.colours["text"], "title")
 
 
@@ -462,7 +477,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         label_axes(
             ax, att, style, layout.panel, outer=titles, ticks=edge if outer_only else (True, True), labels=layout.labels
         )
-        panel_title(ax, att.head_labels[index], layout.tops[index // cols], style)
+        outline_title(ax, att.head_labels[index], layout.tops[index // cols], style)
         axes.append(ax)
     assert image is not None
     left, bottom, bar_w, bar_h = layout.bar

@@ -28,6 +28,11 @@ def _mark_blocked(ax: Axes, allowed: np.ndarray, font: float, colour: str) -> No
         ax.text(j, i, MINUS_INF, ha="center", va="center", fontsize=font, color=colour)
 
 
+def _bar_beside(ax: Axes) -> Axes:
+    """Room for a colour bar just right of a panel, as tall as the panel (not its layout cell)."""
+    return ax.inset_axes((1.04, 0.0, 0.06, 1.0))
+
+
 def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle, limit: float, panel: float) -> None:
     """Mask, scores and weights of the one head in ``att``, left to right."""
     from matplotlib.cm import ScalarMappable
@@ -44,18 +49,18 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
     allowed_cmap = ListedColormap([c["allowed"]])
     draw_matrix(axes[0], np.zeros((n, m)), allowed, allowed_cmap, style)
     key = ScalarMappable(cmap=ListedColormap([c["allowed"], c["masked"]]), norm=Normalize(0, 1))
-    bar = target.colorbar(key, ax=axes[0], location="right", shrink=0.85, aspect=18, pad=0.03)
+    bar = target.colorbar(key, cax=_bar_beside(axes[0]))
     bar.set_ticks([0.25, 0.75], labels=["0: allowed", f"{MINUS_INF}: blocked"])
     bar.outline.set_visible(False)
 
     diverging = colormap("RdBu_r")
     finite = np.where(allowed, scores, 0.0)
     image = draw_matrix(axes[1], finite, allowed, diverging, style, vmin=-limit, vmax=limit)
-    target.colorbar(image, ax=axes[1], location="right", shrink=0.85, aspect=18, pad=0.03).outline.set_visible(False)
+    target.colorbar(image, cax=_bar_beside(axes[1])).outline.set_visible(False)
 
     weights_cmap = colormap(style.cmap)
     image = draw_matrix(axes[2], att.weights[0], allowed, weights_cmap, style)
-    bar = target.colorbar(image, ax=axes[2], location="right", shrink=0.85, aspect=18, pad=0.03)
+    bar = target.colorbar(image, cax=_bar_beside(axes[2]))
     bar.set_ticks([0, 0.5, 1])
     bar.outline.set_visible(False)
 
@@ -67,7 +72,8 @@ def _triangle_row(target: Figure | SubFigure, att: Attention, style: FigureStyle
             _mark_blocked(ax, allowed, font, c["text"])
     titles = ("mask M", f"scores S = {score_label(att.config)}", "weights = softmax(S)")
     for index, (ax, title) in enumerate(zip(axes, titles, strict=True)):
-        panel_title(ax, title, label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0)), style)
+        above = label_axes(ax, att, style, (panel, panel * n / m), outer=(False, index == 0))
+        panel_title(ax, title, above, style, width=panel)
 
 
 @styled
