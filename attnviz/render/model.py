@@ -85,7 +85,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", font * 0.8)[0] + AXIS_TITLE_PAD
     bar_room += text_extent("attention weight", font * 0.9)[1]
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
-    image = model_tiles(weights, stack.layer(0).allowed, colormap(style.cmap), style.colours["masked"], gap)
+    cmap = colormap(style.cmap)
+    image = model_tiles(weights, stack.layer(0).allowed, cmap, style.colours["masked"], gap)
     rows, cols = image.shape[:2]
     cell = min((width * 72 - 2 * pad - room - bar_room) / cols, MAX_TILE * 72 / max(n, m))  # points
     fixed = style.size is not None or style.preset == "slide"
@@ -121,7 +122,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     cax = fig.add_axes(
         (bar_at[0] / width, bar_at[1] / height, bar_at[2] / width, bar_at[3] / height), label="<colorbar>"
     )
-    bar = fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=colormap(style.cmap)), cax=cax)
+    bar = fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=cmap), cax=cax)
     bar.outline.set_visible(False)
     label_colour_bar(bar, [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"], "attention weight", style)
     draw_heading(fig, title, bottom + grid_h + (room + heading) / 72, style)
