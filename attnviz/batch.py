@@ -8,6 +8,7 @@ file was drawn from, so an unchanged figure is not drawn again.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import itertools
@@ -17,19 +18,23 @@ import os
 import re
 import sys
 import tomllib
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
-from .errors import AttnvizError, UsageError
+from .errors import AttnvizError, UsageError, printable
 
 COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads")
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
+WRITING_OPTIONS = {"output", "save"}
 MANIFEST = ".attnviz-batch.json"
-MAX_FIGURES = 10_000
+MAX_FIGURES = 10_000  # in the whole plan
+MAX_PLAN_BYTES = 4 * 2**20
+MAX_NAME_BYTES = 255
 
 
 @dataclass
@@ -65,15 +70,21 @@ def _lines_of_entries(text: str) -> list[int]:
     return [i + 1 for i, line in enumerate(text.splitlines()) if re.match(r"\s*\[\[\s*figure\s*\]\]", line)]
 
 
-def load_plan(path: Path) -> tuple[list[Entry], list[str]]:
-    """Every figure of the plan, lists expanded; and the errors of entries that cannot even be read."""
+def load_plan(path: Path, allowed: tuple[Path, ...] = ()) -> tuple[list[Entry], list[str]]:
+    """Every figure of the plan, lists expanded; and the errors of entries that cannot even be read.
+
+    A plan is data from someone else: it reads files only inside its own folder (or ``allowed``),
+    and its names stay inside the output directory.
+    """
     from .inputs import decode, read_file
 
-    text = decode(read_file(path), str(path))
+    text = decode(read_file(path, limit=MAX_PLAN_BYTES), str(path))
     try:
         plan = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise AttnvizError(f"{path}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise AttnvizError(f"{path}: not valid TOML (nested too deeply)") from None
     unknown = set(plan) - {"defaults", "figure"}
     if unknown:
         raise AttnvizError(f"{path}: unknown table {sorted(unknown)[0]!r}; a plan has [defaults] and [[figure]]")
@@ -82,70 +93,116 @@ def load_plan(path: Path) -> tuple[list[Entry], list[str]]:
     if not isinstance(defaults, dict) or not isinstance(figures, list):
         raise AttnvizError(f"{path}: [defaults] must be a table and [[figure]] an array of tables")
     lines = _lines_of_entries(text)
+    roots = tuple(Path(os.path.realpath(p)) for p in (path.parent, *allowed))
     entries: list[Entry] = []
     errors: list[str] = []
     for number, raw in enumerate(figures):
         line = lines[number] if number < len(lines) else 0
         try:
-            entries.extend(_expand(raw, defaults, line, path.parent))
+            entries.extend(list(_expand(raw, defaults, line, path.parent, roots, MAX_FIGURES - len(entries))))
         except UsageError as err:
             errors.append(f"figure {number + 1} (line {line}): {err}")
     for index, entry in enumerate(entries):
         entry.index = index
-    names = [e.filename for e in entries]
-    for duplicate in sorted({n for n in names if names.count(n) > 1}):
-        errors.append(f"two figures would be written to {duplicate}: give them different names")
+    counts = collections.Counter(e.filename for e in entries)
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
+    errors.extend(f"two figures would be written to {name}: give them different names" for name in duplicates)
+    if duplicates:
+        entries = [e for e in entries if counts[e.filename] == 1]
     return entries, errors
 
 
-def _expand(raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path) -> Iterator[Entry]:
+def _expand(
+    raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path, roots: tuple[Path, ...], room: int
+) -> Iterator[Entry]:
+    """The figures of one entry; at most ``room`` of them (what is left of the plan's cap)."""
     if not isinstance(raw, dict):
         raise UsageError("a [[figure]] must be a table")
     command = raw.get("command", defaults.get("command"))
     if command not in COMMANDS:
-        raise UsageError(f"command must be one of {', '.join(COMMANDS)}, got {command!r}")
+        raise UsageError(f"command must be one of {', '.join(COMMANDS)}, got {printable(repr(command))}")
     template = raw.get("name")
     if not isinstance(template, str) or not template:
         raise UsageError("every figure needs a name")
     fmt = raw.get("format", defaults.get("format", "png"))
     if fmt not in ("png", "svg", "pdf"):
-        raise UsageError(f"format must be png, svg or pdf, got {fmt!r}")
+        raise UsageError(f"format must be png, svg or pdf, got {printable(repr(fmt))}")
     accepted = _parameters(command)
     options = {k.replace("-", "_"): v for k, v in defaults.items() if k.replace("-", "_") in accepted}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name in RESERVED:
             continue
+        if name in WRITING_OPTIONS:
+            raise UsageError(f"'{key}' writes a file of its own; a plan writes only its figures")
         if name not in accepted:
-            raise UsageError(f"'{key}' is not an option of attnviz {command}")
+            raise UsageError(f"'{printable(key)}' is not an option of attnviz {command}")
         options[name] = value
+    parts = _template_parts(template, options)
     for name in PATH_OPTIONS & options.keys():
-        given = Path(str(options[name]))
-        if name not in ("model_dir", "model_file") and (
-            given.is_absolute() or ".." in given.parts or str(given).startswith("~")
-        ):
-            # a plan from someone else must not read your files into its figures
-            raise UsageError(f"{name} = {str(given)!r}: a plan reads files from its own folder only")
-        options[name] = str(base / given)
+        options[name] = _inside(options[name], name, base, roots)
     lists = [k for k, v in options.items() if isinstance(v, list)]
     count = math.prod(len(options[k]) for k in lists)
-    if count > MAX_FIGURES:
-        raise UsageError(f"its lists expand into {count:,} figures; a plan draws at most {MAX_FIGURES:,}")
+    if count > room:
+        before = f" ({MAX_FIGURES - room:,} before this entry)" if room < MAX_FIGURES else ""
+        raise UsageError(
+            f"its lists expand into {count:,} figures; a plan draws at most {MAX_FIGURES:,} in all{before}"
+        )
     for values in itertools.product(*(options[k] for k in lists)):
         chosen = {**options, **dict(zip(lists, values, strict=True))}
-        try:
-            name = template.format(**chosen)
-        except (KeyError, IndexError, ValueError) as err:
-            raise UsageError(f"the name {template!r} has a placeholder with no option: {err}") from None
+        name = "".join(text + ("" if field is None else str(chosen[field])) for text, field in parts)
         yield Entry(index=0, line=line, name=safe_name(name), command=command, options=chosen, format=fmt)
 
 
+def _template_parts(template: str, options: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """A name as (text, option) pieces: placeholders are plain {option}, without format specs, conversions,
+    attributes or indexes (a format spec such as {seed:>300000000} would build a 300 MB name)."""
+    import string
+
+    parts: list[tuple[str, str | None]] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise UsageError(f"the name {printable(repr(template))} is not a valid template ({err})") from None
+    for text, field_name, spec, conversion in parsed:
+        if field_name is None:
+            parts.append((text, None))
+            continue
+        if spec or conversion or not field_name.isidentifier():
+            raise UsageError(
+                f"the name {printable(repr(template))} has {{{printable(field_name)}"
+                f"{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: "
+                "a name's placeholders are plain {option}"
+            )
+        if field_name not in options:
+            raise UsageError(f"the name {printable(repr(template))} has a placeholder with no option: {field_name!r}")
+        parts.append((text, field_name))
+    return parts
+
+
+def _inside(value: Any, name: str, base: Path, roots: tuple[Path, ...]) -> str:
+    """A path the plan names, resolved (symbolic links too); it must lie inside one of ``roots``."""
+    option = "--" + name.replace("_", "-").replace("from-file", "from")
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise UsageError(f"{name} must be a path, got {printable(repr(value))}")
+    resolved = Path(os.path.realpath(base / value))
+    if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
+        raise UsageError(
+            f"{name} = {printable(repr(value))} ({option}): a plan reads files from its own folder only; "
+            "name other folders with batch --allow-dir"
+        )
+    return str(resolved)
+
+
 def safe_name(name: str) -> str:
-    """A relative path inside the output directory; absolute paths and '..' are refused."""
-    path = Path(name)
-    if not name.strip() or path.is_absolute() or ".." in path.parts or name.startswith("~"):
-        raise UsageError(f"the name {name!r} would leave the output directory")
-    return path.as_posix()
+    """One file name inside the output directory: no path separators, no controls, at most 255 bytes."""
+    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or name.startswith("~"):
+        raise UsageError(f"the name {printable(repr(name))} would leave the output directory")
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):
+        raise UsageError(f"the name {printable(repr(name))} holds control characters")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES - 4:
+        raise UsageError(f"the name {printable(repr(name[:40]))}… is longer than a file name can be (255 bytes)")
+    return name
 
 
 @functools.cache
@@ -159,26 +216,36 @@ def _command(name: str) -> Any:
 
 
 def _parameters(command: str) -> set[str]:
-    return {p.name for p in _command(command).params if p.name not in ("output", "as_json", "jsonl", "no_color")}
+    return {p.name for p in _command(command).params if p.name not in ("as_json", "jsonl", "no_color")}
 
 
 def command_args(entry: Entry, path: Path) -> list[str]:
-    """The entry as the command line that would draw it."""
-    args: list[str] = []
+    """The entry as the command line that would draw it.
+
+    Every value is joined to its option (``--keys=…``) and the tokens come after ``--``, so no value
+    of a plan is ever read as an option: a plan is data, never a command line.
+    """
+    options: list[str] = []
+    tokens: list[str] = []
     for param in _command(entry.command).params:
         if param.name not in entry.options:
             continue
         value = entry.options[param.name]
+        flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
         if param.param_type_name == "argument":
-            args.extend(value if isinstance(value, list) else str(value).split())
+            tokens = [str(v) for v in value] if isinstance(value, list) else str(value).split()
+            if tokens == ["-"]:
+                raise UsageError('tokens = "-" would read stdin; a plan gives its tokens or a file')
         elif param.is_flag:
+            if not isinstance(value, bool):
+                raise UsageError(f"{param.name} is on or off: true or false, got {printable(repr(value))}")
             if value is True:
-                args.append(param.opts[0])
+                options.append(flag)
             elif value is False and param.secondary_opts:
-                args.append(param.secondary_opts[0])
+                options.append(param.secondary_opts[0])
         elif value is not None:
-            args.extend([param.opts[0], str(value)])
-    return [*args, "-o", str(path), "--format", entry.format]
+            options.append(f"{flag}={value}")
+    return [*options, f"--output={path}", f"--format={entry.format}", "--", *tokens]
 
 
 def validate(entry: Entry, directory: Path) -> None:
@@ -218,7 +285,6 @@ def draw(entry: Entry, directory: Path) -> Outcome:
     from .errors import AttnvizError as Failure
 
     target = directory / entry.filename
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         command = _command(entry.command)
         ctx = command.make_context(entry.command, list(entry.args))
@@ -228,6 +294,16 @@ def draw(entry: Entry, directory: Path) -> Outcome:
     except typer.TyperException as err:
         return Outcome(entry, "failed", err.format_message())
     return Outcome(entry, "drawn", sha256=_digest(target))
+
+
+def make_directory(directory: Path) -> None:
+    """The output directory, made if missing; one line of error if it cannot be."""
+    if directory.exists() and not directory.is_dir():
+        raise AttnvizError(f"{directory}: exists and is not a directory; batch -o names a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AttnvizError(f"{directory}: cannot be made ({err.strerror})") from None
 
 
 def load_manifest(directory: Path) -> dict[str, dict[str, str]]:
@@ -280,7 +356,7 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
             outcomes.append(Outcome(entry, "skipped", sha256=digest))
         else:
             todo.append(entry)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory)
     bar = _progress(len(entries), len(outcomes)) if progress else None
     try:
         for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):

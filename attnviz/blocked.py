@@ -16,6 +16,7 @@ from .core import Array, BoolArray
 from .threads import one_blas_thread, run_all
 
 ROWS_PER_BLOCK = 256
+BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
 
 
 def _softmax_rows(block: Array) -> None:
@@ -97,22 +98,31 @@ def pooled_attention(
     reduce_cols = np.maximum.reduceat if pool == "max" else np.add.reduceat
     widths = np.diff(cols).astype(np.float32)
 
+    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
+
     def one_bin(r: int) -> None:
         start, stop = int(rows[r]), int(rows[r + 1])
-        block = np.empty((stop - start, m), dtype=np.float32)
+        block = np.empty((min(step, stop - start), m), dtype=np.float32)
         pooled_rows = np.zeros((shown, m), dtype=np.float32)
-        used = min(m, stop) if causal else m  # keys after the last query of the bin are all masked
-        scores = block[:, :used]
         for h in range(heads):
-            np.matmul(q[h, start:stop], kt[h, :, :used], out=scores)
-            if causal:  # only the bin's diagonal square holds both allowed and masked keys
-                diagonal = scores[:, start:used]
-                diagonal[np.triu(np.ones(diagonal.shape, dtype=bool), k=1)] = -np.inf
-            if blocked_keys is not None:
-                scores[:, blocked_keys[:used]] = -np.inf
-            _softmax_rows(scores)
             row = np.zeros(m, dtype=np.float32)
-            row[:used] = scores.max(axis=0) if pool == "max" else scores.sum(axis=0) / (stop - start)
+            for a in range(start, stop, step):  # a bin of many rows is scored a block at a time
+                b = min(stop, a + step)
+                used = min(m, b) if causal else m  # keys after the block's last query are all masked
+                scores = block[: b - a, :used]
+                np.matmul(q[h, a:b], kt[h, :, :used], out=scores)
+                if causal:  # only the block's diagonal square holds both allowed and masked keys
+                    diagonal = scores[:, a:used]
+                    diagonal[np.triu(np.ones(diagonal.shape, dtype=bool), k=1)] = -np.inf
+                if blocked_keys is not None:
+                    scores[:, blocked_keys[:used]] = -np.inf
+                _softmax_rows(scores)
+                if pool == "max":
+                    np.maximum(row[:used], scores.max(axis=0), out=row[:used])
+                else:
+                    row[:used] += scores.sum(axis=0)
+            if pool != "max":
+                row /= stop - start
             if mean_heads:
                 pooled_rows[0] += row / heads
             else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class AttnvizError(Exception):
     """Something the user asked for cannot be done (exit status 1)."""
@@ -13,3 +15,12 @@ class UsageError(AttnvizError):
     """The command line or the options are wrong (exit status 2)."""
 
     exit_code = 2
+
+
+def printable(text: str) -> str:
+    """``text`` with control, format and bidi characters escaped (``\\x1b``, ``\\u202e``), so a message
+    that quotes a user's input cannot move the cursor, set the clipboard or reorder the line."""
+    if text.isprintable():
+        return text
+    hidden = ("Cc", "Cf", "Cs", "Zl", "Zp")
+    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) in hidden else c for c in text)

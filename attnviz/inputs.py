@@ -7,10 +7,50 @@ tokens may hold spaces or be empty. Nothing here touches numbers.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from .errors import AttnvizError, UsageError
+
+MAX_INTEGER_DIGITS = 20
+
+
+class _Refused(ValueError):
+    """A JSON number attnviz will not read (raised from inside the parser)."""
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _Refused(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"the number {text[:20]}{'…' if len(text) > 20 else ''} is out of range")
+    return value
+
+
+def _constant(text: str) -> None:
+    raise _Refused(f"{text} is not a number JSON allows")
+
+
+def parse_json(text: str | bytes, source: str) -> Any:
+    """JSON from a file or stream, with one-line errors: no NaN or infinity, integers of at most
+    20 digits (Python refuses 4,300 only after the work), and nesting no deeper than the parser's stack."""
+    try:
+        return json.loads(text, parse_int=_integer, parse_float=_real, parse_constant=_constant)
+    except _Refused as err:
+        raise AttnvizError(f"{source}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise AttnvizError(f"{source}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    except RecursionError:
+        raise AttnvizError(f"{source}: not valid JSON (nested too deeply)") from None
+    except UnicodeDecodeError:
+        raise AttnvizError(f"{source}: not valid JSON (not UTF-8)") from None
 
 
 def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> list[str]:
@@ -18,11 +58,10 @@ def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> lis
     stripped = text.lstrip("\ufeff").strip()
     if force_json or stripped.startswith("["):
         try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as err:
+            data = parse_json(stripped, source)
+        except AttnvizError:
             if force_json:
-                where = f"{err.msg} at line {err.lineno}, column {err.colno}"
-                raise AttnvizError(f"{source}: not valid JSON ({where})") from None
+                raise
             return stripped.split()
         if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
             raise AttnvizError(f'{source}: a JSON token file must be an array of strings, like ["the", "cat"]')
@@ -38,17 +77,17 @@ def decode(raw: bytes, source: str) -> str:
         raise AttnvizError(f"{source} is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})") from None
 
 
-MAX_INPUT = 512 * 1024 * 1024  # bytes of text: far more tokens than any view can use
+MAX_INPUT = 16 * 1024 * 1024  # bytes of text: some three million words, more than any view can show
 
 
-def read_file(path: Path) -> bytes:
+def read_file(path: Path, limit: int = MAX_INPUT) -> bytes:
     """The bytes of a file, with one-line errors for the usual ways reading fails.
 
-    At most MAX_INPUT bytes are read, so a device such as /dev/zero cannot fill the memory.
+    At most ``limit`` bytes are read, so a device such as /dev/zero cannot fill the memory.
     """
     try:
         with open(path, "rb") as stream:
-            return bounded(stream.read(MAX_INPUT + 1), str(path))
+            return bounded(stream.read(limit + 1), str(path), limit)
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -59,16 +98,23 @@ def read_file(path: Path) -> bytes:
         raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
 
 
-def bounded(data: bytes, source: str) -> bytes:
-    if len(data) > MAX_INPUT:
-        raise AttnvizError(f"{source}: more than {MAX_INPUT // 2**20} MiB of input; attnviz reads at most that")
+def bounded(data: bytes, source: str, limit: int = MAX_INPUT) -> bytes:
+    if len(data) > limit:
+        raise AttnvizError(f"{source}: more than {limit // 2**20} MiB of input; attnviz reads at most that")
     return data
+
+
+def read_stdin() -> str:
+    """Standard input as text, at most MAX_INPUT bytes; asked for with '-' only."""
+    if sys.stdin is None:
+        raise AttnvizError("stdin is closed: give the text as arguments or with --file")
+    return decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin")
 
 
 def read_text(args: list[str], file: Path | None = None) -> str:
     """The text the user gave, unsplit, for a model's own tokeniser (a JSON array is joined with spaces)."""
     if args == ["-"] or (file is not None and str(file) == "-"):
-        text, source = decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin"), "stdin"
+        text, source = read_stdin(), "stdin"
     elif file is not None:
         if args:
             raise UsageError("give text either as arguments or with --file, not both")
@@ -78,8 +124,8 @@ def read_text(args: list[str], file: Path | None = None) -> str:
     stripped = text.lstrip("\ufeff").strip()
     if stripped.startswith("["):
         try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError:
+            data = parse_json(stripped, source)
+        except AttnvizError:
             return stripped
         if isinstance(data, list) and all(isinstance(t, str) for t in data):
             return " ".join(data)
@@ -92,7 +138,7 @@ def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
     if args == ["-"] or (file is not None and str(file) == "-"):
         if args not in ([], ["-"]):
             raise UsageError("give tokens either as arguments or on stdin with -, not both")
-        return tokens_from_text(decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin"), "stdin")
+        return tokens_from_text(read_stdin(), "stdin")
     if file is not None:
         if args:
             raise UsageError("give tokens either as arguments or with --file, not both")

@@ -232,6 +232,7 @@ def combined_mask(n: int, m: int, *, causal: bool, key_padding: BoolArray) -> Bo
 
 
 LONG_SEQUENCE = 2048  # above this many tokens, views pool the map instead of holding it whole
+MAX_BINS = 4096  # a pooled map's side: more than any screen or page shows
 
 
 def pooled_self_attention(
@@ -251,7 +252,7 @@ def pooled_self_attention(
     ``frame`` nothing is computed: the weights are zeros of the shape they would have, for a
     view to size itself (a figure gives each bin one pixel).
     """
-    from .blocked import bin_edges, pooled_attention
+    from .blocked import BLOCK_BYTES, bin_edges, pooled_attention
 
     tokens, padding = _pad(tuple(tokens), config.pad_to)
     if not tokens:
@@ -260,8 +261,11 @@ def pooled_self_attention(
     if head is not None and not 0 <= head < h:
         raise UsageError(f"--head {head} is out of range: there are {h} heads (0 to {h - 1})")
     chosen = list(range(h)) if head is None else [head]
+    bins = min(bins, MAX_BINS)
     ensure_fits(
-        4 * n * (2 * d + 4 * len(chosen) * config.d_k) + 8 * n * bins, f"{n} tokens, pooled", "use fewer tokens"
+        4 * n * (2 * d + 4 * len(chosen) * config.d_k) + 2 * BLOCK_BYTES + 12 * len(chosen) * bins * bins + 200 * n,
+        f"{n:,} tokens pooled (--d-model {d}, {len(chosen)} of {h} heads)",
+        "use fewer tokens, a smaller --d-model, or one --head",
     )
     rows = cols = bin_edges(n, bins)
     if frame:

@@ -6,8 +6,8 @@ which a view takes one layer as an :class:`Attention`, or all of them.
 
 from __future__ import annotations
 
-import json
 import math
+import stat
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -18,10 +18,12 @@ import numpy as np
 
 from .attention import Attention
 from .core import Array, causal_mask
-from .errors import AttnvizError, UsageError
-from .inputs import decode, read_file, tokens_from_text
+from .errors import AttnvizError, UsageError, printable
+from .inputs import decode, parse_json, read_file, tokens_from_text
 from .resources import ensure_fits, human_bytes
 
+MAX_ATTENTION_JSON = 1024 * 2**20
+JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array made from them
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 
@@ -136,6 +138,8 @@ def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str =
 def load_attention_array(path: Path) -> tuple[Array, list[str] | None]:
     """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them."""
     suffix = path.suffix.lower()
+    if suffix in (".json", ".npy", ".npz"):
+        _regular_file(path)
     if suffix == ".json":
         array, tokens = _from_json(path)
     elif suffix in (".npy", ".npz"):
@@ -171,25 +175,45 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
     return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
 
 
-def _check_npy_header(stream: IO[bytes], available: int, where: str) -> None:
-    """Refuse, before NumPy allocates anything, an array whose header claims more than the file holds."""
+def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: bool = False) -> None:
+    """Refuse, before NumPy allocates anything, an array whose header claims more than the file holds.
+
+    In an .npz the zip directory declares each member's size: it must be the header's shape times the
+    item size (``exact``), so a small deflated member cannot unpack into gigabytes its header hides.
+    """
     from numpy.lib import format as npy
 
     try:
         version = npy.read_magic(stream)
         reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, _, dtype = reader(stream)
-    except (ValueError, OSError, EOFError) as err:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise AttnvizError(f"{where}: not a readable .npy array ({err})") from None
     if dtype.hasobject:
         raise AttnvizError(f"{where}: holds Python objects, which attnviz never loads (they could run code)")
     needed = math.prod(shape) * dtype.itemsize
-    if needed > available:
+    data = available - stream.tell()
+    if needed > data or (exact and needed != data):
         raise AttnvizError(
             f"{where}: its header claims a {tuple(shape)} {dtype} array ({human_bytes(needed)}), "
-            f"but the file holds {human_bytes(available)}"
+            f"but the file holds {human_bytes(data)}"
         )
-    ensure_fits(2 * needed, f"loading {where}", "use a smaller file")
+    as_float64 = math.prod(shape) * 8
+    ensure_fits(needed + 2 * as_float64, f"loading {where}", "use a smaller file")
+
+
+def _regular_file(path: Path) -> None:
+    """Attention files are regular files: a device such as /dev/zero, or a FIFO, never ends."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise AttnvizError(f"{path}: no such file") from None
+    except OSError as err:
+        raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise AttnvizError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise AttnvizError(f"{path}: is not a regular file (a device, FIFO or socket); attention files are files")
 
 
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
@@ -201,13 +225,13 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
             with zipfile.ZipFile(path) as archive:
                 for info in archive.infolist():
                     with archive.open(info) as stream:
-                        _check_npy_header(stream, info.file_size, f"{path}: {info.filename}")
+                        _check_npy_header(stream, info.file_size, f"{path}: {info.filename}", exact=True)
         loaded = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise AttnvizError(f"{path}: is a directory, not a file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
         raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     if suffix == ".npy":
         return loaded, None
@@ -219,33 +243,48 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
             name = candidates[0]
         if name is None:
             raise AttnvizError(
-                f"{path}: which array holds the attention? found {', '.join(keys) or 'none'}; "
+                f"{path}: which array holds the attention? found {printable(', '.join(keys)) or 'none'}; "
                 f"name it one of {', '.join(ARRAY_KEYS)}"
             )
         try:
             array = loaded[name]
             tokens = [str(t) for t in loaded["tokens"].tolist()] if "tokens" in keys else None
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
             raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     return array, tokens
 
 
 def _from_json(path: Path) -> tuple[np.ndarray, list[str] | None]:
-    try:
-        doc = json.loads(decode(read_file(path), str(path)))
-    except json.JSONDecodeError as err:
-        raise AttnvizError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    raw = read_file(path, limit=MAX_ATTENTION_JSON)
+    ensure_fits(JSON_BYTES_PER_BYTE * len(raw), f"reading {path} ({human_bytes(len(raw))} of JSON)", "use .npy or .npz")
+    doc = parse_json(decode(raw, str(path)), str(path))
+    del raw
     if isinstance(doc, dict) and "weights" in doc:
         weights, tokens = doc["weights"], doc.get("tokens")
     else:
         weights, tokens = doc, None
+    if not _numbers_only(weights):
+        raise AttnvizError(
+            f"{path}: 'weights' is not a nested list of numbers (strings, booleans and null are not numbers)"
+        )
     try:
         array = np.array(weights, dtype=np.float64)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise AttnvizError(f"{path}: 'weights' is not a nested list of numbers of one shape") from None
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
     return array, tokens
+
+
+def _numbers_only(value: Any, depth: int = 0) -> bool:
+    """Nested lists (at most eight deep) of ints and floats; never bool, str or None."""
+    if isinstance(value, list):
+        if depth == 8:
+            return False
+        if value and not isinstance(value[0], list):
+            return all(type(v) in (int, float) for v in value)
+        return all(_numbers_only(v, depth + 1) for v in value)
+    return type(value) in (int, float) and depth == 0
 
 
 def read_tokens_file(path: Path) -> list[str]:

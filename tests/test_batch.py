@@ -56,8 +56,8 @@ def test_lists_expand_into_one_figure_each(tmp_path: Path) -> None:
 def test_the_plan_is_parsed_by_the_cli_itself(tmp_path: Path) -> None:
     entries, _ = plans.load_plan(write(tmp_path))
     plans.validate(entries[0], tmp_path)
-    assert entries[0].args[:4] == ["w1", "w2", "w3", "w4"] and "--causal" in entries[0].args
-    assert entries[0].args[-4:] == ["-o", str(tmp_path / "textbook.png"), "--format", "png"]
+    assert entries[0].args[-5:] == ["--", "w1", "w2", "w3", "w4"] and "--causal" in entries[0].args
+    assert entries[0].args[-7:-5] == [f"--output={tmp_path / 'textbook.png'}", "--format=png"]
 
 
 def test_batch_draws_then_skips_what_did_not_change(cli, tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_a_bad_entry_is_reported_and_the_others_are_drawn(cli, tmp_path: Path) -
     assert not (tmp_path / "build").exists()
 
 
-@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "~/x", ""])
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "~/x", "", "..", "a/b"])
 def test_names_cannot_leave_the_output_directory(tmp_path: Path, name: str) -> None:
     entries, errors = plans.load_plan(write(tmp_path, f'[[figure]]\nname = "{name}"\ncommand = "saturation"\n'))
     assert entries == [] and len(errors) == 1
@@ -157,9 +157,72 @@ def test_invalid_plans(cli, tmp_path: Path) -> None:
     assert "command must be one of" in run.err
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "../secret.txt", "~/notes.txt"])
-def test_a_plan_reads_files_from_its_own_folder_only(tmp_path: Path, path: str) -> None:
-    entries, errors = plans.load_plan(
-        write(tmp_path, f'[[figure]]\nname = "x"\ncommand = "heatmap"\nfile = "{path}"\n')
-    )
+@pytest.mark.parametrize("option", ["file", "keys_file", "from_file", "tokens_file", "model_dir", "model_file"])
+@pytest.mark.parametrize("path", ["/etc/passwd", "../secret.txt", "link.txt", "sub/../../secret.txt"])
+def test_a_plan_reads_files_from_its_own_folder_only(tmp_path: Path, option: str, path: str) -> None:
+    (tmp_path / "secret.txt").write_text("secret")
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    (folder / "link.txt").symlink_to(tmp_path / "secret.txt")
+    plan = folder / "plan.toml"
+    plan.write_text(f'[[figure]]\nname = "x"\ncommand = "heatmap"\n{option} = "{path}"\n')
+    entries, errors = plans.load_plan(plan)
     assert entries == [] and "reads files from its own folder only" in errors[0]
+    allowed, _ = plans.load_plan(plan, allowed=(tmp_path,)) if path != "/etc/passwd" else ([1], [])
+    assert allowed
+
+
+def test_plan_tokens_are_tokens_never_options(cli, tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("hushhush words")
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    plan = folder / "plan.toml"
+    plan.write_text(
+        '[[figure]]\nname = "x"\ncommand = "heatmap"\ntokens = "a b -o ../notes.txt --keys"\n'
+        '[[figure]]\nname = "y"\ncommand = "heatmap"\ntokens = "--file ../secret.txt"\n'
+        '[[figure]]\nname = "z"\ncommand = "heatmap"\ntokens = "hello --save ../x.npz --pair"\n'
+    )
+    run = cli("batch", str(plan), "-o", str(folder / "out"), "-j", "1")
+    assert run.code == 0, run.err
+    assert notes.read_text() == "mine" and not (tmp_path / "x.npz").exists()
+    drawn = sorted(p.name for p in (folder / "out").iterdir() if not p.name.startswith("."))
+    assert drawn == ["x.png", "y.png", "z.png"]
+    assert b"hushhush" not in (folder / "out" / "y.png").read_bytes()
+    assert b"--file" in (folder / "out" / "y.png").read_bytes()  # the tokens, drawn as tokens
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('name = "x"\ncommand = "heatmap"\nsave = "x.npz"', "writes a file of its own"),
+        ('name = "x"\ncommand = "heatmap"\noutput = "x.png"', "writes a file of its own"),
+        ('name = "x{seed:>300000000}"\ncommand = "heatmap"', "placeholders are plain {option}"),
+        ('name = "x{seed.real}"\ncommand = "heatmap"', "placeholders are plain {option}"),
+        ('name = "x{seed[0]}"\ncommand = "heatmap"', "placeholders are plain {option}"),
+        ('name = "x{seed!r}"\ncommand = "heatmap"', "placeholders are plain {option}"),
+        ('name = "x{nothing}"\ncommand = "heatmap"', "no option"),
+        ('name = "x\\u0000y"\ncommand = "heatmap"', "control characters"),
+        ('name = "x\\u001b]52;c;SGk=\\u0007"\ncommand = "heatmap"', "control characters"),
+        (f'name = "{"x" * 300}"\ncommand = "heatmap"', "longer than a file name"),
+        ('name = "x"\ncommand = "heatmap"\ncausal = "yes"', "true or false"),
+        ('name = "x"\ncommand = "heatmap"\ntokens = "-"', "would read stdin"),
+    ],
+)
+def test_refused_entries(cli, tmp_path: Path, entry: str, message: str) -> None:
+    run = cli("batch", str(write(tmp_path, f"[[figure]]\n{entry}\n")), "--check")
+    assert run.code == 2 and message in run.err, run.err
+    assert "\x1b" not in run.err and "\x00" not in run.err
+    assert not (tmp_path / "build").exists()
+
+
+def test_the_figure_cap_counts_the_whole_plan_and_duplicates_are_linear(tmp_path: Path) -> None:
+    def entry(count: int) -> str:
+        seeds = ", ".join(map(str, range(count)))
+        return f'[[figure]]\nname = "x{{seed}}"\ncommand = "saturation"\nseed = [{seeds}]\n'
+
+    entries, errors = plans.load_plan(write(tmp_path, entry(9000) * 2))
+    assert len(entries) == 9000 and "at most 10,000 in all (9,000 before this entry)" in errors[0]
+    entries, errors = plans.load_plan(write(tmp_path, entry(3) * 2))
+    assert entries == [] and len(errors) == 3 and "two figures would be written to x0.png" in errors[0]

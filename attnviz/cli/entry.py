@@ -7,14 +7,14 @@ line on stderr and an exit code in :func:`main`, and nowhere else.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from typing import Annotated, Any
 
 import typer
 
 from .._version import __version__
-from ..errors import AttnvizError
+from ..errors import AttnvizError, printable
+from . import streams
 
 APP_SETTINGS: dict[str, Any] = {
     "name": "attnviz",
@@ -41,8 +41,13 @@ def _root(
     """See self-attention: per-head weights in the terminal, as figures, and as JSON."""
 
 
+def say(message: str) -> None:
+    """One message on stderr, with any control or bidi characters it quotes shown escaped."""
+    print(printable(message), file=sys.stderr)
+
+
 def _fail(message: str, code: int) -> int:
-    print(f"attnviz: error: {message}", file=sys.stderr)
+    say(f"attnviz: error: {message}")
     return code
 
 
@@ -86,15 +91,26 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(err.format_message() + hint, err.exit_code)
     except AttnvizError as err:
         return _fail(str(err), err.exit_code)
+    except streams.Terminated:
+        raise
     except (KeyboardInterrupt, typer.Abort):
         return 130  # Ctrl-C: quietly; files are only ever renamed into place once complete
     except BrokenPipeError:  # the reader (head, less) left: stop quietly, as rich and typer do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        streams.silence_stdout()
         return 1
+    except OSError as err:  # what is left is writing: stdout on a full disk (/dev/full) or closed
+        streams.silence_stdout()
+        return _fail(f"cannot write the output: {err.strerror or err}", 1)
+    except MemoryError:
+        return _fail("out of memory: the request needs more than this machine has; ask for less", 1)
+    except RecursionError:
+        return _fail("the input is nested too deeply to read", 1)
     return result if isinstance(result, int) else 0
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point: streams made safe, SIGTERM and SIGHUP cleaned up after like Ctrl-C."""
+    streams.prepare()
+    with streams.terminated_cleanly():
+        code = main()
+    sys.exit(code)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 from . import output
-from .entry import app
+from .entry import app, say
 from .output import (
     emit,
     figure_description,
@@ -28,6 +28,8 @@ from .output import (
     stack_figure_description,
     views,
 )
+
+TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
 
 
 @app.command()
@@ -149,7 +151,7 @@ def _pooled(
     else:
         from rich.console import Console
 
-        bins = (Console().width - 16) // 2
+        bins = min(TERMINAL_BINS, (Console().width - 16) // 2)
     return pooled_self_attention(layer.tokens, layer.config, bins=max(2, bins), pool=pool, head=head, mean=mean)
 
 
@@ -170,13 +172,11 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
         from ..layer import full_weights
 
         tokens, weights = full_weights(layer.tokens, layer.config)
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, attentions=weights, tokens=np.array(tokens))
-    write_output(buffer.getvalue(), str(path), sys.stdout.buffer)
+    write_output(
+        lambda stream: np.savez(stream, attentions=weights, tokens=np.array(tokens)), str(path), sys.stdout.buffer
+    )
     if output.ANNOUNCE:
-        print(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)", file=sys.stderr)
+        say(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)")
 
 
 def _all_layers(

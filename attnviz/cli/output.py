@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import options as opt
 from .._version import __version__
 from ..errors import UsageError
+from .entry import say
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -143,10 +144,9 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
     boxes = missing_glyphs([*description.get("tokens", []), *description.get("key_tokens", [])])
     if boxes and ANNOUNCE:
         shown = " ".join(boxes[:8]) + (" …" if len(boxes) > 8 else "")
-        print(
+        say(
             f"attnviz: warning: no font here can draw {shown}; they show as boxes (install e.g. "
-            "fonts-noto-cjk or fonts-noto-color-emoji)",
-            file=sys.stderr,
+            "fonts-noto-cjk or fonts-noto-color-emoji)"
         )
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
@@ -154,7 +154,7 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         )
     write_output(figure_bytes(build(), chosen, description), figure.output, sys.stdout.buffer)
     if figure.output != "-" and ANNOUNCE:
-        print(f"wrote {figure.output}", file=sys.stderr)
+        say(f"wrote {figure.output}")
 
 
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:

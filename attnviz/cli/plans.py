@@ -9,10 +9,8 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
-from .entry import app
-from .output import (
-    write_json,
-)
+from .entry import app, say
+from .output import plural, write_json
 
 
 @app.command()
@@ -38,11 +36,22 @@ def batch(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a manifest of the figures to stdout.")] = False,
+    allow_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-dir",
+            help="A folder outside the plan's own whose files the plan may read (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Draw a deck of figures from a plan, in parallel, redrawing only what changed.
 
     Each \\[\\[figure]] names a command and its options, as on the command line; a list value
     draws one figure per element, and {option} in the name is filled in.
+
+    A plan is data: its tokens are never read as options, it reads files only inside its own
+    folder (and the folders of --allow-dir), and it writes only its figures, into the output folder.
 
     [bold]Examples[/bold]
 
@@ -55,7 +64,7 @@ def batch(
     from .. import batch as plans
 
     directory = output if output is not None else Path("build") / plan.stem
-    entries, errors = plans.load_plan(plan)
+    entries, errors = plans.load_plan(plan, tuple(allow_dir or ()))
     entries = plans.shard(entries, shard_spec)
     valid = []
     for entry in entries:
@@ -65,25 +74,24 @@ def batch(
         except UsageError as err:
             errors.append(f"{entry.where()}: {err}")
     for error in errors:
-        print(f"attnviz: error: {plan}: {error}", file=sys.stderr)
+        say(f"attnviz: error: {plan}: {error}")
     if check_only:
         if not quiet:
-            print(f"{plan}: {len(valid)} figures valid, {len(errors)} errors", file=sys.stderr)
+            say(f"{plan}: {plural(len(valid), 'figure')} valid, {plural(len(errors), 'error')}")
         if errors:
             raise typer.Exit(2)
         return
     progress = sys.stderr.isatty() and not quiet
     outcomes = plans.run_plan(valid, directory, jobs=jobs or plans.default_jobs(), force=force, progress=progress)
     for failed in (o for o in outcomes if o.status == "failed"):
-        print(f"attnviz: error: {plan}: {failed.entry.where()}: {failed.message}", file=sys.stderr)
+        say(f"attnviz: error: {plan}: {failed.entry.where()}: {failed.message}")
     if as_json:
         write_json([plans.manifest_document(outcomes, directory)])
     if not quiet:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
-        print(
+        say(
             f"{directory}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
-            f"{counts['failed'] + len(errors)} failed",
-            file=sys.stderr,
+            f"{counts['failed'] + len(errors)} failed"
         )
     if errors or any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)

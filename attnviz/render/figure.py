@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -442,31 +443,68 @@ def save_figure(
     write_output(figure_bytes(fig, format_of(str(path), fmt), description or {}), str(path), sys.stdout.buffer)
 
 
-def write_output(data: bytes, destination: str, stdout: IO[bytes]) -> None:
-    """Write to a file atomically (temporary name, then rename), or to stdout for '-'."""
+def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, stdout: IO[bytes]) -> None:
+    """Write ``data`` (bytes, or a function that writes to a stream) to a file atomically, or to stdout for '-'.
+
+    Only regular files are written: a name that is a device, a FIFO, a socket or a dangling link is
+    refused rather than replaced (as root, ``-o /dev/null`` would otherwise replace the system's).
+    A link to a regular file is followed, and that file replaced. The temporary file is removed
+    if anything fails, Ctrl-C, SIGTERM and SIGHUP included.
+    """
     if destination == "-":
-        stdout.write(data)
+        if callable(data):
+            data(stdout)
+        else:
+            stdout.write(data)
         stdout.flush()
         return
-    path = Path(destination)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise AttnvizError(f"{destination}: the directory {parent} does not exist")
-    if path.is_dir():
-        raise AttnvizError(f"{destination}: is a directory")
+    path = _regular_target(destination)
+    parent = path.parent
     umask = os.umask(0)
     os.umask(umask)
     temporary = None
     try:
-        handle, temporary = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(dir=parent, prefix=".attnviz-", suffix=".tmp")
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            if callable(data):
+                data(out)
+            else:
+                out.write(data)
         os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
         temporary = None
     except OSError as err:
         reason = "permission denied" if isinstance(err, PermissionError) else f"cannot be written ({err.strerror})"
         raise AttnvizError(f"{destination}: {reason}") from None
-    finally:  # also on Ctrl-C: never leave a half-written file behind
+    finally:  # also on Ctrl-C, SIGTERM, SIGHUP: never leave a half-written file behind
         if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _regular_target(destination: str) -> Path:
+    """The file to replace for ``destination``: itself, or the regular file a link names; else an error."""
+    path = Path(destination)
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:
+        raise AttnvizError(f"{destination}: cannot be written ({err.strerror})") from None
+    if mode is not None and stat.S_ISLNK(mode):
+        target = Path(os.path.realpath(path))
+        if not target.is_file():
+            raise AttnvizError(
+                f"{destination}: is a link to {target}, which is not a regular file; attnviz writes files"
+            )
+        path, mode = target, target.stat().st_mode
+    if mode is not None and stat.S_ISDIR(mode):
+        raise AttnvizError(f"{destination}: is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise AttnvizError(
+            f"{destination}: is a device, FIFO or socket, not a regular file; attnviz does not replace it "
+            "(write to stdout with -o - and redirect instead)"
+        )
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AttnvizError(f"{destination}: the directory {parent} does not exist")
+    return path
