@@ -8,7 +8,33 @@ from .errors import AttnvizError
 
 
 def available_memory() -> int | None:
-    """Bytes the kernel says are available now (MemAvailable), or physical memory, or None."""
+    """Bytes that can still be allocated: the kernel's MemAvailable (or physical memory), and no more
+    than the address space a limit (``ulimit -v``, prlimit --as) leaves this process."""
+    system = _system_memory()
+    room = _address_space_left()
+    if system is None or room is None:
+        return system if room is None else room
+    return min(system, room)
+
+
+def _address_space_left() -> int | None:
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        used = 0
+    return max(0, limit - used)
+
+
+def _system_memory() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:

@@ -98,7 +98,7 @@ def test_a_missing_model_names_the_install_command(monkeypatch: pytest.MonkeyPat
     ("breakage", "message"),
     [
         (lambda d: (d / "config.json").unlink(), "no config.json"),
-        (lambda d: (d / "config.json").write_text("{oops"), "not a BERT config.json"),
+        (lambda d: (d / "config.json").write_text("{oops"), "config.json: not valid JSON"),
         (
             lambda d: (d / "config.json").write_text(
                 '{"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 1, "hidden_size": 8}'

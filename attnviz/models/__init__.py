@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -54,6 +55,16 @@ class Model(Protocol):
         ...
 
     def attention(self, encoding: Encoding) -> ModelAttention: ...
+
+
+def damaged(where: object, layer: int, tensors: dict[str, Callable[[], Array]]) -> AttnvizError:
+    """The error for a forward pass that went NaN or infinite at ``layer``: which tensor holds damaged numbers."""
+    import numpy as np
+
+    for name, load in tensors.items():
+        if not np.isfinite(load()).all():
+            return AttnvizError(f"{where}: tensor {name!r} holds NaN or infinity (a damaged file?)")
+    return AttnvizError(f"{where}: layer {layer} gives NaN or infinity (damaged or overflowing weights)")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ The attention of every layer and head is kept; nothing else is computed that it 
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +15,16 @@ from pathlib import Path
 import numpy as np
 
 from ..core import Array, softmax
-from ..errors import AttnvizError
+from ..errors import AttnvizError, UsageError, printable
+from ..inputs import parse_json, read_file
+from ..resources import ensure_fits
 from ..threads import one_blas_thread
-from . import Encoding, ModelAttention
+from . import Encoding, ModelAttention, damaged
 from .safetensors import read_safetensors
-from .wordpiece import WordPiece
+from .wordpiece import MAX_WORD_CHARS, WordPiece
+
+MAX_LAYERS = 1024
+MAX_CONFIG_BYTES = 4 * 2**20
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -42,32 +47,53 @@ class BertConfig:
     layers: int
     heads: int
     hidden: int
+    intermediate: int
     max_positions: int
+    type_vocab: int
     eps: float
     activation: str
 
     @classmethod
     def from_file(cls, path: Path) -> BertConfig:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            config = cls(
-                int(raw["num_hidden_layers"]),
-                int(raw["num_attention_heads"]),
-                int(raw["hidden_size"]),
-                int(raw.get("max_position_embeddings", 512)),
-                float(raw.get("layer_norm_eps", 1e-12)),
-                str(raw.get("hidden_act", "gelu")),
-            )
-        except FileNotFoundError:
-            raise AttnvizError(f"{path.parent}: no config.json: not a model checkpoint directory") from None
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise AttnvizError(f"{path}: not a BERT config.json ({err.__class__.__name__}: {err})") from None
+            raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path))
+        except AttnvizError as err:
+            if not path.exists():
+                raise AttnvizError(f"{path.parent}: no config.json: not a model checkpoint directory") from None
+            raise err from None
+        if not isinstance(raw, dict):
+            raise AttnvizError(f"{path}: not a BERT config.json (not a JSON object)")
         if raw.get("model_type", "bert") not in ("bert", "roberta", "distilbert", "electra"):
-            raise AttnvizError(f"{path}: model_type {raw.get('model_type')!r} is not a BERT-family encoder")
-        if config.heads < 1 or config.hidden % config.heads:
+            raise AttnvizError(
+                f"{path}: model_type {printable(repr(raw.get('model_type')))} is not a BERT-family encoder"
+            )
+
+        def count(key: str, default: int | None = None, high: int = 2**16) -> int:
+            value = raw.get(key, default)
+            if type(value) is not int or not 1 <= value <= high:
+                shown = printable(repr(value))[:40]
+                raise AttnvizError(f"{path}: {key} = {shown} is not a whole number from 1 to {high:,}")
+            return value
+
+        eps = raw.get("layer_norm_eps", 1e-12)
+        if type(eps) not in (int, float) or not 0 < eps < 1:
+            raise AttnvizError(f"{path}: layer_norm_eps = {printable(repr(eps))[:40]} is not a small positive number")
+        config = cls(
+            count("num_hidden_layers", high=MAX_LAYERS),
+            count("num_attention_heads", high=1024),
+            count("hidden_size"),
+            count("intermediate_size", 3072, high=2**18),
+            count("max_position_embeddings", 512, high=2**20),
+            count("type_vocab_size", 2, high=2**10),
+            float(eps),
+            str(raw.get("hidden_act", "gelu")),
+        )
+        if config.hidden % config.heads:
             raise AttnvizError(f"{path}: hidden_size {config.hidden} is not divisible by {config.heads} heads")
         if config.activation != "gelu":
-            raise AttnvizError(f"{path}: hidden_act {config.activation!r} is not supported (only 'gelu')")
+            raise AttnvizError(
+                f"{path}: hidden_act {printable(repr(config.activation))} is not supported (only 'gelu')"
+            )
         return config
 
 
@@ -88,36 +114,57 @@ class Bert:
             raise AttnvizError(f"{directory}: no model.safetensors")
         tensors = read_safetensors(path)
         self.weights = {k.removeprefix("bert."): v for k, v in tensors.items()}
-        missing = [k for k in self._names() if k not in self.weights]
-        if missing:
-            raise AttnvizError(f"{path}: not a BERT checkpoint: no tensor {missing[0]!r}")
-
-    def _names(self) -> list[str]:
-        names = [
-            f"embeddings.{e}.weight"
-            for e in ("word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm")
-        ]
-        for layer in range(self.layers):
-            p = f"encoder.layer.{layer}."
-            names += [
-                p + s
-                for s in (
-                    "attention.self.query.weight",
-                    "attention.self.key.weight",
-                    "attention.self.value.weight",
-                    "attention.output.dense.weight",
-                    "attention.output.LayerNorm.weight",
-                    "intermediate.dense.weight",
-                    "output.dense.weight",
-                    "output.LayerNorm.weight",
+        for tensor, shape in self._shapes().items():
+            if tensor not in self.weights:
+                raise AttnvizError(f"{path}: not a BERT checkpoint: no tensor {tensor!r}")
+            found = self.weights[tensor]
+            if found.dtype.kind != "f" or found.shape != shape:
+                raise AttnvizError(
+                    f"{path}: tensor {tensor!r} is {found.dtype} {list(found.shape)}; "
+                    f"the config implies float {list(shape)}"
                 )
-            ]
-        return names
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor the forward pass reads, with the shape config.json implies."""
+        c = self.config
+        h, inner = c.hidden, c.intermediate
+        vocab = self.weights.get("embeddings.word_embeddings.weight")
+        shapes: dict[str, tuple[int, ...]] = {
+            "embeddings.word_embeddings.weight": (vocab.shape[0] if vocab is not None and vocab.ndim else 0, h),
+            "embeddings.position_embeddings.weight": (c.max_positions, h),
+            "embeddings.token_type_embeddings.weight": (c.type_vocab, h),
+            "embeddings.LayerNorm.weight": (h,),
+            "embeddings.LayerNorm.bias": (h,),
+        }
+        per_layer = {
+            "attention.self.query": (h, h),
+            "attention.self.key": (h, h),
+            "attention.self.value": (h, h),
+            "attention.output.dense": (h, h),
+            "intermediate.dense": (inner, h),
+            "output.dense": (h, inner),
+        }
+        norms = ("attention.output.LayerNorm", "output.LayerNorm")
+        for layer in range(c.layers):
+            p = f"encoder.layer.{layer}."
+            for name, shape in per_layer.items():
+                shapes[p + name + ".weight"] = shape
+                shapes[p + name + ".bias"] = (shape[0],)
+            for name in norms:
+                shapes[p + name + ".weight"] = shapes[p + name + ".bias"] = (h,)
+        return shapes
 
     def w(self, name: str) -> Array:
         return np.asarray(self.weights[name], dtype=np.float64)
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
+        if pair is not None and self.config.type_vocab < 2:
+            raise UsageError(f"{self.name} has one token type: it takes no --pair")
+        limit = self.config.max_positions * MAX_WORD_CHARS
+        if len(text) + len(pair or "") > limit:
+            raise AttnvizError(
+                f"{len(text):,} characters are more than {self.name}'s {self.config.max_positions} tokens"
+            )
         tokens, ids, type_ids = self.tokenizer.encode(text, pair)
         if len(tokens) > self.config.max_positions:
             raise AttnvizError(f"{len(tokens)} tokens, but {self.name} takes at most {self.config.max_positions}")
@@ -136,16 +183,18 @@ class Bert:
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
         ids = np.asarray(encoding.ids)
         if ids.max(initial=0) >= self.weights["embeddings.word_embeddings.weight"].shape[0]:
-            raise AttnvizError("a token id is outside the model's vocabulary")
+            raise AttnvizError(f"{self.directory}: vocab.txt has more tokens than the model's embeddings")
         x = (
             self.w("embeddings.word_embeddings.weight")[ids]
             + self.w("embeddings.position_embeddings.weight")[:n]
             + self.w("embeddings.token_type_embeddings.weight")[np.asarray(encoding.type_ids)]
         )
         x = layer_norm(x, self.w("embeddings.LayerNorm.weight"), self.w("embeddings.LayerNorm.bias"), c.eps)
+        ensure_fits(2 * 8 * c.layers * h * n * n, f"attention of {n} tokens", "give fewer tokens")
         weights, scores = np.empty((c.layers, h, n, n)), np.empty((c.layers, h, n, n))
         for layer in range(c.layers):
             p = f"encoder.layer.{layer}."
+            self._finite(x, layer - 1)
 
             def linear(name: str, inputs: Array, p: str = p) -> Array:
                 return inputs @ self.w(p + name + ".weight").T + self.w(p + name + ".bias")
@@ -170,16 +219,24 @@ class Bert:
                 self.w(p + "output.LayerNorm.bias"),
                 c.eps,
             )
+        self._finite(x, c.layers - 1)
         return ModelAttention(encoding=encoding, weights=weights, scores=scores, causal=False)
+
+    def _finite(self, x: Array, after: int) -> None:
+        """Hidden states after layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
+        if np.isfinite(x).all():
+            return
+        prefix = "embeddings." if after < 0 else f"encoder.layer.{after}."
+        names = [t for t in self._shapes() if t.startswith(prefix)]
+        raise damaged(self.directory, after, {t: functools.partial(self.w, t) for t in names})
 
 
 def _tokenizer_options(directory: Path) -> tuple[bool, bool | None, bool]:
     """Lower-casing and accent stripping as the checkpoint's tokenizer_config.json says (uncased by default)."""
     path = directory / "tokenizer_config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
-        raise AttnvizError(f"{path}: not valid JSON") from None
+    raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path)) if path.is_file() else {}
+    if not isinstance(raw, dict):
+        raise AttnvizError(f"{path}: not a tokenizer configuration (not a JSON object)")
     accents = raw.get("strip_accents")
     return (
         bool(raw.get("do_lower_case", True)),

@@ -6,7 +6,6 @@ Every size and offset in the header is checked against the file before anything 
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AttnvizError
+from ..inputs import parse_json
 
 DTYPES = {
     "F64": "<f8",
@@ -43,11 +43,13 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 raise AttnvizError(
                     f"{path}: not a safetensors file (its header claims {header_len} bytes, the file has {size})"
                 )
-            header = json.loads(handle.read(header_len))
+            raw = handle.read(header_len)
     except OSError as err:
         raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise AttnvizError(f"{path}: not a safetensors file (its header is not JSON)") from None
+    try:
+        header = parse_json(raw, "its header")
+    except AttnvizError as err:
+        raise AttnvizError(f"{path}: not a safetensors file ({err}; the header is not JSON)") from None
     if not isinstance(header, dict):
         raise AttnvizError(f"{path}: not a safetensors file (its header is not a JSON object)")
     data_len = size - 8 - header_len

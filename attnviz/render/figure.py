@@ -39,6 +39,9 @@ Format = Literal["png", "svg", "pdf"]
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
 
 # Base font size (points), figure width (inches) and default DPI of each preset.
+MAX_PIXELS = 1e8  # a canvas of 400 MB: far beyond any slide or page
+MAX_SIDE = 32_000  # Agg's limit is 2**16 pixels a side
+MAX_PANELS = 64
 PRESETS: dict[str, tuple[float, float, int]] = {
     "screen": (10.0, 7.0, 150),
     "slide": (18.0, 13.333, 150),
@@ -87,9 +90,9 @@ class FigureStyle:
         if self.size is not None and not all(0.5 <= s <= 100 for s in self.size):
             raise UsageError(f"--size must be between 0.5 and 100 inches each way, got {self.size[0]}x{self.size[1]}")
         width, height = self.figure_size(1.0, wide=True)
-        if width * height * self.resolution() ** 2 > 4e8:
+        if width * height * self.resolution() ** 2 > MAX_PIXELS:
             raise UsageError(
-                f"a {width:g}x{height:g} in figure at {self.resolution()} dpi would be over 400 "
+                f"a {width:g}x{height:g} in figure at {self.resolution()} dpi would be over {MAX_PIXELS / 1e6:.0f} "
                 "megapixels: use a smaller --size or --dpi"
             )
 
@@ -121,6 +124,26 @@ class FigureStyle:
 
 
 DEFAULT_STYLE = FigureStyle()
+
+
+def check_panels(count: int, what: str) -> None:
+    """Refuse a figure of more panels than a page can hold, before any is built."""
+    if count > MAX_PANELS:
+        raise UsageError(
+            f"{count} {what} make more panels than a figure can show (at most {MAX_PANELS}): "
+            "choose one with --head, or average them with --mean"
+        )
+
+
+def check_pixels(fig: Figure) -> None:
+    """Refuse to draw a figure whose canvas would not fit in memory or in an image format."""
+    width, height = (float(v) * fig.dpi for v in fig.get_size_inches())
+    if width * height > MAX_PIXELS or max(width, height) > MAX_SIDE:
+        raise AttnvizError(
+            f"the figure would be {width:.0f} × {height:.0f} pixels; attnviz draws at most "
+            f"{MAX_PIXELS / 1e6:.0f} megapixels and {MAX_SIDE} pixels a side: choose fewer layers or heads, "
+            "or a smaller --size or --dpi"
+        )
 
 
 def parse_size(text: str) -> tuple[float, float]:
@@ -355,6 +378,7 @@ def figure_bytes(fig: Figure, fmt: str, description: dict[str, Any]) -> bytes:
         metadata.update(Date=None, Description=text)
     else:
         metadata.update(Producer=software, CreationDate=None, ModDate=None, Subject=text)
+    check_pixels(fig)
     buffer = io.BytesIO()
     with figure_context(getattr(fig, STYLE_ATTRIBUTE, DEFAULT_STYLE)):
         engine = fig.get_layout_engine()

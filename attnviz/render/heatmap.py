@@ -19,6 +19,7 @@ from ..core import Array, BoolArray
 from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
+    check_panels,
     colormap,
     figure_context,
     hatch_masked,
@@ -447,6 +448,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     from matplotlib.figure import Figure
 
     count = len(att.head_labels)
+    check_panels(count, "heads")
     n, m = att.weights.shape[1:]
     width = style.figure_size(0.75)[0]
     title = wrapped_title(describe_parts(att), width, style.font_size)

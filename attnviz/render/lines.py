@@ -15,7 +15,8 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ..attention import Attention
-from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
+from ..errors import UsageError
+from .figure import DEFAULT_STYLE, FigureStyle, check_panels, new_figure, styled
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .terminal import cell_style
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 Layout = Literal["side", "overlay"]
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
+MAX_TOKENS = 512  # a column of 512 labels is already a poster
 HEAD_COLOURS = (
     "#0072B2",
     "#D55E00",
@@ -101,6 +103,9 @@ def render_lines_figure(
     """Heads side by side (one panel each) or overlaid in one panel, queries left, keys right."""
     count = len(att.head_labels)
     n, m = len(att.tokens), len(att.keys)
+    check_panels(count, "heads")
+    if max(n, m) > MAX_TOKENS:
+        raise UsageError(f"{max(n, m)} tokens are more than a lines view can show ({MAX_TOKENS}): use heatmap")
     panels = count if layout == "side" else 1
     cols = min(panels, 6)
     rows = -(-panels // cols)

@@ -44,6 +44,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     return [*parts[:2], f"{stack.layers} layers", *parts[2:]]
 
 
+MAX_ASPECT = 3.0  # a model view is at most three times as tall as it is wide
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
@@ -90,9 +91,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     rows, cols = image.shape[:2]
     cell = min((width * 72 - 2 * pad - room - bar_room) / cols, MAX_TILE * 72 / max(n, m))  # points
     fixed = style.size is not None or style.preset == "slide"
-    if fixed:
-        height = style.figure_size(0.5, wide=True)[1]
-        cell = min(cell, (height * 72 - 2 * pad - heading - room) / rows)
+    height = style.figure_size(0.5, wide=True)[1] if fixed else width * MAX_ASPECT
+    cell = min(cell, (height * 72 - 2 * pad - heading - room) / rows)  # many layers: tiles shrink, not the page
     grid_w, grid_h = cols * cell / 72, rows * cell / 72
     if not fixed:
         height = (2 * pad + heading + room) / 72 + grid_h
