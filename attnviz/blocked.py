@@ -20,12 +20,12 @@ BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows p
 
 
 def _softmax_rows(block: Array) -> None:
-    """In place: each row of ``block`` (rows, m) becomes its softmax; -inf entries become 0."""
+    """In place: each row of ``block`` (rows, m) becomes its softmax; -inf entries become 0, NaN stays NaN."""
     peak = block.max(axis=1, keepdims=True)
     np.subtract(block, np.where(np.isfinite(peak), peak, 0), out=block)
     np.exp(block, out=block)
     total = block.sum(axis=1, keepdims=True)
-    np.multiply(block, np.where(total > 0, 1 / np.where(total > 0, total, 1), 0), out=block)
+    np.multiply(block, np.where(total != 0, 1 / np.where(total != 0, total, 1), 0), out=block)  # NaN stays NaN
 
 
 def blocked_attention(

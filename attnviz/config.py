@@ -72,6 +72,9 @@ class LayerConfig:
         return described
 
 
+MAX_SCALE = 1e6  # scores times more than this overflow float32 and say nothing more: the softmax is one-hot
+
+
 def parse_scale(scale: str | float, d_k: int) -> float:
     """'sqrt' -> 1/√d_k, 'none' -> 1, a number -> itself."""
     if scale == "sqrt":
@@ -82,8 +85,8 @@ def parse_scale(scale: str | float, d_k: int) -> float:
         value = float(scale)
     except (TypeError, ValueError):
         raise UsageError(f"--scale must be 'sqrt', 'none' or a number, got {scale!r}") from None
-    if not math.isfinite(value):
-        raise UsageError(f"--scale must be a finite number, got {scale!r}")
+    if not math.isfinite(value) or abs(value) > MAX_SCALE:
+        raise UsageError(f"--scale must be a number from -{MAX_SCALE:g} to {MAX_SCALE:g}, got {scale!r}")
     return value
 
 

@@ -15,12 +15,12 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 def softmax(z: Array, axis: int = -1) -> Array:
-    """Numerically stable softmax; a slice that is all -inf (fully masked) becomes all 0."""
+    """Numerically stable softmax; a slice that is all -inf (fully masked) becomes all 0, and NaN stays NaN."""
     peak = z.max(axis=axis, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     e = np.exp(z - peak)
     total = e.sum(axis=axis, keepdims=True)
-    weights: Array = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    weights: Array = np.divide(e, total, out=np.zeros_like(e), where=total != 0)
     return weights
 
 

@@ -172,6 +172,8 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
         )
     if array.dtype.kind not in "fiu":
         raise AttnvizError(f"{path}: the weights are {array.dtype}, not numbers")
+    if array.size == 0:
+        raise AttnvizError(f"{path}: holds no attention (shape {tuple(array.shape)})")
     return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,17 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(blobs))
 
 
-def write_tiny_bert(directory: Path, *, layers: int = 2, heads: int = 2, hidden: int = 8, seed: int = 0) -> Path:
+def write_tiny_bert(
+    directory: Path,
+    *,
+    layers: int = 2,
+    heads: int = 2,
+    hidden: int = 8,
+    seed: int = 0,
+    config_changes: dict[str, object] | None = None,
+    tensor_changes: Callable[[dict[str, np.ndarray]], None] | None = None,
+) -> Path:
+    """The checkpoint; ``config_changes`` and ``tensor_changes`` damage it on purpose."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     config = {
@@ -43,6 +54,7 @@ def write_tiny_bert(directory: Path, *, layers: int = 2, heads: int = 2, hidden:
         "vocab_size": len(VOCAB),
         "type_vocab_size": 2,
     }
+    config |= config_changes or {}
     (directory / "config.json").write_text(json.dumps(config))
     (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
 
@@ -71,5 +83,7 @@ def write_tiny_bert(directory: Path, *, layers: int = 2, heads: int = 2, hidden:
         for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
             tensors[p + norm + ".weight"] = np.ones(hidden, "<f4")
             tensors[p + norm + ".bias"] = np.zeros(hidden, "<f4")
+    if tensor_changes is not None:
+        tensor_changes(tensors)
     write_safetensors(directory / "model.safetensors", tensors)
     return directory

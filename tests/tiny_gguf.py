@@ -74,8 +74,18 @@ def write_gguf(
     path.write_bytes(head + b"\0" * (-len(head) % alignment) + data)
 
 
-def write_tiny_llama(path: Path, *, seed: int = 0, q_kind: int = Q4_1) -> Path:
-    """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges."""
+def write_tiny_llama(
+    path: Path,
+    *,
+    seed: int = 0,
+    q_kind: int = Q4_1,
+    meta_changes: dict[str, object] | None = None,
+    nan_in: str | None = None,
+) -> Path:
+    """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
+
+    ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN.
+    """
     rng = np.random.default_rng(seed)
     hidden, ffn, layers = 32, 64, 2
     alphabet = byte_alphabet()
@@ -119,5 +129,9 @@ def write_tiny_llama(path: Path, *, seed: int = 0, q_kind: int = Q4_1) -> Path:
         tensors[p + "ffn_gate.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_up.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_down.weight"] = matrix(hidden, ffn, Q4_1)
-    write_gguf(path, meta, tensors)
+    meta |= meta_changes or {}
+    if nan_in is not None:
+        kind, shape, raw = tensors[nan_in]
+        tensors[nan_in] = (kind, shape, np.float32(np.nan).tobytes() + raw[4:])
+    write_gguf(path, meta, tensors, alignment=32)
     return path

@@ -79,6 +79,13 @@ def _app_for(argv: list[str]) -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
+    given = sys.argv[1:] if argv is None else argv
+    for arg in given:
+        if not arg.isascii():
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
+                return _fail(f"the argument '{printable(arg)}' is not UTF-8 text", 2)
     command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
     for sub in getattr(command, "commands", {}).values():
         sub.help = _reflow(sub.help or "")
@@ -91,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(err.format_message() + hint, err.exit_code)
     except AttnvizError as err:
         return _fail(str(err), err.exit_code)
-    except streams.Terminated:
-        raise
     except (KeyboardInterrupt, typer.Abort):
         return 130  # Ctrl-C: quietly; files are only ever renamed into place once complete
     except BrokenPipeError:  # the reader (head, less) left: stop quietly, as rich and typer do

@@ -50,6 +50,8 @@ def stack_of(layer: opt.LayerRequest) -> AttentionStack:
     """All layers: a model's or a file's, or the random layer's one."""
     if layer.external:
         return layer.stack()
+    if layer.keys is not None:
+        raise UsageError("this view follows attention through self-attention layers; it does not take --keys")
     from ..sources import AttentionStack
 
     att = layer.attention()

@@ -116,26 +116,28 @@ def silence_stdout() -> None:
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived: unwind as Ctrl-C does (finally blocks remove temporary files)."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+
+RECEIVED: list[int] = []
 
 
 def _raise_terminated(signum: int, _frame: object) -> None:
+    RECEIVED.append(signum)
     raise Terminated(signum)
 
 
 @contextlib.contextmanager
 def terminated_cleanly() -> Iterator[None]:
-    """Inside: SIGTERM and SIGHUP raise :class:`Terminated`; after unwinding, die by that signal."""
+    """Inside: SIGTERM and SIGHUP raise :class:`Terminated`; after unwinding, the process dies by that
+    signal, as the shell expects of a program it stopped (typer turns the exception into exit 130)."""
     chosen = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
     previous = {s: signal.signal(s, _raise_terminated) for s in chosen}
     try:
         yield
-    except Terminated as stop:
-        signal.signal(stop.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), stop.signum)
-        raise SystemExit(128 + stop.signum) from None
+    except Terminated:
+        pass
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if RECEIVED:
+        signal.signal(RECEIVED[0], signal.SIG_DFL)
+        os.kill(os.getpid(), RECEIVED[0])

@@ -28,6 +28,7 @@ TYPE_NAMES = {
 BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34)}
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+MAX_NESTING = 4
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class GGUF:
             self.metadata[key] = self.value(int(self.scalar("I")))
         infos = [self.tensor_info() for _ in range(n_tensors)]
         alignment = self.metadata.get("general.alignment", 32)
-        if not isinstance(alignment, int) or not 0 < alignment <= 1 << 20:
+        if type(alignment) is not int or not 0 < alignment <= 1 << 20:
             raise self.error(f"general.alignment {alignment!r} is not a sensible alignment")
         start = -(-self.pos // alignment) * alignment
         self.tensors: dict[str, TensorInfo] = {}
@@ -96,19 +97,21 @@ class GGUF:
         raw = self.take(int(self.scalar("Q")))
         return raw.decode("utf-8", "replace")
 
-    def value(self, kind: int) -> object:
+    def value(self, kind: int, depth: int = 0) -> object:
         if kind in SCALARS:
             return self.scalar(SCALARS[kind])
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
+            if depth == MAX_NESTING:
+                raise self.error(f"metadata arrays nested deeper than {MAX_NESTING}")
             inner, count = int(self.scalar("I")), int(self.scalar("Q"))
             if inner in SCALARS:
                 itemsize = struct.calcsize(SCALARS[inner])
                 return np.frombuffer(self.take(count * itemsize), dtype="<" + SCALARS[inner])
             if count * 8 > self.size - self.pos:  # each element needs at least 8 bytes
                 raise self.error(f"truncated: an array of {count} elements does not fit the file")
-            return [self.value(inner) for _ in range(count)]
+            return [self.value(inner, depth + 1) for _ in range(count)]
         raise self.error(f"metadata value type {kind} is not a GGUF type")
 
     def tensor_info(self) -> tuple[str, tuple[int, ...], int, int]:

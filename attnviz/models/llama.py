@@ -8,16 +8,18 @@ file and are dequantised one layer at a time.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 
 from ..core import Array, softmax
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, printable
 from ..resources import ensure_fits
 from ..threads import one_blas_thread
-from . import Encoding, ModelAttention
+from . import Encoding, ModelAttention, damaged
 from .bpe import BytePairEncoding
 from .gguf import GGUF
 
@@ -39,6 +41,14 @@ def rotate(x: Array, base: float, dims: int) -> Array:
     return rotated
 
 
+MAX_LAYERS = 1024
+SINGLE_DIGITS = ("smollm", "llama3", "deepseek-llm", "qwen2")
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 class Llama:
     """A Llama-family GGUF: byte-level BPE tokeniser, memory-mapped weights, a causal forward pass."""
 
@@ -50,38 +60,49 @@ class Llama:
         if arch != "llama":
             raise AttnvizError(f"{path}: architecture {arch!r}; attnviz runs GGUF files of the llama architecture")
 
-        def number(key: str) -> float:
-            value = meta.get(f"llama.{key}")
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise AttnvizError(f"{path}: metadata llama.{key} is missing or not a positive number")
+        def number(key: str, default: float | None = None, *, low: float = 1, high: float = 2**16) -> float:
+            """A metadata number, checked: GGUF types are the file's word, not a promise."""
+            value = meta.get(f"llama.{key}", default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                shown = printable(repr(value))[:40]
+                raise AttnvizError(f"{path}: metadata llama.{key} = {shown} is not a number from {low:g} to {high:g}")
             return value
 
-        self.layers = int(number("block_count"))
-        self.heads = int(number("attention.head_count"))
-        self.kv_heads = int(meta.get("llama.attention.head_count_kv", self.heads))  # type: ignore[call-overload]
-        self.hidden = int(number("embedding_length"))
-        self.eps = float(number("attention.layer_norm_rms_epsilon"))
-        self.base = float(meta.get("llama.rope.freq_base", 10000.0))  # type: ignore[arg-type]
-        self.context = int(meta.get("llama.context_length", 2048))  # type: ignore[call-overload]
-        if self.hidden % self.heads or self.kv_heads <= 0 or self.heads % self.kv_heads:
+        def count(key: str, default: int | None = None, high: int = 2**16) -> int:
+            value = number(key, default, high=high)
+            if value != int(value):
+                raise AttnvizError(f"{path}: metadata llama.{key} = {value} is not a whole number")
+            return int(value)
+
+        self.layers = count("block_count", high=min(MAX_LAYERS, len(self.file.tensors)))
+        self.heads = count("attention.head_count", high=1024)
+        self.kv_heads = count("attention.head_count_kv", self.heads, high=self.heads)
+        self.hidden = count("embedding_length")
+        self.eps = float(number("attention.layer_norm_rms_epsilon", low=1e-30, high=1))
+        self.base = float(number("rope.freq_base", 10000.0, high=1e12))
+        self.context = count("context_length", 2048, high=2**24)
+        if self.hidden % self.heads or self.heads % self.kv_heads:
             raise AttnvizError(f"{path}: {self.heads} heads and {self.kv_heads} key/value heads do not fit")
         self.d_head = self.hidden // self.heads
-        self.rope_dims = int(meta.get("llama.rope.dimension_count", self.d_head))  # type: ignore[call-overload]
+        self.rope_dims = count("rope.dimension_count", self.d_head, high=self.d_head)
+        if self.rope_dims % 2:
+            raise AttnvizError(f"{path}: metadata llama.rope.dimension_count = {self.rope_dims} is not even")
         if meta.get("tokenizer.ggml.model") != "gpt2":
-            raise AttnvizError(
-                f"{path}: tokenizer {meta.get('tokenizer.ggml.model')!r}; attnviz reads byte-level BPE (gpt2)"
-            )
+            kind = printable(repr(meta.get("tokenizer.ggml.model")))[:40]
+            raise AttnvizError(f"{path}: tokenizer {kind}; attnviz reads byte-level BPE (gpt2)")
         tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-        if not isinstance(tokens, list) or not isinstance(merges, list):
-            raise AttnvizError(f"{path}: the tokenizer's tokens or merges are missing")
-        types = meta.get("tokenizer.ggml.token_type")
+        if not _strings(tokens) or not _strings(merges):
+            raise AttnvizError(f"{path}: the tokenizer's tokens or merges are missing or not strings")
+        types = meta.get("tokenizer.ggml.token_type", np.ones(len(tokens), dtype=np.int32))
+        if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or len(types) != len(tokens):
+            raise AttnvizError(f"{path}: tokenizer.ggml.token_type is not one integer per token")
         self.tokenizer = BytePairEncoding(
-            [str(t) for t in tokens],
-            [str(m) for m in merges],
-            [int(t) for t in types] if types is not None else [1] * len(tokens),  # type: ignore[attr-defined]
-            single_digits=meta.get("tokenizer.ggml.pre") in ("smollm", "llama3", "deepseek-llm", "qwen2"),
+            tokens, merges, types.tolist(), single_digits=meta.get("tokenizer.ggml.pre") in SINGLE_DIGITS
         )
-        self.bos = meta.get("tokenizer.ggml.bos_token_id") if meta.get("tokenizer.ggml.add_bos_token") else None
+        bos = meta.get("tokenizer.ggml.bos_token_id") if meta.get("tokenizer.ggml.add_bos_token") else None
+        if bos is not None and (type(bos) is not int or not 0 <= bos < len(tokens)):
+            raise AttnvizError(f"{path}: tokenizer.ggml.bos_token_id {printable(repr(bos))[:40]} is not a token")
+        self.bos = bos
         self._check_shapes(path)
 
     def _check_shapes(self, path: Path) -> None:
@@ -103,9 +124,12 @@ class Llama:
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         if pair is not None:
             raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
+        longest = max(map(len, self.tokenizer.tokens), default=1)
+        if len(text) > self.context * longest:
+            raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
         tokens, ids = self.tokenizer.encode(text)
         if self.bos is not None:
-            tokens, ids = [self.tokenizer.tokens[int(self.bos)], *tokens], [int(self.bos), *ids]  # type: ignore[call-overload]
+            tokens, ids = [self.tokenizer.tokens[self.bos], *tokens], [self.bos, *ids]
         if not ids:
             raise UsageError("no tokens: the text is empty")
         if len(ids) > self.context:
@@ -135,6 +159,7 @@ class Llama:
         scores = np.empty((self.layers, h, n, n), dtype=np.float32)
         for layer in range(self.layers):
             p = f"blk.{layer}."
+            self._finite(x, layer - 1)
             a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
             q = (a @ t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
             k = (a @ t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
@@ -151,7 +176,15 @@ class Llama:
             f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
             gate, up = f @ t(p + "ffn_gate.weight").T, f @ t(p + "ffn_up.weight").T
             x = x + (gate / (1 + np.exp(-gate)) * up) @ t(p + "ffn_down.weight").T
+        self._finite(x, self.layers - 1)
         return ModelAttention(encoding=encoding, weights=weights, scores=scores, causal=True)
+
+    def _finite(self, x: Array, after: int) -> None:
+        """Hidden states after layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
+        if np.isfinite(x).all():
+            return
+        names = ["token_embd.weight"] if after < 0 else [f"blk.{after}.{w}.weight" for w in WEIGHTS]
+        raise damaged(self.file.path, after, {n: functools.partial(self.file.tensor, n) for n in names})
 
 
 WEIGHTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
