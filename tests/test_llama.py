@@ -59,6 +59,36 @@ def test_bpe_matches_hugging_face_tokenizers(smollm2: Llama, case: dict) -> None
     assert ids == case["ids"]
 
 
+def _merge_by_rescanning(ranks: dict[tuple[str, str], int], parts: list[str]) -> tuple[str, ...]:
+    """The textbook loop: find the lowest-ranked pair, merge it everywhere, rescan (quadratic)."""
+    while len(parts) > 1:
+        pairs = enumerate(zip(parts, parts[1:], strict=False))
+        rank, first = min((ranks.get(pair, len(ranks)), i) for i, pair in pairs)
+        if rank == len(ranks):
+            break
+        best, merged, i = (parts[first], parts[first + 1]), [], 0
+        while i < len(parts):
+            if i + 1 < len(parts) and (parts[i], parts[i + 1]) == best:
+                merged.append(parts[i] + parts[i + 1])
+                i += 2
+            else:
+                merged.append(parts[i])
+                i += 1
+        parts = merged
+    return tuple(parts)
+
+
+@needs_smollm2
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=st.sampled_from("aeinrst thé'0-\n"), max_size=40) | st.text(max_size=12))
+def test_bpe_heap_merging_equals_the_textbook_loop(smollm2: Llama, piece: str) -> None:
+    from attnviz.models.bpe import byte_alphabet
+
+    bpe = smollm2.tokenizer
+    spelled = [byte_alphabet()[b] for b in piece.encode("utf-8")]
+    assert bpe._merge(piece) == _merge_by_rescanning(bpe.ranks, spelled)
+
+
 @needs_smollm2
 def test_smollm2_has_induction_heads_on_repeated_random_words() -> None:
     from attnviz.analysis import head_patterns

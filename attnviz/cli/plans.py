@@ -40,6 +40,7 @@ def batch(
         list[Path] | None,
         typer.Option(
             "--allow-dir",
+            metavar="DIR",
             help="A folder outside the plan's own whose files the plan may read (repeatable).",
             show_default=False,
         ),
