@@ -186,12 +186,18 @@ def _inside(value: Any, name: str, base: Path, roots: tuple[Path, ...]) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
         raise UsageError(f"{name} must be a path, got {printable(repr(value))}")
     resolved = Path(os.path.realpath(base / value))
-    if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
+    contents = sorted(resolved.iterdir()) if name == "model_dir" and resolved.is_dir() else []
+    if not all(_within(path, roots) for path in [resolved, *contents]):  # a model's config.json may link out
         raise UsageError(
             f"{name} = {printable(repr(value))} ({option}): a plan reads files from its own folder only; "
             "name other folders with batch --allow-dir"
         )
     return str(resolved)
+
+
+def _within(path: Path, roots: tuple[Path, ...]) -> bool:
+    real = Path(os.path.realpath(path))
+    return any(real == root or real.is_relative_to(root) for root in roots)
 
 
 def safe_name(name: str) -> str:

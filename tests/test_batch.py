@@ -172,6 +172,17 @@ def test_a_plan_reads_files_from_its_own_folder_only(tmp_path: Path, option: str
     assert allowed
 
 
+def test_a_plan_model_folder_cannot_link_out(tmp_path: Path) -> None:
+    (tmp_path / "secret.json").write_text("{}")
+    model = tmp_path / "plans" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").symlink_to(tmp_path / "secret.json")
+    plan = tmp_path / "plans" / "plan.toml"
+    plan.write_text('[[figure]]\nname = "x"\ncommand = "heatmap"\nmodel_dir = "model"\n')
+    entries, errors = plans.load_plan(plan)
+    assert entries == [] and "reads files from its own folder only" in errors[0]
+
+
 def test_plan_tokens_are_tokens_never_options(cli, tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("hushhush words")
     folder = tmp_path / "plans"
