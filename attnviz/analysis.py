@@ -26,13 +26,19 @@ def rollout(weights: Array) -> Array:
 
     weights (layers, heads, n, n) -> (n, n): how much each input token flows into each position.
     """
-    n = weights.shape[-1]
-    result = np.eye(n)
+    result: Array = np.eye(weights.shape[-1])
     for layer in weights:
-        a = layer.mean(axis=0) + np.eye(n)  # the residual connection
-        a /= a.sum(axis=-1, keepdims=True)
-        result = a @ result
+        result = rollout_step(result, layer)
     return result
+
+
+def rollout_step(result: Array, layer: Array) -> Array:
+    """One layer of the rollout: its heads (h, n, n) averaged, + identity, renormalised, times what came before."""
+    n = layer.shape[-1]
+    a = layer.mean(axis=0, dtype=np.float64) + np.eye(n)  # the residual connection
+    a /= a.sum(axis=-1, keepdims=True)
+    product: Array = a @ result
+    return product
 
 
 def head_patterns(weights: Array, tokens: tuple[str, ...]) -> dict[str, Array]:

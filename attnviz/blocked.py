@@ -1,13 +1,16 @@
-"""Attention of long sequences, a block of query rows at a time, in float32.
+"""Attention of any length, a block of query rows at a time, in float32: the one engine every source uses.
 
 The textbook core (:mod:`attnviz.core`) builds whole (n, n) matrices in float64: exact, and
-right for the sizes people read. Past a few thousand tokens the matrices no longer fit in
+right for the sizes people read. Past a few hundred tokens the matrices no longer fit in
 memory, or in cache. Here each block of rows is scored, normalised and used while it is hot
-in cache; a causal mask skips the blocks it removes; and a long map is pooled to the
-resolution it will be shown at without ever being held whole.
+in cache; a causal mask skips the blocks it removes; and of the weights only what the view
+asked for (:class:`Keep`) is kept: some heads' full maps, their mean, or the map pooled to the
+resolution it will be shown at — never (heads, n, n) unless that was the request.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,51 +22,32 @@ ROWS_PER_BLOCK = 256
 BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
 
 
-def _softmax_rows(block: Array) -> None:
-    """In place: each row of ``block`` (rows, m) becomes its softmax; -inf entries become 0, NaN stays NaN."""
-    peak = block.max(axis=1, keepdims=True)
-    np.subtract(block, np.where(np.isfinite(peak), peak, 0), out=block)
-    np.exp(block, out=block)
-    total = block.sum(axis=1, keepdims=True)
-    np.multiply(block, np.where(total != 0, 1 / np.where(total != 0, total, 1), 0), out=block)  # NaN stays NaN
+@dataclass(frozen=True)
+class Keep:
+    """What to keep of one layer's weights: which heads, their mean or each, full or pooled, and scores.
 
-
-def blocked_attention(
-    q: Array, k: Array, v: Array, *, scale: float, causal: bool = False, key_mask: BoolArray | None = None
-) -> tuple[Array, Array]:
-    """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32: weights (h, n, m) and output (h, n, d_v).
-
-    ``key_mask`` (m,) is True for keys that may be attended to (False: padding).
+    ``bins`` pools rows and keys into at most that many bins each (by their ``pool``: max or mean);
+    None keeps the full map. ``scores`` keeps the pre-softmax scores of the full map too.
     """
-    q = np.asarray(q, dtype=np.float32) * np.float32(scale)
-    kt = np.ascontiguousarray(np.swapaxes(np.asarray(k, dtype=np.float32), -1, -2))  # (h, d_k, m)
-    v = np.asarray(v, dtype=np.float32)
-    heads, n, _ = q.shape
-    m = kt.shape[-1]
-    weights = np.empty((heads, n, m), dtype=np.float32)
-    output = np.empty((heads, n, v.shape[-1]), dtype=np.float32)
-    blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
-    above = np.triu(np.ones((ROWS_PER_BLOCK, ROWS_PER_BLOCK), dtype=bool), k=1)
 
-    def one_head(h: int) -> None:
-        for start in range(0, n, ROWS_PER_BLOCK):
-            stop = min(n, start + ROWS_PER_BLOCK)
-            cols = min(m, stop) if causal else m  # keys beyond the block's last query are all masked
-            block = weights[h, start:stop, :cols]
-            np.matmul(q[h, start:stop], kt[h, :, :cols], out=block)
-            if causal:  # only the block's diagonal square holds both allowed and masked keys
-                diagonal = block[:, start : min(stop, cols)]
-                diagonal[above[: stop - start, : diagonal.shape[1]]] = -np.inf
-            if blocked_keys is not None:
-                block[:, blocked_keys[:cols]] = -np.inf
-            _softmax_rows(block)
-            np.matmul(block, v[h, :cols], out=output[h, start:stop])
-            if cols < m:
-                weights[h, start:stop, cols:] = 0
+    heads: tuple[int, ...] | None = None  # None: every head
+    mean: bool = False
+    bins: int | None = None
+    pool: Pool = "max"
+    scores: bool = False
 
-    with one_blas_thread():
-        run_all(one_head, range(heads))
-    return weights, output
+    def chosen(self, heads: int) -> tuple[int, ...]:
+        return tuple(range(heads)) if self.heads is None else self.heads
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What :func:`attend` kept: weights (k, n', m') float32 (k = 1 for a mean), scores if asked, bin edges."""
+
+    weights: Array
+    scores: Array | None
+    rows: np.ndarray  # bin edges along the queries (0, 1, …, n when not pooled)
+    cols: np.ndarray
 
 
 def bin_edges(n: int, bins: int) -> np.ndarray:
@@ -71,65 +55,102 @@ def bin_edges(n: int, bins: int) -> np.ndarray:
     return np.unique(np.linspace(0, n, min(n, bins) + 1).round().astype(int))
 
 
-def pooled_attention(
+def _softmax_rows(block: Array) -> None:
+    """In place: each row of ``block`` (rows, m) becomes its softmax; -inf entries become 0, NaN stays NaN."""
+    peak = block.max(axis=1, keepdims=True)
+    np.subtract(block, np.where(np.isfinite(peak), peak, 0), out=block)
+    np.exp(block, out=block)
+    total = block.sum(axis=1, keepdims=True)
+    np.multiply(block, np.where(total != 0, 1 / np.where(total != 0, total, 1), 0), out=block)
+
+
+def attend(
     q: Array,
     k: Array,
+    v: Array | None,
     *,
     scale: float,
-    rows: np.ndarray,
-    cols: np.ndarray,
-    pool: Pool = "max",
     causal: bool = False,
     key_mask: BoolArray | None = None,
-    mean_heads: bool = False,
-) -> Array:
-    """Weights of (h, n, d) queries and keys pooled into bins with edges ``rows`` × ``cols``, never held whole.
+    keep: Keep | None = None,
+) -> tuple[Array | None, Kept]:
+    """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32, keeping of the weights what ``keep`` says.
 
-    Each block of query rows is scored, normalised, averaged over heads if ``mean_heads``, and
-    reduced to its bins at once: memory grows with the bins and one block, not with n².
-    Returns (h or 1, len(rows) - 1, len(cols) - 1) float32.
+    ``key_mask`` (m,) is True for keys that may be attended to (False: padding). Returns the
+    output (h, n, d_v) — None without ``v`` — and the kept weights. Threads share the work by
+    groups of rows (a bin, when pooling), so nothing two threads write overlaps.
     """
+    keep = keep or Keep()
     q = np.asarray(q, dtype=np.float32) * np.float32(scale)
-    kt = np.ascontiguousarray(np.swapaxes(np.asarray(k, dtype=np.float32), -1, -2))
-    heads, m = q.shape[0], kt.shape[-1]
-    shown = 1 if mean_heads else heads
-    result = np.zeros((shown, len(rows) - 1, len(cols) - 1), dtype=np.float32)
+    kt = np.ascontiguousarray(np.swapaxes(np.asarray(k, dtype=np.float32), -1, -2))  # (h, d_k, m)
+    heads, n, _ = q.shape
+    m = kt.shape[-1]
+    chosen = keep.chosen(heads)
+    index = {h: i for i, h in enumerate(chosen)}
+    pooled = keep.bins is not None
+    rows = bin_edges(n, keep.bins) if keep.bins is not None else np.arange(n + 1)
+    cols = bin_edges(m, keep.bins) if keep.bins is not None else np.arange(m + 1)
+    groups = rows if pooled else np.unique(np.append(np.arange(0, n, ROWS_PER_BLOCK), n))
+    shown = 1 if keep.mean else len(chosen)
+    weights = np.zeros((shown, len(rows) - 1, len(cols) - 1) if pooled else (shown, n, m), dtype=np.float32)
+    scores = np.full((len(chosen), n, m), -np.inf, dtype=np.float32) if keep.scores and not pooled else None
+    output = None if v is None else np.empty((heads, n, v.shape[-1]), dtype=np.float32)
+    vv = None if v is None else np.asarray(v, dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
-    reduce_cols = np.maximum.reduceat if pool == "max" else np.add.reduceat
+    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
+    reduce_cols = np.maximum.reduceat if keep.pool == "max" else np.add.reduceat
     widths = np.diff(cols).astype(np.float32)
 
-    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
-
-    def one_bin(r: int) -> None:
-        start, stop = int(rows[r]), int(rows[r + 1])
+    def one_group(g: int) -> None:
+        start, stop = int(groups[g]), int(groups[g + 1])
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
-        pooled_rows = np.zeros((shown, m), dtype=np.float32)
+        pooled_rows = np.zeros((len(chosen), m), dtype=np.float32) if pooled else None
         for h in range(heads):
-            row = np.zeros(m, dtype=np.float32)
-            for a in range(start, stop, step):  # a bin of many rows is scored a block at a time
+            for a in range(start, stop, step):
                 b = min(stop, a + step)
                 used = min(m, b) if causal else m  # keys after the block's last query are all masked
-                scores = block[: b - a, :used]
-                np.matmul(q[h, a:b], kt[h, :, :used], out=scores)
+                part = block[: b - a, :used]
+                np.matmul(q[h, a:b], kt[h, :, :used], out=part)
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
-                    diagonal = scores[:, a:used]
+                    diagonal = part[:, a:used]
                     diagonal[np.triu(np.ones(diagonal.shape, dtype=bool), k=1)] = -np.inf
                 if blocked_keys is not None:
-                    scores[:, blocked_keys[:used]] = -np.inf
-                _softmax_rows(scores)
-                if pool == "max":
-                    np.maximum(row[:used], scores.max(axis=0), out=row[:used])
+                    part[:, blocked_keys[:used]] = -np.inf
+                if scores is not None and h in index:
+                    scores[index[h], a:b, :used] = part
+                _softmax_rows(part)
+                if output is not None and vv is not None:
+                    np.matmul(part, vv[h, :used], out=output[h, a:b])
+                if h not in index:
+                    continue
+                if pooled_rows is not None:
+                    if keep.pool == "max":
+                        np.maximum(pooled_rows[index[h], :used], part.max(axis=0), out=pooled_rows[index[h], :used])
+                    else:
+                        pooled_rows[index[h], :used] += part.sum(axis=0)
+                elif keep.mean:
+                    weights[0, a:b, :used] += part / len(chosen)
                 else:
-                    row[:used] += scores.sum(axis=0)
-            if pool != "max":
-                row /= stop - start
-            if mean_heads:
-                pooled_rows[0] += row / heads
-            else:
-                pooled_rows[h] = row
-        pooled = reduce_cols(pooled_rows, cols[:-1], axis=1)
-        result[:, r] = pooled if pool == "max" else pooled / widths
+                    weights[index[h], a:b, :used] = part
+        if pooled_rows is not None:
+            if keep.pool != "max":
+                pooled_rows /= stop - start
+            if keep.mean:
+                pooled_rows = pooled_rows.mean(axis=0, keepdims=True)
+            reduced = reduce_cols(pooled_rows, cols[:-1], axis=1)
+            weights[:, g] = reduced if keep.pool == "max" else reduced / widths
 
     with one_blas_thread():
-        run_all(one_bin, range(len(rows) - 1))
-    return result
+        run_all(one_group, range(len(groups) - 1))
+    return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols)
+
+
+def pool_map(weights: Array, bins: int, pool: Pool = "max") -> tuple[Array, np.ndarray, np.ndarray]:
+    """A full map (…, n, m) pooled into at most ``bins`` × ``bins``, as :func:`attend` pools while computing."""
+    n, m = weights.shape[-2:]
+    rows, cols = bin_edges(n, bins), bin_edges(m, bins)
+    reduce = np.maximum.reduceat if pool == "max" else np.add.reduceat
+    out = reduce(reduce(np.asarray(weights, dtype=np.float32), rows[:-1], axis=-2), cols[:-1], axis=-1)
+    if pool != "max":
+        out = out / np.diff(rows)[:, None] / np.diff(cols)[None, :]
+    return out, rows, cols

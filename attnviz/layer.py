@@ -12,9 +12,11 @@ Three ways of making the input vectors X are offered (``embed``):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +26,9 @@ from .core import Array, BoolArray, causal_mask, multi_head_attention, padding_m
 from .errors import UsageError
 from .resources import ensure_fits
 from .threads import one_blas_thread
+
+if TYPE_CHECKING:
+    from .sources import Want
 
 PAD = "[PAD]"
 TEXTBOOK_SCALE = 0.3
@@ -165,15 +170,38 @@ def prepare(
         tokens, padding = _pad(tokens, config.pad_to)
         key_padding = padding
     n, m = len(tokens), len(keys or tokens)
+    exact = n * m <= EXACT_CELLS
     ensure_fits(
-        estimate_bytes(n, config, m),
-        f"attention over {n} × {m} tokens with {config.heads} heads",
-        "use fewer tokens or fewer heads",
+        estimate_bytes(n, config, m) // (1 if exact else 2),
+        f"attention over {n:,} × {m:,} tokens with {config.heads} heads (--d-model {config.d_model})",
+        "use fewer tokens, fewer heads or a smaller --d-model (the terminal and -o show long maps pooled)",
     )
-    layer = build_layer(config, tokens, keys)
+    layer = build_layer(config, tokens, keys, dtype=np.float64 if exact else np.float32)
     mask = combined_mask(n, m, causal=config.causal, key_padding=np.array(key_padding))
+    described = {**config.describe(), "dtype": "float64" if exact else "float32"}
+    if not exact:
+        output, weights, scores = _engine(layer, config, key_padding)
+    else:
+        output, weights, scores = _exact(layer, config, mask)
+    att = Attention(
+        tokens=tokens,
+        weights=weights,
+        head_labels=tuple(f"head {i}" for i in range(config.heads)),
+        config=described,
+        scores=scores,
+        output=output,
+        mask=mask,
+        padding=padding,
+        key_tokens=keys,
+        key_padding=key_padding if keys is not None else (),
+    )
+    return layer, att
+
+
+def _exact(layer: Layer, config: LayerConfig, mask: BoolArray | None) -> tuple[Array, Array, Array]:
+    """The textbook core in float64: the chapter's worked example, number for number."""
     with one_blas_thread():  # the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
-        output, weights, scores = multi_head_attention(
+        return multi_head_attention(
             layer.x,
             layer.w_q,
             layer.w_k,
@@ -183,19 +211,48 @@ def prepare(
             mask=mask,
             context=layer.context,
         )
-    att = Attention(
-        tokens=tokens,
-        weights=weights,
-        head_labels=tuple(f"head {i}" for i in range(config.heads)),
-        config=config.describe(),
-        scores=scores,
-        output=output,
-        mask=mask,
-        padding=padding,
-        key_tokens=keys,
-        key_padding=key_padding if keys is not None else (),
+
+
+def _projections32(layer: Layer) -> tuple[Array, Array, Array]:
+    """Q, K, V (h, n, d_k) in float32 from float32 inputs and the layer's weights."""
+    with one_blas_thread():
+        return (
+            layer.x @ layer.w_q.astype(np.float32),
+            layer.context @ layer.w_k.astype(np.float32),
+            layer.context @ layer.w_v.astype(np.float32),
+        )
+
+
+def _engine(layer: Layer, config: LayerConfig, key_padding: tuple[bool, ...]) -> tuple[Array, Array, Array]:
+    """The same layer through the blocked float32 engine: long inputs at the speed of their matrix products."""
+    from .blocked import Keep, attend
+
+    q, k, v = _projections32(layer)
+    key_mask = ~np.array(key_padding) if any(key_padding) else None
+    heads, kept = attend(
+        q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=Keep(scores=True)
     )
-    return layer, att
+    assert heads is not None and kept.scores is not None
+    with one_blas_thread():
+        output = np.concatenate(list(heads), axis=-1) @ layer.w_o.astype(np.float32)  # (n, h·d_v) @ (h·d_v, d_model)
+    return output, kept.weights, kept.scores
+
+
+def random_attention(
+    tokens: list[str] | tuple[str, ...], config: LayerConfig, keys: list[str] | None, want: Want
+) -> Attention:
+    """The random layer's attention as ``want`` asks for it: its one layer, some heads or their mean,
+    full or pooled to the bins the view has (self-attention of any length is pooled without n × n)."""
+    if want.layers not in (None, (0,), (-1,)):
+        raise UsageError("--layer goes with --model or --from: the random layer has one layer")
+    want.check_heads(config.heads)
+    n = max(len(tokens), config.pad_to or 0)
+    keep = want.keep(n, config.heads)
+    keep = keep if keys is None else dataclasses.replace(keep, bins=None)
+    head = None if keep.heads is None else keep.heads[0]
+    if keep.bins is not None:
+        return pooled_self_attention(tokens, config, bins=keep.bins, pool=keep.pool, head=head, mean=keep.mean)
+    return prepare(tokens, config, keys)[1].select(head=head, mean=keep.mean)
 
 
 def self_attention(tokens: list[str] | tuple[str, ...], config: LayerConfig | None = None) -> Attention:
@@ -231,6 +288,7 @@ def combined_mask(n: int, m: int, *, causal: bool, key_padding: BoolArray) -> Bo
     return mask
 
 
+EXACT_CELLS = 512 * 512  # up to this many query × key cells the layer runs in float64 through the core
 LONG_SEQUENCE = 2048  # above this many tokens, views pool the map instead of holding it whole
 MAX_BINS = 4096  # a pooled map's side: more than any screen or page shows
 
@@ -252,7 +310,7 @@ def pooled_self_attention(
     ``frame`` nothing is computed: the weights are zeros of the shape they would have, for a
     view to size itself (a figure gives each bin one pixel).
     """
-    from .blocked import BLOCK_BYTES, bin_edges, pooled_attention
+    from .blocked import BLOCK_BYTES, Keep, attend, bin_edges
 
     tokens, padding = _pad(tuple(tokens), config.pad_to)
     if not tokens:
@@ -276,17 +334,9 @@ def pooled_self_attention(
             q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
             k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
         key_mask = ~np.array(padding) if any(padding) else None
-        weights = pooled_attention(
-            q,
-            k,
-            scale=config.scale_value,
-            rows=rows,
-            cols=cols,
-            pool=pool,
-            causal=config.causal,
-            key_mask=key_mask,
-            mean_heads=mean,
-        )
+        keep = Keep(mean=mean, bins=bins, pool=pool)
+        _, kept = attend(q, k, None, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=keep)
+        weights = kept.weights
     labels = tuple(f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in zip(rows[:-1], rows[1:], strict=True))
     real = np.add.reduceat(~np.array(padding), cols[:-1]) > 0  # a column bin with at least one real key
     allowed = np.broadcast_to(real, (len(labels), len(labels))).copy()
@@ -307,7 +357,7 @@ def pooled_self_attention(
 
 def full_weights(tokens: list[str] | tuple[str, ...], config: LayerConfig) -> tuple[tuple[str, ...], Array]:
     """Every head's weights in float32, a block of rows at a time: what --save writes."""
-    from .blocked import blocked_attention
+    from .blocked import attend
 
     tokens, padding = _pad(tuple(tokens), config.pad_to)
     n = len(tokens)
@@ -316,9 +366,8 @@ def full_weights(tokens: list[str] | tuple[str, ...], config: LayerConfig) -> tu
         f"the full weights of {n} tokens",
         "use fewer tokens or a pooled view (the terminal, or -o)",
     )
-    layer = build_layer(config, tokens, dtype=np.float32)
-    with one_blas_thread():
-        q, k, v = (a.astype(np.float32) for a in layer.projections())
+    q, k, _ = _projections32(build_layer(config, tokens, dtype=np.float32))
     key_mask = ~np.array(padding) if any(padding) else None
-    weights, _ = blocked_attention(q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask)
+    _, kept = attend(q, k, None, scale=config.scale_value, causal=config.causal, key_mask=key_mask)
+    weights = kept.weights
     return tokens, weights

@@ -7,6 +7,7 @@ signature, so a new command takes them all with one parameter each.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from .render.figure import FigureStyle, Format, Preset, Theme, parse_size
 if TYPE_CHECKING:
     from .attention import Attention
     from .layer import Layer
-    from .sources import AttentionStack
+    from .sources import AttentionStack, Layers, Want
 
 R = TypeVar("R")
 
@@ -267,18 +268,27 @@ class LayerRequest:
         """True for a pretrained model or a file, whose attention has many layers."""
         return any(x is not None for x in (self.model, self.model_dir, self.model_file, self.from_file))
 
-    def stack(self) -> AttentionStack:
-        """Every layer's attention, from the model or the file."""
-        from .sources import file_stack, model_stack
+    def stack(self, want: Want | None = None, consume: Layers | None = None) -> AttentionStack:
+        """What ``want`` asks for of every layer's attention, from the model or the file."""
+        from .sources import file_stack, model_stack, replay
 
         if self.from_file is not None:
-            return file_stack(self.from_file, self.tokens or None, "the tokens given")
-        return model_stack(self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file)
+            return replay(file_stack(self.from_file, self.tokens or None, "the tokens given", want), consume)
+        return model_stack(
+            self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file, want, consume
+        )
 
-    def attention(self) -> Attention:
+    def attention(self, want: Want | None = None) -> Attention:
+        """One layer's attention (a model's ``--layer``, by default its last) as ``want`` asks for it."""
+        from .sources import Want
+
+        want = want or Want()
         if self.external:
-            return self.stack().layer(self.layer)
-        return self.prepare()[1]
+            layer = self.layer if self.layer is not None else -1
+            return self.stack(dataclasses.replace(want, layers=(layer,))).layer()
+        from .layer import random_attention
+
+        return random_attention(self.tokens, self.config, self.keys, want)
 
     def prepare(self) -> tuple[Layer, Attention]:
         from .layer import prepare

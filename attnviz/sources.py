@@ -10,14 +10,17 @@ import math
 import stat
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from .attention import Attention
-from .core import Array, causal_mask
+from .blocked import Keep, Kept
+from .config import Pool
+from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, printable
 from .inputs import decode, parse_json, read_file, tokens_from_text
 from .resources import ensure_fits, human_bytes
@@ -27,9 +30,58 @@ JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array m
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 
+Layers = Callable[[int, Kept, tuple[str, ...]], None]  # each layer's kept attention, with the tokens, as it is made
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a view needs of a source's attention, in one request that every source (the random layer,
+    a model, a file) honours the same way: which layers (-1: the last) and heads, their mean or each,
+    scores or not, and — given the number of tokens — into how many bins to pool (None: the full map).
+    """
+
+    layers: tuple[int, ...] | None = None  # None: every layer
+    heads: tuple[int, ...] | None = None  # None: every head
+    mean: bool = False
+    scores: bool = False
+    pool: Pool = "max"
+    bins: Callable[[int, int], int | None] | None = None  # (tokens, maps shown) -> bins, or None: full
+
+    def keep(self, n: int, heads: int) -> Keep:
+        """What to keep of each layer of a map of ``n`` tokens from ``heads`` heads."""
+        shown = 1 if self.mean else len(self.heads or range(heads))
+        bins = None if self.bins is None else self.bins(n, shown)
+        pooled = bins is not None and bins < n
+        return Keep(
+            heads=self.heads,
+            mean=self.mean,
+            bins=bins if pooled else None,
+            pool=self.pool,
+            scores=self.scores and not pooled,
+        )
+
+    def chosen_layers(self, count: int) -> tuple[int, ...]:
+        """The layers asked for, in order, checked against the ``count`` there are."""
+        chosen = tuple(range(count)) if self.layers is None else tuple(i + count if i < 0 else i for i in self.layers)
+        for given, index in zip(self.layers or chosen, chosen, strict=True):
+            if not 0 <= index < count:
+                raise UsageError(f"--layer {given} is out of range: there are {count} layers (0 to {count - 1})")
+        return chosen
+
+    def check_heads(self, count: int) -> None:
+        for head in self.heads or ():
+            if not 0 <= head < count:
+                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+
+
 @dataclass(frozen=True)
 class AttentionStack:
-    """Attention of every layer and head, with its tokens and where it came from."""
+    """The attention a view asked for, layer by layer, with its tokens and where it came from.
+
+    ``weights`` (kept layers, kept heads, n', m') holds only what :class:`Want` asked for: the
+    model's layers ``layer_ids`` and heads ``head_ids`` (or their mean), full or pooled into bins
+    with edges ``rows`` × ``cols``.
+    """
 
     tokens: tuple[str, ...]
     weights: Array  # (layers, heads, n, m)
@@ -38,28 +90,106 @@ class AttentionStack:
     causal: bool = False
     key_tokens: tuple[str, ...] | None = None
     padding: tuple[bool, ...] = field(default=())
+    layer_ids: tuple[int, ...] = ()  # () : 0, 1, … in order
+    head_ids: tuple[int, ...] = ()
+    total_layers: int = 0
+    total_heads: int = 0
+    mean: bool = False
+    pooled: str | None = None  # "max" or "mean" when the maps are pooled into bins
+    rows: np.ndarray | None = None
+    cols: np.ndarray | None = None
 
     @property
     def layers(self) -> int:
-        return int(self.weights.shape[0])
+        """The layers of the model or file (not only those kept)."""
+        return self.total_layers or int(self.weights.shape[0])
+
+    @property
+    def heads(self) -> int:
+        return self.total_heads or int(self.weights.shape[1])
+
+    @property
+    def kept_layers(self) -> tuple[int, ...]:
+        return self.layer_ids or tuple(range(self.weights.shape[0]))
+
+    @property
+    def kept_heads(self) -> tuple[int, ...]:
+        return self.head_ids or tuple(range(self.weights.shape[1]))
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The tokens, or for pooled maps the bins ("0–12")."""
+        return self.tokens if self.rows is None else bin_labels(self.rows)
+
+    def allowed(self) -> BoolArray | None:
+        """(n', m') True where a query (bin) may attend to a key (bin); None when nothing is masked."""
+        if not self.causal:
+            return None
+        if self.rows is None or self.cols is None:
+            n, m = self.weights.shape[2:]
+            return causal_mask(n, m)
+        return self.cols[:-1][None, :] <= (self.rows[1:] - 1)[:, None]
 
     def layer(self, index: int | None = None) -> Attention:
         """One layer (default: the last) as the views take it."""
         count = self.layers
-        chosen = count - 1 if index is None else index
+        chosen = self.kept_layers[-1] if index is None else index
         if not 0 <= chosen < count:
             raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
-        n, m = self.weights.shape[2:]
+        position = self.kept_layers.index(chosen)
+        config = {**self.source, "layer": chosen, "layers": count, "heads": self.heads}
+        if self.pooled is not None:
+            config["pooled"] = {"method": self.pooled, "tokens": len(self.tokens), "bins": len(self.labels)}
+        if self.mean:
+            head_labels: tuple[str, ...] = (f"layer {chosen} · mean of {self.heads} heads",)
+        else:
+            head_labels = tuple(f"layer {chosen} · head {h}" for h in self.kept_heads)
         return Attention(
-            tokens=self.tokens,
-            weights=self.weights[chosen],
-            head_labels=tuple(f"layer {chosen} · head {h}" for h in range(self.weights.shape[1])),
-            config={**self.source, "layer": chosen, "layers": count, "heads": int(self.weights.shape[1])},
-            scores=None if self.scores is None else self.scores[chosen],
-            mask=causal_mask(n, m) if self.causal else None,
-            padding=self.padding,
+            tokens=self.labels,
+            weights=self.weights[position],
+            head_labels=head_labels,
+            config=config,
+            scores=None if self.scores is None else self.scores[position],
+            mask=self.allowed(),
+            padding=self.padding if self.rows is None else (),
             key_tokens=self.key_tokens,
         )
+
+
+def bin_labels(edges: np.ndarray) -> tuple[str, ...]:
+    """ "12–23" for a bin of tokens 12 to 23, "7" for a bin of one."""
+    return tuple(f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in zip(edges[:-1], edges[1:], strict=True))
+
+
+def kept_stack(
+    tokens: tuple[str, ...],
+    kept: dict[int, Kept],
+    source: dict[str, Any],
+    *,
+    keep: Keep,
+    layers: int,
+    heads: int,
+    causal: bool,
+) -> AttentionStack:
+    """The stack of what a source kept, layer by layer."""
+    ids = tuple(sorted(kept))
+    first = kept[ids[0]]
+    pooled = keep.bins is not None
+    return AttentionStack(
+        tokens=tokens,
+        weights=np.stack([kept[i].weights for i in ids]),
+        scores=np.stack([kept[i].scores for i in ids]) if first.scores is not None else None,  # type: ignore[misc]
+        source=source,
+        causal=causal,
+        layer_ids=ids,
+        head_ids=keep.chosen(heads),
+        total_layers=layers,
+        total_heads=heads,
+        mean=keep.mean,
+        pooled=keep.pool if pooled else None,
+        rows=first.rows if pooled else None,
+        cols=first.cols if pooled else None,
+    )
 
 
 RANDOM_WORDS = 40
@@ -72,15 +202,20 @@ def model_stack(
     pair: str | None = None,
     repeat: str | None = None,
     model_file: Path | None = None,
+    want: Want | None = None,
+    consume: Layers | None = None,
 ) -> AttentionStack:
-    """Run a pretrained model on ``text`` (and ``pair``) and keep the attention of every layer.
+    """Run a pretrained model on ``text`` (and ``pair``), keeping of its attention what ``want`` asks for.
 
-    ``repeat`` makes induction heads visible: "text" runs the text twice, "random" runs
-    40 random words of the model's vocabulary (seed 0) twice, so that only a head that
-    copies from the first half can predict the second.
+    The forward pass streams: each layer's attention is computed a block of rows at a time and
+    handed over (to ``consume``, if given, else kept for the stack), then dropped; layers after the
+    last one wanted are not run. ``repeat`` makes induction heads visible: "text" runs the text
+    twice, "random" runs 40 random words of the model's vocabulary (seed 0) twice, so that only a
+    head that copies from the first half can predict the second.
     """
     from .models import load_model
 
+    want = want or Want()
     if repeat == "random" and text.strip():
         raise UsageError("--repeat random draws its own words; give no text")
     if repeat != "random" and not text.strip():
@@ -91,20 +226,53 @@ def model_stack(
         text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), RANDOM_WORDS))
     if repeat is not None:
         text = f"{text} {text}"
-    result = model.attention(model.encode(text, pair))
+    encoding = model.encode(text, pair)
+    layers = want.chosen_layers(model.layers)
+    want.check_heads(model.heads)
+    n = len(encoding.ids)
+    keep = want.keep(n, model.heads)
+    _ensure_kept_fits(n, len(layers) if consume is None else 1, model.heads, keep)
+    kept: dict[int, Kept] = {}
+
+    def take(layer: int, result: Kept) -> None:
+        if layer in layers:
+            if consume is not None:
+                consume(layer, result, encoding.tokens)
+            else:
+                kept[layer] = result
+
+    model.run(encoding, take, layers=max(layers) + 1, keep=keep)
     source = {
         "model": model.name,
         "text": text,
         "pair": pair,
-        "token_ids": list(result.encoding.ids),
-        "causal": result.causal,
+        "token_ids": list(encoding.ids),
+        "causal": model.causal,
     }
-    return AttentionStack(
-        tokens=result.encoding.tokens, weights=result.weights, scores=result.scores, source=source, causal=result.causal
+    if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
+        shown = 1 if keep.mean else len(keep.chosen(model.heads))
+        kept = {i: Kept(np.zeros((shown, 0, 0), np.float32), None, np.arange(1), np.arange(1)) for i in layers}
+    return kept_stack(
+        encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
     )
 
 
-def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str = "") -> AttentionStack:
+def _ensure_kept_fits(n: int, layers: int, heads: int, keep: Keep) -> None:
+    """What a streamed pass keeps, and one layer's working set, against the memory there is."""
+    shown = 1 if keep.mean else len(keep.chosen(heads))
+    side = n if keep.bins is None else min(n, keep.bins)
+    kept = 4 * layers * shown * side * side * (2 if keep.scores else 1)
+    working = 4 * heads * n * (n if keep.bins is None and not keep.mean else 0) // max(1, heads)  # one map in flight
+    ensure_fits(
+        kept + working + 64 * 2**20,
+        f"the attention of {n:,} tokens ({layers} layers × {shown} maps of {side:,} × {side:,})",
+        "choose one --layer and --head, or a pooled view (the terminal, -o, --pool)",
+    )
+
+
+def file_stack(
+    path: Path, tokens: list[str] | None = None, tokens_source: str = "", want: Want | None = None
+) -> AttentionStack:
     """Attention saved by another tool: .npy, .npz or attnviz's JSON; shapes (q, k) up to (layers, heads, q, k).
 
     A leading batch of 1 (Hugging Face's stacked ``output_attentions``, TransformerLens'
@@ -132,7 +300,42 @@ def file_stack(path: Path, tokens: list[str] | None = None, tokens_source: str =
             f"--from {path}: some rows do not sum to 1, so these are not attention weights "
             f"(attnviz check {path} says where)"
         )
-    return AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)})
+    return honour(AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)}), want or Want())
+
+
+def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
+    """Hand a stack that is already whole to ``consume`` layer by layer, as a streamed source would."""
+    if consume is not None:
+        for position, index in enumerate(stack.kept_layers):
+            scores = None if stack.scores is None else stack.scores[position]
+            consume(index, Kept(stack.weights[position], scores, np.arange(0), np.arange(0)), stack.tokens)
+    return stack
+
+
+def honour(stack: AttentionStack, want: Want) -> AttentionStack:
+    """A whole stack (a file's, or the random layer's one layer) cut down to what ``want`` asks for."""
+    from .blocked import pool_map
+
+    layers = want.chosen_layers(stack.layers)
+    want.check_heads(stack.heads)
+    keep = want.keep(int(stack.weights.shape[-1]), stack.heads)
+    heads = keep.chosen(stack.heads)
+    kept: dict[int, Kept] = {}
+    for index in layers:
+        maps = stack.weights[index][list(heads)]
+        scores = None if stack.scores is None or not keep.scores else stack.scores[index][list(heads)]
+        if keep.mean:
+            maps, scores = maps.mean(axis=0, keepdims=True), None
+        n, m = maps.shape[-2:]
+        rows, cols = np.arange(n + 1), np.arange(m + 1)
+        if keep.bins is not None:
+            maps, rows, cols = pool_map(maps, keep.bins, keep.pool)
+            scores = None
+        kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols)
+    result = kept_stack(
+        stack.tokens, kept, stack.source, keep=keep, layers=stack.layers, heads=stack.heads, causal=stack.causal
+    )
+    return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
 
 
 def load_attention_array(path: Path) -> tuple[Array, list[str] | None]:

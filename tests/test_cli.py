@@ -61,6 +61,7 @@ def test_json_has_the_contract_keys_and_shapes(cli) -> None:
         "positions": "sinusoidal",
         "pad_to": None,
         "scale_mode": "sqrt",
+        "dtype": "float64",
     }
     assert np.array(doc["weights"]).shape == (4, 6, 6)
     assert np.array(doc["output"]).shape == (6, 64)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tiny_gguf import F16, F32, Q4_0, Q4_1, Q4_K, Q8_0, quantise, write_gguf, write_tiny_llama
 
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.models import load_model
+from attnviz.models import all_attention, load_model
 from attnviz.models.bpe import split_gpt2
 from attnviz.models.gguf import GGUF, dequantise
 from attnviz.models.llama import Llama, rotate
@@ -43,7 +43,7 @@ def test_smollm2_matches_transformers_in_every_layer_and_head(smollm2: Llama) ->
     assert list(encoding.ids) == reference["input_ids0"].tolist()
     assert smollm2.tokenizer.encode(str(reference["text0"]))[0] == reference["tokens0"].tolist()
     assert encoding.tokens[:3] == ("The", " quick", " brown")  # shown as the text they stand for
-    result = smollm2.attention(encoding)
+    result = all_attention(smollm2, encoding)
     assert result.weights.shape == (30, 9, 20, 20)
     assert result.causal
     np.testing.assert_allclose(result.weights, reference["att0"], rtol=0, atol=1e-5)
@@ -140,7 +140,7 @@ def test_a_tiny_llama_runs_causally_with_grouped_heads(tmp_path: Path) -> None:
     encoding = model.encode("the cat sat 12<|end|>")
     assert encoding.tokens == ("the", " cat", " sat", " ", "1", "2", "<|end|>")
     assert model.tokenizer.readable("Ã©") == "é" and model.tokenizer.readable("æ") == "\\xe6"
-    result = model.attention(encoding)
+    result = all_attention(model, encoding)
     assert result.weights.shape == (2, 4, 7, 7)
     assert not np.triu(result.weights, k=1).any()
     np.testing.assert_allclose(result.weights.sum(axis=-1), 1, atol=1e-6)
@@ -178,7 +178,7 @@ def test_every_truncation_of_a_gguf_is_refused(tmp_path: Path) -> None:
     for length in [*range(0, 600, 7), *range(600, len(whole), len(whole) // 50)]:
         cut.write_bytes(whole[:length])
         with pytest.raises(AttnvizError):
-            Llama(cut, "cut").attention(Llama(cut, "cut").encode("the cat"))
+            all_attention(Llama(cut, "cut"), Llama(cut, "cut").encode("the cat"))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -194,7 +194,7 @@ def test_corrupted_gguf_loads_or_raises_attnvizs_error(tmp_path: Path, flips: li
     broken.write_bytes(bytes(data))
     try:
         model = Llama(broken, "fuzz")
-        model.attention(model.encode("the cat"))
+        all_attention(model, model.encode("the cat"))
     except AttnvizError:
         pass
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.blocked import bin_edges, blocked_attention, pooled_attention
+from attnviz.blocked import Keep, attend, bin_edges, pool_map
 from attnviz.config import LayerConfig
 from attnviz.core import causal_mask, scaled_dot_product_attention
 from attnviz.layer import full_weights, pooled_self_attention, self_attention
@@ -18,18 +18,45 @@ from attnviz.render.figure import FigureStyle, figure_context
 from attnviz.render.heatmap import pooled_bins, render_heatmap_figure
 
 
-@settings(max_examples=20, deadline=None)
-@given(n=st.integers(1, 150), m=st.integers(1, 150), causal=st.booleans(), seed=st.integers(0, 99))
-def test_blocked_attention_matches_the_textbook_core(n: int, m: int, causal: bool, seed: int) -> None:
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    m=st.integers(1, 150),
+    causal=st.booleans(),
+    seed=st.integers(0, 99),
+    head=st.sampled_from([None, 0, 1]),
+    mean=st.booleans(),
+)
+def test_the_engine_matches_the_textbook_core(
+    n: int, m: int, causal: bool, seed: int, head: int | None, mean: bool
+) -> None:
     m = n if causal else m
     rng = np.random.default_rng(seed)
     q, k, v = rng.normal(size=(2, n, 8)), rng.normal(size=(2, m, 8)), rng.normal(size=(2, m, 8))
-    weights, output = blocked_attention(q, k, v, scale=0.35, causal=causal)
-    ref_out, ref_w, _ = scaled_dot_product_attention(q, k, v, scale=0.35, mask=causal_mask(n) if causal else None)
-    np.testing.assert_allclose(weights, ref_w, atol=2e-6)
+    keep = Keep(heads=None if head is None else (head,), mean=mean, scores=True)
+    output, kept = attend(q, k, v, scale=0.35, causal=causal, keep=keep)
+    mask = causal_mask(n) if causal else None
+    ref_out, ref_w, ref_s = scaled_dot_product_attention(q, k, v, scale=0.35, mask=mask)
+    chosen = [0, 1] if head is None else [head]
+    expected = ref_w[chosen].mean(axis=0, keepdims=True) if mean else ref_w[chosen]
+    np.testing.assert_allclose(kept.weights, expected, atol=2e-6)
     np.testing.assert_allclose(output, ref_out, atol=2e-5)
+    assert kept.scores is not None
+    np.testing.assert_allclose(kept.scores, ref_s[chosen], atol=2e-5)  # -inf where masked, on both sides
     if causal:
-        assert (weights[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
+        assert (kept.weights[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
+
+
+@pytest.mark.parametrize("pool", ["max", "mean"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pooling_while_computing_equals_pooling_the_full_map(pool: str, causal: bool) -> None:
+    rng = np.random.default_rng(1)
+    q, k = rng.normal(size=(3, 700, 8)), rng.normal(size=(3, 700, 8))
+    _, full = attend(q, k, None, scale=0.5, causal=causal)
+    _, pooled = attend(q, k, None, scale=0.5, causal=causal, keep=Keep(bins=13, pool=pool))  # type: ignore[arg-type]
+    expected, rows, cols = pool_map(full.weights, 13, pool)  # type: ignore[arg-type]
+    np.testing.assert_allclose(pooled.weights, expected, atol=1e-6)
+    assert list(pooled.rows) == list(rows) and list(pooled.cols) == list(cols)
 
 
 @pytest.mark.parametrize("pool", ["max", "mean"])
@@ -52,9 +79,9 @@ def test_pooled_maps_equal_pooling_the_full_map(pool: str, causal: bool) -> None
 
 
 def test_pooling_holds_only_blocks() -> None:
-    rows = cols = bin_edges(3000, 10)
     q = k = np.random.default_rng(0).normal(size=(1, 3000, 16))
-    out = pooled_attention(q, k, scale=0.25, rows=rows, cols=cols, mean_heads=True)
+    _, kept = attend(q, k, None, scale=0.25, keep=Keep(bins=10, mean=True))
+    out = kept.weights
     assert out.shape == (1, 10, 10) and out.dtype == np.float32
     assert (out <= 1).all() and (out > 0).all()
 
@@ -78,7 +105,9 @@ def test_long_sequences_in_the_cli(cli, tmp_path: Path) -> None:
     figure = tmp_path / "long.png"
     assert cli("heatmap", "--file", str(tokens), "--mean", "-o", str(figure)).code == 0
     short = cli("heatmap", "a b c d e f", "--pool", "mean", "--no-color", "--head", "1")
-    assert "6 tokens mean-pooled" in short.out
+    assert "pooled" not in short.out and "\nf " in short.out  # a map that fits is shown whole, tokens and all
+    wide = cli("heatmap", *[f"w{i}" for i in range(60)], "--no-color", "--head", "1")
+    assert "60 tokens max-pooled into 32 × 32 bins" in wide.out  # wider than 80 columns: pooled, none left out
 
 
 def test_save_writes_what_from_reads(cli, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Long sequences are pooled to the resolution shown; --all-layers shows every laye
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,6 +30,7 @@ from .output import (
     views,
 )
 
+MAX_TILE_PIXELS = 256  # a model view's tile: finer than this shows nothing more at 30 layers
 TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
 
 
@@ -98,10 +100,26 @@ def heatmap(
     if all_layers:
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color)
         return
-    if _is_long(layer, pool):
-        att = _pooled(layer, figure, pool or "max", head, mean, as_json or jsonl)
-    else:
-        att = layer.attention().select(head=head, mean=mean)
+    if head is not None and mean:
+        raise UsageError("choose either --head or --mean, not both")
+    from ..layer import LONG_SEQUENCE
+    from ..sources import Want
+
+    if (as_json or jsonl) and not layer.external and layer.keys is None:
+        n = max(len(layer.tokens), layer.config.pad_to or 0)
+        if n > LONG_SEQUENCE:
+            raise UsageError(
+                f"a {n} × {n} map is too large to be useful as JSON: --save FILE.npz writes the full "
+                "weights (when they fit), and the terminal and -o show it pooled"
+            )
+    want = Want(
+        heads=None if head is None else (head,),
+        mean=mean,
+        scores=scores,
+        pool=pool or "max",
+        bins=None if as_json or jsonl else shown_bins(figure, pool),
+    )
+    att = layer.attention(want)
     from .. import schema
 
     emit(
@@ -118,41 +136,41 @@ def heatmap(
     )
 
 
-def _is_long(layer: opt.LayerRequest, pool: str | None) -> bool:
-    """Whether the map is pooled: asked for with --pool, or too long to show whole."""
-    if layer.external or layer.keys is not None:
-        if pool is not None:
-            raise UsageError("--pool works on the random layer's self-attention")
-        return False
+def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int], int | None]:
+    """How many bins a map of n tokens (``shown`` maps) gets where it is shown: one per pixel of its
+    figure panel when it is long (or --pool), one per terminal column pair when it is wider than the
+    terminal. None: the full map."""
+
     from ..layer import LONG_SEQUENCE
 
-    return pool is not None or max(len(layer.tokens), layer.config.pad_to or 0) > LONG_SEQUENCE
-
-
-def _pooled(
-    layer: opt.LayerRequest, figure: opt.FigureRequest, pool: Pool, head: int | None, mean: bool, as_json: bool
-) -> Attention:
-    """The map pooled to the resolution it is shown at: figure pixels, or terminal cells."""
-    from ..layer import pooled_self_attention
-
-    n = max(len(layer.tokens), layer.config.pad_to or 0)
-    if as_json:
-        raise UsageError(
-            f"a {n} × {n} map is too large to be useful as JSON: --save FILE.npz writes the full "
-            "weights (when they fit), and the terminal and -o show it pooled"
-        )
-    if figure.output is not None:
-        bins = views.heatmap.pooled_bins(
-            lambda bins: pooled_self_attention(
-                layer.tokens, layer.config, bins=bins, pool=pool, head=head, mean=mean, frame=True
-            ),
-            figure.style,
-        )
-    else:
+    def bins(n: int, shown: int) -> int | None:
+        if figure.output is not None:
+            if pool is None and n <= LONG_SEQUENCE:
+                return None
+            return int(views.heatmap.pooled_bins(lambda b: frame(n, b, shown), figure.style))
         from rich.console import Console
 
-        bins = min(TERMINAL_BINS, (Console().width - 16) // 2)
-    return pooled_self_attention(layer.tokens, layer.config, bins=max(2, bins), pool=pool, head=head, mean=mean)
+        fit = max(2, min(TERMINAL_BINS, (Console().width - 16) // 2))
+        return fit if n > fit else None
+
+    return bins
+
+
+def frame(n: int, bins: int, shown: int) -> Attention:
+    """A pooled map's shape and labels, uncomputed: what a figure needs to size its panels."""
+    import numpy as np
+
+    from ..attention import Attention
+    from ..blocked import bin_edges
+    from ..sources import bin_labels
+
+    labels = bin_labels(bin_edges(n, bins))
+    return Attention(
+        tokens=labels,
+        weights=np.broadcast_to(np.float32(0), (shown, len(labels), len(labels))),
+        head_labels=tuple(f"head {i}" for i in range(shown)),
+        config={"pooled": {"method": "max", "tokens": n, "bins": len(labels)}},
+    )
 
 
 def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
@@ -187,22 +205,31 @@ def _all_layers(
         raise UsageError("--all-layers needs a model with layers: --model or --from")
     if layer.layer is not None:
         raise UsageError("choose either --layer or --all-layers")
-    from dataclasses import replace
-
     from .. import schema
+    from ..sources import Want
 
-    stack = layer.stack()
-    if head is not None:
-        stack.layer(0).select(head=head)  # checks the index
-        stack = replace(stack, weights=stack.weights[:, head : head + 1])
+    want = Want(heads=None if head is None else (head,), mean=mean, bins=None if as_json else tile_bins(figure))
+    stack = layer.stack(want)
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_model_figure(stack, figure.style, mean=mean),
+        draw=lambda: views.model.render_model_figure(stack, figure.style),
         description=lambda: stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean),
-        documents=lambda: [
-            schema.model_document(replace(stack, weights=stack.weights.mean(axis=1, keepdims=True)) if mean else stack)
-        ],
-        show=lambda color, width: views.model.render_all_layers(stack, head=None, mean=mean, color=color, width=width),
+        documents=lambda: [schema.model_document(stack)],
+        show=lambda color, width: views.model.render_all_layers(stack, color=color, width=width),
     )
+
+
+def tile_bins(figure: opt.FigureRequest) -> Callable[[int, int], int | None]:
+    """The model view's tiles: pooled to their pixels in a figure, to the terminal's width there."""
+    if figure.output is None:
+        return shown_bins(figure, None)
+    style = figure.style
+
+    def bins(n: int, shown: int) -> int | None:
+        width = style.figure_size(0.5, wide=True)[0] * style.resolution()
+        side = int(min(width / max(shown, 1), MAX_TILE_PIXELS))
+        return side if n > side else None
+
+    return bins

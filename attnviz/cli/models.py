@@ -4,7 +4,7 @@ check of attnviz's models against the reference attention."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,10 @@ from .. import options as opt
 from ..config import Repeat
 from ..errors import UsageError
 from .entry import app
+
+if TYPE_CHECKING:
+    from ..blocked import Kept
+    from ..core import Array
 from .output import (
     emit,
     one_output,
@@ -42,12 +46,25 @@ def rollout(
 
       attnviz rollout --from attention.npz -o rollout.png
     """
+    import numpy as np
+
     from .. import schema
     from ..analysis import rollout as attention_rollout
+    from ..analysis import rollout_step
+    from ..sources import Want
 
     one_output(figure.output, as_json, False)
-    stack = stack_of(layer)
-    result = attention_rollout(stack.weights)
+    if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
+        product: list[Array] = []
+
+        def step(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+            product[:] = [rollout_step(product[0] if product else np.eye(kept.weights.shape[-1]), kept.weights)]
+
+        stack = layer.stack(Want(mean=True), consume=step)
+        result = product[0]
+    else:
+        stack = stack_of(layer)
+        result = attention_rollout(stack.weights)
     emit(
         figure,
         as_json,
@@ -91,16 +108,30 @@ def heads(
     """
     import dataclasses
 
+    import numpy as np
+
     from .. import schema
     from ..analysis import head_patterns, ranking
+    from ..sources import Want
 
     one_output(figure.output, as_json, False)
     if repeat is not None:
         if layer.model is None and layer.model_dir is None and layer.model_file is None:
             raise UsageError("--repeat goes with --model, --model-dir or --model-file")
         layer = dataclasses.replace(layer, repeat=repeat)
-    stack = stack_of(layer)
-    scores = head_patterns(stack.weights, stack.tokens)
+    if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
+        tables: list[dict[str, Array]] = []
+
+        def score(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+            tables.append(head_patterns(kept.weights[None], tokens))
+
+        stack = layer.stack(Want(), consume=score)
+        scores = {
+            name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)
+        }
+    else:
+        stack = stack_of(layer)
+        scores = head_patterns(stack.weights, stack.tokens)
     emit(
         figure,
         as_json,

@@ -55,11 +55,14 @@ def mask(
         raise UsageError("the mask view shows scores, and --from files hold weights only: use heatmap")
     if compare and layer.external:
         raise UsageError("--compare switches the random layer's causal mask; a model has its own")
-    att = layer.attention().select(head=head)
+    from ..sources import Want
+
+    want = Want(heads=(head,), scores=True)
+    att = layer.attention(want)
     other = None
     if compare:
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
-        other = flipped.attention().select(head=head)
+        other = flipped.attention(want)
         att, other = (att, other) if layer.config.causal else (other, att)
     from .. import schema
 
@@ -319,8 +322,10 @@ def lines(
       attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2 -o heads.png
     """
 
+    from ..sources import Want
+
     one_output(figure.output, as_json, False)
-    att = layer.attention().select(head=head)
+    att = layer.attention(Want(heads=None if head is None else (head,)))
     from .. import schema
 
     emit(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
+    from ..blocked import Keep, Kept
     from ..core import Array
 
 
@@ -33,7 +34,7 @@ class Encoding:
 
 @dataclass(frozen=True)
 class ModelAttention:
-    """What a forward pass reports: weights and pre-softmax scores, (layers, heads, n, n)."""
+    """Every layer's weights and pre-softmax scores, (layers, heads, n, n): what a short input's tests compare."""
 
     encoding: Encoding
     weights: Array
@@ -41,12 +42,17 @@ class ModelAttention:
     causal: bool
 
 
+Consumer = Callable[[int, "Kept"], None]
+
+
 class Model(Protocol):
-    """A pretrained model: its name, its size, a tokeniser and a forward pass that keeps attention."""
+    """A pretrained model: its name, its size, a tokeniser and a forward pass that hands each layer's
+    attention to the view as it goes (:meth:`run`), keeping only what the view asked for."""
 
     name: str
     layers: int
     heads: int
+    causal: bool
 
     def encode(self, text: str, pair: str | None = None) -> Encoding: ...
 
@@ -54,7 +60,27 @@ class Model(Protocol):
         """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
         ...
 
-    def attention(self, encoding: Encoding) -> ModelAttention: ...
+    def run(self, encoding: Encoding, consume: Consumer, *, layers: int, keep: Keep) -> None:
+        """The forward pass through the first ``layers`` layers; ``consume(layer, kept)`` after each."""
+        ...
+
+
+def all_attention(model: Model, encoding: Encoding) -> ModelAttention:
+    """Every layer's full weights and scores: for short inputs and the tests that compare them."""
+    import numpy as np
+
+    from ..blocked import Keep
+
+    weights: list[Array] = []
+    scores: list[Array] = []
+
+    def collect(layer: int, kept: Kept) -> None:
+        assert kept.scores is not None
+        weights.append(kept.weights)
+        scores.append(kept.scores)
+
+    model.run(encoding, collect, layers=model.layers, keep=Keep(scores=True))
+    return ModelAttention(encoding, np.stack(weights), np.stack(scores), model.causal)
 
 
 def damaged(where: object, layer: int, tensors: dict[str, Callable[[], Array]]) -> AttnvizError:

@@ -15,11 +15,11 @@ from typing import TypeGuard
 
 import numpy as np
 
-from ..core import Array, softmax
+from ..blocked import Keep, attend
+from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
-from ..resources import ensure_fits
 from ..threads import one_blas_thread
-from . import Encoding, ModelAttention, damaged
+from . import Consumer, Encoding, damaged
 from .bpe import BytePairEncoding
 from .gguf import GGUF
 
@@ -103,6 +103,7 @@ class Llama:
         if bos is not None and (type(bos) is not int or not 0 <= bos < len(tokens)):
             raise AttnvizError(f"{path}: tokenizer.ggml.bos_token_id {printable(repr(bos))[:40]} is not a token")
         self.bos = bos
+        self.causal = True
         self._check_shapes(path)
 
     def _check_shapes(self, path: Path) -> None:
@@ -139,49 +140,40 @@ class Llama:
     def words(self) -> list[str]:
         return [t[1:] for t in self.tokenizer.tokens if t.startswith("Ġ") and t[1:].isascii() and t[1:].isalpha()]
 
-    def attention(self, encoding: Encoding) -> ModelAttention:
-        """Run the decoder; return the attention weights and scores of every layer, (layers, heads, n, n)."""
-        n = len(encoding.ids)
-        ensure_fits(2 * 4 * self.layers * self.heads * n * n, f"attention of {n} tokens", "give fewer tokens")
-        with one_blas_thread():
-            result = self._forward(encoding)
-        if not np.isfinite(result.weights).all():
-            raise AttnvizError(f"{self.file.path}: the forward pass gives NaN or infinity (damaged weights?)")
-        return result
+    def run(self, encoding: Encoding, consume: Consumer, *, layers: int, keep: Keep) -> None:
+        """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
 
-    def _forward(self, encoding: Encoding) -> ModelAttention:
+        Memory is the hidden states, one layer's weights and its attention a block of rows at a
+        time: never (layers, heads, n, n). Layers after the last one asked for are not run.
+        """
         n, h, d = len(encoding.ids), self.heads, self.d_head
         group = h // self.kv_heads
         t = self.file.tensor
         x = t("token_embd.weight", rows=np.asarray(encoding.ids))
-        blocked = np.triu(np.ones((n, n), dtype=bool), k=1)
-        weights = np.empty((self.layers, h, n, n), dtype=np.float32)
-        scores = np.empty((self.layers, h, n, n), dtype=np.float32)
-        for layer in range(self.layers):
-            p = f"blk.{layer}."
-            self._finite(x, layer - 1)
-            a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
-            q = (a @ t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
-            k = (a @ t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-            v = (a @ t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-            q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
-            k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
-            s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
-            s[:, blocked] = -np.inf
-            scores[layer], weights[layer] = s, softmax(s, axis=-1)
-            context = (weights[layer] @ v).transpose(1, 0, 2).reshape(n, h * d)
-            x = x + context @ t(p + "attn_output.weight").T
-            if layer == self.layers - 1:
-                break  # the last feed-forward changes no attention
-            f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
-            gate, up = f @ t(p + "ffn_gate.weight").T, f @ t(p + "ffn_up.weight").T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ t(p + "ffn_down.weight").T
-        self._finite(x, self.layers - 1)
-        return ModelAttention(encoding=encoding, weights=weights, scores=scores, causal=True)
+        with one_blas_thread():
+            for layer in range(layers):
+                p = f"blk.{layer}."
+                self._finite(x, layer - 1)
+                a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
+                q = (a @ t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
+                k = (a @ t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                v = (a @ t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
+                k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
+                output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep)
+                assert output is not None
+                self._finite(kept.weights, layer)
+                consume(layer, kept)
+                if layer == layers - 1:
+                    return  # the rest changes no attention that was asked for
+                x = x + output.transpose(1, 0, 2).reshape(n, h * d) @ t(p + "attn_output.weight").T
+                f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
+                gate, up = f @ t(p + "ffn_gate.weight").T, f @ t(p + "ffn_up.weight").T
+                x = x + (gate / (1 + np.exp(-gate)) * up) @ t(p + "ffn_down.weight").T
 
-    def _finite(self, x: Array, after: int) -> None:
-        """Hidden states after layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
-        if np.isfinite(x).all():
+    def _finite(self, values: Array, after: int) -> None:
+        """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
+        if np.isfinite(values).all():
             return
         names = ["token_embd.weight"] if after < 0 else [f"blk.{after}.{w}.weight" for w in WEIGHTS]
         raise damaged(self.file.path, after, {n: functools.partial(self.file.tensor, n) for n in names})

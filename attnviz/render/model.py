@@ -65,7 +65,7 @@ def model_tiles(weights: Array, allowed: BoolArray, cmap: Colormap, masked: str,
 
 
 @styled
-def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, mean: bool = False) -> Figure:
+def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Layers down, heads across: bertviz's model view, as one figure with one colour bar.
 
     The panels are tiles of one image in one Axes: hundreds of Axes (30 layers × 9 heads) took
@@ -76,18 +76,26 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
-    weights = stack.weights.mean(axis=1, keepdims=True) if mean else stack.weights
+    weights = stack.weights
     layers, heads, n, m = weights.shape
     font, label = style.font_size, style.font_size * 0.8
     width = style.figure_size(0.5, wide=True)[0]
-    title = wrapped_title([*stack_parts(stack), f"each cell: {n} × {m} tokens"], width, font)
+    tile = (
+        f"each tile: {n} × {m} tokens"
+        if stack.pooled is None
+        else f"each tile: {len(stack.tokens):,} tokens {stack.pooled}-pooled into {n} × {m} bins"
+    )
+    title = wrapped_title([*stack_parts(stack), tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", font * 0.8)[0] + AXIS_TITLE_PAD
     bar_room += text_extent("attention weight", font * 0.9)[1]
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
-    image = model_tiles(weights, stack.layer(0).allowed, cmap, style.colours["masked"], gap)
+    allowed = stack.allowed()
+    image = model_tiles(
+        weights, np.ones((n, m), dtype=bool) if allowed is None else allowed, cmap, style.colours["masked"], gap
+    )
     rows, cols = image.shape[:2]
     cell = min((width * 72 - 2 * pad - room - bar_room) / cols, MAX_TILE * 72 / max(n, m))  # points
     fixed = style.size is not None or style.preset == "slide"
@@ -103,12 +111,13 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     ax.imshow(image, interpolation="nearest", aspect="auto")
     ax.set_axis_off()
     text = style.colours["text"]
-    tile = cell * max(n, m)
-    size = min(label, max(4.0, tile * 0.45))  # small tiles (a slide of 30 layers) get small labels
-    for kind, count, long, short, step in (("head", heads, "head", "H", m), ("layer", layers, "layer", "L", n)):
-        names = ["mean"] if kind == "head" and mean else [f"{long} {i}" for i in range(count)]
-        if text_extent(names[-1], size)[0] > tile * 0.95:
-            names = [f"{short}{i}" for i in range(count)]
+    tile_side = cell * max(n, m)
+    size = min(label, max(4.0, tile_side * 0.45))  # small tiles (a slide of 30 layers) get small labels
+    numbers = {"head": stack.kept_heads, "layer": stack.kept_layers}
+    for kind, long, short, step in (("head", "head", "H", m), ("layer", "layer", "L", n)):
+        names = ["mean"] if kind == "head" and stack.mean else [f"{long} {i}" for i in numbers[kind]]
+        if text_extent(names[-1], size)[0] > tile_side * 0.95:
+            names = ["mean"] if kind == "head" and stack.mean else [f"{short}{i}" for i in numbers[kind]]
         at = [i * (step + gap) + (step - 1) / 2 for i in range(len(names))]
         if kind == "head":
             where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
@@ -129,12 +138,10 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     return fig
 
 
-def render_all_layers(
-    stack: AttentionStack, *, head: int | None, mean: bool, color: bool, width: int
-) -> Iterator[RenderableType]:
+def render_all_layers(stack: AttentionStack, *, color: bool, width: int) -> Iterator[RenderableType]:
     """Every layer in turn, as the heatmap view shows one."""
-    for layer in range(stack.layers):
-        yield from render_heatmap(stack.layer(layer).select(head=head, mean=mean), color=color, width=width)
+    for layer in stack.kept_layers:
+        yield from render_heatmap(stack.layer(layer), color=color, width=width)
 
 
 def rollout_attention(stack: AttentionStack, result: Array) -> Attention:
