@@ -90,21 +90,21 @@ def attend(
     pooled = keep.bins is not None
     rows = bin_edges(n, keep.bins) if keep.bins is not None else np.arange(n + 1)
     cols = bin_edges(m, keep.bins) if keep.bins is not None else np.arange(m + 1)
-    groups = rows if pooled else np.unique(np.append(np.arange(0, n, ROWS_PER_BLOCK), n))
+    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
+    groups = _groups(rows, step) if pooled else np.unique(np.append(np.arange(0, n, step), n))
     shown = 1 if keep.mean else len(chosen)
-    weights = np.zeros((shown, len(rows) - 1, len(cols) - 1) if pooled else (shown, n, m), dtype=np.float32)
+    sums = np.zeros((len(chosen), len(rows) - 1, len(cols) - 1), dtype=np.float32) if pooled else None
+    weights = None if pooled else np.zeros((shown, n, m), dtype=np.float32)
     scores = np.full((len(chosen), n, m), -np.inf, dtype=np.float32) if keep.scores and not pooled else None
     output = None if v is None else np.empty((heads, n, v.shape[-1]), dtype=np.float32)
     vv = None if v is None else np.asarray(v, dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
-    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
-    reduce_cols = np.maximum.reduceat if keep.pool == "max" else np.add.reduceat
-    widths = np.diff(cols).astype(np.float32)
+    combine = np.maximum if keep.pool == "max" else np.add
+    above = np.triu(np.ones((step, step), dtype=bool), k=1)
 
     def one_group(g: int) -> None:
         start, stop = int(groups[g]), int(groups[g + 1])
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
-        pooled_rows = np.zeros((len(chosen), m), dtype=np.float32) if pooled else None
         for h in range(heads):
             for a in range(start, stop, step):
                 b = min(stop, a + step)
@@ -113,7 +113,7 @@ def attend(
                 np.matmul(q[h, a:b], kt[h, :, :used], out=part)
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
                     diagonal = part[:, a:used]
-                    diagonal[np.triu(np.ones(diagonal.shape, dtype=bool), k=1)] = -np.inf
+                    diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf
                 if blocked_keys is not None:
                     part[:, blocked_keys[:used]] = -np.inf
                 if scores is not None and h in index:
@@ -123,26 +123,44 @@ def attend(
                     np.matmul(part, vv[h, :used], out=output[h, a:b])
                 if h not in index:
                     continue
-                if pooled_rows is not None:
-                    if keep.pool == "max":
-                        np.maximum(pooled_rows[index[h], :used], part.max(axis=0), out=pooled_rows[index[h], :used])
-                    else:
-                        pooled_rows[index[h], :used] += part.sum(axis=0)
-                elif keep.mean:
+                if sums is not None:
+                    _pool_into(sums[index[h]], part, a, rows, cols, used, combine)
+                elif weights is not None and keep.mean:
                     weights[0, a:b, :used] += part / len(chosen)
-                else:
+                elif weights is not None:
                     weights[index[h], a:b, :used] = part
-        if pooled_rows is not None:
-            if keep.pool != "max":
-                pooled_rows /= stop - start
-            if keep.mean:
-                pooled_rows = pooled_rows.mean(axis=0, keepdims=True)
-            reduced = reduce_cols(pooled_rows, cols[:-1], axis=1)
-            weights[:, g] = reduced if keep.pool == "max" else reduced / widths
 
     with one_blas_thread():
         run_all(one_group, range(len(groups) - 1))
+    if sums is not None:
+        if keep.pool != "max":
+            sums /= np.diff(rows)[:, None].astype(np.float32) * np.diff(cols)[None, :].astype(np.float32)
+        weights = sums.mean(axis=0, keepdims=True) if keep.mean else sums
+    assert weights is not None
     return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols)
+
+
+def _groups(rows: np.ndarray, step: int) -> np.ndarray:
+    """Row edges of the threads' work when pooling: whole bins, at least ``step`` rows each where bins are small."""
+    edges, last = [int(rows[0])], int(rows[0])
+    for edge in rows[1:]:
+        if edge - last >= step or edge == rows[-1]:
+            edges.append(int(edge))
+            last = int(edge)
+    return np.array(edges)
+
+
+def _pool_into(
+    target: Array, part: Array, first: int, rows: np.ndarray, cols: np.ndarray, used: int, combine: np.ufunc
+) -> None:
+    """Fold a block of weights (rows first…, keys 0…used) into ``target`` (row bins, key bins) by max or sum."""
+    by_cols = combine.reduceat(part, cols[: np.searchsorted(cols[:-1], used)], axis=1)
+    last = first + part.shape[0]
+    lo, hi = np.searchsorted(rows, first, "right") - 1, np.searchsorted(rows, last - 1, "right") - 1
+    starts = np.maximum(rows[lo : hi + 1], first) - first
+    segments = combine.reduceat(by_cols, starts, axis=0)
+    width = segments.shape[1]
+    target[lo : hi + 1, :width] = combine(target[lo : hi + 1, :width], segments)
 
 
 def pool_map(weights: Array, bins: int, pool: Pool = "max") -> tuple[Array, np.ndarray, np.ndarray]:

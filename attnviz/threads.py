@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 T = TypeVar("T")
 _controller: Any = None
@@ -47,3 +50,29 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
     with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
         for _ in pool.map(work, chosen):
             pass
+
+
+def product(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
+    """a @ b for a tall ``a``, its rows split among attnviz's threads (one BLAS thread each).
+
+    Each row of the result is summed in the same order however the rows are split, so the bits
+    do not depend on the cores either; short inputs are one product.
+    """
+    import numpy as np
+
+    n = a.shape[0]
+    parts = min(cores(), n // ROWS_PER_THREAD)
+    if parts < 2:
+        result: NDArray[Any] = a @ b
+        return result
+    out = np.empty((n, b.shape[1]), dtype=np.result_type(a, b))
+    edges = [n * i // parts // 64 * 64 for i in range(parts)] + [n]
+
+    def part(i: int) -> None:
+        np.matmul(a[edges[i] : edges[i + 1]], b, out=out[edges[i] : edges[i + 1]])
+
+    run_all(part, range(parts))
+    return out
+
+
+ROWS_PER_THREAD = 256

@@ -18,7 +18,7 @@ from ..blocked import Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
 from ..inputs import parse_json, read_file
-from ..threads import one_blas_thread
+from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .safetensors import read_safetensors
 from .wordpiece import MAX_WORD_CHARS, WordPiece
@@ -198,7 +198,7 @@ class Bert:
                 self._finite(x, layer - 1)
 
                 def linear(name: str, inputs: Array, p: str = p) -> Array:
-                    return inputs @ self.w(p + name + ".weight").T + self.w(p + name + ".bias")
+                    return product(inputs, self.w(p + name + ".weight").T) + self.w(p + name + ".bias")
 
                 q, k, v = (
                     linear(f"attention.self.{m}", x).reshape(n, h, d_k).transpose(1, 0, 2)

@@ -18,7 +18,7 @@ import numpy as np
 from ..blocked import Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
-from ..threads import one_blas_thread
+from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .bpe import BytePairEncoding
 from .gguf import GGUF
@@ -33,7 +33,7 @@ def rotate(x: Array, base: float, dims: int) -> Array:
     """Rotary position embedding of (heads, n, d) as GGUF lays out Q and K: adjacent pairs (2i, 2i+1)."""
     n = x.shape[1]
     angles = np.arange(n)[:, None] * base ** (-np.arange(0, dims, 2) / dims)  # (n, dims/2)
-    cos, sin = np.cos(angles), np.sin(angles)
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
     even, odd = x[..., 0:dims:2], x[..., 1:dims:2]
     rotated = x.copy()
     rotated[..., 0:dims:2] = even * cos - odd * sin
@@ -155,9 +155,9 @@ class Llama:
                 p = f"blk.{layer}."
                 self._finite(x, layer - 1)
                 a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
-                q = (a @ t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
-                k = (a @ t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-                v = (a @ t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                q = product(a, t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
+                k = product(a, t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                v = product(a, t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
                 q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
                 k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
                 output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep)
@@ -166,10 +166,10 @@ class Llama:
                 consume(layer, kept)
                 if layer == layers - 1:
                     return  # the rest changes no attention that was asked for
-                x = x + output.transpose(1, 0, 2).reshape(n, h * d) @ t(p + "attn_output.weight").T
+                x = x + product(output.transpose(1, 0, 2).reshape(n, h * d), t(p + "attn_output.weight").T)
                 f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
-                gate, up = f @ t(p + "ffn_gate.weight").T, f @ t(p + "ffn_up.weight").T
-                x = x + (gate / (1 + np.exp(-gate)) * up) @ t(p + "ffn_down.weight").T
+                gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
+                x = x + product(gate / (1 + np.exp(-gate)) * up, t(p + "ffn_down.weight").T)
 
     def _finite(self, values: Array, after: int) -> None:
         """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
