@@ -11,17 +11,24 @@ from rich.cells import cell_len, set_cell_size
 from ..attention import Attention
 
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+WHITE_SPACE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}
 
 
 def visible_token(token: str) -> str:
-    """The token with control, format (zero-width, bidi) and odd space characters shown as escapes.
+    """The token with control, format (zero-width, bidi) and odd space characters shown as escapes,
+    newlines and tabs as ↵ and ⇥, and a token of white space only as a sign per character (␣).
 
-    Tokens come from other people's files; shown raw they could restyle or corrupt a terminal.
+    Tokens come from other people's files; shown raw they could restyle or corrupt a terminal,
+    and a decoder's tokens include lone spaces and newlines that would otherwise be blank labels.
     """
+    if token and token.isspace():  # a token that is only white space: a sign for each character
+        return "".join(WHITE_SPACE.get(ch, f"\\u{ord(ch):04x}") for ch in token)
     out = []
     for ch in token:
         category = unicodedata.category(ch)
-        if category in _INVISIBLE or (category == "Zs" and ch != " "):
+        if ch in "\n\t":
+            out.append(WHITE_SPACE[ch])
+        elif category in _INVISIBLE or (category == "Zs" and ch != " "):
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
         else:

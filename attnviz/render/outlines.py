@@ -58,6 +58,10 @@ def _outline(text: str, size: float, anchor: Anchor, style: Style, families: tup
         weight="bold" if style == "bold" else "normal",
     )
     path = TextPath((0, 0), text, prop=prop)
+    if not len(path.vertices):  # a text with no ink (spaces): an empty outline, not a broken one
+        from matplotlib.path import Path
+
+        return Path(np.empty((0, 2)))
     x0, y0, x1, y1 = ink_extents(path)
     if anchor == "raw":
         return path
