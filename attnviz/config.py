@@ -16,6 +16,8 @@ Embed = Literal["token", "position", "textbook"]
 Positions = Literal["none", "sinusoidal"]
 Pool = Literal["max", "mean"]
 Repeat = Literal["text", "random"]
+ColourScale = Literal["auto", "linear", "log", "power"]
+SinkMode = Literal["show", "mark", "hide"]
 EMBEDS: tuple[str, ...] = ("token", "position", "textbook")
 POSITIONS: tuple[str, ...] = ("none", "sinusoidal")
 

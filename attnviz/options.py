@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from .config import Embed, LayerConfig, Positions
+from .config import ColourScale, Embed, LayerConfig, Positions, SinkMode
 from .errors import UsageError
 from .render.figure import FigureStyle, Format, Preset, Theme, parse_size
 
@@ -177,6 +177,24 @@ Jsonl = Annotated[bool, typer.Option("--jsonl", help="Write one compact JSON obj
 Scores = Annotated[
     bool,
     typer.Option("--scores", help="Add pre-softmax scores to the JSON (masked: null).", rich_help_panel=P_OUT),
+]
+ColourScaleOption = Annotated[
+    ColourScale,
+    typer.Option(
+        "--color-scale",
+        help="Colours of the weights: linear, log (from a tenth of uniform to 1) or power (square roots). "
+        "Default (auto): log for pooled maps and maps with attention sinks, else linear.",
+        rich_help_panel=P_OUT,
+    ),
+]
+SinksOption = Annotated[
+    SinkMode,
+    typer.Option(
+        "--sinks",
+        help="Keys that take a quarter or more of all the weight (the first token, punctuation): show them as "
+        "they are, mark them (outlined in figures), or hide them and renormalise the rows without them.",
+        rich_help_panel=P_OUT,
+    ),
 ]
 NoColor = Annotated[
     bool,
@@ -446,6 +464,22 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
         return wrapper
 
     return decorate
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    """--layers: "12-20" (both ends included), "0,6,12", or a mix ("0-2,10")."""
+    chosen: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or len(part) > 12:
+            raise UsageError(f"--layers takes a range or a list of layers, like 12-20 or 0,6,12; got {text!r}")
+        span = range(int(low), int(high) + 1) if dash else [int(low)]
+        if not span:
+            raise UsageError(f"--layers {part}: the range is empty")
+        chosen.extend(i for i in span if i not in chosen)
+        if len(chosen) > 4096:
+            raise UsageError("--layers names more layers than any model has")
+    return tuple(chosen)
 
 
 def _side(layer: LayerRequest, head: Head = None, mean: Mean = False) -> None:

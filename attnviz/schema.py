@@ -48,6 +48,8 @@ def _common(att: Attention) -> dict[str, Any]:
     doc["config"] = att.config
     doc["padding"] = list(att.padding) or [False] * len(att.tokens)
     doc["mask"] = None if att.mask is None else att.mask.tolist()
+    if "sinks" in att.config:
+        doc["sinks"] = att.config["sinks"]
     return doc
 
 

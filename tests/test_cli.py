@@ -62,7 +62,11 @@ def test_json_has_the_contract_keys_and_shapes(cli) -> None:
         "pad_to": None,
         "scale_mode": "sqrt",
         "dtype": "float64",
+        "color_scale": "linear",
+        "sinks": [],
+        "sink_mode": "show",
     }
+    assert doc["sinks"] == []
     assert np.array(doc["weights"]).shape == (4, 6, 6)
     assert np.array(doc["output"]).shape == (6, 64)
     assert doc["padding"] == [False] * 6

@@ -52,6 +52,15 @@ def heatmap(
             rich_help_panel=opt.P_SOURCE,
         ),
     ] = False,
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="With --all-layers: only these layers, as a range or a list (12-20, 0,6,12).",
+            show_default=False,
+            rich_help_panel=opt.P_SOURCE,
+        ),
+    ] = None,
     pool: Annotated[
         Pool | None,
         typer.Option(
@@ -71,6 +80,8 @@ def heatmap(
             rich_help_panel=opt.P_OUT,
         ),
     ] = None,
+    color_scale: opt.ColourScaleOption = "auto",
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
     """Attention weights of every head: queries as rows, keys as columns.
@@ -97,8 +108,11 @@ def heatmap(
     if save is not None:
         _save_weights(layer, save)
         return
+    if layers is not None and not all_layers:
+        raise UsageError("--layers goes with --all-layers (one layer: --layer)")
     if all_layers:
-        _all_layers(layer, figure, head, mean, as_json or jsonl, no_color)
+        chosen = None if layers is None else opt.parse_layers(layers)
+        _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen)
         return
     if head is not None and mean:
         raise UsageError("choose either --head or --mean, not both")
@@ -119,7 +133,9 @@ def heatmap(
         pool=pool or "max",
         bins=None if as_json or jsonl else shown_bins(figure, pool),
     )
-    att = layer.attention(want)
+    from ..structure import readable
+
+    att = readable(layer.attention(want), scale=color_scale, sinks=sinks)
     from .. import schema
 
     emit(
@@ -198,7 +214,14 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
 
 
 def _all_layers(
-    layer: opt.LayerRequest, figure: opt.FigureRequest, head: int | None, mean: bool, as_json: bool, no_color: bool
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: int | None,
+    mean: bool,
+    as_json: bool,
+    no_color: bool,
+    color_scale: str,
+    layers: tuple[int, ...] | None,
 ) -> None:
     """heatmap --all-layers: the model view."""
     if not layer.external:
@@ -208,13 +231,15 @@ def _all_layers(
     from .. import schema
     from ..sources import Want
 
-    want = Want(heads=None if head is None else (head,), mean=mean, bins=None if as_json else tile_bins(figure))
+    want = Want(
+        layers=layers, heads=None if head is None else (head,), mean=mean, bins=None if as_json else tile_bins(figure)
+    )
     stack = layer.stack(want)
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_model_figure(stack, figure.style),
+        draw=lambda: views.model.render_model_figure(stack, figure.style, scale=color_scale),
         description=lambda: stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean),
         documents=lambda: [schema.model_document(stack)],
         show=lambda color, width: views.model.render_all_layers(stack, color=color, width=width),

@@ -77,14 +77,16 @@ def annotate_cells(
     vmin: float = 0.0,
     vmax: float = 1.0,
     fmt: str = "{:.2f}",
+    shades: Array | None = None,
 ) -> None:
-    """Write each allowed cell's value in black or white, whichever reads on the cell's colour.
+    """Write each allowed cell's value in black or white, whichever reads on the cell's colour
+    (``shades``: the cells' positions along the colour map, when not the values on vmin–vmax).
 
     All the numbers of a matrix are drawn as one collection of glyph outlines: a few hundred
     Text artists would cost most of the time of drawing the figure.
     """
     span = (vmax - vmin) or 1.0
-    light = luminance(cmap((values - vmin) / span)) > 0.179
+    light = luminance(cmap((values - vmin) / span if shades is None else shades)) > 0.179
     labels, paths, offsets, colours = [], [], [], []
     for i, j in zip(*np.nonzero(allowed), strict=True):
         text = fmt.format(values[i, j])
@@ -266,20 +268,21 @@ REUSE_FIGURES = False  # a batch worker sets this: figures that differ only in t
 _reusable: dict[Any, tuple[Figure, list[Axes], tuple[Any, float]]] = {}
 
 
-def pooled_floor(att: Attention) -> float | None:
-    """For a pooled long map, the smallest weight the colours tell apart (a tenth of uniform); else None."""
-    pooled = att.config.get("pooled")
-    return None if pooled is None else 0.1 / float(pooled["tokens"])
+def scale_of(att: Attention) -> tuple[str, float]:
+    """The map's colour scale (``config["color_scale"]``; by default log for a pooled map, else linear)
+    and the floor of a log scale."""
+    from ..structure import colour_floor
+
+    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
+    return str(scale), colour_floor(att.config, len(att.keys))
 
 
 def shown_values(att: Attention, index: int) -> tuple[Array, float, float]:
-    """What a panel colours, and its range: the weights on 0–1, or for a pooled long map, whose
-    weights are ~1/n and would all look 0 on 0–1, their powers of ten (a log scale, computed once
-    here rather than by a LogNorm on every draw)."""
-    floor = pooled_floor(att)
-    if floor is None:
-        return att.weights[index], 0.0, 1.0
-    return np.log10(np.maximum(att.weights[index], floor)), math.log10(floor), 0.0
+    """What a panel colours, and its range: the weights as positions 0–1 along the colour map, on the
+    map's scale (computed once here rather than by a norm on every draw)."""
+    from ..structure import colour_values
+
+    return colour_values(att.weights[index], *scale_of(att)), 0.0, 1.0
 
 
 def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ...]:
@@ -294,7 +297,7 @@ def _layout_key(att: Attention, style: FigureStyle, title: str) -> tuple[Any, ..
         att.allowed.tobytes(),
         style,
         title.count("\n"),
-        pooled_floor(att),
+        scale_of(att),
     )
 
 
@@ -313,13 +316,10 @@ class GridLayout:
 
 
 def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
-    """The colour bar's ticks: quarters of 0–1, or the powers of ten of a pooled map's log scale."""
-    floor = pooled_floor(att)
-    if floor is None:
-        return [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"]
-    superscript = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-    powers = range(math.ceil(math.log10(floor)), 1)
-    return [float(p) for p in powers], [f"10{str(p).translate(superscript)}" if p else "1" for p in powers]
+    """The colour bar's ticks: quarters of 0–1, powers of ten on a log scale, or weights on a square-root scale."""
+    from ..structure import scale_ticks
+
+    return scale_ticks(*scale_of(att))
 
 
 def label_colour_bar(bar: Any, ticks: list[float], labels: list[str], title: str, style: FigureStyle) -> None:
@@ -465,7 +465,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     rows, cols = layout.shape
     outer_only = count > 4
     cmap = colormap(style.cmap)
-    pooled = pooled_floor(att) is not None
+    pooled = "pooled" in att.config
     font = annotation_font(layout.panel[0] / m, style) if not pooled else None
     axes, image = [], None
     for index, (x, y) in enumerate(layout.panels):
@@ -473,7 +473,9 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         values, vmin, vmax = shown_values(att, index)
         image = draw_matrix(ax, values, att.allowed, cmap, style, vmin=vmin, vmax=vmax)
         if font is not None:
-            annotate_cells(ax, att.weights[index], att.allowed, cmap, font)
+            annotate_cells(ax, att.weights[index], att.allowed, cmap, font, shades=values)
+        if att.config.get("sink_mode") == "mark":
+            outline_sinks(ax, att, style)
         edge = (index < cols, index % cols == 0)
         titles = (index == 0, edge[1]) if outer_only else edge
         label_axes(
@@ -486,14 +488,26 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     bar_axes = fig.add_axes((left / fig_w, bottom / fig_h, bar_w / fig_w, bar_h / fig_h), label="<colorbar>")
     bar = fig.colorbar(image, cax=bar_axes)
     bar.outline.set_visible(False)
-    label_colour_bar(
-        bar, *colour_bar_ticks(att), "attention weight (log scale)" if pooled else "attention weight", style
-    )
+    from ..structure import SCALE_NAMES
+
+    label_colour_bar(bar, *colour_bar_ticks(att), "attention weight" + SCALE_NAMES[scale_of(att)[0]], style)
     heading = draw_heading(fig, title, layout.title_top, style)
     if REUSE_FIGURES:
         _reusable.clear()
         _reusable[key] = (fig, axes, (heading, layout.title_top))
     return fig
+
+
+def outline_sinks(ax: Axes, att: Attention, style: FigureStyle) -> None:
+    """A dashed frame around each sink's column (see attnviz.structure)."""
+    from matplotlib.patches import Rectangle
+
+    n = att.weights.shape[1]
+    for sink in att.config.get("sinks") or []:
+        frame = Rectangle((sink["key"] - 0.5, -0.5), 1, n, fill=False, linestyle="--", linewidth=1.5)
+        frame.set_edgecolor(style.colours["text"])
+        frame.set_gid("sinks")
+        ax.add_patch(frame)
 
 
 def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any:
@@ -520,9 +534,10 @@ def _redraw_numbers(fig: Figure, axes: list[Axes], att: Attention, style: Figure
     """Put ``att``'s weights into a figure drawn for another map of the same layout."""
     cmap = colormap(style.cmap)
     for index, ax in enumerate(axes):
-        ax.images[0].set_data(masked(shown_values(att, index)[0], att.allowed))
+        shades = shown_values(att, index)[0]
+        ax.images[0].set_data(masked(shades, att.allowed))
         old = [c for c in ax.collections if c.get_gid() == "cell values"]
         for collection in old:
             font = collection.font_size  # type: ignore[attr-defined]
             collection.remove()
-            annotate_cells(ax, att.weights[index], att.allowed, cmap, font)
+            annotate_cells(ax, att.weights[index], att.allowed, cmap, font, shades=shades)

@@ -15,6 +15,7 @@ from ..analysis import PATTERNS, ranking
 from ..attention import Attention
 from ..core import Array, BoolArray
 from ..sources import AttentionStack
+from ..structure import LONG_MAP, SCALE_NAMES, SINK_MASS, colour_values, scale_ticks
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, points_offset, styled, text_extent
 from .heatmap import (
     AXIS_TITLE_PAD,
@@ -40,11 +41,18 @@ if TYPE_CHECKING:
 
 def stack_parts(stack: AttentionStack) -> list[str]:
     """The configuration line of a whole model: its source and size, without a layer."""
-    parts = [p for p in describe_parts(stack.layer(0)) if not p.startswith("layer ")]
-    return [*parts[:2], f"{stack.layers} layers", *parts[2:]]
+    kept = stack.kept_layers
+    parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
+    if len(kept) == stack.layers:
+        layers = f"{stack.layers} layers"
+    elif kept == tuple(range(kept[0], kept[-1] + 1)):
+        layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
+    else:
+        layers = f"layers {', '.join(map(str, kept))} of {stack.layers}"
+    return [*parts[:2], layers, *parts[2:]]
 
 
-MAX_ASPECT = 3.0  # a model view is at most three times as tall as it is wide
+PAGE_ASPECT = {"screen": 0.75, "paper": 1.3}  # the box a model view fills: a screen, a page (a slide is 16:9)
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
@@ -65,11 +73,12 @@ def model_tiles(weights: Array, allowed: BoolArray, cmap: Colormap, masked: str,
 
 
 @styled
-def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """Layers down, heads across: bertviz's model view, as one figure with one colour bar.
+def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto") -> Figure:
+    """Every layer and head: bertviz's model view, as one figure with one colour bar.
 
-    The panels are tiles of one image in one Axes: hundreds of Axes (30 layers × 9 heads) took
-    seconds to build and lay out.
+    Layers go down and heads across, or the other way when that gives larger tiles in the box of
+    the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide.
+    The panels are tiles of one image in one Axes: hundreds of Axes took seconds to build and lay out.
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -80,12 +89,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     layers, heads, n, m = weights.shape
     font, label = style.font_size, style.font_size * 0.8
     width = style.figure_size(0.5, wide=True)[0]
-    tile = (
-        f"each tile: {n} × {m} tokens"
-        if stack.pooled is None
-        else f"each tile: {len(stack.tokens):,} tokens {stack.pooled}-pooled into {n} × {m} bins"
-    )
-    title = wrapped_title([*stack_parts(stack), tile], width, font)
+    tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
+    title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", font * 0.8)[0] + AXIS_TITLE_PAD
@@ -93,17 +98,34 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
     allowed = stack.allowed()
+    chosen, floor = model_scale(stack, scale)
+    fixed = style.size is not None or style.preset == "slide"
+    box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
+
+    def cell_for(across: int, down: int) -> float:
+        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box."""
+        cols, rows = across * (m + gap) - gap, down * (n + gap) - gap
+        return float(
+            min(
+                (width * 72 - 2 * pad - room - bar_room) / cols,
+                (box_h * 72 - 2 * pad - heading - room) / rows,
+                MAX_TILE * 72 / max(n, m),
+            )
+        )
+
+    across_layers = cell_for(layers, heads) > cell_for(heads, layers)  # 30 layers × 9 heads: layers across
+    grid = weights.transpose(1, 0, 2, 3) if across_layers else weights
     image = model_tiles(
-        weights, np.ones((n, m), dtype=bool) if allowed is None else allowed, cmap, style.colours["masked"], gap
+        colour_values(grid, chosen, floor),
+        np.ones((n, m), dtype=bool) if allowed is None else allowed,
+        cmap,
+        style.colours["masked"],
+        gap,
     )
     rows, cols = image.shape[:2]
-    cell = min((width * 72 - 2 * pad - room - bar_room) / cols, MAX_TILE * 72 / max(n, m))  # points
-    fixed = style.size is not None or style.preset == "slide"
-    height = style.figure_size(0.5, wide=True)[1] if fixed else width * MAX_ASPECT
-    cell = min(cell, (height * 72 - 2 * pad - heading - room) / rows)  # many layers: tiles shrink, not the page
+    cell = cell_for(layers, heads) if across_layers else cell_for(heads, layers)
     grid_w, grid_h = cols * cell / 72, rows * cell / 72
-    if not fixed:
-        height = (2 * pad + heading + room) / 72 + grid_h
+    height = box_h if fixed else (2 * pad + heading + room) / 72 + grid_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
     bottom = (height - (heading + room) / 72 - grid_h) / 2
@@ -113,19 +135,21 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     text = style.colours["text"]
     tile_side = cell * max(n, m)
     size = min(label, max(4.0, tile_side * 0.45))  # small tiles (a slide of 30 layers) get small labels
-    numbers = {"head": stack.kept_heads, "layer": stack.kept_layers}
-    for kind, long, short, step in (("head", "head", "H", m), ("layer", "layer", "L", n)):
-        names = ["mean"] if kind == "head" and stack.mean else [f"{long} {i}" for i in numbers[kind]]
-        if text_extent(names[-1], size)[0] > tile_side * 0.95:
-            names = ["mean"] if kind == "head" and stack.mean else [f"{short}{i}" for i in numbers[kind]]
-        at = [i * (step + gap) + (step - 1) / 2 for i in range(len(names))]
-        if kind == "head":
+    heads_named = ["mean"] if stack.mean else [f"head {i}" for i in stack.kept_heads]
+    names = {"head": (heads_named, ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads])}
+    names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
+    across, down = ("layer", "head") if across_layers else ("head", "layer")
+    for kind, step in ((across, m), (down, n)):
+        long, short = names[kind]
+        shown = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
+        at = [i * (step + gap) + (step - 1) / 2 for i in range(len(shown))]
+        if kind == across:
             where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
-            paths, offsets = [text_path(name, size, "above") for name in names], [(x, 1) for x in at]
+            paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
         else:
             where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
-            paths, offsets = [text_path(name, size, "up-left") for name in names], [(0, y) for y in at]
-        draw_texts(ax, names, paths, offsets, where, text, f"{kind} titles")
+            paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
+        draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
     bar_h = min(grid_h, 5.0)
     bar_at = (left + grid_w + font / 72, bottom + grid_h - bar_h, font * 1.2 / 72, bar_h)
     cax = fig.add_axes(
@@ -133,9 +157,20 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     )
     bar = fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=cmap), cax=cax)
     bar.outline.set_visible(False)
-    label_colour_bar(bar, [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"], "attention weight", style)
+    label_colour_bar(bar, *scale_ticks(chosen, floor), "attention weight" + SCALE_NAMES[chosen], style)
     draw_heading(fig, title, bottom + grid_h + (room + heading) / 72, style)
     return fig
+
+
+def model_scale(stack: AttentionStack, asked: str) -> tuple[str, float]:
+    """The model view's colour scale: as asked, or log when its maps are pooled or most tiles have a sink."""
+    floor = 0.1 / max(len(stack.tokens), 1)
+    if asked != "auto":
+        return asked, floor
+    if stack.pooled is not None or stack.weights.size == 0 or len(stack.tokens) > LONG_MAP:
+        return "log", floor
+    mass = stack.weights.mean(axis=2).max(axis=-1)  # (layers, heads): each tile's heaviest key
+    return ("log" if float(np.median(mass)) >= SINK_MASS else "linear"), floor
 
 
 def render_all_layers(stack: AttentionStack, *, color: bool, width: int) -> Iterator[RenderableType]:

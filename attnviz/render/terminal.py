@@ -121,6 +121,7 @@ def _is_padding(att: Attention, i: int) -> bool:
 def number_table(att: Attention, head: int, *, color: bool) -> Text:
     """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
     weights, allowed = att.weights[head], att.allowed
+    colours = shades(att, head)
     maxima = _row_maxima(weights, allowed)
 
     def cell(i: int, j: int) -> tuple[str, Style | str]:
@@ -128,7 +129,7 @@ def number_table(att: Attention, head: int, *, color: bool) -> Text:
             return "·".center(4 if color else 5), (_MASKED_STYLE if color else "")
         value, strong = weights[i, j], j == maxima[i]
         if color:
-            return f"{value:.2f}", cell_style(value, strong=strong)
+            return f"{value:.2f}", cell_style(colours[i, j], strong=strong)
         return f"{value:.2f}" + ("*" if strong else " "), ""
 
     return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1)
@@ -156,11 +157,7 @@ def mask_table(att: Attention) -> Text:
 
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
     """Two cells per key, keys numbered like the rows; keys beyond ``width`` are left out."""
-    weights, allowed = att.weights[head], att.allowed
-    pooled = att.config.get("pooled")
-    if pooled is not None:  # ~1/n weights: shade them on a log scale from a tenth of uniform to 1
-        floor = np.log10(0.1 / pooled["tokens"])
-        weights = np.clip((np.log10(np.maximum(weights, 1e-30)) - floor) / -floor, 0.0, 1.0)
+    weights, allowed = shades(att, head), att.allowed  # on the map's colour scale (log for ~1/n weights)
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
@@ -191,18 +188,40 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     return out
 
 
-def legend(*, color: bool, blocks: bool, masked: bool, pooled: int | None = None) -> Text:
-    """What the cells mean."""
+def shades(att: Attention, head: int) -> np.ndarray:
+    """A head's weights as positions 0–1 along the colour scale of the map (see attnviz.structure)."""
+    from ..structure import colour_floor, colour_values
+
+    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
+    return colour_values(att.weights[head], scale, colour_floor(att.config, len(att.keys)))
+
+
+def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None) -> Text:
+    """What the cells mean: the colour scale, the shades, the markers."""
+    from ..structure import colour_floor
+
     out = Text(style="dim")
-    if pooled is not None:
-        out.append(f"log scale from {0.1 / pooled:.1e} (a tenth of uniform) to 1 · ")
+    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
+    masked = att.mask is not None if masked is None else masked
+    if scale == "log":
+        floor = colour_floor(att.config, len(att.keys))
+        out.append(f"colours on a log scale from {floor:.1e} (a tenth of uniform) to 1\n")
+    elif scale == "power":
+        out.append("colours on a square-root scale\n")
+    sinks = att.config.get("sinks") or []
+    if sinks:
+        names = ", ".join(f"key {s['key']} {abbreviate(s['token'], 10)!r} ({s['mass']:.0%})" for s in sinks)
+        hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
+        out.append(f"attention sinks: {names}{hidden}\n")
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-    elif blocks:
+    elif blocks and scale == "linear":
         out.append("   <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7")
+    elif blocks:
+        out.append("   shade by colour position: <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7")
     else:
         out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
     if masked:
@@ -228,8 +247,7 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
     for head, label in enumerate(att.head_labels):
         body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
-    pooled = att.config.get("pooled")
-    yield legend(color=color, blocks=blocks, masked=att.mask is not None, pooled=pooled["tokens"] if pooled else None)
+    yield legend(att, color=color, blocks=blocks)
 
 
 def _section(title: str, body: RenderableType) -> Group:
@@ -259,7 +277,7 @@ def render_mask(
             yield _section(
                 f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
             )
-    yield legend(color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True)
+    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True)
 
 
 SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}

@@ -1,0 +1,115 @@
+"""What makes a real attention map readable: its sinks, and a colour scale that shows the rest.
+
+Trained models put most of each row's weight on a few keys — the first token, punctuation —
+that act as *attention sinks* (Xiao et al., 2023). On a linear 0–1 scale everything else is
+then black. A sink is found by its mass, the mean weight it takes over all rows; a view may
+mark it, or hide it and renormalise the rows without it. Long maps and maps with sinks are
+coloured on a log scale by default, from a tenth of uniform (0.1 / keys) to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .attention import Attention
+from .config import ColourScale, SinkMode
+from .core import Array
+
+SINK_MASS = 0.25  # a key that takes a quarter of all the weight, on average over the rows
+MAX_SINKS = 5
+MIN_KEYS = 8  # sinks are what long maps have: in a map of four tokens every key is a large share
+LONG_MAP = 64
+POWER = 0.5  # the power scale: square roots, between linear and log
+
+
+def find_sinks(att: Attention) -> list[dict[str, Any]]:
+    """Keys taking at least SINK_MASS of every row's weight on average, heaviest first (at most MAX_SINKS).
+
+    Each as ``{"key": j, "token": …, "mass": …}``, the mass averaged over the rows and the heads shown.
+    Pooled maps have no sinks: a bin's maximum is not a share of its rows' weight.
+    """
+    n, m = att.weights.shape[-2:]
+    if "pooled" in att.config or m < MIN_KEYS or n < 2:
+        return []
+    seen = att.allowed.copy()  # the rows that may give the key weight
+    if att.key_tokens is None:  # not a token's weight on itself (a decoder's first row has nothing else)
+        seen &= ~np.eye(n, m, dtype=bool)
+    weights = np.asarray(att.weights, dtype=np.float64) * seen
+    rows = seen.sum(axis=0)
+    mass = weights.sum(axis=1).mean(axis=0) / np.maximum(rows, 1)  # (m,)
+    mass[rows < n / 2] = 0  # a late key of a decoder, seen by a few rows, is no sink
+    order = np.argsort(-mass, kind="stable")[:MAX_SINKS]
+    return [
+        {"key": int(j), "token": att.keys[j], "mass": round(float(mass[j]), 6)} for j in order if mass[j] >= SINK_MASS
+    ]
+
+
+def hide_sinks(att: Attention, sinks: list[dict[str, Any]]) -> Attention:
+    """The map without its sinks: their columns set to 0 and every row renormalised over the other keys."""
+    if not sinks:
+        return att
+    keys = [s["key"] for s in sinks]
+    weights = np.array(att.weights, dtype=np.float64)
+    weights[..., keys] = 0.0
+    total = weights.sum(axis=-1, keepdims=True)
+    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    return replace(att, weights=weights, scores=None, config={**att.config, "sinks_hidden": keys})
+
+
+def choose_scale(att: Attention, asked: ColourScale, sinks: list[dict[str, Any]]) -> str:
+    """The colour scale: the one asked for; else log for long maps (more than LONG_MAP keys, whose weights
+    are ~1/n: dark on 0–1), pooled maps and maps with sinks; else linear."""
+    if asked != "auto":
+        return asked
+    return "log" if "pooled" in att.config or sinks or len(att.keys) > LONG_MAP else "linear"
+
+
+def readable(att: Attention, *, scale: ColourScale = "auto", sinks: SinkMode = "show") -> Attention:
+    """``att`` with its sinks found (and hidden, if asked) and its colour scale chosen, in ``config``."""
+    found = find_sinks(att)
+    if sinks == "hide":
+        att = hide_sinks(att, found)
+        chosen = choose_scale(att, scale, find_sinks(att))  # what is left decides
+    else:
+        chosen = choose_scale(att, scale, found)
+    return replace(att, config={**att.config, "color_scale": chosen, "sinks": found, "sink_mode": sinks})
+
+
+def colour_floor(config: dict[str, Any], keys: int) -> float:
+    """The smallest weight a log scale tells apart: a tenth of uniform over the map's tokens."""
+    pooled = config.get("pooled")
+    return 0.1 / float(pooled["tokens"] if pooled else max(keys, 1))
+
+
+def colour_values(weights: Array, scale: str, floor: float) -> Array:
+    """Weights as positions 0–1 along the colour map: linear, log from ``floor`` to 1, or square roots."""
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, 1.0)
+    if scale == "log":
+        low = np.log10(floor)
+        result: Array = np.clip((np.log10(np.maximum(w, floor)) - low) / -low, 0.0, 1.0)
+        return result
+    if scale == "power":
+        powered: Array = w**POWER
+        return powered
+    return w
+
+
+def scale_ticks(scale: str, floor: float) -> tuple[list[float], list[str]]:
+    """Tick positions (0–1 along the colour map) and labels (weights) for a colour bar or legend."""
+    if scale == "log":
+        superscript = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+        powers = range(int(np.ceil(np.log10(floor))), 1)
+        low = np.log10(floor)
+        return [float((p - low) / -low) for p in powers], [
+            f"10{str(p).translate(superscript)}" if p else "1" for p in powers
+        ]
+    if scale == "power":
+        values = [0.0, 0.05, 0.25, 0.5, 1.0]
+        return [v**POWER for v in values], ["0", "0.05", "0.25", "0.50", "1.00"]
+    return [0, 0.25, 0.5, 0.75, 1], ["0.00", "0.25", "0.50", "0.75", "1.00"]
+
+
+SCALE_NAMES = {"linear": "", "log": " (log scale)", "power": " (square-root scale)"}
