@@ -55,10 +55,12 @@ def bin_edges(n: int, bins: int) -> np.ndarray:
     return np.unique(np.linspace(0, n, min(n, bins) + 1).round().astype(int))
 
 
-def _softmax_rows(block: Array) -> None:
-    """In place: each row of ``block`` (rows, m) becomes its softmax; -inf entries become 0, NaN stays NaN."""
-    peak = block.max(axis=1, keepdims=True)
-    np.subtract(block, np.where(np.isfinite(peak), peak, 0), out=block)
+def _softmax_rows(block: Array, scores: Array | None = None) -> None:
+    """Each row of ``block`` (rows, m) becomes the softmax of that row of ``scores`` (default: of itself,
+    in place); -inf entries become 0, NaN stays NaN."""
+    source = block if scores is None else scores
+    peak = source.max(axis=1, keepdims=True)
+    np.subtract(source, np.where(np.isfinite(peak), peak, 0), out=block)
     np.exp(block, out=block)
     total = block.sum(axis=1, keepdims=True)
     np.multiply(block, np.where(total != 0, 1 / np.where(total != 0, total, 1), 0), out=block)
@@ -94,8 +96,9 @@ def attend(
     groups = _groups(rows, step) if pooled else np.unique(np.append(np.arange(0, n, step), n))
     shown = 1 if keep.mean else len(chosen)
     sums = np.zeros((len(chosen), len(rows) - 1, len(cols) - 1), dtype=np.float32) if pooled else None
-    weights = None if pooled else np.zeros((shown, n, m), dtype=np.float32)
-    scores = np.full((len(chosen), n, m), -np.inf, dtype=np.float32) if keep.scores and not pooled else None
+    direct = not pooled and not keep.mean  # each kept head's weights are computed where they are kept
+    weights = None if pooled else (np.empty if direct else np.zeros)((shown, n, m), dtype=np.float32)
+    scores = np.empty((len(chosen), n, m), dtype=np.float32) if keep.scores and not pooled else None
     output = None if v is None else np.empty((heads, n, v.shape[-1]), dtype=np.float32)
     vv = None if v is None else np.asarray(v, dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
@@ -106,29 +109,33 @@ def attend(
         start, stop = int(groups[g]), int(groups[g + 1])
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
         for h in range(heads):
+            kept = index.get(h)
             for a in range(start, stop, step):
                 b = min(stop, a + step)
                 used = min(m, b) if causal else m  # keys after the block's last query are all masked
-                part = block[: b - a, :used]
-                np.matmul(q[h, a:b], kt[h, :, :used], out=part)
+                if direct and kept is not None and weights is not None:
+                    part = weights[kept, a:b, :used]
+                    weights[kept, a:b, used:] = 0
+                else:
+                    part = block[: b - a, :used]
+                logits = part if scores is None or kept is None else scores[kept, a:b, :used]
+                np.matmul(q[h, a:b], kt[h, :, :used], out=logits)
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
-                    diagonal = part[:, a:used]
+                    diagonal = logits[:, a:used]
                     diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf
                 if blocked_keys is not None:
-                    part[:, blocked_keys[:used]] = -np.inf
-                if scores is not None and h in index:
-                    scores[index[h], a:b, :used] = part
-                _softmax_rows(part)
+                    logits[:, blocked_keys[:used]] = -np.inf
+                if logits is not part and scores is not None:
+                    scores[kept, a:b, used:] = -np.inf
+                _softmax_rows(part, None if logits is part else logits)
                 if output is not None and vv is not None:
                     np.matmul(part, vv[h, :used], out=output[h, a:b])
-                if h not in index:
+                if kept is None or direct:
                     continue
                 if sums is not None:
-                    _pool_into(sums[index[h]], part, a, rows, cols, used, combine)
-                elif weights is not None and keep.mean:
-                    weights[0, a:b, :used] += part / len(chosen)
+                    _pool_into(sums[kept], part, a, rows, cols, used, combine)
                 elif weights is not None:
-                    weights[index[h], a:b, :used] = part
+                    weights[0, a:b, :used] += part / len(chosen)
 
     with one_blas_thread():
         run_all(one_group, range(len(groups) - 1))

@@ -42,7 +42,7 @@ def record(case: str, ours: float, base: float, limit: float, note: str = "") ->
 
 
 def full_attention(n: int) -> None:
-    from attnviz.blocked import blocked_attention
+    from attnviz.blocked import attend
 
     h, d_k = 12, 64
     rng = np.random.default_rng(0)
@@ -50,9 +50,9 @@ def full_attention(n: int) -> None:
     kt = np.ascontiguousarray(k.transpose(0, 2, 1))
     floor = best(lambda: np.matmul(np.matmul(q, kt), v))
     scale = 1 / np.sqrt(d_k)
-    ours = best(lambda: blocked_attention(q, k, v, scale=scale))
-    causal = best(lambda: blocked_attention(q, k, v, scale=scale, causal=True))
-    weights, _ = blocked_attention(q[:1], k[:1], v[:1], scale=scale)
+    ours = best(lambda: attend(q, k, v, scale=scale))
+    causal = best(lambda: attend(q, k, v, scale=scale, causal=True))
+    weights = attend(q[:1], k[:1], v[:1], scale=scale)[1].weights
     s = q[0].astype(np.float64) @ k[0].astype(np.float64).T * scale
     ref = np.exp(s - s.max(axis=1, keepdims=True))
     error = float(np.abs(weights[0] - ref / ref.sum(axis=1, keepdims=True)).max())
@@ -62,14 +62,14 @@ def full_attention(n: int) -> None:
 
 def busy_machine(n: int) -> None:
     """The same full attention while another process keeps one core busy: slower, but not many-fold."""
-    from attnviz.blocked import blocked_attention
+    from attnviz.blocked import attend
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((12, n, 64), dtype=np.float32) for _ in range(3))
-    quiet = best(lambda: blocked_attention(q, k, v, scale=0.125))
+    quiet = best(lambda: attend(q, k, v, scale=0.125))
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        busy = best(lambda: blocked_attention(q, k, v, scale=0.125))
+        busy = best(lambda: attend(q, k, v, scale=0.125))
     finally:
         hog.kill()
         hog.wait()
@@ -77,7 +77,7 @@ def busy_machine(n: int) -> None:
 
 
 def long_sequence(n: int) -> None:
-    from attnviz.blocked import bin_edges, pooled_attention
+    from attnviz.blocked import Keep, attend, bin_edges
 
     d_k = 64
     rng = np.random.default_rng(0)
@@ -91,7 +91,7 @@ def long_sequence(n: int) -> None:
 
     base = best(baseline, 1)
     tracemalloc.start()
-    ours = best(lambda: pooled_attention(q, k, scale=0.125, rows=rows, cols=rows), 1)
+    ours = best(lambda: attend(q, k, None, scale=0.125, keep=Keep(bins=len(rows) - 1)), 1)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     record(f"pooled heatmap, n={n:,}, one head", ours, base, 2.0, f"peak {peak / 2**20:.0f} MiB (≤ 1024)")
@@ -260,6 +260,10 @@ def main() -> None:
     decoder()
     figures()
     batch(20 if quick else 100)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from real_lengths import real_lengths
+
+    ROWS.extend(real_lengths(quick))
     print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")
     for case, ours, base, ratio, target, ok, note in ROWS:
         print(
