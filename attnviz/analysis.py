@@ -34,11 +34,12 @@ def rollout(weights: Array) -> Array:
 
 def rollout_step(result: Array, layer: Array) -> Array:
     """One layer of the rollout: its heads (h, n, n) averaged, + identity, renormalised, times what came before."""
+    from .threads import product
+
     n = layer.shape[-1]
     a = layer.mean(axis=0, dtype=np.float64) + np.eye(n)  # the residual connection
     a /= a.sum(axis=-1, keepdims=True)
-    product: Array = a @ result
-    return product
+    return product(a, result)  # (n, n) @ (n, n): its rows split among attnviz's threads
 
 
 def head_patterns(weights: Array, tokens: tuple[str, ...]) -> dict[str, Array]:
@@ -57,12 +58,13 @@ def head_patterns(weights: Array, tokens: tuple[str, ...]) -> dict[str, Array]:
         "first": weights[..., :, 0].mean(axis=-1),
         "self": weights[..., rows, rows].mean(axis=-1),
     }
-    if n > 1 and np.triu(weights, k=1).any():  # a causal model never looks ahead
+    if n > 1 and weights[..., np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]].any():  # a decoder never looks ahead
         scores["next"] = weights[..., rows[:-1], rows[:-1] + 1].mean(axis=-1)
     separators = np.array([t == "[SEP]" for t in tokens])
     if separators.any():
         scores["separator"] = weights[..., separators].sum(axis=-1).mean(axis=-1)
-    equal = np.array([[a == b for b in tokens] for a in tokens])
+    ids = np.unique(np.array(tokens, dtype=object), return_inverse=True)[1].reshape(-1)
+    equal = ids[:, None] == ids[None, :]
     same = equal & ~np.eye(n, dtype=bool)
     if same.any():
         repeated = same.any(axis=1)
