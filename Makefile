@@ -67,6 +67,10 @@ samples: $(VENV)/.installed-test
 		-o samples/smollm2-induction-head.png
 	$(BIN)/attnviz mask --model smollm2 --file samples/fox.txt --layer 0 --head 3 -o samples/smollm2-mask.png
 	$(BIN)/attnviz heads --model smollm2 --repeat random -o samples/smollm2-heads.png
+	$(BIN)/attnviz heatmap --model smollm2 --file samples/document.txt --all-layers \
+		-o samples/smollm2-document-model-view.png
+	$(BIN)/attnviz heatmap --model minilm --file samples/paragraph-long.txt --layer 2 --head 0 \
+		-o samples/minilm-long-paragraph.png
 
 # The lecture deck of samples/slides.toml, redrawn only where it changed.
 slides: $(VENV)/.installed-test
