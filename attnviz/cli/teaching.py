@@ -21,6 +21,8 @@ from .output import (
     views,
 )
 
+MASK_TOKENS = 512  # every cell's score is written out: beyond this, the heatmap's pooled view
+
 
 @app.command()
 @opt.with_options(layer=opt.LAYER.variant(causal=True), figure=opt.FIGURE)
@@ -59,6 +61,11 @@ def mask(
 
     want = Want(heads=(head,), scores=True)
     att = layer.attention(want)
+    if len(att.tokens) > MASK_TOKENS:
+        raise UsageError(
+            f"the mask view shows every cell of {len(att.tokens):,} tokens' scores; it takes at most {MASK_TOKENS} "
+            "(heatmap shows long maps, pooled)"
+        )
     other = None
     if compare:
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
