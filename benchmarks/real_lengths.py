@@ -13,23 +13,14 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from timing import best
 
 ROOT = Path(__file__).resolve().parent.parent
 Row = tuple[str, float, float, float, str, bool, str]
-
-
-def best(run: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def row(case: str, ours: float, base: float, limit: float | None, peak: float | None = None, most: float = 0.0) -> Row:

@@ -22,18 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import best  # noqa: E402 - beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = ROOT.parent / "shared" / "bench" / "typer_floor.py"
 ROWS: list[tuple[str, float, float, float, str, bool, str]] = []
-
-
-def best(run: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def record(case: str, ours: float, base: float, limit: float, note: str = "") -> None:
@@ -228,7 +222,6 @@ def figures() -> None:
 
 
 def batch(count: int) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
     import tempfile
 
     from batch_speed import attnviz_batch, baseline
@@ -260,7 +253,6 @@ def main() -> None:
     decoder()
     figures()
     batch(20 if quick else 100)
-    sys.path.insert(0, str(Path(__file__).parent))
     from real_lengths import real_lengths
 
     ROWS.extend(real_lengths(quick))
