@@ -214,18 +214,22 @@ def _exact(layer: Layer, config: LayerConfig, mask: BoolArray | None) -> tuple[A
 
 
 def _projections32(layer: Layer) -> tuple[Array, Array, Array]:
-    """Q, K, V (h, n, d_k) in float32 from float32 inputs and the layer's weights."""
+    """Q, K, V (h, n, d_k) in float32: every head's projection as one product (X · [W^1 … W^h])."""
+    from .threads import product
+
+    def project(x: Array, w: Array) -> Array:
+        h, d_model, d_k = w.shape
+        joined = np.ascontiguousarray(w.astype(np.float32).transpose(1, 0, 2)).reshape(d_model, h * d_k)
+        return product(x, joined).reshape(len(x), h, d_k).transpose(1, 0, 2)  # (n, h·d_k) -> (h, n, d_k)
+
     with one_blas_thread():
-        return (
-            layer.x @ layer.w_q.astype(np.float32),
-            layer.context @ layer.w_k.astype(np.float32),
-            layer.context @ layer.w_v.astype(np.float32),
-        )
+        return project(layer.x, layer.w_q), project(layer.context, layer.w_k), project(layer.context, layer.w_v)
 
 
 def _engine(layer: Layer, config: LayerConfig, key_padding: tuple[bool, ...]) -> tuple[Array, Array, Array]:
     """The same layer through the blocked float32 engine: long inputs at the speed of their matrix products."""
     from .blocked import Keep, attend
+    from .threads import product
 
     q, k, v = _projections32(layer)
     key_mask = ~np.array(key_padding) if any(key_padding) else None
@@ -233,8 +237,8 @@ def _engine(layer: Layer, config: LayerConfig, key_padding: tuple[bool, ...]) ->
         q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=Keep(scores=True)
     )
     assert heads is not None and kept.scores is not None
-    with one_blas_thread():
-        output = np.concatenate(list(heads), axis=-1) @ layer.w_o.astype(np.float32)  # (n, h·d_v) @ (h·d_v, d_model)
+    with one_blas_thread():  # (n, h·d_v) @ (h·d_v, d_model)
+        output = product(np.concatenate(list(heads), axis=-1), layer.w_o.astype(np.float32))
     return output, kept.weights, kept.scores
 
 
