@@ -205,6 +205,7 @@ def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
         "layers": stack.layers,
         "rollout": result.tolist(),
         "first_row": result[0].tolist(),
+        "last_row": result[-1].tolist(),
     }
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -179,34 +180,71 @@ def render_all_layers(stack: AttentionStack, *, color: bool, width: int) -> Iter
         yield from render_heatmap(stack.layer(layer), color=color, width=width)
 
 
-def rollout_attention(stack: AttentionStack, result: Array) -> Attention:
-    """The rollout matrix dressed as one map, so the heatmap views can show it."""
-    return Attention(
-        tokens=stack.tokens,
-        weights=result[None],
-        head_labels=("rollout",),
-        config={
-            **stack.source,
-            "layers": stack.layers,
-            "heads": int(stack.weights.shape[1]),
-            "layer": stack.layers - 1,
-        },
+def rollout_attention(stack: AttentionStack, result: Array, bins: int | None = None) -> Attention:
+    """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long)."""
+    from ..blocked import pool_map
+    from ..sources import bin_labels
+
+    config = {**stack.source, "layers": stack.layers, "heads": stack.heads, "layer": stack.layers - 1}
+    tokens, weights = stack.tokens, result
+    if bins is not None and len(tokens) > bins:
+        weights, rows, _ = pool_map(result, bins)
+        tokens = bin_labels(rows)
+        config["pooled"] = {"method": "max", "tokens": len(stack.tokens), "bins": len(tokens)}
+    mask = None
+    if stack.causal:
+        edges = np.arange(len(stack.tokens) + 1) if "pooled" not in config else rows
+        mask = edges[:-1][None, :] <= (edges[1:] - 1)[:, None]
+    return Attention(tokens=tokens, weights=weights[None], head_labels=("rollout",), config=config, mask=mask)
+
+
+def inflow(stack: AttentionStack, result: Array) -> tuple[int, list[tuple[str, float]], str]:
+    """The row a bar chart of the rollout shows — the first position of an encoder (its [CLS]), the last of a
+    decoder (which sees every token) — and its largest TOP_TOKENS entries, largest first (in order, if few)."""
+    row = len(stack.tokens) - 1 if stack.causal else 0
+    values = result[row]
+    order = list(range(len(values))) if len(values) <= TOP_TOKENS else np.argsort(-values, kind="stable")[:TOP_TOKENS]
+    where = "the last position" if stack.causal else "the first position"
+    title = f"what flows into '{abbreviate(stack.tokens[row], 10)}' ({where})"
+    if len(values) > TOP_TOKENS:
+        title += f": the {TOP_TOKENS} largest of {len(values):,}"
+    return (
+        row,
+        [
+            (
+                f"{abbreviate(stack.tokens[j], 12)} ({j})"
+                if len(values) > TOP_TOKENS
+                else abbreviate(stack.tokens[j], 14),
+                float(values[j]),
+            )
+            for j in order
+        ],
+        title,
     )
+
+
+TOP_TOKENS = 30
 
 
 @styled
 def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """The rollout heatmap, and a bar per token: how much of it reaches the first position."""
-    att = rollout_attention(stack, result)
-    n = len(stack.tokens)
+    """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position."""
+    from ..structure import colour_values, scale_ticks
+
     fig = new_figure(style, 0.52, wide=True)
     heat, bars = fig.subplots(1, 2, width_ratios=[1.15, 1])
-    cmap = colormap(style.cmap)
-    image = draw_matrix(heat, result, att.allowed, cmap, style, vmin=0, vmax=max(float(result.max()), 1e-9))
     panel = fig.get_size_inches()[0] * 0.4
-    font = annotation_font(panel / n, style)
+    att = rollout_attention(stack, result, bins=int(panel * style.resolution()))
+    n = len(att.tokens)
+    scale = "log" if n > 64 or "pooled" in att.config else "linear"
+    peak = max(float(att.weights.max()), 1e-9)
+    floor = 0.1 / len(stack.tokens) * peak
+    shades = colour_values(att.weights[0] / peak, scale, floor / peak)
+    cmap = colormap(style.cmap)
+    image = draw_matrix(heat, shades, att.allowed, cmap, style, vmin=0, vmax=1)
+    font = annotation_font(panel / n, style) if "pooled" not in att.config else None
     if font is not None:
-        annotate_cells(heat, result, att.allowed, cmap, font, vmax=float(result.max()))
+        annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
     panel_title(
         heat,
         "rollout: heads averaged, + identity, renormalised, multiplied through the layers",
@@ -214,19 +252,26 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
         style,
         size=style.font_size * 0.85,
     )
-    fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02).outline.set_visible(False)
-    labels = [abbreviate(t, 14) for t in stack.tokens]
-    bars.barh(range(n), result[0], color=[cmap(v / max(result[0].max(), 1e-9)) for v in result[0]])
-    bars.set_yticks(range(n), labels, fontsize=style.font_size * 0.8)
-    bars.set_ylim(n - 0.5, -0.5)
-    for j, v in enumerate(result[0]):
-        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.font_size * 0.7)
-    bars.set_xlim(0, float(result[0].max()) * 1.2)
-    bars.set_title(
-        f"what flows into '{abbreviate(stack.tokens[0], 10)}' (the first position)",
-        fontsize=style.font_size * 0.85,
-        fontweight="bold",
+    bar = fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02)
+    bar.outline.set_visible(False)
+    ticks, labels = scale_ticks(scale, floor / peak)
+    bar.set_ticks(
+        ticks,
+        labels=[
+            f"{float(t) * peak:.2g}" if scale == "linear" else label for t, label in zip(ticks, labels, strict=True)
+        ],
     )
+    if scale == "log":
+        bar.set_label(f"share of the input (log scale, 1 = {peak:.2g})")
+    _, shown, title = inflow(stack, result)
+    top = max(value for _, value in shown) or 1e-9
+    bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
+    bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=style.font_size * 0.8)
+    bars.set_ylim(len(shown) - 0.5, -0.5)
+    for j, (_, v) in enumerate(shown):
+        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.font_size * 0.7)
+    bars.set_xlim(0, top * 1.2)
+    bars.set_title(title, fontsize=style.font_size * 0.85, fontweight="bold")
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     fig.suptitle(wrapped_title(stack_parts(stack), fig.get_size_inches()[0], style.font_size), fontweight="bold")
@@ -234,13 +279,15 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
 
 
 def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: int) -> Iterator[RenderableType]:
-    yield from render_heatmap(rollout_attention(stack, result), color=color, width=width)
-    yield Text(f"\nwhat flows into '{abbreviate(stack.tokens[0], 12)}' (row 0)", style="bold cyan")
-    peak = max(float(result[0].max()), 1e-9)
-    label_w = max(len(abbreviate(t, 12)) for t in stack.tokens)
+    fit = max(2, min(128, (width - 16) // 2))
+    yield from render_heatmap(rollout_attention(stack, result, bins=fit), color=color, width=width)
+    _, shown, title = inflow(stack, result)
+    yield Text(f"\n{title}", style="bold cyan")
+    peak = max(max(value for _, value in shown), 1e-9)
+    label_w = max(cell_len(name) for name, _ in shown)
     bar_w = max(10, width - label_w - 10)
-    for token, value in zip(stack.tokens, result[0], strict=True):
-        line = Text(f"{abbreviate(token, 12):>{label_w}} ")
+    for name, value in shown:
+        line = Text(" " * (label_w - cell_len(name)) + name + " ")
         line.append("█" * max(1, round(bar_w * value / peak)) if value > 0 else "", style="cyan" if color else "")
         line.append(f" {value:.3f}")
         yield line
