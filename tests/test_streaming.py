@@ -148,3 +148,19 @@ def test_hiding_sinks_renormalises_the_rows() -> None:
     assert (hidden.weights[0, 1:, 0] == 0).all() and hidden.config["sinks_hidden"] == [0]
     np.testing.assert_allclose(hidden.weights[0, 1:].sum(axis=-1), 1.0)
     assert readable(att, scale="power").config["color_scale"] == "power"
+
+
+def test_lines_of_a_long_map_draw_its_strongest_links(cli, tmp_path: Path) -> None:
+    n = 600
+    rng = np.random.default_rng(0)
+    weights = rng.random((1, 2, n, n)) * 0.01
+    weights[..., 0] = 5.0  # a sink: every row's largest weight, left out
+    weights[0, 1, 500, 7] = 20.0  # one strong link of head 1
+    weights /= weights.sum(axis=-1, keepdims=True)
+    path = tmp_path / "long.npy"
+    np.save(path, weights)
+    run = cli("lines", "--from", str(path), "--no-color")
+    assert run.code == 0, run.err
+    assert "the 60 strongest links of 600 tokens · not to the sink [0]" in run.out
+    assert "500 (500) → 7 (7)" in run.out and "→ 0 (0)" not in run.out
+    assert cli("lines", "--from", str(path), "-o", str(tmp_path / "l.png")).code == 0

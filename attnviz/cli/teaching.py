@@ -333,6 +333,8 @@ def lines(
 
     one_output(figure.output, as_json, False)
     att = layer.attention(Want(heads=None if head is None else (head,)))
+    if len(att.tokens) > views.lines.MAX_TOKENS and not as_json:
+        att = views.lines.strongest(att)
     from .. import schema
 
     emit(

@@ -62,7 +62,12 @@ def describe(att: Attention) -> str:
 def describe_parts(att: Attention) -> list[str]:
     """The pieces of :func:`describe`, for views that wrap them to a width."""
     c = att.config
-    if att.key_tokens is not None:
+    if "strongest" in c:
+        strongest = c["strongest"]
+        parts = [f"the {strongest['links']} strongest links of {strongest['tokens']:,} tokens"]
+        if strongest["sinks"]:
+            parts.append("not to the sink" + ("s" if len(strongest["sinks"]) > 1 else "") + f" {strongest['sinks']}")
+    elif att.key_tokens is not None:
         keys = len(att.key_tokens) - sum(att.key_padding)
         padded = f" padded to {len(att.key_tokens)}" if keys < len(att.key_tokens) else ""
         parts = [f"cross-attention: {len(att.tokens)} queries × {keys} keys{padded}"]

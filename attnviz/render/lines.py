@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 Layout = Literal["side", "overlay"]
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 MAX_TOKENS = 512  # a column of 512 labels is already a poster
+STRONGEST = 60  # links drawn of a map longer than that
 HEAD_COLOURS = (
     "#0072B2",
     "#D55E00",
@@ -41,6 +42,39 @@ HEAD_COLOURS = (
     "#AA4499",
     "#332288",
 )
+
+
+def strongest(att: Attention, count: int = STRONGEST) -> Attention:
+    """A map too long to draw whole, cut to its ``count`` strongest links (over the heads shown): the
+    queries and keys they join, in order, each labelled with its position; the other weights 0.
+
+    Links to attention sinks are left out (they would be all the strongest links of a decoder).
+    """
+    from dataclasses import replace
+
+    from ..structure import find_sinks
+
+    sinks = [s["key"] for s in find_sinks(att)]
+    allowed = att.allowed.copy()
+    allowed[:, sinks] = False
+    flat = np.where(allowed[None], att.weights, 0.0).reshape(-1)
+    top = np.argpartition(-flat, min(count, flat.size) - 1)[:count]
+    heads, rows, cols = np.unravel_index(top, att.weights.shape)
+    queries, keys = np.unique(rows), np.unique(cols)
+    weights = np.zeros((att.weights.shape[0], len(queries), len(keys)))
+    weights[heads, np.searchsorted(queries, rows), np.searchsorted(keys, cols)] = flat[top]
+    label = [f"{abbreviate(att.tokens[i], 10)} ({i})" for i in queries]
+    return replace(
+        att,
+        tokens=tuple(label),
+        key_tokens=tuple(f"{abbreviate(att.keys[j], 10)} ({j})" for j in keys),
+        weights=weights,
+        scores=None,
+        mask=None,
+        padding=(),
+        key_padding=(),
+        config={**att.config, "strongest": {"links": len(top), "tokens": len(att.tokens), "sinks": sinks}},
+    )
 
 
 def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]]:
