@@ -40,6 +40,9 @@ class Keep:
         return tuple(range(heads)) if self.heads is None else self.heads
 
 
+NOTHING = Keep(heads=())  # a layer the view does not show: its output only
+
+
 @dataclass(frozen=True)
 class Kept:
     """What :func:`attend` kept: weights (k, n', m') float32 (k = 1 for a mean), scores if asked, bin edges."""

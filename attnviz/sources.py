@@ -177,8 +177,8 @@ def kept_stack(
     pooled = keep.bins is not None
     return AttentionStack(
         tokens=tokens,
-        weights=np.stack([kept[i].weights for i in ids]),
-        scores=np.stack([kept[i].scores for i in ids]) if first.scores is not None else None,  # type: ignore[misc]
+        weights=_stacked([kept[i].weights for i in ids]),
+        scores=_stacked([kept[i].scores for i in ids]) if first.scores is not None else None,  # type: ignore[misc]
         source=source,
         causal=causal,
         layer_ids=ids,
@@ -190,6 +190,11 @@ def kept_stack(
         rows=first.rows if pooled else None,
         cols=first.cols if pooled else None,
     )
+
+
+def _stacked(arrays: list[Array]) -> Array:
+    """One layer's array as a view (no copy of a long map), several stacked."""
+    return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
 
 
 RANDOM_WORDS = 40
@@ -241,7 +246,7 @@ def model_stack(
             else:
                 kept[layer] = result
 
-    model.run(encoding, take, layers=max(layers) + 1, keep=keep)
+    model.run(encoding, take, dict.fromkeys(layers, keep))
     source = {
         "model": model.name,
         "text": text,
@@ -261,7 +266,7 @@ def _ensure_kept_fits(n: int, layers: int, heads: int, keep: Keep) -> None:
     """What a streamed pass keeps, and one layer's working set, against the memory there is."""
     shown = 1 if keep.mean else len(keep.chosen(heads))
     side = n if keep.bins is None else min(n, keep.bins)
-    kept = 4 * layers * shown * side * side * (2 if keep.scores else 1)
+    kept = 4 * layers * shown * side * side * (2 if keep.scores else 1) * (2 if layers > 1 else 1)  # + the stack
     working = 4 * heads * n * (n if keep.bins is None and not keep.mean else 0) // max(1, heads)  # one map in flight
     ensure_fits(
         kept + working + 64 * 2**20,

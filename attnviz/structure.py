@@ -37,9 +37,9 @@ def find_sinks(att: Attention) -> list[dict[str, Any]]:
     seen = att.allowed.copy()  # the rows that may give the key weight
     if att.key_tokens is None:  # not a token's weight on itself (a decoder's first row has nothing else)
         seen &= ~np.eye(n, m, dtype=bool)
-    weights = np.asarray(att.weights, dtype=np.float64) * seen
+    total = sum(np.where(seen, head, 0).sum(axis=0, dtype=np.float64) for head in att.weights)  # a head at a time
     rows = seen.sum(axis=0)
-    mass = weights.sum(axis=1).mean(axis=0) / np.maximum(rows, 1)  # (m,)
+    mass = total / len(att.weights) / np.maximum(rows, 1)  # (m,)
     mass[rows < n / 2] = 0  # a late key of a decoder, seen by a few rows, is no sink
     order = np.argsort(-mass, kind="stable")[:MAX_SINKS]
     return [

@@ -131,7 +131,7 @@ def heatmap(
         mean=mean,
         scores=scores,
         pool=pool or "max",
-        bins=None if as_json or jsonl else shown_bins(figure, pool),
+        bins=json_fits(scores) if as_json or jsonl else shown_bins(figure, pool),
     )
     from ..structure import readable
 
@@ -150,6 +150,23 @@ def heatmap(
         show=lambda color, width: views.terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
     )
+
+
+def json_fits(scores: bool) -> Callable[[int, int], None]:
+    """JSON holds the full map: refuse, before the model runs, one that would not fit in memory as JSON."""
+
+    def check(n: int, shown: int) -> None:
+        from ..resources import ensure_fits
+        from ..schema import BYTES_PER_NUMBER
+
+        numbers = shown * n * n * (2 if scores else 1)
+        ensure_fits(
+            numbers * BYTES_PER_NUMBER,
+            f"a JSON document of {numbers:,} numbers",
+            "choose one head with --head, or --mean",
+        )
+
+    return check
 
 
 def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int], int | None]:

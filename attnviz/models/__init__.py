@@ -60,8 +60,9 @@ class Model(Protocol):
         """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
         ...
 
-    def run(self, encoding: Encoding, consume: Consumer, *, layers: int, keep: Keep) -> None:
-        """The forward pass through the first ``layers`` layers; ``consume(layer, kept)`` after each."""
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+        """The forward pass up to the last layer in ``keep``; ``consume(layer, kept)`` after each of those,
+        keeping what its :class:`Keep` says (the layers between keep nothing)."""
         ...
 
 
@@ -79,7 +80,7 @@ def all_attention(model: Model, encoding: Encoding) -> ModelAttention:
         weights.append(kept.weights)
         scores.append(kept.scores)
 
-    model.run(encoding, collect, layers=model.layers, keep=Keep(scores=True))
+    model.run(encoding, collect, {layer: Keep(scores=True) for layer in range(model.layers)})
     return ModelAttention(encoding, np.stack(weights), np.stack(scores), model.causal)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..blocked import Keep, attend
+from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
 from ..inputs import parse_json, read_file
@@ -179,7 +179,7 @@ class Bert:
     def words(self) -> list[str]:
         return [t for t in self.tokenizer.vocab if t.isascii() and t.isalpha()]
 
-    def run(self, encoding: Encoding, consume: Consumer, *, layers: int, keep: Keep) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The encoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says."""
         c = self.config
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
@@ -193,7 +193,8 @@ class Bert:
         )
         x = layer_norm(x, self.w("embeddings.LayerNorm.weight"), self.w("embeddings.LayerNorm.bias"), c.eps)
         with one_blas_thread():  # the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
-            for layer in range(layers):
+            last = max(keep)
+            for layer in range(last + 1):
                 p = f"encoder.layer.{layer}."
                 self._finite(x, layer - 1)
 
@@ -204,11 +205,12 @@ class Bert:
                     linear(f"attention.self.{m}", x).reshape(n, h, d_k).transpose(1, 0, 2)
                     for m in ("query", "key", "value")
                 )  # (h, n, d_k)
-                output, kept = attend(q, k, v, scale=1 / math.sqrt(d_k), keep=keep)
+                output, kept = attend(q, k, v, scale=1 / math.sqrt(d_k), keep=keep.get(layer, NOTHING))
                 assert output is not None
                 self._finite(kept.weights, layer)
-                consume(layer, kept)
-                if layer == layers - 1:
+                if layer in keep:
+                    consume(layer, kept)
+                if layer == last:
                     return
                 context = output.transpose(1, 0, 2).reshape(n, c.hidden)
                 x = layer_norm(

@@ -15,7 +15,7 @@ from typing import TypeGuard
 
 import numpy as np
 
-from ..blocked import Keep, attend
+from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
@@ -140,7 +140,7 @@ class Llama:
     def words(self) -> list[str]:
         return [t[1:] for t in self.tokenizer.tokens if t.startswith("Ġ") and t[1:].isascii() and t[1:].isalpha()]
 
-    def run(self, encoding: Encoding, consume: Consumer, *, layers: int, keep: Keep) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
 
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
@@ -151,7 +151,8 @@ class Llama:
         t = self.file.tensor
         x = t("token_embd.weight", rows=np.asarray(encoding.ids))
         with one_blas_thread():
-            for layer in range(layers):
+            last = max(keep)
+            for layer in range(last + 1):
                 p = f"blk.{layer}."
                 self._finite(x, layer - 1)
                 a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
@@ -160,11 +161,12 @@ class Llama:
                 v = product(a, t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
                 q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
                 k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
-                output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep)
+                output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep.get(layer, NOTHING))
                 assert output is not None
                 self._finite(kept.weights, layer)
-                consume(layer, kept)
-                if layer == layers - 1:
+                if layer in keep:
+                    consume(layer, kept)
+                if layer == last:
                     return  # the rest changes no attention that was asked for
                 x = x + product(output.transpose(1, 0, 2).reshape(n, h * d), t(p + "attn_output.weight").T)
                 f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
