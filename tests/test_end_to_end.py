@@ -146,7 +146,7 @@ def test_results_do_not_depend_on_the_number_of_blas_threads(tmp_path) -> None:
     assert outputs[0] == outputs[1] == outputs[2]
 
 
-def test_ctrl_c_exits_130_quietly_and_leaves_no_partial_file(tmp_path) -> None:
+def test_ctrl_c_dies_by_sigint_quietly_and_leaves_no_partial_file(tmp_path) -> None:
     import signal
     import time
 
@@ -163,6 +163,25 @@ def test_ctrl_c_exits_130_quietly_and_leaves_no_partial_file(tmp_path) -> None:
     assert process.poll() is None, "the command finished before it could be interrupted: give it more work"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130
+    assert process.returncode == -signal.SIGINT  # as a shell sees it: killed by SIGINT, status 130
     assert b"Traceback" not in err and err == b""
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_ctrl_c_stops_a_shell_loop(tmp_path) -> None:
+    """bash goes on to the next command of a loop unless the child died by the signal itself."""
+    import os
+    import signal
+    import time
+
+    tokens = tmp_path / "long.txt"
+    tokens.write_text(" ".join(f"w{i % 300}" for i in range(150_000)))
+    command = " ".join(ATTNVIZ + ["heatmap", "--file", str(tokens)])
+    script = f"for i in 1 2 3; do {command} -o {tmp_path}/f$i.png; done; echo finished"
+    process = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdout=subprocess.PIPE, start_new_session=True)
+    time.sleep(2.5)
+    assert process.poll() is None
+    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to the whole foreground group
+    out, _ = process.communicate(timeout=120)
+    assert b"finished" not in out
+    assert not list(tmp_path.glob("f*.png"))

@@ -120,24 +120,27 @@ class Terminated(KeyboardInterrupt):
 RECEIVED: list[int] = []
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
+def _raise_interrupt(signum: int, _frame: object) -> None:
     RECEIVED.append(signum)
-    raise Terminated(signum)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
 
 @contextlib.contextmanager
 def terminated_cleanly() -> Iterator[None]:
-    """Inside: SIGTERM and SIGHUP raise :class:`Terminated`; after unwinding, the process dies by that
-    signal, as the shell expects of a program it stopped (typer turns the exception into exit 130)."""
-    chosen = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    previous = {s: signal.signal(s, _raise_terminated) for s in chosen}
+    """Inside: Ctrl-C, SIGTERM and SIGHUP unwind the program (temporary files are removed on the way);
+    after, the process dies by that signal, as shells and make expect of a program they stopped: a
+    shell loop ends at Ctrl-C instead of running the next command (an exit status of 130 would not
+    stop it)."""
+    chosen = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, _raise_interrupt) for s in chosen}
     try:
         yield
-    except Terminated:
+    except KeyboardInterrupt:
         pass
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if RECEIVED:
+        sys.stdout.flush()
         signal.signal(RECEIVED[0], signal.SIG_DFL)
         os.kill(os.getpid(), RECEIVED[0])
