@@ -43,7 +43,7 @@ def plural(count: int, noun: str) -> str:
     """'1 layer', '2 layers', '3 queries'."""
     if count == 1:
         return f"1 {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{count} {noun}s"
 
 
 def stack_of(layer: opt.LayerRequest) -> AttentionStack:

@@ -76,13 +76,21 @@ def describe_parts(att: Attention) -> list[str]:
         parts = [f"{pooled['tokens']:,} tokens {pooled['method']}-pooled into {pooled['bins']} × {pooled['bins']} bins"]
     else:
         real = len(att.tokens) - sum(att.padding)
-        parts = [f"{real} tokens" + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")]
+        parts = [
+            f"{real} token{'s' if real != 1 else ''}"
+            + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")
+        ]
     if "model" in c:
-        parts += [f"{c['model']}", f"layer {c['layer']} of {c['layers']}", f"{c['heads']} heads"]
+        parts += [
+            f"{c['model']}",
+            f"layer {c['layer']} of {c['layers']}",
+            f"{c['heads']} head{'s' if c['heads'] != 1 else ''}",
+        ]
         if c.get("pair"):
             parts.append("sentence pair")
     if "from" in c:
-        parts += [f"from {Path(str(c['from'])).name}", f"layer {c['layer']} of {c['layers']}", f"{c['heads']} heads"]
+        heads = f"{c['heads']} head{'s' if c['heads'] != 1 else ''}"
+        parts += [f"from {Path(str(c['from'])).name}", f"layer {c['layer']} of {c['layers']}", heads]
     if "d_model" in c:
         parts += [
             f"d_model {c['d_model']}",
