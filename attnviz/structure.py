@@ -78,6 +78,11 @@ def readable(att: Attention, *, scale: ColourScale = "auto", sinks: SinkMode = "
     return replace(att, config={**att.config, "color_scale": chosen, "sinks": found, "sink_mode": sinks})
 
 
+def scale_in(config: dict[str, Any]) -> str:
+    """The colour scale a map's ``config`` names; one that names none (made by the API): log if pooled."""
+    return str(config.get("color_scale") or ("log" if "pooled" in config else "linear"))
+
+
 def colour_floor(config: dict[str, Any], keys: int) -> float:
     """The smallest weight a log scale tells apart: a tenth of uniform over the map's tokens."""
     pooled = config.get("pooled")

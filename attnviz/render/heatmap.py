@@ -271,10 +271,9 @@ _reusable: dict[Any, tuple[Figure, list[Axes], tuple[Any, float]]] = {}
 def scale_of(att: Attention) -> tuple[str, float]:
     """The map's colour scale (``config["color_scale"]``; by default log for a pooled map, else linear)
     and the floor of a log scale."""
-    from ..structure import colour_floor
+    from ..structure import colour_floor, scale_in
 
-    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
-    return str(scale), colour_floor(att.config, len(att.keys))
+    return scale_in(att.config), colour_floor(att.config, len(att.keys))
 
 
 def shown_values(att: Attention, index: int) -> tuple[Array, float, float]:

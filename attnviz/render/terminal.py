@@ -190,18 +190,17 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
 
 def shades(att: Attention, head: int) -> np.ndarray:
     """A head's weights as positions 0–1 along the colour scale of the map (see attnviz.structure)."""
-    from ..structure import colour_floor, colour_values
+    from ..structure import colour_floor, colour_values, scale_in
 
-    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
-    return colour_values(att.weights[head], scale, colour_floor(att.config, len(att.keys)))
+    return colour_values(att.weights[head], scale_in(att.config), colour_floor(att.config, len(att.keys)))
 
 
 def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None) -> Text:
     """What the cells mean: the colour scale, the shades, the markers."""
-    from ..structure import colour_floor
+    from ..structure import colour_floor, scale_in
 
     out = Text(style="dim")
-    scale = att.config.get("color_scale") or ("log" if "pooled" in att.config else "linear")
+    scale = scale_in(att.config)
     masked = att.mask is not None if masked is None else masked
     if scale == "log":
         floor = colour_floor(att.config, len(att.keys))
