@@ -252,3 +252,39 @@ def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypa
     run = cli("heatmap", "--file", str(locked))
     assert run.code == 1
     assert run.err.splitlines() == [f"attnviz: error: {locked}: permission denied"]
+
+
+COMMAND_NAMES = [
+    "heatmap",
+    "mask",
+    "saturation",
+    "explain",
+    "permute",
+    "diff",
+    "lines",
+    "rollout",
+    "heads",
+    "check",
+    "batch",
+]
+
+
+@pytest.mark.parametrize("command", [[], *[[c] for c in COMMAND_NAMES]])
+def test_help_shows_flags_as_flags_and_examples_whole(cli, monkeypatch, command: list[str]) -> None:
+    import inspect
+
+    from attnviz.cli import app
+
+    monkeypatch.setenv("COLUMNS", "80")
+    run = cli(*command, "--help")
+    assert run.code == 0 and "<bool>" not in run.out
+    lines = [line.strip() for line in run.out.splitlines()]
+    infos = [i for i in app.registered_commands if i.callback is not None and i.callback.__name__ in command]
+    doc = inspect.getdoc(infos[0].callback) if infos else app.info.help
+    examples = [line.strip() for line in (doc or "").splitlines() if line.strip().startswith(("attnviz ", "echo "))]
+    assert examples and all(example in lines for example in examples)  # each on a line of its own, unwrapped
+
+
+def test_attnviz_alone_prints_the_help_and_exits_0(cli) -> None:
+    run = cli()
+    assert run.code == 0 and "Usage: attnviz" in run.out and run.err == ""

@@ -18,7 +18,16 @@ from . import streams
 
 APP_SETTINGS: dict[str, Any] = {
     "name": "attnviz",
-    "help": "See self-attention: per-head weights in the terminal, as figures, and as JSON.",
+    "help": """See self-attention: per-head weights in the terminal, as figures, and as JSON.
+
+    [bold]Examples[/bold]
+
+      attnviz heatmap "the cat sat on the mat"
+
+      attnviz heatmap "the cat sat on the mat" --causal -o heads.png
+
+      attnviz heatmap --model smollm2 --file doc.txt --all-layers -o model.png
+    """,
     "no_args_is_help": True,
     "rich_markup_mode": "rich",
     "context_settings": {"help_option_names": ["-h", "--help"]},
@@ -77,6 +86,18 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return lean
 
 
+def _flag_help(make: Any) -> Any:
+    """--help is built when asked for; it is a flag too."""
+
+    def help_option(ctx: Any) -> Any:
+        option = make(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    return help_option
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
     given = sys.argv[1:] if argv is None else argv
@@ -86,13 +107,20 @@ def main(argv: list[str] | None = None) -> int:
                 arg.encode("utf-8")
             except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
                 return _fail(f"the argument '{printable(arg)}' is not UTF-8 text", 2)
-    command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
-    for sub in getattr(command, "commands", {}).values():
+    command = typer.main.get_command(_app_for(given))
+    command.help = _reflow(command.help or "")
+    for sub in [command, *getattr(command, "commands", {}).values()]:
         sub.help = _reflow(sub.help or "")
+        for param in sub.params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""  # an on/off flag takes no value: no "<bool>" beside it
+        sub.get_help_option = _flag_help(sub.get_help_option)
     try:
         result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
         sys.stdout.flush()
     except typer.TyperException as err:
+        if not given:  # `attnviz` alone: the help was the answer
+            return 0
         ctx = getattr(err, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         return _fail(err.format_message() + hint, err.exit_code)

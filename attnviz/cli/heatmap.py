@@ -100,7 +100,7 @@ def heatmap(
 
       attnviz heatmap "the cat sat on the mat" -o heads.png
 
-      attnviz heatmap --model minilm "The quick brown fox jumps over the lazy dog." --layer 2 --head 9
+      attnviz heatmap --model minilm "The quick brown fox." --layer 2 --head 9
 
       attnviz heatmap --model minilm "The quick brown fox." --all-layers -o grid.png
     """

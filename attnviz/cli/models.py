@@ -42,7 +42,7 @@ def rollout(
 
     [bold]Examples[/bold]
 
-      attnviz rollout --model minilm "The quick brown fox jumps over the lazy dog."
+      attnviz rollout --model minilm "The quick brown fox jumps over the dog."
 
       attnviz rollout --from attention.npz -o rollout.png
     """

@@ -326,7 +326,7 @@ def lines(
 
       attnviz lines "the cat sat on the mat" --head 2 -o lines.svg
 
-      attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2 -o heads.png
+      attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2
     """
 
     from ..sources import Want
