@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 from attnviz.attention import Attention
@@ -88,3 +89,27 @@ def test_cell_text_is_black_or_white_rgb_that_no_terminal_theme_repaints() -> No
     assert cell_style(0.95).color.name == "#000000"  # on yellow
     assert cell_style(0.02).color.name == "#ffffff"  # on dark purple
     assert not any(cell_style(w / 20).color.is_system_defined for w in range(21))
+
+
+@pytest.mark.parametrize("width", [40, 80, 120, 200])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the transformer architecture revolutionized natural language processing",
+        "自然语言 处理 注意力 机制 变换器",
+        "🙂 smile 🚀 rocket 👩‍🔬 science 🇫🇷 france",
+    ],
+)
+def test_tables_use_the_width_they_have_and_lose_no_token(cli, monkeypatch, width: int, text: str) -> None:
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    run = cli("heatmap", text, "--head", "0", "--no-color")
+    assert run.code == 0, run.err
+    assert all(cell_len(line) <= width for line in run.out.splitlines())
+    if "0.0" in run.out or "0.1" in run.out:  # a number table, not the block view of a narrow terminal
+        shown = run.out.split("head 0", 1)[1]
+        for token in text.split():  # each token whole: in the table, or in the list of those cut to fit
+            assert token in shown, (token, run.out)
+    if width >= 120:
+        assert "cut to fit" not in run.out

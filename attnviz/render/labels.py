@@ -24,9 +24,11 @@ def visible_token(token: str) -> str:
     if token and token.isspace():  # a token that is only white space: a sign for each character
         return "".join(WHITE_SPACE.get(ch, f"\\u{ord(ch):04x}") for ch in token)
     out = []
-    for ch in token:
+    for k, ch in enumerate(token):
         category = unicodedata.category(ch)
-        if ch in "\n\t":
+        if ch == "\u200d" and 0 < k < len(token) - 1 and _joins(token[k - 1], token[k + 1]):
+            out.append(ch)  # a zero-width joiner inside an emoji sequence (👩‍🔬): one picture, kept whole
+        elif ch in "\n\t":
             out.append(WHITE_SPACE[ch])
         elif category in _INVISIBLE or (category == "Zs" and ch != " "):
             code = ord(ch)
@@ -34,6 +36,11 @@ def visible_token(token: str) -> str:
         else:
             out.append(ch)
     return "".join(out) if token else '""'
+
+
+def _joins(before: str, after: str) -> bool:
+    """Whether a zero-width joiner stands between two parts of an emoji (symbols, or a variation selector)."""
+    return unicodedata.category(before) in ("So", "Mn", "Sk") and unicodedata.category(after) == "So"
 
 
 def abbreviate(token: str, width: int) -> str:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..saturation import STATISTICS, Saturation
-from .labels import abbreviate, describe_parts, score_label, wrap_parts
+from .labels import abbreviate, describe_parts, score_label, visible_token, wrap_parts
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -41,7 +41,8 @@ _VIRIDIS = np.array(
 )
 _SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
 _MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
-LABEL_WIDTH = 8
+LABEL_WIDTH = 8  # token labels are cut to this when nothing wider fits
+MAX_LABEL = 24
 
 
 def _weight_rgb(w: float) -> np.ndarray:
@@ -89,14 +90,20 @@ def _label_style(padding: bool) -> str:
 
 
 def matrix_text(
-    att: Attention, cell: Callable[[int, int], tuple[str, Style | str]], width: int, *, trailing: int = 0
+    att: Attention,
+    cell: Callable[[int, int], tuple[str, Style | str]],
+    width: int,
+    *,
+    trailing: int = 0,
+    labels: int = LABEL_WIDTH,
 ) -> Text:
-    """Query tokens down, key tokens across, each cell's text right-aligned in ``width`` characters.
+    """Query tokens down, key tokens across, each cell's text right-aligned in ``width`` characters,
+    the tokens cut to ``labels`` cells.
 
     Column labels are right-aligned too, ending ``trailing`` characters early (above a marker).
     """
-    rows = [abbreviate(t, LABEL_WIDTH) for t in att.tokens]
-    cols = [abbreviate(t, LABEL_WIDTH) for t in att.keys]
+    rows = [abbreviate(t, labels) for t in att.tokens]
+    cols = [abbreviate(t, labels) for t in att.keys]
     widths = [max(width, cell_len(c)) for c in cols]
     label_w = max(cell_len(r) for r in rows)
     out = Text(no_wrap=True, overflow="crop")
@@ -118,7 +125,7 @@ def _is_padding(att: Attention, i: int) -> bool:
     return bool(att.padding[i]) if att.padding else False
 
 
-def number_table(att: Attention, head: int, *, color: bool) -> Text:
+def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
     """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
     weights, allowed = att.weights[head], att.allowed
     colours = shades(att, head)
@@ -132,10 +139,10 @@ def number_table(att: Attention, head: int, *, color: bool) -> Text:
             return f"{value:.2f}", cell_style(colours[i, j], strong=strong)
         return f"{value:.2f}" + ("*" if strong else " "), ""
 
-    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1)
+    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1, labels=labels)
 
 
-def scores_table(att: Attention, head: int, *, color: bool) -> Text:
+def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
     """Scaled scores to 2 decimals, −∞ where the mask blocks."""
     assert att.scores is not None
     scores, allowed = att.scores[head], att.allowed
@@ -146,13 +153,13 @@ def scores_table(att: Attention, head: int, *, color: bool) -> Text:
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         return texts[i][j], ("" if allowed[i, j] else "dim")
 
-    return matrix_text(att, cell, max(len(t) for row in texts for t in row))
+    return matrix_text(att, cell, max(len(t) for row in texts for t in row), labels=labels)
 
 
-def mask_table(att: Attention) -> Text:
+def mask_table(att: Attention, labels: int = LABEL_WIDTH) -> Text:
     """The additive mask: 0 where allowed, −∞ where blocked."""
     allowed = att.allowed
-    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3)
+    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3, labels=labels)
 
 
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
@@ -209,7 +216,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         out.append("colours on a square-root scale\n")
     sinks = att.config.get("sinks") or []
     if sinks:
-        names = ", ".join(f"key {s['key']} {abbreviate(s['token'], 10)!r} ({s['mass']:.0%})" for s in sinks)
+        names = ", ".join(f"key {s['key']} '{abbreviate(s['token'], 10)}' ({s['mass']:.0%})" for s in sinks)
         hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
         out.append(f"attention sinks: {names}{hidden}\n")
     if blocks and color:
@@ -233,19 +240,44 @@ def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
     return table_width(att, 4 if color else 5) <= width
 
 
-def table_width(att: Attention, cell: int) -> int:
-    """Columns a :func:`matrix_text` with cells of ``cell`` characters takes."""
-    label_w = max(cell_len(abbreviate(t, LABEL_WIDTH)) for t in att.tokens)
-    return label_w + sum(1 + max(cell, cell_len(abbreviate(t, LABEL_WIDTH))) for t in att.keys)
+def table_width(att: Attention, cell: int, labels: int = LABEL_WIDTH) -> int:
+    """Columns a :func:`matrix_text` with cells of ``cell`` characters and labels of ``labels`` takes."""
+    label_w = max(cell_len(abbreviate(t, labels)) for t in att.tokens)
+    return label_w + sum(1 + max(cell, cell_len(abbreviate(t, labels))) for t in att.keys)
+
+
+def label_width(att: Attention, cell: int, width: int) -> int:
+    """The widest token labels (whole tokens when they fit, at most MAX_LABEL) with which the table fits ``width``."""
+    longest = max(cell_len(visible_token(t)) for t in (*att.tokens, *att.keys))
+    for labels in range(min(longest, MAX_LABEL), LABEL_WIDTH, -1):
+        if table_width(att, cell, labels) <= width:
+            return labels
+    return LABEL_WIDTH
+
+
+def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
+    """The tokens a table had to cut, written out whole once (index → token), so nothing is lost."""
+    cut = [(i, t) for i, t in enumerate(att.keys) if cell_len(visible_token(t)) > labels]
+    if not cut:
+        return None
+    entries = [f"{i} {visible_token(t)}" for i, t in cut]
+    return Text("cut to fit: " + " · ".join(entries), style="dim", overflow="fold")
 
 
 def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
     """The configuration line, then a heading and a heatmap for each head, then a legend."""
     yield Text("\n".join(wrap_parts(describe_parts(att), width)), style="dim")
     blocks = not fits_as_numbers(att, color=color, width=width)
+    labels = label_width(att, 4 if color else 5, width)
     for head, label in enumerate(att.head_labels):
-        body = block_heatmap(att, head, color=color, width=width) if blocks else number_table(att, head, color=color)
+        if blocks:
+            body = block_heatmap(att, head, color=color, width=width)
+        else:
+            body = number_table(att, head, color=color, labels=labels)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
+    cut = None if blocks else cut_tokens(att, labels, width)
+    if cut is not None:
+        yield cut
     yield legend(att, color=color, blocks=blocks)
 
 
@@ -264,9 +296,11 @@ def render_mask(
         assert row.scores is not None
         score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
         if table_width(row, max(score_width, 5)) <= width:
-            yield _section(f"{prefix}mask M", mask_table(row))
-            yield _section(f"{prefix}scores S = {score_label(row.config)}", scores_table(row, 0, color=color))
-            yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color))
+            labels = label_width(row, max(score_width, 5), width)
+            yield _section(f"{prefix}mask M", mask_table(row, labels))
+            scores = scores_table(row, 0, color=color, labels=labels)
+            yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
+            yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels))
         else:
             note = Text(
                 f"mask and score tables need {table_width(row, score_width)} columns: widen the "
