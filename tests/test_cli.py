@@ -217,23 +217,26 @@ def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: 
     assert (lean.code, lean.out, lean.err) == (full.code, full.out, full.err)
 
 
+COMMAND_NAMES = [
+    "heatmap",
+    "mask",
+    "saturation",
+    "explain",
+    "permute",
+    "diff",
+    "lines",
+    "rollout",
+    "heads",
+    "check",
+    "batch",
+]
+
+
 def test_help_lists_heatmap_then_the_teaching_views_then_models_then_batch() -> None:
     from attnviz.cli import app
 
     names = [info.callback.__name__ for info in app.registered_commands if info.callback is not None]
-    assert names == [
-        "heatmap",
-        "mask",
-        "saturation",
-        "explain",
-        "permute",
-        "diff",
-        "lines",
-        "rollout",
-        "heads",
-        "check",
-        "batch",
-    ]
+    assert names == COMMAND_NAMES
 
 
 def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypatch) -> None:
@@ -252,21 +255,6 @@ def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypa
     run = cli("heatmap", "--file", str(locked))
     assert run.code == 1
     assert run.err.splitlines() == [f"attnviz: error: {locked}: permission denied"]
-
-
-COMMAND_NAMES = [
-    "heatmap",
-    "mask",
-    "saturation",
-    "explain",
-    "permute",
-    "diff",
-    "lines",
-    "rollout",
-    "heads",
-    "check",
-    "batch",
-]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in COMMAND_NAMES]])
