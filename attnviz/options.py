@@ -301,6 +301,18 @@ class LayerRequest:
         from .sources import Want
 
         want = want or Want()
+        if self.from_file is not None and (str(self.from_file) == "-" or self.from_file.suffix.lower() == ".json"):
+            from .documents import attention_from_document, is_attention_document, read_json_source
+            from .sources import MAX_ATTENTION_JSON, file_stack, honour_attention
+
+            doc = read_json_source(self.from_file, MAX_ATTENTION_JSON)
+            if is_attention_document(doc):  # attnviz's own JSON: read back as it was written
+                if self.tokens:
+                    raise UsageError(f"--from {self.from_file} has its own tokens; give none")
+                att = attention_from_document(doc, "stdin" if str(self.from_file) == "-" else str(self.from_file))
+                return honour_attention(att, want, self.layer)
+            one = dataclasses.replace(want, layers=(self.layer if self.layer is not None else -1,))
+            return file_stack(self.from_file, self.tokens or None, "the tokens given", one, doc).layer()
         if self.external:
             layer = self.layer if self.layer is not None else -1
             return self.stack(dataclasses.replace(want, layers=(layer,))).layer()

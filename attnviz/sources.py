@@ -22,7 +22,7 @@ from .blocked import Keep, Kept
 from .config import Pool
 from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, printable
-from .inputs import decode, parse_json, read_file, tokens_from_text
+from .inputs import decode, read_file, tokens_from_text
 from .resources import ensure_fits, human_bytes
 
 MAX_ATTENTION_JSON = 1024 * 2**20
@@ -276,7 +276,11 @@ def _ensure_kept_fits(n: int, layers: int, heads: int, keep: Keep) -> None:
 
 
 def file_stack(
-    path: Path, tokens: list[str] | None = None, tokens_source: str = "", want: Want | None = None
+    path: Path,
+    tokens: list[str] | None = None,
+    tokens_source: str = "",
+    want: Want | None = None,
+    document: Any = None,
 ) -> AttentionStack:
     """Attention saved by another tool: .npy, .npz or attnviz's JSON; shapes (q, k) up to (layers, heads, q, k).
 
@@ -284,7 +288,7 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    weights, file_tokens = load_attention_array(path)
+    weights, file_tokens = load_attention_array(path, document)
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
@@ -317,6 +321,35 @@ def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
     return stack
 
 
+def honour_attention(att: Attention, want: Want, layer: int | None = None) -> Attention:
+    """One map read back whole (attnviz's JSON) cut to what ``want`` asks: a head or the mean, pooled to its bins."""
+    from .blocked import pool_map
+
+    if layer is not None and layer != att.config.get("layer", 0):
+        raise UsageError(f"--layer {layer}: this file holds one layer ({att.config.get('layer', 0)})")
+    heads = want.heads
+    if heads is not None and not 0 <= heads[0] < len(att.head_labels):
+        count = len(att.head_labels)
+        raise UsageError(f"--head {heads[0]} is out of range: there are {count} heads (0 to {count - 1})")
+    att = att.select(head=None if heads is None else heads[0], mean=want.mean)
+    n = len(att.keys)
+    keep = want.keep(max(len(att.tokens), n), len(att.head_labels))
+    if keep.bins is None or att.key_tokens is not None or "pooled" in att.config:
+        return att
+    weights, rows, cols = pool_map(att.weights, keep.bins, keep.pool)
+    allowed = np.maximum.reduceat(np.maximum.reduceat(att.allowed.astype(np.int8), rows[:-1], 0), cols[:-1], 1) > 0
+    pooled = {"method": keep.pool, "tokens": len(att.tokens), "bins": len(rows) - 1}
+    return replace(
+        att,
+        tokens=bin_labels(rows),
+        weights=weights,
+        scores=None,
+        mask=None if allowed.all() else allowed,
+        padding=(),
+        config={**att.config, "pooled": pooled},
+    )
+
+
 def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     """A whole stack (a file's, or the random layer's one layer) cut down to what ``want`` asks for."""
     from .blocked import pool_map
@@ -343,13 +376,14 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
 
 
-def load_attention_array(path: Path) -> tuple[Array, list[str] | None]:
-    """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them."""
-    suffix = path.suffix.lower()
-    if suffix in (".json", ".npy", ".npz"):
+def load_attention_array(path: Path, document: Any = None) -> tuple[Array, list[str] | None]:
+    """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them
+    (``document``: the file's JSON, when it was read already — stdin is read once)."""
+    suffix = ".json" if str(path) == "-" else path.suffix.lower()
+    if suffix in (".json", ".npy", ".npz") and str(path) != "-":
         _regular_file(path)
     if suffix == ".json":
-        array, tokens = _from_json(path)
+        array, tokens = _from_json(path, document)
     elif suffix in (".npy", ".npz"):
         array, tokens = _from_numpy(path, suffix)
     else:
@@ -464,11 +498,17 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
     return array, tokens
 
 
-def _from_json(path: Path) -> tuple[np.ndarray, list[str] | None]:
-    raw = read_file(path, limit=MAX_ATTENTION_JSON)
-    ensure_fits(JSON_BYTES_PER_BYTE * len(raw), f"reading {path} ({human_bytes(len(raw))} of JSON)", "use .npy or .npz")
-    doc = parse_json(decode(raw, str(path)), str(path))
-    del raw
+def _from_json(path: Path, document: Any = None) -> tuple[np.ndarray, list[str] | None]:
+    from .documents import attention_from_document, is_attention_document, read_json_source
+
+    doc = read_json_source(path, MAX_ATTENTION_JSON) if document is None else document
+    if is_attention_document(doc):  # attnviz's own --json or --jsonl: its weights, whatever the keys
+        att = attention_from_document(doc, str(path))
+        if att.key_tokens is not None:
+            raise AttnvizError(
+                f"{path}: cross-attention; `attnviz heatmap --from` shows it, other views need one sequence"
+            )
+        return att.weights, list(att.tokens)
     if isinstance(doc, dict) and "weights" in doc:
         weights, tokens = doc["weights"], doc.get("tokens")
     else:
