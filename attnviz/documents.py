@@ -79,6 +79,10 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     config = body.get("config")
     if not isinstance(config, dict):
         raise AttnvizError(f"{where}: 'config' must be an object")
+    output = body.get("output")
+    values = None if output is None else _array(output, "output", where, np.float64)
+    if values is not None and (values.ndim != 2 or len(values) != n):
+        raise AttnvizError(f"{where}: 'output' must hold one vector per query")
     padding = _flags(body.get("padding"), n, "padding", where)
     key_padding = () if key_tokens is None else _flags(body.get("key_padding"), m, "key_padding", where)
     return Attention(
@@ -87,6 +91,7 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         head_labels=tuple(heads),
         config=config,
         mask=allowed,
+        output=values,
         padding=padding,
         key_tokens=None if key_tokens is None else tuple(key_tokens),
         key_padding=key_padding,

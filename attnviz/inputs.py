@@ -156,3 +156,8 @@ def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | Non
     if keys is not None:
         return keys.split()
     return None
+
+
+def stdin_alias(path: Path) -> Path:
+    """'-' for /dev/stdin too: a pipe is read as standard input, within the same limits."""
+    return Path("-") if str(path) in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0") else path

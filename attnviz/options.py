@@ -377,6 +377,9 @@ def layer_options(
     if sum(x is not None for x in (model, model_dir, model_file, from_file)) > 1:
         raise UsageError("choose one of --model, --model-dir, --model-file and --from")
     if from_file is not None:
+        from .inputs import stdin_alias
+
+        from_file = stdin_alias(from_file)
         if pair is not None:
             raise UsageError("--pair goes with --model")
         from .sources import read_tokens_file

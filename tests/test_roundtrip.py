@@ -77,3 +77,9 @@ def test_check_reads_json_and_stdin(cli) -> None:
 def test_a_broken_document_is_one_line(cli, document: dict) -> None:
     run = cli("heatmap", "--from", "-", stdin=json.dumps(document).encode())
     assert run.code in (1, 2) and run.err.startswith("attnviz: error: ") and run.err.count("\n") == 1, run.err
+
+
+def test_dev_stdin_is_stdin(cli) -> None:
+    document = cli("heatmap", "the cat sat", "--json").out.encode()
+    assert cli("check", "/dev/stdin", stdin=document).code == 0
+    assert cli("heatmap", "--from", "/dev/stdin", "--json", stdin=document).out == document.decode()

@@ -173,9 +173,10 @@ def check(
     """
     from .. import schema
     from ..analysis import check_attention
+    from ..inputs import stdin_alias
     from ..sources import load_attention_array, parse_padding
 
-    array, _ = load_attention_array(file)
+    array, _ = load_attention_array(stdin_alias(file))
     mask = None if padding is None else parse_padding(padding, array.shape[-1])
     checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask)
     if as_json:
