@@ -64,7 +64,7 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     keys = body.get("key_tokens")
     key_tokens = None if keys is None else _strings(keys, "key_tokens", where)
     heads = _strings(body.get("heads"), "heads", where)
-    weights = _array(body.get("weights"), "weights", where, np.float64)
+    weights = nested_array(body.get("weights"), "weights", where, np.float64)
     n, m = len(tokens), len(key_tokens if key_tokens is not None else tokens)
     if weights.shape != (len(heads), n, m):
         raise AttnvizError(
@@ -73,14 +73,14 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     if not np.isfinite(weights).all() or (weights < 0).any():
         raise AttnvizError(f"{where}: the weights hold NaN, infinity or negative numbers")
     mask = body.get("mask")
-    allowed = None if mask is None else _array(mask, "mask", where, bool)
+    allowed = None if mask is None else nested_array(mask, "mask", where, bool)
     if allowed is not None and allowed.shape != (n, m):
         raise AttnvizError(f"{where}: 'mask' is {list(allowed.shape)}, not {n} × {m}")
     config = body.get("config")
     if not isinstance(config, dict):
         raise AttnvizError(f"{where}: 'config' must be an object")
     output = body.get("output")
-    values = None if output is None else _array(output, "output", where, np.float64)
+    values = None if output is None else nested_array(output, "output", where, np.float64)
     if values is not None and (values.ndim != 2 or len(values) != n):
         raise AttnvizError(f"{where}: 'output' must hold one vector per query")
     padding = _flags(body.get("padding"), n, "padding", where)
@@ -112,18 +112,21 @@ def _flags(value: Any, count: int, name: str, where: str) -> tuple[bool, ...]:
     return tuple(value)
 
 
-def _array(value: Any, name: str, where: str, dtype: type) -> np.ndarray:
+def nested_array(value: Any, name: str, where: str, dtype: type) -> np.ndarray:
+    """Nested JSON lists (at most eight deep) as an array: numbers (never strings, booleans or null) or,
+    for ``bool``, true/false values only."""
     kinds = (bool,) if dtype is bool else (int, float)
 
     def ok(v: Any, depth: int) -> bool:
         if isinstance(v, list):
-            return depth < 4 and all(ok(x, depth + 1) for x in v)
+            return depth < 8 and all(ok(x, depth + 1) for x in v)
         return type(v) in kinds
 
     if not isinstance(value, list) or not ok(value, 0):
-        what = "true/false values" if dtype is bool else "numbers (not strings, booleans or null)"
-        raise AttnvizError(f"{where}: '{name}' must be nested lists of {what}")
+        what = "true/false values" if dtype is bool else "numbers (strings, booleans and null are not numbers)"
+        raise AttnvizError(f"{where}: '{name}' is not a nested list of {what}")
     try:
         return np.array(value, dtype=dtype)
     except (ValueError, TypeError, OverflowError):
-        raise AttnvizError(f"{where}: '{name}' is not a nested list of one shape") from None
+        kind = "true/false values" if dtype is bool else "numbers"
+        raise AttnvizError(f"{where}: '{name}' is not a nested list of {kind} of one shape") from None

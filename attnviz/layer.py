@@ -251,7 +251,7 @@ def random_attention(
         raise UsageError("--layer goes with --model or --from: the random layer has one layer")
     want.check_heads(config.heads)
     n = max(len(tokens), config.pad_to or 0)
-    keep = want.keep(n, config.heads)
+    keep = want.keep(n, config.heads, config.describe())
     keep = keep if keys is None else dataclasses.replace(keep, bins=None)
     head = None if keep.heads is None else keep.heads[0]
     if keep.bins is not None:
@@ -305,16 +305,14 @@ def pooled_self_attention(
     pool: Pool = "max",
     head: int | None = None,
     mean: bool = False,
-    frame: bool = False,
 ) -> Attention:
     """Self-attention of any length, pooled into ``bins`` × ``bins`` (at most) without holding n × n.
 
     The rows and columns of the result are bins of consecutive tokens; ``config`` records how
-    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked. With
-    ``frame`` nothing is computed: the weights are zeros of the shape they would have, for a
-    view to size itself (a figure gives each bin one pixel).
+    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked.
     """
     from .blocked import BLOCK_BYTES, Keep, attend, bin_edges
+    from .sources import bin_labels
 
     tokens, padding = _pad(tuple(tokens), config.pad_to)
     if not tokens:
@@ -330,18 +328,15 @@ def pooled_self_attention(
         "use fewer tokens, a smaller --d-model, or one --head",
     )
     rows = cols = bin_edges(n, bins)
-    if frame:
-        weights = np.broadcast_to(np.float32(0), (1 if mean else len(chosen), len(rows) - 1, len(rows) - 1))
-    else:
-        layer = build_layer(config, tokens, dtype=np.float32)
-        with one_blas_thread():
-            q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
-            k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
-        key_mask = ~np.array(padding) if any(padding) else None
-        keep = Keep(mean=mean, bins=bins, pool=pool)
-        _, kept = attend(q, k, None, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=keep)
-        weights = kept.weights
-    labels = tuple(f"{a}–{b - 1}" if b - a > 1 else str(a) for a, b in zip(rows[:-1], rows[1:], strict=True))
+    layer = build_layer(config, tokens, dtype=np.float32)
+    with one_blas_thread():  # only the heads shown are projected
+        q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
+        k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
+    key_mask = ~np.array(padding) if any(padding) else None
+    keep = Keep(mean=mean, bins=bins, pool=pool)
+    _, kept = attend(q, k, None, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=keep)
+    weights = kept.weights
+    labels = bin_labels(rows)
     real = np.add.reduceat(~np.array(padding), cols[:-1]) > 0  # a column bin with at least one real key
     allowed = np.broadcast_to(real, (len(labels), len(labels))).copy()
     if config.causal:

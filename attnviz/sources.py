@@ -45,12 +45,14 @@ class Want:
     mean: bool = False
     scores: bool = False
     pool: Pool = "max"
-    bins: Callable[[int, int], int | None] | None = None  # (tokens, maps shown) -> bins, or None: full
+    # (tokens, maps shown, the map's description) -> bins, or None: the full map. It may also refuse
+    # (JSON of a map too large) before the model runs.
+    bins: Callable[[int, int, dict[str, Any]], int | None] | None = None
 
-    def keep(self, n: int, heads: int) -> Keep:
-        """What to keep of each layer of a map of ``n`` tokens from ``heads`` heads."""
+    def keep(self, n: int, heads: int, config: dict[str, Any]) -> Keep:
+        """What to keep of each layer of a map of ``n`` tokens from ``heads`` heads, described by ``config``."""
         shown = 1 if self.mean else len(self.heads or range(heads))
-        bins = None if self.bins is None else self.bins(n, shown)
+        bins = None if self.bins is None else self.bins(n, shown, config)
         pooled = bins is not None and bins < n
         return Keep(
             heads=self.heads,
@@ -235,7 +237,8 @@ def model_stack(
     layers = want.chosen_layers(model.layers)
     want.check_heads(model.heads)
     n = len(encoding.ids)
-    keep = want.keep(n, model.heads)
+    described = {"model": model.name, "pair": pair, "causal": model.causal}
+    keep = want.keep(n, model.heads, {**described, "layer": layers[-1], "layers": model.layers, "heads": model.heads})
     _ensure_kept_fits(n, len(layers) if consume is None else 1, model.heads, keep)
     kept: dict[int, Kept] = {}
 
@@ -267,9 +270,8 @@ def _ensure_kept_fits(n: int, layers: int, heads: int, keep: Keep) -> None:
     shown = 1 if keep.mean else len(keep.chosen(heads))
     side = n if keep.bins is None else min(n, keep.bins)
     kept = 4 * layers * shown * side * side * (2 if keep.scores else 1) * (2 if layers > 1 else 1)  # + the stack
-    working = 4 * heads * n * (n if keep.bins is None and not keep.mean else 0) // max(1, heads)  # one map in flight
     ensure_fits(
-        kept + working + 64 * 2**20,
+        kept + 64 * 2**20,  # and the blocks in flight
         f"the attention of {n:,} tokens ({layers} layers × {shown} maps of {side:,} × {side:,})",
         "choose one --layer and --head, or a pooled view (the terminal, -o, --pool)",
     )
@@ -327,13 +329,9 @@ def honour_attention(att: Attention, want: Want, layer: int | None = None) -> At
 
     if layer is not None and layer != att.config.get("layer", 0):
         raise UsageError(f"--layer {layer}: this file holds one layer ({att.config.get('layer', 0)})")
-    heads = want.heads
-    if heads is not None and not 0 <= heads[0] < len(att.head_labels):
-        count = len(att.head_labels)
-        raise UsageError(f"--head {heads[0]} is out of range: there are {count} heads (0 to {count - 1})")
-    att = att.select(head=None if heads is None else heads[0], mean=want.mean)
+    att = att.select(head=None if want.heads is None else want.heads[0], mean=want.mean)  # checks the head
     n = len(att.keys)
-    keep = want.keep(max(len(att.tokens), n), len(att.head_labels))
+    keep = want.keep(max(len(att.tokens), n), len(att.head_labels), att.config)
     if keep.bins is None or att.key_tokens is not None or "pooled" in att.config:
         return att
     weights, rows, cols = pool_map(att.weights, keep.bins, keep.pool)
@@ -356,7 +354,8 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
 
     layers = want.chosen_layers(stack.layers)
     want.check_heads(stack.heads)
-    keep = want.keep(int(stack.weights.shape[-1]), stack.heads)
+    described = {**stack.source, "layer": layers[-1], "layers": stack.layers, "heads": stack.heads}
+    keep = want.keep(int(stack.weights.shape[-1]), stack.heads, described)
     heads = keep.chosen(stack.heads)
     kept: dict[int, Kept] = {}
     for index in layers:
@@ -499,7 +498,7 @@ def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
 
 
 def _from_json(path: Path, document: Any = None) -> tuple[np.ndarray, list[str] | None]:
-    from .documents import attention_from_document, is_attention_document, read_json_source
+    from .documents import attention_from_document, is_attention_document, nested_array, read_json_source
 
     doc = read_json_source(path, MAX_ATTENTION_JSON) if document is None else document
     if is_attention_document(doc):  # attnviz's own --json or --jsonl: its weights, whatever the keys
@@ -513,28 +512,10 @@ def _from_json(path: Path, document: Any = None) -> tuple[np.ndarray, list[str] 
         weights, tokens = doc["weights"], doc.get("tokens")
     else:
         weights, tokens = doc, None
-    if not _numbers_only(weights):
-        raise AttnvizError(
-            f"{path}: 'weights' is not a nested list of numbers (strings, booleans and null are not numbers)"
-        )
-    try:
-        array = np.array(weights, dtype=np.float64)
-    except (ValueError, TypeError, OverflowError):
-        raise AttnvizError(f"{path}: 'weights' is not a nested list of numbers of one shape") from None
+    array = nested_array(weights, "weights", str(path), np.float64)
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
     return array, tokens
-
-
-def _numbers_only(value: Any, depth: int = 0) -> bool:
-    """Nested lists (at most eight deep) of ints and floats; never bool, str or None."""
-    if isinstance(value, list):
-        if depth == 8:
-            return False
-        if value and not isinstance(value[0], list):
-            return all(type(v) in (int, float) for v in value)
-        return all(_numbers_only(v, depth + 1) for v in value)
-    return type(value) in (int, float) and depth == 0
 
 
 def read_tokens_file(path: Path) -> list[str]:

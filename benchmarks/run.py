@@ -214,7 +214,7 @@ def figures() -> None:
 
     long_tokens = [f"w{i % 300}" for i in range(4096)]
     config = LayerConfig(heads=12, d_model=768)
-    bins = pooled_bins(lambda b: pooled_self_attention(long_tokens, config, bins=b, head=0, frame=True), FigureStyle())
+    bins = pooled_bins(len(long_tokens), 1, FigureStyle())
     compute = best(lambda: pooled_self_attention(long_tokens, config, bins=bins, head=0))
     pooled = pooled_self_attention(long_tokens, config, bins=bins, head=0)
     draw = best(lambda: figure_bytes(render_heatmap_figure(pooled), "png", {}))

@@ -127,7 +127,7 @@ def test_save_writes_what_from_reads(cli, tmp_path: Path) -> None:
 def test_a_pooled_figure_gives_each_bin_one_pixel(style: FigureStyle, head: int | None) -> None:
     """Drawn at the panel's resolution, no bin (and its maximum) is dropped, none stretched."""
     tokens = [f"w{i % 50}" for i in range(3000)]
-    bins = pooled_bins(lambda b: pooled_self_attention(tokens, LayerConfig(), bins=b, head=head, frame=True), style)
+    bins = pooled_bins(3000, 4 if head is None else 1, style, LayerConfig().describe())
     att = pooled_self_attention(tokens, LayerConfig(), bins=bins, head=head)
     with figure_context(style):
         fig = render_heatmap_figure(att, style)

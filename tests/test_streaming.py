@@ -41,8 +41,8 @@ def dense(kind: dict[str, Path], text: str) -> np.ndarray:
         Want(layers=(1,), heads=(1,)),
         Want(layers=(-1,), mean=True),
         Want(heads=(0,)),
-        Want(layers=(0, 1), bins=lambda n, shown: 3),
-        Want(mean=True, bins=lambda n, shown: 4, pool="mean"),
+        Want(layers=(0, 1), bins=lambda n, shown, config: 3),
+        Want(mean=True, bins=lambda n, shown, config: 4, pool="mean"),
     ],
     ids=["one head", "mean of the last", "a head of every layer", "pooled", "mean-pooled mean"],
 )
@@ -56,7 +56,7 @@ def test_what_a_view_keeps_equals_the_dense_pass(models, kind: str, want: Want) 
     if want.mean:
         expected = expected.mean(axis=1, keepdims=True)
     if want.bins is not None:
-        expected = pool_map(expected, want.bins(full.shape[-1], 1) or 0, want.pool)[0]
+        expected = pool_map(expected, want.bins(full.shape[-1], 1, {}) or 0, want.pool)[0]
     assert stack.kept_layers == layers
     np.testing.assert_allclose(stack.weights, expected, atol=1e-6)
 
@@ -82,7 +82,7 @@ def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli) -> None:
     assert full.shape[-1] > 250
     doc = json.loads(cli("heatmap", "--model", "smollm2", TEXT, "--layer", "18", "--head", "6", "--json").out)
     np.testing.assert_allclose(doc["weights"][0], full[18, 6], atol=1e-6)
-    pooled = model_stack("smollm2", None, TEXT, want=Want(bins=lambda n, shown: 40))
+    pooled = model_stack("smollm2", None, TEXT, want=Want(bins=lambda n, shown, config: 40))
     np.testing.assert_allclose(pooled.weights, pool_map(full, 40)[0], atol=1e-6)
     doc = json.loads(cli("rollout", "--model", "smollm2", TEXT, "--json").out)
     np.testing.assert_allclose(doc["rollout"], rollout(full), atol=1e-5)

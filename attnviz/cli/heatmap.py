@@ -8,18 +8,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 
 from .. import options as opt
 from ..config import Pool
 from ..errors import UsageError
-
-if TYPE_CHECKING:
-    from ..attention import Attention
-
-
 from . import output
 from .entry import app, say
 from .output import (
@@ -152,10 +147,10 @@ def heatmap(
     )
 
 
-def json_fits(scores: bool) -> Callable[[int, int], None]:
+def json_fits(scores: bool) -> Callable[[int, int, dict[str, Any]], None]:
     """JSON holds the full map: refuse, before the model runs, one that would not fit in memory as JSON."""
 
-    def check(n: int, shown: int) -> None:
+    def check(n: int, shown: int, config: dict[str, Any]) -> None:
         from ..resources import ensure_fits
         from ..schema import BYTES_PER_NUMBER
 
@@ -169,41 +164,24 @@ def json_fits(scores: bool) -> Callable[[int, int], None]:
     return check
 
 
-def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int], int | None]:
+def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int, dict[str, Any]], int | None]:
     """How many bins a map of n tokens (``shown`` maps) gets where it is shown: one per pixel of its
     figure panel when it is long (or --pool), one per terminal column pair when it is wider than the
     terminal. None: the full map."""
 
     from ..layer import LONG_SEQUENCE
 
-    def bins(n: int, shown: int) -> int | None:
+    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
         if figure.output is not None:
             if pool is None and n <= LONG_SEQUENCE:
                 return None
-            return int(views.heatmap.pooled_bins(lambda b: frame(n, b, shown), figure.style))
+            return int(views.heatmap.pooled_bins(n, shown, figure.style, config))
         from rich.console import Console
 
         fit = max(2, min(TERMINAL_BINS, (Console().width - 16) // 2))
         return fit if n > fit else None
 
     return bins
-
-
-def frame(n: int, bins: int, shown: int) -> Attention:
-    """A pooled map's shape and labels, uncomputed: what a figure needs to size its panels."""
-    import numpy as np
-
-    from ..attention import Attention
-    from ..blocked import bin_edges
-    from ..sources import bin_labels
-
-    labels = bin_labels(bin_edges(n, bins))
-    return Attention(
-        tokens=labels,
-        weights=np.broadcast_to(np.float32(0), (shown, len(labels), len(labels))),
-        head_labels=tuple(f"head {i}" for i in range(shown)),
-        config={"pooled": {"method": "max", "tokens": n, "bins": len(labels)}},
-    )
 
 
 def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
@@ -263,13 +241,13 @@ def _all_layers(
     )
 
 
-def tile_bins(figure: opt.FigureRequest) -> Callable[[int, int], int | None]:
+def tile_bins(figure: opt.FigureRequest) -> Callable[[int, int, dict[str, Any]], int | None]:
     """The model view's tiles: pooled to their pixels in a figure, to the terminal's width there."""
     if figure.output is None:
         return shown_bins(figure, None)
     style = figure.style
 
-    def bins(n: int, shown: int) -> int | None:
+    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
         width = style.figure_size(0.5, wide=True)[0] * style.resolution()
         side = int(min(width / max(shown, 1), MAX_TILE_PIXELS))
         return side if n > side else None

@@ -8,7 +8,7 @@ as a low weight.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -429,16 +429,28 @@ def pixels_per_panel(att: Attention, style: FigureStyle) -> int:
     return max(2, int(min(layout.panel) * style.resolution()))
 
 
-def pooled_bins(frame: Callable[[int], Attention], style: FigureStyle) -> int:
-    """How many bins a pooled map gets in a figure: one per pixel of its panels.
-
-    ``frame(bins)`` is the map with that many bins, uncomputed (its shape and labels): the
-    panel's size depends a little on the labels, which depend on the bins.
-    """
+def pooled_bins(n: int, shown: int, style: FigureStyle, config: dict[str, Any] | None = None) -> int:
+    """How many bins a pooled map of ``n`` tokens (``shown`` panels, described by ``config``, whose title
+    takes room) gets in a figure: one per pixel of its panels. The panel's size depends a little on the
+    labels, which depend on the bins: two passes."""
     bins = int(style.figure_size(0.75)[0] * style.resolution())
     for _ in range(2):
-        bins = min(bins, pixels_per_panel(frame(bins), style))
+        bins = min(bins, pixels_per_panel(pooled_frame(n, bins, shown, config or {}), style))
     return bins
+
+
+def pooled_frame(n: int, bins: int, shown: int, config: dict[str, Any]) -> Attention:
+    """A pooled map's shape, labels and title, uncomputed: what a figure needs to size its panels."""
+    from ..blocked import bin_edges
+    from ..sources import bin_labels
+
+    labels = bin_labels(bin_edges(n, bins))
+    return Attention(
+        tokens=labels,
+        weights=np.broadcast_to(np.float32(0), (shown, len(labels), len(labels))),
+        head_labels=tuple(f"head {i}" for i in range(shown)),
+        config={**config, "pooled": {"method": "max", "tokens": n, "bins": len(labels)}},
+    )
 
 
 @styled

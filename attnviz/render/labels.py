@@ -114,7 +114,7 @@ def describe_parts(att: Attention) -> list[str]:
         hidden = ", ".join(str(k) for k in c["sinks_hidden"])
         parts.append(f"sinks hidden (key{'s' if len(c['sinks_hidden']) > 1 else ''} {hidden}): rows renormalised")
     elif c.get("sinks") and c.get("sink_mode") == "mark":
-        parts.append("sinks outlined: " + ", ".join(f"key {s['key']} ({s['mass']:.0%})" for s in c["sinks"]))
+        parts.append("sinks marked: " + ", ".join(f"key {s['key']} ({s['mass']:.0%})" for s in c["sinks"]))
     if c.get("color_scale") in ("log", "power") and "pooled" not in c:
         parts.append(f"{'log' if c['color_scale'] == 'log' else 'square-root'} colour scale")
     return parts
