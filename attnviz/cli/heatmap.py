@@ -26,7 +26,6 @@ from .output import (
 )
 
 MAX_TILE_PIXELS = 256  # a model view's tile: finer than this shows nothing more at 30 layers
-TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
 
 
 @app.command()
@@ -178,7 +177,7 @@ def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, in
             return int(views.heatmap.pooled_bins(n, shown, figure.style, config))
         from rich.console import Console
 
-        fit = max(2, min(TERMINAL_BINS, (Console().width - 16) // 2))
+        fit = views.terminal.terminal_bins(Console().width)
         return fit if n > fit else None
 
     return bins

@@ -33,7 +33,7 @@ from .heatmap import (
 )
 from .labels import abbreviate, describe_parts, wrap_parts
 from .outlines import draw_texts, text_path
-from .terminal import cell_style, render_heatmap
+from .terminal import cell_style, render_heatmap, terminal_bins
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -207,7 +207,7 @@ def inflow(stack: AttentionStack, result: Array) -> tuple[int, list[tuple[str, f
     where = "the last position" if stack.causal else "the first position"
     title = f"what flows into '{abbreviate(stack.tokens[row], 10)}' ({where})"
     if len(values) > TOP_TOKENS:
-        title += f": the {TOP_TOKENS} largest of {len(values):,}"
+        title += f"\nthe {TOP_TOKENS} largest of {len(values):,} tokens"
     return (
         row,
         [
@@ -279,8 +279,7 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
 
 
 def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: int) -> Iterator[RenderableType]:
-    fit = max(2, min(128, (width - 16) // 2))
-    yield from render_heatmap(rollout_attention(stack, result, bins=fit), color=color, width=width)
+    yield from render_heatmap(rollout_attention(stack, result, bins=terminal_bins(width)), color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield Text(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)

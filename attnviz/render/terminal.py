@@ -195,6 +195,14 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     return out
 
 
+TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
+
+
+def terminal_bins(width: int) -> int:
+    """The bins a long map gets in a terminal of ``width`` columns: two columns each, after the labels."""
+    return max(2, min(TERMINAL_BINS, (width - 16) // 2))
+
+
 def shades(att: Attention, head: int) -> np.ndarray:
     """A head's weights as positions 0–1 along the colour scale of the map (see attnviz.structure)."""
     from ..structure import colour_floor, colour_values, scale_in
