@@ -20,6 +20,7 @@ from .threads import one_blas_thread, run_all
 
 ROWS_PER_BLOCK = 256
 BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
+SAFE_EXPONENT = 30.0  # softmax is shift-invariant; rows whose largest score is within ±30 skip the shift
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,11 @@ def _softmax_rows(block: Array, scores: Array | None = None) -> None:
     in place); -inf entries become 0, NaN stays NaN."""
     source = block if scores is None else scores
     peak = source.max(axis=1, keepdims=True)
-    np.subtract(source, np.where(np.isfinite(peak), peak, 0), out=block)
-    np.exp(block, out=block)
+    if np.all(np.abs(peak) <= SAFE_EXPONENT):  # exp cannot overflow or lose the row: no shift needed
+        np.exp(source, out=block)
+    else:
+        np.subtract(source, np.where(np.isfinite(peak), peak, 0), out=block)
+        np.exp(block, out=block)
     total = block.sum(axis=1, keepdims=True)
     np.multiply(block, np.where(total != 0, 1 / np.where(total != 0, total, 1), 0), out=block)
 

@@ -34,12 +34,18 @@ PAD = "[PAD]"
 TEXTBOOK_SCALE = 0.3
 
 
-def sinusoidal_positions(n: int, d_model: int, start: int = 0) -> Array:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), (n, d_model) from ``start``."""
+def sinusoidal_positions(n: int, d_model: int, start: int = 0, dtype: type = np.float64) -> Array:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), (n, d_model) from ``start``.
+
+    In float32 the angles are reduced modulo 2π in float64 first, so that the float32 sine and
+    cosine (several times faster) stay exact to float32 at any position.
+    """
     pos = np.arange(start, start + n)[:, None]
     two_i = np.arange(0, d_model, 2)[None, :]
     angle = pos / np.power(10000.0, two_i / d_model)
-    pe = np.zeros((n, d_model))
+    if dtype == np.float32:
+        angle = np.remainder(angle, 2 * np.pi).astype(np.float32)
+    pe = np.zeros((n, d_model), dtype=dtype)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
     return pe
@@ -117,7 +123,7 @@ def add_positions(x: Array, chunk: int = 8192) -> Array:
     out = np.array(x, copy=True)
     for start in range(0, len(out), chunk):
         stop = min(len(out), start + chunk)
-        out[start:stop] += sinusoidal_positions(stop - start, out.shape[1], start=start).astype(out.dtype)
+        out[start:stop] += sinusoidal_positions(stop - start, out.shape[1], start=start, dtype=out.dtype.type)
     return out
 
 
