@@ -45,7 +45,7 @@ def sinusoidal_positions(n: int, d_model: int, start: int = 0, dtype: type = np.
     angle = pos / np.power(10000.0, two_i / d_model)
     if dtype == np.float32:
         angle = np.remainder(angle, 2 * np.pi).astype(np.float32)
-    pe = np.zeros((n, d_model), dtype=dtype)
+    pe: Array = np.zeros((n, d_model), dtype=dtype)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
     return pe
