@@ -5,6 +5,7 @@ and checks that an attention tensor is a valid one. Pure NumPy on (layers, heads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -105,11 +106,24 @@ class Check:
 
 
 def check_attention(
-    weights: Array, *, tolerance: float = 1e-5, causal: bool = False, padding: BoolArray | None = None, show: int = 10
+    weights: Array,
+    *,
+    tolerance: float = 1e-5,
+    causal: bool = False,
+    padding: BoolArray | None = None,
+    show: int = 10,
+    pooled: dict[str, Any] | None = None,
 ) -> list[Check]:
-    """Finite, non-negative, rows summing to 1; no weight above the diagonal (causal); none on padding."""
+    """Finite, non-negative, rows summing to 1; no weight above the diagonal (causal); none on padding.
+
+    A pooled map (``pooled``: method, tokens, bins, as attnviz's JSON records it) is checked for what
+    pooling keeps: mean-pooled rows sum to 1 when each key bin counts as many times as it has tokens;
+    a max-pooled row holds, for each of its tokens, that token's largest weight, at least 1/tokens.
+    """
     finite = np.isfinite(weights)
     safe = np.where(finite, weights, 0.0)
+    if pooled is not None:
+        return _check_pooled(safe, finite, pooled, tolerance, show)
     sums = safe.sum(axis=-1)
     cells = {"finite": ~finite, "non-negative": safe < 0}
     if causal:
@@ -123,6 +137,24 @@ def check_attention(
     failures = [Failure(int(a), int(b), int(c), f"sums to {sums[a, b, c]:.6g}") for a, b, c in rows[:show]]
     checks.insert(2, Check(f"rows sum to 1 (tolerance {tolerance:g})", failures, len(rows)))
     return checks
+
+
+def _check_pooled(safe: Array, finite: BoolArray, pooled: dict[str, Any], tolerance: float, show: int) -> list[Check]:
+    from .blocked import bin_edges
+
+    tokens = int(pooled["tokens"])
+    checks = [_cell_check(name, bad, safe, show) for name, bad in (("finite", ~finite), ("non-negative", safe < 0))]
+    if pooled["method"] == "mean":
+        sizes = np.diff(bin_edges(tokens, safe.shape[-1]))
+        sums = (safe * sizes).sum(axis=-1)
+        rows, name = np.argwhere(np.abs(sums - 1) > tolerance), "rows sum to 1, key bins counted by their tokens"
+        found = [f"sums to {sums[a, b, c]:.6g}" for a, b, c in rows[:show]]
+    else:
+        largest = safe.max(axis=-1)
+        rows, name = np.argwhere(largest < 1 / tokens - tolerance), f"each row's largest weight ≥ 1/{tokens:,}"
+        found = [f"largest {largest[a, b, c]:.3g}" for a, b, c in rows[:show]]
+    failures = [Failure(int(a), int(b), int(c), text) for (a, b, c), text in zip(rows, found, strict=False)]
+    return [*checks, Check(f"{name} ({pooled['method']}-pooled, tolerance {tolerance:g})", failures, len(rows))]
 
 
 def _cell_check(name: str, bad: BoolArray, weights: Array, show: int) -> Check:

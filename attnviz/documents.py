@@ -79,6 +79,7 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     config = body.get("config")
     if not isinstance(config, dict):
         raise AttnvizError(f"{where}: 'config' must be an object")
+    _check_config(config, n, m, where)
     output = body.get("output")
     values = None if output is None else nested_array(output, "output", where, np.float64)
     if values is not None and (values.ndim != 2 or len(values) != n):
@@ -96,6 +97,80 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         key_tokens=None if key_tokens is None else tuple(key_tokens),
         key_padding=key_padding,
     )
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= 10**9
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= 10**6
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _sink(v: Any) -> bool:
+    return isinstance(v, dict) and _count(v.get("key")) and _text(v.get("token")) and _number(v.get("mass"))
+
+
+CONFIG_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(("d_model", "heads", "seed", "d_k", "layer", "layers"), _count),
+    "pad_to": lambda v: v is None or _count(v),
+    **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "text", "from"), _text),
+    **dict.fromkeys(("positions", "pair"), lambda v: v is None or _text(v)),
+    "scale": _number,
+    "causal": lambda v: type(v) is bool,
+    "color_scale": lambda v: v in ("linear", "log", "power"),
+    "sink_mode": lambda v: v in ("show", "mark", "hide"),
+    "sinks": lambda v: isinstance(v, list) and all(_sink(x) for x in v),
+    **dict.fromkeys(("sinks_hidden", "token_ids"), lambda v: isinstance(v, list) and all(_count(x) for x in v)),
+    "strongest": lambda v: (
+        isinstance(v, dict)
+        and _count(v.get("links"))
+        and _count(v.get("tokens"))
+        and isinstance(v.get("sinks"), list)
+        and all(_count(x) for x in v["sinks"])
+    ),
+}
+"""What each configuration field attnviz writes must hold when read back; other fields are kept, unread."""
+
+
+def _check_config(config: dict[str, Any], n: int, m: int, where: str) -> None:
+    """Each known field of a document's config of the right type (the views print them), keys in range."""
+    for name, valid in CONFIG_FIELDS.items():
+        if name in config and not valid(config[name]):
+            raise AttnvizError(f"{where}: 'config.{name}' is not what attnviz writes there ({config[name]!r:.40})")
+    named = [s["key"] for s in config.get("sinks", [])] + config.get("sinks_hidden", [])
+    if any(key >= m for key in named):
+        raise AttnvizError(f"{where}: 'config' names a sink beyond the {m} keys")
+    if "model" in config or "from" in config:
+        missing = [name for name in ("layer", "layers", "heads") if name not in config]
+    else:
+        missing = [name for name in ("heads", "d_k", "scale") if "d_model" in config and name not in config]
+    if missing:
+        raise AttnvizError(f"{where}: 'config' lacks {', '.join(missing)}")
+    pooled_config(config, n, where)
+
+
+def pooled_config(config: Any, bins: int, where: str) -> dict[str, Any] | None:
+    """A document's ``config.pooled`` (method, tokens, bins) checked against its map of ``bins`` rows; None when
+    the map is not pooled."""
+    pooled = config.get("pooled") if isinstance(config, dict) else None
+    if pooled is None:
+        return None
+    if (
+        not isinstance(pooled, dict)
+        or pooled.get("method") not in ("max", "mean")
+        or type(pooled.get("tokens")) is not int
+        or pooled.get("bins") != bins
+        or not bins <= pooled["tokens"] <= 10**9
+    ):
+        raise AttnvizError(
+            f"{where}: 'config.pooled' must name the method (max or mean), the tokens and the {bins} bins"
+        )
+    return pooled
 
 
 def _strings(value: Any, name: str, where: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Token sequences from command-line arguments, files and standard input.
 
-Text is split on whitespace; a JSON array of strings is taken token for token, so
-tokens may hold spaces or be empty. Nothing here touches numbers.
+Text is split on whitespace (or, with --chars, into characters); a JSON array of strings is
+taken token for token, so tokens may hold spaces or be empty. Nothing here touches numbers.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,51 @@ def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | Non
 def stdin_alias(path: Path) -> Path:
     """'-' for /dev/stdin too: a pipe is read as standard input, within the same limits."""
     return Path("-") if str(path) in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0") else path
+
+
+def graphemes(text: str) -> list[str]:
+    """What a reader sees as one character: a base with its combining marks, variation selectors and
+    skin tones, an emoji sequence joined by ZWJ, a flag (two regional indicators or a tag sequence).
+
+    The parts of UAX #29 that tokens need; labels are cut between these, never inside one.
+    """
+    clusters: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        last = clusters[-1] if clusters else ""
+        joins = bool(last) and (
+            unicodedata.category(ch) in ("Mn", "Me", "Mc")
+            or ch == "\u200d"
+            or 0xFE00 <= code <= 0xFE0F
+            or 0x1F3FB <= code <= 0x1F3FF
+            or 0xE0020 <= code <= 0xE007F
+            or last[-1] == "\u200d"
+            or (_regional(code) and len(last) == 1 and _regional(ord(last)))
+        )
+        if joins:
+            clusters[-1] += ch
+        else:
+            clusters.append(ch)
+    return clusters
+
+
+def _regional(code: int) -> bool:
+    return 0x1F1E6 <= code <= 0x1F1FF
+
+
+UNSPACED_SCRIPTS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x3400, 0x9FFF))
+"""Thai, Lao, Myanmar, Khmer, kana and CJK ideographs: scripts written without spaces between words."""
+
+
+def characters(tokens: list[str]) -> list[str]:
+    """--chars: every token split into its characters (graphemes)."""
+    return [g for token in tokens for g in graphemes(token)]
+
+
+def unspaced_token(tokens: list[str]) -> str | None:
+    """The first token of four or more characters of a script written without spaces, if any:
+    splitting at whitespace left a whole phrase as one token, and --chars would split it."""
+    for token in tokens:
+        if len(token) >= 4 and all(any(lo <= ord(ch) <= hi for lo, hi in UNSPACED_SCRIPTS) for ch in token):
+            return token
+    return None

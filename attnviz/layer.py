@@ -142,6 +142,20 @@ def estimate_bytes(n: int, config: LayerConfig, m: int | None = None) -> int:
     return 8 * (4 * config.heads * n * m + 3 * (n + m) * config.d_model + weights) + n * m
 
 
+def memory_advice(n: int, m: int, config: LayerConfig) -> str:
+    """What to change when a layer does not fit: whichever of the maps, the weights or the inputs costs most."""
+    maps = config.heads * n * m
+    weights = config.d_model * config.heads * config.d_k
+    inputs = (n + m) * config.d_model
+    if weights >= max(maps, inputs):
+        return "the weight matrices grow as --d-model²: use a smaller --d-model"
+    if inputs > maps:
+        return "the input vectors grow as tokens × --d-model: use a smaller --d-model or fewer tokens"
+    return (
+        "the maps grow as heads × tokens²: use fewer tokens or fewer heads (the terminal and -o show long maps pooled)"
+    )
+
+
 def _pad(tokens: tuple[str, ...], pad_to: int | None) -> tuple[tuple[str, ...], tuple[bool, ...]]:
     if pad_to is not None and pad_to < len(tokens):
         raise UsageError(f"--pad-to {pad_to} is shorter than the sequence ({len(tokens)} tokens)")
@@ -180,7 +194,7 @@ def prepare(
     ensure_fits(
         estimate_bytes(n, config, m) // (1 if exact else 2),
         f"attention over {n:,} × {m:,} tokens with {config.heads} heads (--d-model {config.d_model})",
-        "use fewer tokens, fewer heads or a smaller --d-model (the terminal and -o show long maps pooled)",
+        memory_advice(n, m, config),
     )
     layer = build_layer(config, tokens, keys, dtype=np.float64 if exact else np.float32)
     mask = combined_mask(n, m, causal=config.causal, key_padding=np.array(key_padding))

@@ -157,6 +157,15 @@ Causal = Annotated[
         "--causal/--no-causal", help="Mask the future: position t sees only positions ≤ t.", rich_help_panel=P_LAYER
     ),
 ]
+Chars = Annotated[
+    bool,
+    typer.Option(
+        "--chars",
+        help="Split the text into characters, not at spaces: for Chinese, Japanese, Thai and other scripts "
+        "written without spaces.",
+        rich_help_panel=P_LAYER,
+    ),
+]
 PadTo = Annotated[
     int | None,
     typer.Option(
@@ -339,6 +348,7 @@ def layer_options(
     scale: Scale = "sqrt",
     causal: Causal = False,
     pad_to: PadTo = None,
+    chars: Chars = False,
     model: ModelName = None,
     model_dir: ModelDir = None,
     model_file: ModelFile = None,
@@ -373,7 +383,9 @@ def layer_options(
                 raise UsageError(f"{name} goes with --model or --from")
         if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
             raise UsageError("only one of --file and --keys-file can read stdin")
-        return LayerRequest(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), config)
+        return LayerRequest(*_split(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), chars), config)
+    if chars:
+        raise UsageError("--chars goes with the random layer: a model tokenises its text itself")
     if sum(x is not None for x in (model, model_dir, model_file, from_file)) > 1:
         raise UsageError("choose one of --model, --model-dir, --model-file and --from")
     if from_file is not None:
@@ -495,6 +507,20 @@ def parse_layers(text: str) -> tuple[int, ...]:
         if len(chosen) > 4096:
             raise UsageError("--layers names more layers than any model has")
     return tuple(chosen)
+
+
+def _split(tokens: list[str], keys: list[str] | None, chars: bool) -> tuple[list[str], list[str] | None]:
+    """The tokens as given, or (--chars) as characters; a hint when a phrase of an unspaced script is one token."""
+    from .inputs import characters, unspaced_token
+
+    if chars:
+        return characters(tokens), None if keys is None else characters(keys)
+    phrase = unspaced_token([*tokens, *(keys or [])])
+    if phrase is not None:
+        from .cli.entry import say
+
+        say(f"attnviz: hint: '{phrase}' is one token (tokens are split at spaces); --chars splits it into characters")
+    return tokens, keys
 
 
 def _side(layer: LayerRequest, head: Head = None, mean: Mean = False) -> None:

@@ -332,7 +332,9 @@ def honour_attention(att: Attention, want: Want, layer: int | None = None) -> At
     att = att.select(head=None if want.heads is None else want.heads[0], mean=want.mean)  # checks the head
     n = len(att.keys)
     keep = want.keep(max(len(att.tokens), n), len(att.head_labels), att.config)
-    if keep.bins is None or att.key_tokens is not None or "pooled" in att.config:
+    if "pooled" in att.config:
+        return att if keep.bins is None or keep.bins >= n else _pool_again(att, keep.bins)
+    if keep.bins is None or att.key_tokens is not None:
         return att
     weights, rows, cols = pool_map(att.weights, keep.bins, keep.pool)
     allowed = np.maximum.reduceat(np.maximum.reduceat(att.allowed.astype(np.int8), rows[:-1], 0), cols[:-1], 1) > 0
@@ -345,6 +347,34 @@ def honour_attention(att: Attention, want: Want, layer: int | None = None) -> At
         mask=None if allowed.all() else allowed,
         padding=(),
         config={**att.config, "pooled": pooled},
+    )
+
+
+def _pool_again(att: Attention, bins: int) -> Attention:
+    """A pooled map (read back from JSON) pooled into fewer bins, by the method it was pooled with: whole
+    bins merged, so the result is what pooling the tokens into those bins gives (a mean weighted by size)."""
+    from .blocked import bin_edges
+
+    pooled = att.config["pooled"]
+    tokens, method = int(pooled["tokens"]), pooled["method"]
+    fine = bin_edges(tokens, int(pooled["bins"]))
+    merge = bin_edges(len(fine) - 1, bins)
+    size = np.diff(fine).astype(np.float64)
+    if method == "max":
+        weights = np.maximum.reduceat(np.maximum.reduceat(att.weights, merge[:-1], -2), merge[:-1], -1)
+    else:
+        area = att.weights * size[:, None] * size[None, :]
+        coarse = np.diff(fine[merge]).astype(np.float64)
+        total = np.add.reduceat(np.add.reduceat(area, merge[:-1], -2), merge[:-1], -1)
+        weights = (total / coarse[:, None] / coarse[None, :]).astype(np.float32)
+    allowed = np.maximum.reduceat(np.maximum.reduceat(att.allowed.astype(np.int8), merge[:-1], 0), merge[:-1], 1) > 0
+    edges = fine[merge]
+    return replace(
+        att,
+        tokens=bin_labels(edges),
+        weights=weights,
+        mask=None if allowed.all() else allowed,
+        config={**att.config, "pooled": {**pooled, "bins": len(edges) - 1}},
     )
 
 

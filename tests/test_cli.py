@@ -198,6 +198,8 @@ def test_help_paragraphs_wrap_to_the_terminal_and_show_brackets(cli, monkeypatch
     run = cli(command, "--help")
     assert run.code == 0
     lines = [line.strip() for line in run.out.splitlines()]
+    indents = {len(line) - len(line.lstrip()) for line in run.out.splitlines() if line.lstrip().startswith("attnviz ")}
+    assert indents == {1}  # examples flush with the text, in every command
     # a docstring paragraph is one line on a wide terminal, not cut where the source was
     assert not any(line.endswith((" and", " the", ",")) for line in lines if not line.startswith("│"))
     if command == "batch":
@@ -267,6 +269,8 @@ def test_help_shows_flags_as_flags_and_examples_whole(cli, monkeypatch, command:
     run = cli(*command, "--help")
     assert run.code == 0 and "<bool>" not in run.out
     lines = [line.strip() for line in run.out.splitlines()]
+    indents = {len(line) - len(line.lstrip()) for line in run.out.splitlines() if line.lstrip().startswith("attnviz ")}
+    assert indents == {1}  # examples flush with the text, in every command
     infos = [i for i in app.registered_commands if i.callback is not None and i.callback.__name__ in command]
     doc = inspect.getdoc(infos[0].callback) if infos else app.info.help
     examples = [line.strip() for line in (doc or "").splitlines() if line.strip().startswith(("attnviz ", "echo "))]

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiny_gguf import write_tiny_llama
 
 CASES = [
@@ -83,3 +85,85 @@ def test_dev_stdin_is_stdin(cli) -> None:
     document = cli("heatmap", "the cat sat", "--json").out.encode()
     assert cli("check", "/dev/stdin", stdin=document).code == 0
     assert cli("heatmap", "--from", "/dev/stdin", "--json", stdin=document).out == document.decode()
+
+
+@pytest.mark.parametrize("pool", ["max", "mean"])
+@pytest.mark.parametrize("kind", ["--json", "--jsonl"])
+def test_a_pooled_map_reads_back_and_checks(cli, pool: str, kind: str) -> None:
+    """--pool with --json writes 256 bins; read back in an 80-column terminal they are pooled again into
+    the terminal's 32 (whole bins, which nest here), as the direct view pools the tokens."""
+    text = " ".join(f"w{i % 700}" for i in range(3000)).encode()
+    direct = cli("heatmap", "-", "--pool", pool, "--head", "1", "--no-color", stdin=text)
+    document = cli("heatmap", "-", "--pool", pool, "--head", "1", kind, stdin=text)
+    first = json.loads(document.out.splitlines()[0])
+    assert first["config"]["pooled"] == {"method": pool, "tokens": 3000, "bins": 256}
+    back = cli("heatmap", "--from", "-", "--no-color", stdin=document.out.encode())
+    assert back.code == 0 and back.out == direct.out and "32 × 32 bins" in back.out
+    checked = cli("check", "-", stdin=document.out.encode())
+    assert checked.code == 0 and f"{pool}-pooled" in checked.out, checked.out
+
+
+def test_a_long_map_as_json_asks_for_pool(cli) -> None:
+    run = cli("heatmap", "-", "--json", stdin=" ".join(["w"] * 3000).encode())
+    assert run.code == 2 and "--pool max" in run.err
+
+
+@pytest.mark.parametrize("args", CASES, ids=lambda a: " ".join(a))
+def test_json_read_back_and_written_again_is_the_same_document(cli, args: list[str]) -> None:
+    document = cli("heatmap", *args, "--json").out
+    again = cli("heatmap", "--from", "-", "--json", stdin=document.encode())
+    assert again.code == 0 and json.loads(again.out) == json.loads(document)
+
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "heads": st.sampled_from(["1", "2", "4"]),
+        "causal": st.booleans(),
+        "pad": st.integers(0, 3),
+        "view": st.sampled_from([[], ["--mean"], ["--head", "0"]]),
+        "scale": st.sampled_from(["sqrt", "none", "0.5"]),
+        "embed": st.sampled_from(["token", "position", "textbook"]),
+        "tokens": st.lists(st.sampled_from(["the", "cat", "我", "naïve", "👩‍🔬", "x"]), min_size=1, max_size=7),
+        "kind": st.sampled_from(["--json", "--jsonl"]),
+    }
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=OPTIONS)
+def test_every_option_reads_back_as_written(cli, options: dict) -> None:
+    """The property: for any options of the random layer, the view of the JSON is the view of the command."""
+    args = [*options["tokens"], "--heads", options["heads"], "--d-model", "8", "--scale", options["scale"]]
+    args += ["--embed", options["embed"], *options["view"], "--causal" if options["causal"] else "--no-causal"]
+    if options["pad"]:
+        args += ["--pad-to", str(len(options["tokens"]) + options["pad"])]
+    direct = cli("heatmap", *args, "--no-color")
+    document = cli("heatmap", *args, options["kind"])
+    back = cli("heatmap", "--from", "-", "--no-color", stdin=document.out.encode())
+    assert direct.code == document.code == back.code == 0, back.err
+    assert back.out == direct.out
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"d_model": 3},
+        {"color_scale": "weird"},
+        {"sinks": [{"key": "a"}]},
+        {"sinks": [{"key": 9, "token": "a", "mass": 0.5}]},
+        {"model": "m"},
+        {"layer": "x", "layers": 2, "heads": 1, "model": "m"},
+        {"strongest": 1},
+        {"causal": "yes"},
+        {"pooled": {"method": "max", "tokens": "x", "bins": 2}},
+        {"pooled": {"method": "max", "tokens": 1, "bins": 2}},
+    ],
+)
+def test_a_broken_config_is_one_line(cli, config: dict) -> None:
+    document = {"schema": "attnviz.attention/1", "tokens": ["a", "b"], "heads": ["h"], "config": config}
+    document["weights"] = [[[0.5, 0.5], [0.5, 0.5]]]
+    for command in (["heatmap", "--from", "-"], ["check", "-"]):
+        run = cli(*command, stdin=json.dumps(document).encode())
+        if command[0] == "check" and "pooled" not in config:
+            continue  # check reads the weights (and the pooling), not the description
+        assert run.code == 1 and run.err.startswith("attnviz: error: ") and run.err.count("\n") == 1, run.err

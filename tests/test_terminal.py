@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -113,3 +115,78 @@ def test_tables_use_the_width_they_have_and_lose_no_token(cli, monkeypatch, widt
             assert token in shown, (token, run.out)
     if width >= 120:
         assert "cut to fit" not in run.out
+
+
+SCOTLAND = "🏴" + "".join(map(chr, [0xE0067, 0xE0062, 0xE0073, 0xE0063, 0xE0074, 0xE007F]))
+
+
+@pytest.mark.parametrize(
+    ("token", "clusters"),
+    [
+        ("🇫🇷🇩🇪", ["🇫🇷", "🇩🇪"]),
+        ("cafe\u0301s", ["c", "a", "f", "e\u0301", "s"]),
+        ("👨\u200d👩\u200d👧x", ["👨\u200d👩\u200d👧", "x"]),
+        ("👍🏽ok", ["👍🏽", "o", "k"]),
+        (
+            "🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f!",
+            [SCOTLAND, "!"],
+        ),
+    ],
+)
+def test_labels_are_cut_between_graphemes_never_inside_one(token: str, clusters: list[str]) -> None:
+    from attnviz.inputs import graphemes
+    from attnviz.render.labels import cell_len
+
+    assert graphemes(visible_token(token)) == clusters
+    for width in range(2, 8):
+        cut = abbreviate(token * 3, width)
+        assert cell_len(cut) <= width
+        kept = cut.removesuffix("…")
+        assert (token * 3).startswith(kept) and graphemes(kept) == graphemes(token * 3)[: len(graphemes(kept))]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["heatmap", "the cat sat on the mat", "--head", "0"],
+        ["heatmap", "-", "--head", "0"],
+        ["mask", "the cat sat"],
+        ["explain", "the cat sat"],
+        ["permute", "the cat sat"],
+        ["saturation"],
+        ["lines", "the cat sat"],
+        ["diff", "the cat sat", "--a=--seed=1", "--b=--seed=2"],
+    ],
+)
+def test_plain_lines_never_end_in_a_space(cli, command: list[str]) -> None:
+    run = cli(*command, "--no-color", stdin=" ".join(f"w{i}" for i in range(300)).encode())
+    assert run.code == 0 and run.out.strip()
+    assert [line for line in run.out.splitlines() if line.endswith(" ")] == []
+
+
+def test_chars_splits_unspaced_text_and_a_hint_says_so(cli) -> None:
+    whole = cli("heatmap", "我爱自然语言处理", "--head", "0", "--no-color")
+    assert whole.code == 0 and "--chars" in whole.err and whole.err.startswith("attnviz: hint: ")
+    split = cli("heatmap", "我爱自然语言处理", "--chars", "--json")
+    assert json.loads(split.out)["tokens"] == list("我爱自然语言处理") and split.err == ""
+    assert json.loads(cli("heatmap", "e\u0301t\u00e9 👩‍🔬", "--chars", "--json").out)["tokens"] == [
+        "e\u0301",
+        "t",
+        "\u00e9",
+        "👩\u200d🔬",
+    ]
+    refused = cli("heatmap", "--model", "minilm", "hi", "--chars")
+    assert refused.code == 2 and "a model tokenises its text itself" in refused.err
+
+
+def test_memory_advice_names_what_costs(cli) -> None:
+    from attnviz.layer import memory_advice
+
+    run = cli("heatmap", "the", "cat", "--d-model", "10000000")
+    assert run.code == 1 and "--d-model²" in run.err and "fewer heads" not in run.err
+    assert "heads × tokens²" in memory_advice(10**5, 10**5, LayerConfig())
+    assert "tokens × --d-model" in memory_advice(10**5, 10, LayerConfig(d_model=4096, heads=1))
+
+
+def test_explain_names_the_softmax(cli) -> None:
+    assert "w_j = softmax_j(q·k_j × scale + mask)" in cli("explain", "the cat sat", "--no-color").out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import textwrap
 from typing import Annotated, Any
 
 import typer
@@ -61,9 +62,10 @@ def _fail(message: str, code: int) -> int:
 
 
 def _reflow(help_text: str) -> str:
-    """Join a docstring paragraph's lines so the terminal wraps it (indented example lines stay)."""
+    """Join a docstring paragraph's lines so the terminal wraps it; indented example lines stay lines,
+    flush with the text (typer dedents them only when no prose comes first: one indentation for all)."""
     paragraphs = inspect.cleandoc(help_text).split("\n\n")
-    return "\n\n".join(p if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
+    return "\n\n".join(textwrap.dedent(p) if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
 
 
 def _app_for(argv: list[str]) -> typer.Typer:

@@ -113,19 +113,21 @@ def heatmap(
     from ..layer import LONG_SEQUENCE
     from ..sources import Want
 
-    if (as_json or jsonl) and not layer.external and layer.keys is None:
+    if (as_json or jsonl) and not layer.external and layer.keys is None and pool is None:
         n = max(len(layer.tokens), layer.config.pad_to or 0)
         if n > LONG_SEQUENCE:
             raise UsageError(
-                f"a {n} × {n} map is too large to be useful as JSON: --save FILE.npz writes the full "
-                "weights (when they fit), and the terminal and -o show it pooled"
+                f"a {n} × {n} map is too large to be useful as JSON: --pool max (or mean) writes it pooled into "
+                f"{JSON_BINS} × {JSON_BINS} bins, --save FILE.npz the full weights (when they fit)"
             )
+    if (as_json or jsonl) and pool is not None and scores:
+        raise UsageError("--scores goes with the full map: a pooled map has weights only")
     want = Want(
         heads=None if head is None else (head,),
         mean=mean,
         scores=scores,
         pool=pool or "max",
-        bins=json_fits(scores) if as_json or jsonl else shown_bins(figure, pool),
+        bins=(json_fits(scores) if pool is None else json_bins) if as_json or jsonl else shown_bins(figure, pool),
     )
     from ..structure import readable
 
@@ -144,6 +146,14 @@ def heatmap(
         show=lambda color, width: views.terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
     )
+
+
+JSON_BINS = 256  # a pooled map as JSON: finer than any figure of it needs, small enough to read
+
+
+def json_bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
+    """--pool with --json: maps longer than JSON_BINS tokens pooled into JSON_BINS bins, shorter ones whole."""
+    return JSON_BINS if n > JSON_BINS else None
 
 
 def json_fits(scores: bool) -> Callable[[int, int, dict[str, Any]], None]:

@@ -176,9 +176,19 @@ def check(
     from ..inputs import stdin_alias
     from ..sources import load_attention_array, parse_padding
 
-    array, _ = load_attention_array(stdin_alias(file))
+    path = stdin_alias(file)
+    document, pooled = None, None
+    if str(path) == "-" or path.suffix.lower() == ".json":
+        from ..documents import pooled_config, read_json_source
+        from ..sources import MAX_ATTENTION_JSON
+
+        document = read_json_source(path, MAX_ATTENTION_JSON)
+    array, _ = load_attention_array(path, document)
+    first = document[0] if isinstance(document, list) and document else document  # a --jsonl stream's first head
+    if isinstance(first, dict):
+        pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))
     mask = None if padding is None else parse_padding(padding, array.shape[-1])
-    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask)
+    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, pooled=pooled)
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:

@@ -171,7 +171,12 @@ def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color
 
     console = Console(highlight=False)
     color = not (no_color or console.no_color) and console.color_system is not None
-    if not color:
-        console = Console(highlight=False, color_system=None)
-    for renderable in render(color, console.width):
-        console.print(renderable)
+    if color:
+        for renderable in render(color, console.width):
+            console.print(renderable)
+        return
+    console = Console(highlight=False, color_system=None)
+    with console.capture() as plain:  # plain text for pipes and files: no spaces at the ends of lines
+        for renderable in render(color, console.width):
+            console.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in plain.get().splitlines()))

@@ -79,6 +79,7 @@ def render_explain(
     yield Text(f"   q  {vector_text(e.q, shown)}")
 
     yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; k_j: {cut(in_table)}".rstrip(": ;k_j"))
+    yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
     scores = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
     for name, justify in (
         ("j", "right"),

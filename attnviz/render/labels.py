@@ -6,11 +6,13 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len as _char_cells
 
 from ..attention import Attention
+from ..inputs import graphemes
 
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_TAGS = "".join(map(chr, range(0xE0020, 0xE0080)))
 WHITE_SPACE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}
 
 
@@ -28,6 +30,8 @@ def visible_token(token: str) -> str:
         category = unicodedata.category(ch)
         if ch == "\u200d" and 0 < k < len(token) - 1 and _joins(token[k - 1], token[k + 1]):
             out.append(ch)  # a zero-width joiner inside an emoji sequence (👩‍🔬): one picture, kept whole
+        elif 0xE0020 <= ord(ch) <= 0xE007F and token[:k].rstrip(_TAGS).endswith("\U0001f3f4"):
+            out.append(ch)  # a tag sequence after a black flag: a subdivision's flag (🏴󠁧󠁢󠁳󠁣󠁴󠁿)
         elif ch in "\n\t":
             out.append(WHITE_SPACE[ch])
         elif category in _INVISIBLE or (category == "Zs" and ch != " "):
@@ -43,12 +47,32 @@ def _joins(before: str, after: str) -> bool:
     return unicodedata.category(before) in ("So", "Mn", "Sk") and unicodedata.category(after) == "So"
 
 
+def _cluster_cells(cluster: str) -> int:
+    """Terminal cells of one grapheme: an emoji sequence or flag is one picture, two cells wide."""
+    if len(cluster) > 1 and any(ch == "\u200d" or ch == "\ufe0f" or ord(ch) >= 0x1F1E6 for ch in cluster[1:]):
+        return 2
+    return _char_cells(cluster)
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells of ``text``, counted by grapheme (see :func:`graphemes`)."""
+    if text.isascii():
+        return len(text)
+    return sum(_cluster_cells(g) for g in graphemes(text))
+
+
 def abbreviate(token: str, width: int) -> str:
-    """The visible token cut to ``width`` terminal cells, with an ellipsis when cut."""
+    """The visible token cut to ``width`` terminal cells between graphemes, with an ellipsis when cut."""
     text = visible_token(token)
     if cell_len(text) <= width:
         return text
-    return set_cell_size(text, width - 1).rstrip() + "…"
+    kept, used = [], 0
+    for cluster in graphemes(text):
+        used += _cluster_cells(cluster)
+        if used > width - 1:
+            break
+        kept.append(cluster)
+    return "".join(kept).rstrip() + "…"
 
 
 def describe_scale(config: dict[str, Any]) -> str:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
-from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -31,7 +30,7 @@ from .heatmap import (
     panel_title,
     wrapped_title,
 )
-from .labels import abbreviate, describe_parts, wrap_parts
+from .labels import abbreviate, cell_len, describe_parts, wrap_parts
 from .outlines import draw_texts, text_path
 from .terminal import cell_style, render_heatmap, terminal_bins
 

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from rich import box
-from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
@@ -20,7 +19,7 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..saturation import STATISTICS, Saturation
-from .labels import abbreviate, describe_parts, score_label, visible_token, wrap_parts
+from .labels import abbreviate, cell_len, describe_parts, score_label, visible_token, wrap_parts
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
