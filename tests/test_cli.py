@@ -280,3 +280,24 @@ def test_help_shows_flags_as_flags_and_examples_whole(cli, monkeypatch, command:
 def test_attnviz_alone_prints_the_help_and_exits_0(cli) -> None:
     run = cli()
     assert run.code == 0 and "Usage: attnviz" in run.out and run.err == ""
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots" / "help"
+
+
+@pytest.mark.parametrize("command", ["attnviz", *COMMAND_NAMES])
+def test_help_matches_its_snapshot_at_80_columns(cli, monkeypatch, command: str) -> None:
+    """What each help says before its option panels (usage, description, examples), as reviewed.
+
+    The panels' box drawing belongs to rich and may change with it; the text above is ours.
+    After a deliberate change: UPDATE_SNAPSHOTS=1 pytest -k snapshot, and read the diff.
+    """
+    monkeypatch.setenv("COLUMNS", "80")
+    run = cli(*([] if command == "attnviz" else [command]), "--help")
+    lines = run.out.splitlines()
+    top = "\n".join(line.rstrip() for line in lines[: next(i for i, x in enumerate(lines) if "╭" in x)]).strip("\n")
+    snapshot = SNAPSHOTS / f"{command}.txt"
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        snapshot.write_text(top + "\n", encoding="utf-8")
+    assert top + "\n" == snapshot.read_text(encoding="utf-8")
