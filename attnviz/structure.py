@@ -102,6 +102,15 @@ def colour_values(weights: Array, scale: str, floor: float) -> Array:
     return w
 
 
+def weight_at(position: float, scale: str, floor: float) -> float:
+    """The weight drawn at ``position`` (0–1) along the colour map: the inverse of :func:`colour_values`."""
+    if scale == "log":
+        return float(floor ** (1 - position))
+    if scale == "power":
+        return float(position ** (1 / POWER))
+    return position
+
+
 def scale_ticks(scale: str, floor: float) -> tuple[list[float], list[str]]:
     """Tick positions (0–1 along the colour map) and labels (weights) for a colour bar or legend."""
     if scale == "log":

@@ -190,3 +190,20 @@ def test_memory_advice_names_what_costs(cli) -> None:
 
 def test_explain_names_the_softmax(cli) -> None:
     assert "w_j = softmax_j(q·k_j × scale + mask)" in cli("explain", "the cat sat", "--no-color").out
+
+
+@pytest.mark.parametrize("scale", ["linear", "log", "power"])
+def test_the_shade_legend_names_the_weights_each_shade_stands_for(scale: str) -> None:
+    from attnviz.render.terminal import shade_legend
+    from attnviz.structure import colour_values, weight_at
+
+    floor = 1.7e-5
+    weights = np.geomspace(floor / 10, 1, 400)
+    order = ["  ", "░░", "▒▒", "▓▓", "██"]
+    levels = [order.index(shade(p)) for p in colour_values(weights, scale, floor)]
+    for level, limit in enumerate((0.05, 0.2, 0.4, 0.7), start=1):
+        boundary = weight_at(limit, scale, floor)
+        clear = np.abs(weights / boundary - 1) > 1e-9
+        assert all((lv >= level) == (w >= boundary) for lv, w, c in zip(levels, weights, clear, strict=True) if c)
+    legend = shade_legend(scale, floor)
+    assert legend.startswith("<.05") if scale == "linear" else legend.startswith("<3e-5" if scale == "log" else "<3e-3")

@@ -231,15 +231,28 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-    elif blocks and scale == "linear":
-        out.append("   <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7")
     elif blocks:
-        out.append("   shade by colour position: <.05  ░░ .05–.2  ▒▒ .2–.4  ▓▓ .4–.7  ██ ≥.7")
+        out.append("   " + shade_legend(scale, colour_floor(att.config, len(att.keys))))
     else:
         out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
     if masked:
         out.append("   · masked" if blocks else " · ·: masked")
     return out
+
+
+def shade_legend(scale: str, floor: float) -> str:
+    """The weights each shade stands for, on the scale the map is drawn with ('<.05  ░░ .05–.2 …' when linear)."""
+    from ..structure import weight_at
+
+    def number(p: float) -> str:
+        w = weight_at(p, scale, floor)
+        return f"{w:.2g}".removeprefix("0") if w >= 0.01 else f"{w:.0e}".replace("e-0", "e-")
+
+    limits = [number(limit) for limit, _ in _SHADES[:-1]]
+    parts = [f"<{limits[0]}"]
+    for (_, glyphs), low, high in zip(_SHADES[1:-1], limits[:-1], limits[1:], strict=True):
+        parts.append(f"{glyphs} {low}–{high}")
+    return "  ".join([*parts, f"{_SHADES[-1][1]} ≥{limits[-1]}"])
 
 
 def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
