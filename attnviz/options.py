@@ -269,6 +269,16 @@ Annotate = Annotated[
     ),
 ]
 
+AuditOption = Annotated[
+    bool,
+    typer.Option(
+        "--audit",
+        help="Measure the figure's layout (text sizes, overlaps, cells, colour bar, fill): each problem on stderr, "
+        "exit 1 if any; the file is written all the same.",
+        rich_help_panel=P_FIG,
+    ),
+]
+
 
 # Option groups: a command names a group as one parameter; the group's options take its place
 # on the command line and arrive built (a LayerRequest, a FigureRequest).
@@ -426,6 +436,7 @@ class FigureRequest:
     output: str | None
     fmt: str | None
     style: FigureStyle
+    audit: bool = False
 
 
 def figure_options(
@@ -437,10 +448,13 @@ def figure_options(
     size: Size = None,
     dpi: Dpi = None,
     annotate: Annotate = None,
+    audit: AuditOption = False,
 ) -> FigureRequest:
     parsed = None if size is None else parse_size(size)
     style = FigureStyle(theme=theme, cmap=cmap, preset=preset, size=parsed, dpi=dpi, annotate=annotate)
-    return FigureRequest(output=output, fmt=fmt, style=style)
+    if audit and output is None:
+        raise UsageError("--audit measures a figure: give -o FILE")
+    return FigureRequest(output=output, fmt=fmt, style=style, audit=audit)
 
 
 class OptionGroup:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import options as opt
 from .._version import __version__
-from ..errors import UsageError
+from ..errors import AttnvizError, UsageError
 from .entry import say
 
 if TYPE_CHECKING:
@@ -154,9 +154,18 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         raise UsageError(
             f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
         )
-    write_output(figure_bytes(build(), chosen, description), figure.output, sys.stdout.buffer)
+    fig = build()
+    write_output(figure_bytes(fig, chosen, description), figure.output, sys.stdout.buffer)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
+    if figure.audit:
+        from ..render.audit import audit
+
+        problems = audit(fig, "stdout" if figure.output == "-" else figure.output)
+        for problem in problems:
+            say(f"attnviz: audit: {problem}")
+        if problems:
+            raise AttnvizError(f"{plural(len(problems), 'layout problem')} in {figure.output} (see above)")
 
 
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:

@@ -47,6 +47,9 @@ PRESETS: dict[str, tuple[float, float, int]] = {
     "slide": (18.0, 13.333, 150),
     "paper": (7.0, 3.4, 300),
 }
+# The smallest text each preset draws (points at the figure's size): read from the back of a room
+# on a 13.3-inch slide, on a screen, in a printed column. The layout audit holds figures to it.
+SMALLEST_TEXT: dict[str, float] = {"screen": 8.0, "slide": 14.0, "paper": 6.0}
 THEMES: dict[str, dict[str, str]] = {
     "light": {
         "background": "white",
@@ -99,6 +102,15 @@ class FigureStyle:
     @property
     def font_size(self) -> float:
         return PRESETS[self.preset][0]
+
+    @property
+    def smallest(self) -> float:
+        """The smallest text this preset draws, in points."""
+        return SMALLEST_TEXT[self.preset]
+
+    def scaled(self, factor: float) -> float:
+        """``factor`` times the preset's font size, but never below its smallest text."""
+        return max(self.smallest, self.font_size * factor)
 
     @property
     def colours(self) -> dict[str, str]:
@@ -275,10 +287,10 @@ def figure_context(style: FigureStyle) -> Iterator[None]:
                 "text.parse_math": False,  # tokens are text: '$x$' must not become mathematics
                 "font.size": style.font_size,
                 "axes.titlesize": style.font_size,
-                "axes.labelsize": style.font_size * 0.9,
-                "xtick.labelsize": style.font_size * 0.8,
-                "ytick.labelsize": style.font_size * 0.8,
-                "legend.fontsize": style.font_size * 0.8,
+                "axes.labelsize": style.scaled(0.9),
+                "xtick.labelsize": style.scaled(0.8),
+                "ytick.labelsize": style.scaled(0.8),
+                "legend.fontsize": style.scaled(0.8),
                 "figure.titlesize": style.font_size * 1.05,
                 "figure.facecolor": c["background"],
                 "axes.facecolor": c["background"],

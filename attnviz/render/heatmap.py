@@ -56,15 +56,17 @@ def luminance(rgba: Sequence[float] | np.ndarray) -> Any:
     return linear @ np.array([0.2126, 0.7152, 0.0722])
 
 
-def annotation_font(cell_inches: float, style: FigureStyle) -> float | None:
-    """The font size that fits '0.23' in a cell, or None when it would be too small to read."""
-    size = min(style.font_size * 0.75, cell_inches * 72 / 2.6)
-    wanted = style.annotate
-    if wanted is False:
+VALUE_FILL = 0.8  # a cell's value takes at most this share of the cell's width
+
+
+def annotation_font(cell_inches: float, style: FigureStyle, widest: str = "0.00") -> float | None:
+    """The font size at which the ``widest`` value fits its cell with room around it, or None when that
+    is below the preset's smallest text (then the colour alone tells; --annotate forces the smallest)."""
+    fits = cell_inches * 72 * VALUE_FILL / (text_extent(widest, 10.0)[0] / 10.0)
+    size = min(style.scaled(0.75), fits)
+    if style.annotate is False or (style.annotate is None and size < style.smallest):
         return None
-    if wanted is None and size < max(5.0, style.font_size * 0.5):
-        return None
-    return max(size, 3.0)
+    return max(size, style.smallest)
 
 
 def annotate_cells(
@@ -119,13 +121,26 @@ class TokenLabels:
     rotate: bool
     top: float
     left: float
+    lift: float = 0.0  # points the key labels stand higher, clear of a first query label taller than its row
+
+    def axis_title(self, which: Literal["keys", "queries"]) -> str:
+        """'keys', or 'keys · every 3rd' when only every k-th token is labelled: thinning is said, not hidden."""
+        shown = self.cols if which == "keys" else self.rows
+        step = shown[1][0] - shown[0][0] if len(shown) > 1 else 1
+        return which if step == 1 else f"{which} · every {ordinal(step)}"
+
+
+def ordinal(k: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, float]) -> TokenLabels:
     """The labels of a panel of ``size_inches`` (width, height): font from the cell size, thinned to fit."""
     n, m = len(att.tokens), len(att.keys)
     cell_points = min(size_inches) * 72 / max(n, m)
-    font = max(style.font_size * 0.5, min(style.font_size * 0.8, cell_points * 1.1))
+    font = max(style.smallest, min(style.font_size * 0.8, cell_points / 1.15))
     row_step = tick_step(n, size_inches[1], font)
     col_step = tick_step(m, size_inches[0], font)
     rows = [(i, abbreviate(att.tokens[i], LABEL_CHARS)) for i in range(0, n, row_step)]
@@ -134,7 +149,10 @@ def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, f
     rotate = widest > size_inches[0] * 72 * col_step / m * 0.9
     line = text_extent("lp", font)[1]
     left = max(text_extent(text, font)[0] for _, text in rows)
-    return TokenLabels(font, rows, cols, rotate, (widest if rotate else line) + LABEL_PAD, left + LABEL_PAD)
+    row_points = size_inches[1] * 72 / n
+    lift = max(0.0, line / 2 - row_points / 2)
+    top = (widest if rotate else line) + LABEL_PAD + lift
+    return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift)
 
 
 def label_axes(
@@ -159,7 +177,7 @@ def label_axes(
     fig = ax.figure
     key_padding = att.key_padding if att.key_tokens is not None else att.padding
     text, muted = style.colours["text"], style.colours["muted"]
-    key_side = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+    key_side = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD + labels.lift)
     query_side = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
     sides: list[tuple[bool, list[tuple[int, str]], tuple[bool, ...], Anchor, Any, str]] = [
         (ticks[0], labels.cols, key_padding, "up" if labels.rotate else "above", key_side, "key labels"),
@@ -184,15 +202,17 @@ def label_axes(
     ax.set_xticks([])
     ax.set_yticks([])
     top = labels.top if ticks[0] else 0.0
-    size = style.font_size * 0.9
+    size = style.scaled(0.9)
     if outer[0]:
         where = ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD)
-        draw_texts(ax, ["keys"], [text_path("keys", size, "above")], [(0.5, 1)], where, text, "axis titles")
+        title = labels.axis_title("keys")
+        draw_texts(ax, [title], [text_path(title, size, "above")], [(0.5, 1)], where, text, "axis titles")
         top += axis_title_room(style)
     if outer[1]:
         left = labels.left if ticks[1] else 0.0
         where = ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0)
-        draw_texts(ax, ["queries"], [text_path("queries", size, "up-left")], [(0, 0.5)], where, text, "axis titles")
+        title = labels.axis_title("queries")
+        draw_texts(ax, [title], [text_path(title, size, "up-left")], [(0, 0.5)], where, text, "axis titles")
     for spine in ax.spines.values():
         spine.set_visible(False)
     return top
@@ -312,6 +332,7 @@ class GridLayout:
     bar: tuple[float, float, float, float]  # left, bottom, width, height of the colour bar
     title_top: float  # where the heading's first line starts
     labels: TokenLabels
+    outer_only: bool = False  # token labels only along the grid's top row and first column
 
 
 def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
@@ -329,12 +350,12 @@ def label_colour_bar(bar: Any, ticks: list[float], labels: list[str], title: str
     bar.set_ticks(ticks)
     bar.minorticks_off()
     cax.tick_params(labelright=False, labelleft=False)
-    size = style.font_size * 0.8
+    size = style.scaled(0.8)
     beside = blended_transform_factory(cax.transAxes, cax.transData) + points_offset(fig, BAR_TICK_ROOM, 0)
     paths = [text_path(label, size, "left") for label in labels]
     draw_texts(cax, labels, paths, [(1, t) for t in ticks], beside, text, "colour bar ticks")
     room = BAR_TICK_ROOM + max(text_extent(label, size)[0] for label in labels) + AXIS_TITLE_PAD
-    path = text_path(title, style.font_size * 0.9, "up-right")
+    path = text_path(title, style.scaled(0.9), "up-right")
     draw_texts(cax, [title], [path], [(1, 0.5)], cax.transAxes + points_offset(fig, room, 0), text, "axis titles")
 
 
@@ -350,33 +371,43 @@ def grid_layout(att: Attention, style: FigureStyle, title_lines: int) -> GridLay
     fixed = style.size is not None or style.preset == "slide"
     box = height if fixed else width * 1.2
     shapes = [(math.ceil(count / cols), cols) for cols in range(1, count + 1)]
-    rows, cols = max(
-        shapes,
-        key=lambda shape: (
-            round(arrange(att, style, title_lines, shape, box, fixed).panel[0], 2),
-            -(shape[0] * shape[1] - count),
-        ),
-    )
-    return arrange(att, style, title_lines, (rows, cols), box, fixed)
+    choices = [(shape, outer) for shape in shapes for outer in ((True,) if count > 4 else (False, True))]
+
+    def merit(choice: tuple[tuple[int, int], bool]) -> tuple[float, int]:
+        """The panel's side (labels on every panel worth a tenth more: each map reads on its own), then
+        fewer empty slots."""
+        (rows, cols), outer = choice
+        side = arrange(att, style, title_lines, (rows, cols), box, fixed, outer_only=outer).panel[0]
+        return round(side * (1.0 if outer else 1.1), 2), -(rows * cols - count)
+
+    shape, outer_only = max(choices, key=merit)
+    return arrange(att, style, title_lines, shape, box, fixed, outer_only=outer_only)
 
 
 def arrange(
-    att: Attention, style: FigureStyle, title_lines: int, shape: tuple[int, int], height: float, fixed: bool
+    att: Attention,
+    style: FigureStyle,
+    title_lines: int,
+    shape: tuple[int, int],
+    height: float,
+    fixed: bool,
+    *,
+    outer_only: bool,
 ) -> GridLayout:
     """Lay out panels in ``shape`` from measured labels: square cells, as large as a figure of the
-    style's width and ``height`` allows; unless ``fixed``, the figure then shrinks to the panels."""
+    style's width and ``height`` allows; unless ``fixed``, the figure then shrinks to the panels.
+    ``outer_only``: token labels only beside the grid's first column and above its first row."""
     count = len(att.head_labels)
     n, m = att.weights.shape[1:]
     font = style.font_size
     width = style.figure_size(0.75)[0]
     rows, cols = shape
-    outer_only = count > 4
     guess = max(0.2, min((width - MARGIN_W) / cols, (height - MARGIN_H) / rows - font * 2.2 / 72))
     pad, gap, bar_gap, bar_w = font * 0.8, font * 0.8, font, font * 1.2
     _, tick_texts = colour_bar_ticks(att)
-    bar_room = bar_gap + bar_w + BAR_TICK_ROOM + max(text_extent(t, font * 0.8)[0] for t in tick_texts)
+    bar_room = bar_gap + bar_w + BAR_TICK_ROOM + max(text_extent(t, style.scaled(0.8))[0] for t in tick_texts)
     bar_room += AXIS_TITLE_PAD
-    bar_room += text_extent("attention weight", font * 0.9)[1]
+    bar_room += text_extent("attention weight", style.scaled(0.9))[1]
     heading = lines_height(title_lines, font * 1.05) + font * 0.6
     head_title = max(text_extent(label, font, weight="bold")[1] for label in att.head_labels) + TITLE_PAD
     for _ in range(2):  # the labels' font and thinning depend on the panel size, which depends on them
@@ -417,6 +448,7 @@ def arrange(
         bar=(bar_left / 72, bottom, bar_w / 72, top - bottom),
         title_top=title_top / 72,
         labels=labels,
+        outer_only=outer_only,
     )
 
 
@@ -474,7 +506,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     fig_w, fig_h = layout.size
     fig = Figure(figsize=layout.size, dpi=style.resolution())
     rows, cols = layout.shape
-    outer_only = count > 4
+    outer_only = layout.outer_only
     cmap = colormap(style.cmap)
     pooled = "pooled" in att.config
     font = annotation_font(layout.panel[0] / m, style) if not pooled else None

@@ -57,22 +57,24 @@ def _outline(text: str, size: float, anchor: Anchor, style: Style, families: tup
         style="italic" if style == "italic" else "normal",
         weight="bold" if style == "bold" else "normal",
     )
-    path = TextPath((0, 0), text, prop=prop)
+    path: Any = TextPath((0, 0), text, prop=prop)
     if not len(path.vertices):  # a text with no ink (spaces): an empty outline, not a broken one
         from matplotlib.path import Path
 
-        return Path(np.empty((0, 2)))
-    x0, y0, x1, y1 = ink_extents(path)
-    if anchor == "raw":
-        return path
-    if anchor == "centre":
-        return path.transformed(Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2))
-    capitals = ink_extents(_outline("H", size, "raw", style, families))[3]
-    descent = ink_extents(_outline("g", size, "raw", style, families))[1]
-    along = {"left": -x0, "right": -x1, "up": -x0}.get(anchor, -(x0 + x1) / 2)
-    across = {"above": -descent, "below": -capitals, "up-left": -descent, "up-right": -capitals}
-    move = Affine2D().translate(along, across.get(anchor, -capitals / 2))
-    return path.transformed(move.rotate_deg(90) if anchor.startswith("up") else move)
+        path = Path(np.empty((0, 2)))
+    elif anchor != "raw":
+        x0, y0, x1, y1 = ink_extents(path)
+        if anchor == "centre":
+            path = path.transformed(Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2))
+        else:
+            capitals = ink_extents(_outline("H", size, "raw", style, families))[3]
+            descent = ink_extents(_outline("g", size, "raw", style, families))[1]
+            along = {"left": -x0, "right": -x1, "up": -x0}.get(anchor, -(x0 + x1) / 2)
+            across = {"above": -descent, "below": -capitals, "up-left": -descent, "up-right": -capitals}
+            move = Affine2D().translate(along, across.get(anchor, -capitals / 2))
+            path = path.transformed(move.rotate_deg(90) if anchor.startswith("up") else move)
+    path.font_points = size  # what the layout audit reads (attnviz.render.audit)
+    return path
 
 
 @functools.cache
