@@ -18,9 +18,11 @@ from rich.text import Text
 from ..attention import Attention
 from ..compare import Difference, PermutationCase
 from ..core import Array
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import annotate_cells, annotation_font, draw_matrix, label_axes, panel_title, wrapped_title
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
+from .heatmap import widest_text
 from .labels import abbreviate, describe_parts, wrap_parts
+from .panels import Bar, Panel, diverging_bar, render_rows
+from .panels import Row as PanelRow
 from .terminal import matrix_text, number_table
 
 if TYPE_CHECKING:
@@ -107,51 +109,35 @@ def render_rows_terminal(rows: list[Row], heading: list[str], *, color: bool, wi
 def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, heading: list[str]) -> Figure:
     """A row per comparison: A and B on the 0–1 weight scale, B − A on a diverging scale centred at 0.
 
-    Colour bars stand to the right of the panels, and each row's title above it, so that the
-    height goes to the matrices (on a 16:9 slide it is the scarce direction).
+    The difference is shown wherever either side has a weight (a cell one side masks counts as 0
+    there), so a mask that differs between A and B shows as the change it makes, not as hatching.
     """
-    n, m = rows[0].a.weights.shape[1:]
-    width = style.figure_size(0.5, wide=True)[0]
-    line = style.font_size / 72
-    panel = (width - 3.0 - 9 * line) / 3
-    suptitle = wrapped_title(heading, width, style.font_size) + ("\n" + rows[0].verdict if len(rows) == 1 else "")
-    top = 0.3 + 1.6 * line * (suptitle.count("\n") + 1)
-    row_extra = 10 * line
-    fig = new_figure(style, (len(rows) * (panel * n / m + row_extra) + top) / width, wide=True)
-    fig_w, fig_h = fig.get_size_inches()
-    panel = min(panel, (fig_h - top) / len(rows) - row_extra)
     limit = max(max(float(np.abs(r.delta).max()) for r in rows), 1e-12)
     weights_cmap, diverging = colormap(style.cmap), colormap("RdBu_r")
-    font = annotation_font(panel / max(n, m) * 0.9, style)
-    targets = list(fig.subfigures(len(rows), 1, squeeze=False).flat) if len(rows) > 1 else [fig]
-    for target, row in zip(targets, rows, strict=True):
-        axes = target.subplots(1, 3)
-        images = []
-        for c, (att, values) in enumerate(((row.a, row.a.weights[0]), (row.b, row.b.weights[0]), (row.b, row.delta))):
-            ax = axes[c]
-            if c < 2:
-                images.append(draw_matrix(ax, values, att.allowed, weights_cmap, style))
-                if font is not None:
-                    annotate_cells(ax, values, att.allowed, weights_cmap, font)
-            else:
-                images.append(draw_matrix(ax, values, att.allowed, diverging, style, vmin=-limit, vmax=limit))
-                if font is not None:
-                    annotate_cells(
-                        ax, values, att.allowed, diverging, font * 0.9, vmin=-limit, vmax=limit, fmt="{:+.2f}"
-                    )
-            above = label_axes(ax, att, style, (panel, panel * n / m), outer=(False, c == 0))
-            title = row.labels[c] + (f" · {att.head_labels[0]}" if c < 2 else "")
-            panel_title(ax, title, above, style, size=style.font_size * 0.85, width=panel)
-        axes[2].set_xlabel(row.summary, fontsize=style.font_size * 0.85, fontweight="bold")
-        axes[2].xaxis.set_label_position("bottom")
-        for image, where, label in ((images[1], axes[:2], "weight"), (images[2], axes[2], "difference")):
-            bar = target.colorbar(image, ax=where, location="right", shrink=0.85, aspect=18, pad=0.02)
-            bar.set_label(label)
-            bar.outline.set_visible(False)
-        if len(rows) > 1:
-            target.suptitle(row.title, fontstyle="italic", fontsize=style.font_size)
-    fig.suptitle(suptitle, fontweight="bold")
-    return fig
+    weight_bar = Bar([0.0, 0.25, 0.5, 0.75, 1.0], ["0", "0.25", "0.5", "0.75", "1"], "weight")
+    figure_rows = []
+    for row in rows:
+        either = row.a.allowed | row.b.allowed
+        a, b = (f"{label} · {att.head_labels[0]}" for label, att in zip(row.labels, (row.a, row.b), strict=False))
+        panels = [
+            Panel(row.a, row.a.weights[0], row.a.allowed, weights_cmap, a),
+            Panel(row.b, row.b.weights[0], row.b.allowed, weights_cmap, b, bar=weight_bar),
+            Panel(
+                row.b,
+                row.delta,
+                either,
+                diverging,
+                row.labels[2],
+                vmin=-limit,
+                vmax=limit,
+                fmt="{:+.2f}",
+                widest=widest_text(row.delta[either], "{:+.2f}"),
+                bar=diverging_bar(limit, "difference"),
+                footer=row.summary,
+            ),
+        ]
+        figure_rows.append(PanelRow(panels, row.title if len(rows) > 1 else ""))
+    return render_rows(figure_rows, heading + ([rows[0].verdict] if len(rows) == 1 else []), style)
 
 
 def permutation_heading(att: Attention, order: np.ndarray, tokens: list[str]) -> list[str]:

@@ -137,16 +137,16 @@ def _strip(ax: Axes, values: Array, limit: float, title: str, style: FigureStyle
     ax.imshow(values[None, :], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto")
     ax.set_yticks([])
     ax.set_xticks([])
-    ax.set_title(title, loc="left", fontsize=style.font_size * 0.9, parse_math=True)
+    ax.set_title(title, loc="left", fontsize=style.scaled(0.9), parse_math=True)
     for spine in ax.spines.values():
         spine.set_visible(False)
 
 
 def _matrix(ax: Axes, values: Array, limit: float, title: str, keys: list[str], style: FigureStyle) -> AxesImage:
     image = ax.imshow(values, cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
-    ax.set_yticks(range(len(keys)), keys, fontsize=style.font_size * 0.8)
+    ax.set_yticks(range(len(keys)), keys, fontsize=style.scaled(0.8))
     ax.set_xticks([])
-    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9, parse_math=True)
+    ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     for spine in ax.spines.values():
         spine.set_visible(False)
     return image
@@ -164,14 +164,14 @@ def _bars(
     for j in range(m):
         text = ("−∞" if not weights else "0") if not allowed[j] else f"{values[j]:.2f}"
         x = finite[j] + (0.03 * span if finite[j] >= 0 else -0.03 * span)
-        ax.text(x, j, text, va="center", ha="left" if finite[j] >= 0 else "right", fontsize=style.font_size * 0.7)
+        ax.text(x, j, text, va="center", ha="left" if finite[j] >= 0 else "right", fontsize=style.scaled(0.7))
     ax.set_ylim(m - 0.5, -0.5)
     ax.set_yticks([])
     ax.axvline(0, color=style.colours["muted"], lw=0.8)
     low = min(0.0, float(finite.min()))
     ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
-    ax.set_title(title, fontweight="bold", fontsize=style.font_size * 0.9, parse_math=True)
-    ax.tick_params(labelsize=style.font_size * 0.7)
+    ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
+    ax.tick_params(labelsize=style.scaled(0.7))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
@@ -214,8 +214,8 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
         style,
     )
     bar = fig.colorbar(image, cax=axes["bar"].inset_axes((0.1, 0.45, 0.8, 0.08)), orientation="horizontal")
-    bar.set_label("component value", fontsize=style.font_size * 0.8)
-    bar.ax.tick_params(labelsize=style.font_size * 0.7)
+    bar.set_label("component value", fontsize=style.scaled(0.8))
+    bar.ax.tick_params(labelsize=style.scaled(0.7))
     bar.outline.set_visible(False)
     axes["bar"].set_axis_off()
     title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]

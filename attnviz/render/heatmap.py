@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
 
 LABEL_CHARS = 14
+LABEL_SHARE = 0.45  # token labels are cut to about this share of the panel's side
 MARGIN_W, MARGIN_H = 1.6, 1.3  # inches for colour bar, labels and titles: a first guess, then measured
 LABEL_PAD, AXIS_TITLE_PAD, TITLE_PAD = 3.0, 3.0, 6.0  # points between a panel and its labels, and so on
 BAR_TICK_ROOM = 7.0  # points from the colour bar to its numbers: a tick mark and its pad
@@ -62,11 +63,18 @@ VALUE_FILL = 0.8  # a cell's value takes at most this share of the cell's width
 def annotation_font(cell_inches: float, style: FigureStyle, widest: str = "0.00") -> float | None:
     """The font size at which the ``widest`` value fits its cell with room around it, or None when that
     is below the preset's smallest text (then the colour alone tells; --annotate forces the smallest)."""
-    fits = cell_inches * 72 * VALUE_FILL / (text_extent(widest, 10.0)[0] / 10.0)
-    size = min(style.scaled(0.75), fits)
+    wide = cell_inches * 72 * VALUE_FILL / (text_extent(widest, 10.0)[0] / 10.0)
+    tall = cell_inches * 72 * VALUE_FILL / 0.8  # digits' ink is about 0.75 of the font size tall
+    size = min(style.scaled(0.75), wide, tall)
     if style.annotate is False or (style.annotate is None and size < style.smallest):
         return None
     return max(size, style.smallest)
+
+
+def widest_text(values: Array, fmt: str) -> str:
+    """The widest of ``values`` written with ``fmt``, as a cell shows it: what sizes the cells' font."""
+    texts = {fmt.format(v) for v in np.unique(np.round(np.asarray(values, dtype=float), 6))}
+    return max(texts, key=lambda t: text_extent(t, 10.0)[0], default=fmt.format(0.0))
 
 
 def annotate_cells(
@@ -122,12 +130,37 @@ class TokenLabels:
     top: float
     left: float
     lift: float = 0.0  # points the key labels stand higher, clear of a first query label taller than its row
+    chars: int = LABEL_CHARS
 
-    def axis_title(self, which: Literal["keys", "queries"]) -> str:
-        """'keys', or 'keys · every 3rd' when only every k-th token is labelled: thinning is said, not hidden."""
+    def of(self, att: Attention) -> TokenLabels:
+        """The same labels (positions, font, room) written with ``att``'s tokens: a panel of other tokens."""
+        rows = [(i, abbreviate(att.tokens[i], self.chars)) for i, _ in self.rows]
+        cols = [(j, abbreviate(att.keys[j], self.chars)) for j, _ in self.cols]
+        return replace(self, rows=rows, cols=cols)
+
+    def widest(self, other: TokenLabels) -> TokenLabels:
+        """Room for both: the larger of each margin."""
+        return replace(
+            self, top=max(self.top, other.top), left=max(self.left, other.left), rotate=self.rotate or other.rotate
+        )
+
+    def step(self, which: Literal["keys", "queries"]) -> int:
         shown = self.cols if which == "keys" else self.rows
-        step = shown[1][0] - shown[0][0] if len(shown) > 1 else 1
-        return which if step == 1 else f"{which} · every {ordinal(step)}"
+        return shown[1][0] - shown[0][0] if len(shown) > 1 else 1
+
+    def axis_title(self, which: Literal["keys", "queries"], room: float = math.inf, size: float = 0.0) -> str:
+        """'keys', or 'keys · every 3rd' when only every k-th token is labelled: thinning is said, not hidden.
+
+        Where the query axis is too short for its note (``room`` points at ``size``), the key axis's
+        title says it for both: 'keys · every 3rd, queries every 4th'.
+        """
+        keys, queries = self.step("keys"), self.step("queries")
+        if which == "queries":
+            title = "queries" if queries == 1 else f"queries · every {ordinal(queries)}"
+            return title if text_extent(title, size or 10.0)[0] <= room or not size else "queries"
+        title = "keys" if keys == 1 else f"keys · every {ordinal(keys)}"
+        short = queries > 1 and size and text_extent(self.axis_title("queries"), size)[0] > room
+        return f"{title}{',' if keys > 1 else ' ·'} queries every {ordinal(queries)}" if short else title
 
 
 def ordinal(k: int) -> str:
@@ -140,11 +173,12 @@ def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, f
     """The labels of a panel of ``size_inches`` (width, height): font from the cell size, thinned to fit."""
     n, m = len(att.tokens), len(att.keys)
     cell_points = min(size_inches) * 72 / max(n, m)
-    font = max(style.smallest, min(style.font_size * 0.8, cell_points / 1.15))
+    font = max(style.smallest, min(style.scaled(0.8), cell_points / 1.15))
     row_step = tick_step(n, size_inches[1], font)
     col_step = tick_step(m, size_inches[0], font)
-    rows = [(i, abbreviate(att.tokens[i], LABEL_CHARS)) for i in range(0, n, row_step)]
-    cols = [(j, abbreviate(att.keys[j], LABEL_CHARS)) for j in range(0, m, col_step)]
+    chars = max(4, min(LABEL_CHARS, int(LABEL_SHARE * min(size_inches) * 72 / (font * 0.6))))
+    rows = [(i, abbreviate(att.tokens[i], chars)) for i in range(0, n, row_step)]
+    cols = [(j, abbreviate(att.keys[j], chars)) for j in range(0, m, col_step)]
     widest = max(text_extent(text, font)[0] for _, text in cols)
     rotate = widest > size_inches[0] * 72 * col_step / m * 0.9
     line = text_extent("lp", font)[1]
@@ -152,7 +186,7 @@ def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, f
     row_points = size_inches[1] * 72 / n
     lift = max(0.0, line / 2 - row_points / 2)
     top = (widest if rotate else line) + LABEL_PAD + lift
-    return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift)
+    return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift, chars)
 
 
 def label_axes(
@@ -203,15 +237,16 @@ def label_axes(
     ax.set_yticks([])
     top = labels.top if ticks[0] else 0.0
     size = style.scaled(0.9)
+    room = size_inches[1] * 72
     if outer[0]:
         where = ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD)
-        title = labels.axis_title("keys")
+        title = labels.axis_title("keys", room, size)
         draw_texts(ax, [title], [text_path(title, size, "above")], [(0.5, 1)], where, text, "axis titles")
         top += axis_title_room(style)
     if outer[1]:
         left = labels.left if ticks[1] else 0.0
         where = ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0)
-        title = labels.axis_title("queries")
+        title = labels.axis_title("queries", room, size)
         draw_texts(ax, [title], [text_path(title, size, "up-left")], [(0, 0.5)], where, text, "axis titles")
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -242,7 +277,7 @@ def outline_title(ax: Axes, title: str, above: float, style: FigureStyle) -> Non
 
 def axis_title_room(style: FigureStyle) -> float:
     """Points an axis title ('keys', 'queries') takes across its line, with its gap."""
-    return text_extent("keys", style.font_size * 0.9)[1] + AXIS_TITLE_PAD
+    return text_extent("keys", style.scaled(0.9))[1] + AXIS_TITLE_PAD
 
 
 def shown_labels(ax: Axes, which: Literal["keys", "queries"]) -> list[str]:
@@ -342,11 +377,24 @@ def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
     return scale_ticks(*scale_of(att))
 
 
+def _spaced(ticks: list[float], labels: list[str], cax: Axes, spacing: float) -> tuple[list[float], list[str]]:
+    """Every k-th tick (the ends kept) so that their numbers stand ``spacing`` points apart on the bar."""
+    length = cax.get_window_extent().height * 72 / cax.figure.dpi
+    low, high = cax.get_ylim()
+    if len(ticks) < 3 or high == low:
+        return ticks, labels
+    pitch = length * abs(ticks[1] - ticks[0]) / abs(high - low)
+    step = max(1, math.ceil(spacing / max(pitch, 1e-9)))
+    keep = [k for k in range(len(ticks)) if k % step == 0 or (k == len(ticks) - 1 and (k % step) * pitch >= spacing)]
+    return [ticks[k] for k in keep], [labels[k] for k in keep]
+
+
 def label_colour_bar(bar: Any, ticks: list[float], labels: list[str], title: str, style: FigureStyle) -> None:
     """Tick marks on the bar, their numbers and the bar's title beside it, as outlines."""
     from matplotlib.transforms import blended_transform_factory
 
     cax, fig, text = bar.ax, bar.ax.figure, style.colours["text"]
+    ticks, labels = _spaced(ticks, labels, cax, style.scaled(0.8) * 1.4)
     bar.set_ticks(ticks)
     bar.minorticks_off()
     cax.tick_params(labelright=False, labelleft=False)

@@ -87,7 +87,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
 
     weights = stack.weights
     layers, heads, n, m = weights.shape
-    font, label = style.font_size, style.font_size * 0.8
+    font, label = style.font_size, style.scaled(0.8)
     width = style.figure_size(0.5, wide=True)[0]
     tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
@@ -249,7 +249,7 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
         "rollout: heads averaged, + identity, renormalised, multiplied through the layers",
         label_axes(heat, att, style, (panel, panel)),
         style,
-        size=style.font_size * 0.85,
+        size=style.scaled(0.85),
     )
     bar = fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02)
     bar.outline.set_visible(False)
@@ -265,12 +265,12 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     _, shown, title = inflow(stack, result)
     top = max(value for _, value in shown) or 1e-9
     bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
-    bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=style.font_size * 0.8)
+    bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=style.scaled(0.8))
     bars.set_ylim(len(shown) - 0.5, -0.5)
     for j, (_, v) in enumerate(shown):
-        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.font_size * 0.7)
+        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7))
     bars.set_xlim(0, top * 1.2)
-    bars.set_title(title, fontsize=style.font_size * 0.85, fontweight="bold")
+    bars.set_title(title, fontsize=style.scaled(0.85), fontweight="bold")
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     fig.suptitle(wrapped_title(stack_parts(stack), fig.get_size_inches()[0], style.font_size), fontweight="bold")
@@ -340,15 +340,15 @@ def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: 
             f"{table[layer, head]:.2f}",
             ha="center",
             va="center",
-            fontsize=style.font_size * 0.6,
+            fontsize=style.scaled(0.6),
             color="black" if table[layer, head] > 0.5 else "white",
         )
-        ax.set_title(f"{label}\nbest: layer {layer}, head {head}", fontsize=style.font_size * 0.8)
+        ax.set_title(f"{label}\nbest: layer {layer}, head {head}", fontsize=style.scaled(0.8))
         ax.set_xticks(range(heads))
         ax.set_yticks(range(layers))
-        ax.tick_params(labelsize=style.font_size * 0.6, length=0)
-        ax.set_xlabel("head", fontsize=style.font_size * 0.7)
-        ax.set_ylabel("layer", fontsize=style.font_size * 0.7)
+        ax.tick_params(labelsize=style.scaled(0.6), length=0)
+        ax.set_xlabel("head", fontsize=style.scaled(0.7))
+        ax.set_ylabel("layer", fontsize=style.scaled(0.7))
     assert image is not None
     bar = fig.colorbar(image, ax=axes, shrink=0.6, pad=0.02)
     bar.set_label("mean weight on the pattern")

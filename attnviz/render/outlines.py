@@ -57,8 +57,8 @@ def _outline(text: str, size: float, anchor: Anchor, style: Style, families: tup
         style="italic" if style == "italic" else "normal",
         weight="bold" if style == "bold" else "normal",
     )
-    path: Any = TextPath((0, 0), text, prop=prop)
-    if not len(path.vertices):  # a text with no ink (spaces): an empty outline, not a broken one
+    path: Any = TextPath((0, 0), text, prop=prop) if text else None
+    if path is None or not len(path.vertices):  # a text with no ink (spaces): an empty outline, not a broken one
         from matplotlib.path import Path
 
         path = Path(np.empty((0, 2)))

@@ -55,7 +55,7 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
                 xytext=(2, 3),
                 textcoords="offset points",
                 color=style.colours["muted"],
-                fontsize=style.font_size * 0.7,
+                fontsize=style.scaled(0.7),
             )
             ax.set_ylim(0, 1.02)
         elif name == "entropy":
@@ -74,7 +74,7 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
         f"q, k ~ N(0, I) · {result.keys} keys · {result.trials} trials · seed {result.seed}",
         transform=axes[0, 0].transAxes,
         va="top",
-        fontsize=style.font_size * 0.7,
+        fontsize=style.scaled(0.7),
         color=style.colours["muted"],
     )
     return fig
