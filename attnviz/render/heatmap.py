@@ -253,19 +253,37 @@ def label_axes(
     return top
 
 
+def break_title(title: str, width_points: float, size: float) -> str:
+    """A bold title on one line if it fits ``width_points``, else broken between its parts (' · '), else
+    between words: a title breaks rather than shrink below the preset's smallest text."""
+    if not title or text_extent(title, size, weight="bold")[0] <= width_points:
+        return title
+    parts = title.split(" · ")
+    if len(parts) > 1 and all(text_extent(p, size, weight="bold")[0] <= width_points for p in parts):
+        return "\n".join(parts)
+    lines = [""]
+    for word in title.split(" "):
+        joined = f"{lines[-1]} {word}".strip()
+        if lines[-1] and text_extent(joined, size, weight="bold")[0] > width_points:
+            lines.append(word)
+        else:
+            lines[-1] = joined
+    return "\n".join(lines)
+
+
 def panel_title(
     ax: Axes, title: str, above: float, style: FigureStyle, size: float | None = None, width: float | None = None
 ) -> None:
     """A panel's title in bold, clear of the ``above`` points its labels take (what label_axes returned),
-    and made smaller if it would be wider than ``width`` inches (the layout does not make room for it).
+    broken onto more lines if it would be wider than ``width`` inches.
 
     A Text, which constrained layout places with the panel after fitting it to its aspect (an
     outline placed beside an aspect-fitted panel can end up where the layout did not expect it).
     """
     size = size or style.font_size
     if width is not None:
-        size = min(size, size * width * 72 / text_extent(title, size, weight="bold")[0])
-    ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2, fontweight="bold", fontsize=size)
+        title = break_title(title, width * 72, size)
+    ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2 + size * 0.25, fontweight="bold", fontsize=size)
 
 
 def outline_title(ax: Axes, title: str, above: float, style: FigureStyle) -> None:

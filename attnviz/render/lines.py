@@ -8,6 +8,7 @@ that the picture stays readable.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -16,7 +17,17 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..errors import UsageError
-from .figure import DEFAULT_STYLE, FigureStyle, check_panels, new_figure, styled
+from .figure import (
+    DEFAULT_STYLE,
+    FigureStyle,
+    check_panels,
+    lines_height,
+    points_offset,
+    styled,
+    text_extent,
+    tick_step,
+)
+from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, ordinal, wrapped_title
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .terminal import cell_style
 
@@ -27,6 +38,7 @@ if TYPE_CHECKING:
 Layout = Literal["side", "overlay"]
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 MAX_TOKENS = 512  # a column of 512 labels is already a poster
+LABEL_SHARE = 0.25  # each column of token labels takes at most this share of a panel's width
 STRONGEST = 60  # links drawn of a map longer than that
 HEAD_COLOURS = (
     "#0072B2",
@@ -83,23 +95,49 @@ def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]
     return [(int(h), int(i), int(j), float(att.weights[h, i, j])) for h, i, j in found]
 
 
-def _draw_links(ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle) -> None:
+@dataclass(frozen=True)
+class LinesLayout:
+    """The labels of a lines panel: their font, every k-th token, cut to ``chars``, ``side`` points wide."""
+
+    font: float
+    step: int
+    chars: int
+    side: float
+    title: float  # the size of the column titles ('queries', 'keys')
+
+
+def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float]) -> LinesLayout:
+    """Labels for a panel of ``room`` (width, height) points: the preset's smallest at least, every k-th
+    token when they would overlap, each column of labels at most LABEL_SHARE of the width."""
+    rows = max(len(att.tokens), len(att.keys))
+    font = max(style.smallest, min(style.scaled(0.85), room[1] / (rows + 2) / 1.15))
+    step = tick_step(rows, room[1] / 72, font)
+    chars = max(3, min(14, int(room[0] * LABEL_SHARE / (font * 0.62))))
+    shown = [abbreviate(t, chars) for t in (*att.tokens[::step], *att.keys[::step])]
+    title = max(style.smallest, font * 0.9)
+    side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
+    return LinesLayout(font, step, chars, side, title)
+
+
+def _draw_links(
+    ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle, lay: LinesLayout
+) -> None:
+    """Queries down the left, keys down the right (outside the panel, in the room the layout left), a line
+    for each link of at least ``min_weight``."""
     from matplotlib.collections import LineCollection
+    from matplotlib.transforms import blended_transform_factory
 
     n, m = len(att.tokens), len(att.keys)
-    font = max(style.font_size * 0.5, min(style.font_size * 0.85, 400 / max(n, m)))
-    for i, token in enumerate(att.tokens):
-        ax.text(
-            -0.02,
-            i,
-            abbreviate(token, 14),
-            ha="right",
-            va="center",
-            fontsize=font,
-            color=style.colours["muted"] if att.padding and att.padding[i] else style.colours["text"],
-        )
-    for j, token in enumerate(att.keys):
-        ax.text(1.02, j, abbreviate(token, 14), ha="left", va="center", fontsize=font)
+    text, muted = style.colours["text"], style.colours["muted"]
+    left = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(ax.figure, -LABEL_PAD, 0)
+    right = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(ax.figure, LABEL_PAD, 0)
+    for i in range(0, n, lay.step):
+        colour = muted if att.padding and att.padding[i] else text
+        label = abbreviate(att.tokens[i], lay.chars)
+        ax.text(0, i, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
+    for j in range(0, m, lay.step):
+        label = abbreviate(att.keys[j], lay.chars)
+        ax.text(1, j, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right, clip_on=False)
     for h in heads:
         weights = att.weights[h]
         chosen = np.argwhere((weights >= min_weight) & att.allowed)
@@ -110,19 +148,12 @@ def _draw_links(ax: Axes, att: Attention, heads: list[int], min_weight: float, s
         colour = HEAD_COLOURS[h % len(HEAD_COLOURS)] if len(att.head_labels) > 1 else HEAD_COLOURS[0]
         rgba = [(*_rgb(colour), float(0.15 + 0.85 * v)) for v in w]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=0.5 + 4.0 * w, capstyle="round"))
-    for x, name in ((-0.02, "queries"), (1.02, "keys")):
-        ax.text(
-            x,
-            -1.0,
-            name,
-            ha="right" if x < 0 else "left",
-            va="center",
-            fontsize=font * 0.9,
-            color=style.colours["muted"],
-            fontstyle="italic",
-        )
-    ax.set_xlim(-0.45, 1.45)
-    ax.set_ylim(max(n, m) - 0.5, -1.5)
+    for x, name in ((0, "queries"), (1, "keys")):
+        ha, dx = ("right", -LABEL_PAD) if x == 0 else ("left", LABEL_PAD)
+        at = ax.transAxes + points_offset(ax.figure, dx, lay.font * 0.7)
+        ax.text(x, 1, name, ha=ha, va="bottom", fontsize=lay.title, color=muted, fontstyle="italic", transform=at)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(max(n, m) - 0.5, -0.5)
     ax.set_axis_off()
 
 
@@ -134,7 +165,14 @@ def _rgb(colour: str) -> tuple[float, float, float]:
 def render_lines_figure(
     att: Attention, style: FigureStyle = DEFAULT_STYLE, *, min_weight: float = 0.05, layout: Layout = "side"
 ) -> Figure:
-    """Heads side by side (one panel each) or overlaid in one panel, queries left, keys right."""
+    """Heads side by side (one panel each) or overlaid in one panel, queries left, keys right.
+
+    Laid out by measurement: each panel is its label columns and the lines between them, the
+    labels as large as the panel's height allows (every k-th token when they would overlap: the
+    heading says so) and cut to leave the lines at least half of the panel's width.
+    """
+    from matplotlib.figure import Figure
+
     count = len(att.head_labels)
     n, m = len(att.tokens), len(att.keys)
     check_panels(count, "heads")
@@ -143,31 +181,42 @@ def render_lines_figure(
     panels = count if layout == "side" else 1
     cols = min(panels, 6)
     rows = -(-panels // cols)
+    font = style.font_size
     width = style.figure_size(0.5, wide=panels > 2)[0]
-    height = rows * (0.28 * max(n, m) * style.font_size / 10 + 0.8) + 0.8
-    fig = new_figure(style, height / width, wide=panels > 2)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for index, ax in enumerate(axes.flat):
-        if index >= panels:
-            ax.set_axis_off()
-            continue
+    fixed = style.size is not None or style.preset == "slide"
+    height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * max(n, m) * font / 10 + 1.2) + 1.0
+    pad, gap = font * 0.8, font * 1.5
+    parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
+    title = wrapped_title(parts, width, font)
+    legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
+    head = lines_height(title.count("\n") + 2, font * 1.05) + font * 0.6  # one line spare: the thinning note
+    per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
+    panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
+    panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
+    lay = lines_layout(att, style, (panel_w, panel_h))
+    if lay.step > 1:
+        title = wrapped_title([*parts, f"tokens labelled every {ordinal(lay.step)}"], width, font)
+    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    draw_heading(fig, title, height - pad / 72, style)
+    for index in range(panels):
+        r, c = divmod(index, cols)
+        x = pad + c * (panel_w + gap) + lay.side
+        y = height * 72 - pad - head - per_row - r * (panel_h + per_row + gap) - panel_h
+        box = (x / 72 / width, y / 72 / height, (panel_w - 2 * lay.side) / 72 / width, panel_h / 72 / height)
+        ax = fig.add_axes(box)
         heads = [index] if layout == "side" else list(range(count))
-        _draw_links(ax, att, heads, min_weight, style)
-        if layout == "side":
-            colour = HEAD_COLOURS[index % len(HEAD_COLOURS)]
-            ax.set_title(att.head_labels[index], fontweight="bold", color=colour)
-    if layout == "overlay" and count > 1:
+        _draw_links(ax, att, heads, min_weight, style, lay)
+        name = att.head_labels[index] if layout == "side" else f"{count} heads"
+        colour = HEAD_COLOURS[index % len(HEAD_COLOURS)] if layout == "side" else style.colours["text"]
+        ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font)
+    if legend:
         from matplotlib.lines import Line2D
 
         handles = [
             Line2D([], [], color=HEAD_COLOURS[h % len(HEAD_COLOURS)], lw=3, label=label)
             for h, label in enumerate(att.head_labels)
         ]
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(count, 6), frameon=False)
-    title = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
-    from .heatmap import wrapped_title
-
-    fig.suptitle(wrapped_title(title, fig.get_size_inches()[0], style.font_size), fontweight="bold")
+        fig.legend(handles=handles, loc="lower center", ncol=min(count, 6), frameon=False)
     return fig
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from .heatmap import (
     LABEL_PAD,
     annotate_cells,
     annotation_font,
+    break_title,
     draw_heading,
     draw_matrix,
     label_axes,
@@ -93,8 +95,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
-    bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", font * 0.8)[0] + AXIS_TITLE_PAD
-    bar_room += text_extent("attention weight", font * 0.9)[1]
+    bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", style.scaled(0.8))[0] + AXIS_TITLE_PAD
+    bar_room += text_extent("attention weight", style.scaled(0.9))[1]
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
     allowed = stack.allowed()
@@ -134,15 +136,19 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     ax.set_axis_off()
     text = style.colours["text"]
     tile_side = cell * max(n, m)
-    size = min(label, max(4.0, tile_side * 0.45))  # small tiles (a slide of 30 layers) get small labels
+    size = max(style.smallest, min(label, tile_side * 0.45))  # small tiles get small labels, within reason
     heads_named = ["mean"] if stack.mean else [f"head {i}" for i in stack.kept_heads]
     names = {"head": (heads_named, ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads])}
     names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
     across, down = ("layer", "head") if across_layers else ("head", "layer")
     for kind, step in ((across, m), (down, n)):
         long, short = names[kind]
-        shown = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
-        at = [i * (step + gap) + (step - 1) / 2 for i in range(len(shown))]
+        written = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
+        pitch = cell * (step + gap)  # points from one tile to the next
+        every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
+        named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
+        shown = [written[i] for i in named]
+        at = [i * (step + gap) + (step - 1) / 2 for i in named]
         if kind == across:
             where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
             paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
@@ -150,7 +156,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
             where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
             paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
         draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
-    bar_h = min(grid_h, 5.0)
+    bar_h = grid_h
     bar_at = (left + grid_w + font / 72, bottom + grid_h - bar_h, font * 1.2 / 72, bar_h)
     cax = fig.add_axes(
         (bar_at[0] / width, bar_at[1] / height, bar_at[2] / width, bar_at[3] / height), label="<colorbar>"
@@ -244,24 +250,14 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
     if font is not None:
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
-    panel_title(
-        heat,
-        "rollout: heads averaged, + identity, renormalised, multiplied through the layers",
-        label_axes(heat, att, style, (panel, panel)),
-        style,
-        size=style.scaled(0.85),
-    )
-    bar = fig.colorbar(image, ax=heat, shrink=0.7, pad=0.02)
+    panel_title(heat, "attention rollout", label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
+    bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
     ticks, labels = scale_ticks(scale, floor / peak)
-    bar.set_ticks(
-        ticks,
-        labels=[
-            f"{float(t) * peak:.2g}" if scale == "linear" else label for t, label in zip(ticks, labels, strict=True)
-        ],
-    )
-    if scale == "log":
-        bar.set_label(f"share of the input (log scale, 1 = {peak:.2g})")
+    if scale == "linear":
+        labels = [f"{float(t) * peak:.2g}" for t in ticks]
+    share = "share of the input" + (f" (log scale, 1 = {peak:.2g})" if scale == "log" else "")
+    label_colour_bar(bar, ticks, labels, share, style)
     _, shown, title = inflow(stack, result)
     top = max(value for _, value in shown) or 1e-9
     bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
@@ -270,10 +266,14 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     for j, (_, v) in enumerate(shown):
         bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7))
     bars.set_xlim(0, top * 1.2)
-    bars.set_title(title, fontsize=style.scaled(0.85), fontweight="bold")
+    size = style.scaled(0.85)
+    bars.set_title(break_title(title, fig.get_figwidth() * 72 * 0.3, size), fontsize=size, fontweight="bold")
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
-    fig.suptitle(wrapped_title(stack_parts(stack), fig.get_size_inches()[0], style.font_size), fontweight="bold")
+    how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
+    fig.suptitle(
+        wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
+    )
     return fig
 
 
@@ -318,6 +318,7 @@ def render_heads(
 def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """A layers × heads map of each pattern's score, the best head of each marked."""
     from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
 
     layers, heads = stack.weights.shape[:2]
     fig = new_figure(style, 0.55, wide=True)
@@ -334,23 +335,15 @@ def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: 
         ax.add_patch(
             Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"], linewidth=2)
         )
-        ax.text(
-            head,
-            layer,
-            f"{table[layer, head]:.2f}",
-            ha="center",
-            va="center",
-            fontsize=style.scaled(0.6),
-            color="black" if table[layer, head] > 0.5 else "white",
-        )
-        ax.set_title(f"{label}\nbest: layer {layer}, head {head}", fontsize=style.scaled(0.8))
-        ax.set_xticks(range(heads))
-        ax.set_yticks(range(layers))
+        best = f"best: layer {layer}, head {head} ({table[layer, head]:.2f})"  # said, not squeezed into its cell
+        ax.set_title(f"{label}\n{best}", fontsize=style.scaled(0.8))
+        for axis in (ax.xaxis, ax.yaxis):  # as many numbers as fit the axis at this size
+            axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
         ax.tick_params(labelsize=style.scaled(0.6), length=0)
         ax.set_xlabel("head", fontsize=style.scaled(0.7))
         ax.set_ylabel("layer", fontsize=style.scaled(0.7))
     assert image is not None
-    bar = fig.colorbar(image, ax=axes, shrink=0.6, pad=0.02)
+    bar = fig.colorbar(image, ax=axes, shrink=1.0, pad=0.02)
     bar.set_label("mean weight on the pattern")
     bar.outline.set_visible(False)
     fig.suptitle(

@@ -28,6 +28,7 @@ from .heatmap import (
     annotate_cells,
     annotation_font,
     axis_title_room,
+    break_title,
     draw_heading,
     draw_matrix,
     label_axes,
@@ -83,24 +84,6 @@ class Row:
 BAR_WIDTH = 0.9  # of the font size
 INNER_LABELS = 0.3  # query labels beside every panel while they take at most this share of a panel's side
 GAP = 1.2  # between panels, of the font size
-
-
-def _title_lines(title: str, width_points: float, style: FigureStyle) -> str:
-    """The title on one line if it fits ``width_points`` at the preset's size, else broken at spaces."""
-    size = style.font_size
-    if not title or text_extent(title, size, weight="bold")[0] <= width_points:
-        return title
-    parts = title.split(" · ")  # break between the parts of a title first, then between words
-    if len(parts) > 1 and all(text_extent(p, size, weight="bold")[0] <= width_points for p in parts):
-        return "\n".join(parts)
-    words, lines = title.split(" "), [""]
-    for word in words:
-        joined = f"{lines[-1]} {word}".strip()
-        if lines[-1] and text_extent(joined, size, weight="bold")[0] > width_points:
-            lines.append(word)
-        else:
-            lines[-1] = joined
-    return "\n".join(lines)
 
 
 def _bar_room(bar: Bar | None, style: FigureStyle) -> float:
@@ -177,7 +160,7 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
         lefts = labels.left + axis_title_room(style) + (cols - 1) * inner
         fixed_w = 2 * pad + lefts + (cols - 1) * gap + bars
         side_w = (width * 72 - fixed_w) / cols
-        titles = [[_title_lines(p.title, side + gap * 0.8 + inner, style) for p in r.panels] for r in rows]
+        titles = [[break_title(p.title, side + gap * 0.8 + inner, style.font_size) for p in r.panels] for r in rows]
         extras = sum(_row_extra(r, t, h, labels, style) for r, t, h in zip(rows, titles, headers, strict=True))
         fixed_h = 2 * pad + head + extras + (len(rows) - 1) * gap
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
