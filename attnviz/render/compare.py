@@ -118,7 +118,11 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
     figure_rows = []
     for row in rows:
         either = row.a.allowed | row.b.allowed
-        a, b = (f"{label} · {att.head_labels[0]}" for label, att in zip(row.labels, (row.a, row.b), strict=False))
+        same_head = row.a.head_labels == row.b.head_labels  # then the heading names it, once
+        a, b = (
+            label if same_head else f"{label} · {att.head_labels[0]}"
+            for label, att in zip(row.labels, (row.a, row.b), strict=False)
+        )
         panels = [
             Panel(row.a, row.a.weights[0], row.a.allowed, weights_cmap, a),
             Panel(row.b, row.b.weights[0], row.b.allowed, weights_cmap, b, bar=weight_bar),
@@ -137,7 +141,9 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
             ),
         ]
         figure_rows.append(PanelRow(panels, row.title if len(rows) > 1 else ""))
-    return render_rows(figure_rows, heading + ([rows[0].verdict] if len(rows) == 1 else []), style)
+    head = [rows[0].a.head_labels[0]] if rows[0].a.head_labels == rows[0].b.head_labels else []
+    parts = [*heading[:1], *head, *heading[1:], *([rows[0].verdict] if len(rows) == 1 else [])]
+    return render_rows(figure_rows, parts, style)
 
 
 def permutation_heading(att: Attention, order: np.ndarray, tokens: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from rich.text import Text
 from ..attention import Attention
 from ..core import Array
 from ..explain import QueryExplanation
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .terminal import cell_style
 
@@ -142,9 +142,11 @@ def _strip(ax: Axes, values: Array, limit: float, title: str, style: FigureStyle
         spine.set_visible(False)
 
 
-def _matrix(ax: Axes, values: Array, limit: float, title: str, keys: list[str], style: FigureStyle) -> AxesImage:
+def _matrix(
+    ax: Axes, values: Array, limit: float, title: str, keys: list[str], style: FigureStyle, step: int = 1
+) -> AxesImage:
     image = ax.imshow(values, cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
-    ax.set_yticks(range(len(keys)), keys, fontsize=style.scaled(0.8))
+    ax.set_yticks(range(0, len(keys), step), keys[::step], fontsize=style.scaled(0.8))
     ax.set_xticks([])
     ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     for spine in ax.spines.values():
@@ -153,25 +155,35 @@ def _matrix(ax: Axes, values: Array, limit: float, title: str, keys: list[str], 
 
 
 def _bars(
-    ax: Axes, values: Array, allowed: np.ndarray, title: str, style: FigureStyle, *, weights: bool = False
+    ax: Axes,
+    values: Array,
+    allowed: np.ndarray,
+    title: str,
+    style: FigureStyle,
+    *,
+    weights: bool = False,
+    step: int = 1,
 ) -> None:
-    """One horizontal bar per key, its value written beside it; blocked keys say −∞."""
+    """One horizontal bar per key, its value written beside it (every ``step``-th); blocked keys say −∞."""
     m = len(values)
     finite = np.where(allowed, values, 0.0)
     colours = [colormap(style.cmap)(v) for v in finite] if weights else [style.colours["muted"]] * m
     ax.barh(range(m), finite, color=colours, height=0.7)
     span = max(float(np.abs(finite).max()), 1e-9)
-    for j in range(m):
+    for j in range(0, m, step):
         text = ("−∞" if not weights else "0") if not allowed[j] else f"{values[j]:.2f}"
         x = finite[j] + (0.03 * span if finite[j] >= 0 else -0.03 * span)
         ax.text(x, j, text, va="center", ha="left" if finite[j] >= 0 else "right", fontsize=style.scaled(0.7))
-    ax.set_ylim(m - 0.5, -0.5)
+    ax.set_ylim(m - 0.5, -0.5 - step * 0.6 if step > 1 else -0.5)  # room above the first number when rows are thin
     ax.set_yticks([])
     ax.axvline(0, color=style.colours["muted"], lw=0.8)
     low = min(0.0, float(finite.min()))
     ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
     ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     ax.tick_params(labelsize=style.scaled(0.7))
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", min_n_ticks=2))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
@@ -194,15 +206,18 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
         mosaic, width_ratios=[3, 1.4, 1.4, 1.4], height_ratios=[0.6, m, m, 0.6, 0.6], empty_sentinel="."
     )
     limit = float(max(np.abs(e.q).max(), np.abs(e.keys).max(), np.abs(e.values).max(), 1e-9))
+    rows = fig.get_figheight() * m / (2 * m + 1.8) * 0.55  # inches of the keys' panels, at least
+    step = tick_step(m, rows, style.scaled(0.8) * 1.15)
     cut = f" (first {shown} of {len(e.q)})" if shown < len(e.q) else ""
     i = e.query
     query = abbreviate(att.tokens[i], 16).replace("$", r"\$")  # literal in a title that holds mathematics
     _strip(axes["q"], e.q[:shown], limit, f"$q = x_{{{i}}} W_Q$, the query '{query}'{cut}", style)
-    _matrix(axes["K"], e.keys[:, :shown], limit, "keys $k_j = c_j W_K$", keys, style)
-    _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style)
-    _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style)
-    _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True)
-    image = _matrix(axes["V"], e.values[:, :shown], limit, "values $v_j = c_j W_V$", keys, style)
+    c = "x" if att.key_tokens is None else "c"  # a key's input vector: the same sequence's x_j, or the other's c_j
+    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys $k_j = {c}_j W_K$", keys, style, step)
+    _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style, step=step)
+    _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
+    _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True, step=step)
+    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values $v_j = {c}_j W_V$", keys, style, step)
     _matrix(axes["wv"], e.weighted[:, :shown], limit, "$w_j v_j$", [""] * m, style)
     _strip(axes["o"], e.head_output[:shown], limit, "$o = \\sum_j w_j v_j$, the sums of the columns above", style)
     heads = len(e.head_outputs)
@@ -213,13 +228,18 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
         f"the layer's output row $y_{{{i}}} = [o_0; …; o_{{{heads - 1}}}]\\, W_O$ (d_model {len(e.output)})",
         style,
     )
-    bar = fig.colorbar(image, cax=axes["bar"].inset_axes((0.1, 0.45, 0.8, 0.08)), orientation="horizontal")
+    bar = fig.colorbar(image, cax=axes["bar"].inset_axes((0.2, 0.45, 0.6, 0.08)), orientation="horizontal")
     bar.set_label("component value", fontsize=style.scaled(0.8))
+    bar.set_ticks([-limit, 0, limit], labels=[f"{-limit:.2g}".replace("-", "−"), "0", f"{limit:.2g}"])
     bar.ax.tick_params(labelsize=style.scaled(0.7))
     bar.outline.set_visible(False)
     axes["bar"].set_axis_off()
-    title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]
-    from .heatmap import wrapped_title
+    from .heatmap import ordinal, wrapped_title
 
+    title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]
+    if c == "c":
+        title.append("c_j: the input vector of key token j")
+    if step > 1:
+        title.append(f"keys labelled every {ordinal(step)}")
     fig.suptitle(wrapped_title(title, fig.get_size_inches()[0], style.font_size), fontweight="bold")
     return fig

@@ -254,9 +254,9 @@ def text_extent(text: str, size: float, *, weight: str = "normal") -> tuple[floa
 def _extent(text: str, size: float, weight: str, families: tuple[str, ...]) -> tuple[float, float]:
     from matplotlib.font_manager import FontProperties
 
-    prop = FontProperties(family=list(families), size=size, weight=weight)
+    prop = FontProperties(family=list(families), size=size * 10, weight=weight)  # at 10×: no hinting's rounding
     width, height, _ = _measuring_renderer().get_text_width_height_descent(text, prop, ismath=False)
-    return float(width), float(height)
+    return float(width) / 10, float(height) / 10
 
 
 def lines_height(lines: int, size: float) -> float:

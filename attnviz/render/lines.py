@@ -36,10 +36,11 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Layout = Literal["side", "overlay"]
-# Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 MAX_TOKENS = 512  # a column of 512 labels is already a poster
 LABEL_SHARE = 0.25  # each column of token labels takes at most this share of a panel's width
 STRONGEST = 60  # links drawn of a map longer than that
+MIN_CONTRAST = 4.5  # WCAG's contrast for text: a head's colour against the background, lines and titles alike
+# Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 HEAD_COLOURS = (
     "#0072B2",
     "#D55E00",
@@ -54,6 +55,24 @@ HEAD_COLOURS = (
     "#AA4499",
     "#332288",
 )
+
+
+def head_colour(h: int, style: FigureStyle) -> str:
+    """Head ``h``'s colour, lightened (on a dark background) or darkened (on a light one) until it stands
+    out from the background by MIN_CONTRAST: #0072B2 is 3:1 on the dark theme's near-black."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    from .heatmap import luminance
+
+    colour = np.array(to_rgb(HEAD_COLOURS[h % len(HEAD_COLOURS)]))
+    back = float(luminance(to_rgb(style.colours["background"])))
+    towards = np.ones(3) if back < 0.5 else np.zeros(3)
+    for mix in np.linspace(0, 1, 21):
+        mixed = colour + (towards - colour) * mix
+        fore = float(luminance(mixed))
+        if (max(fore, back) + 0.05) / (min(fore, back) + 0.05) >= MIN_CONTRAST:
+            return str(to_hex(mixed))
+    return str(to_hex(towards))
 
 
 def strongest(att: Attention, count: int = STRONGEST) -> Attention:
@@ -145,7 +164,7 @@ def _draw_links(
             continue
         w = weights[chosen[:, 0], chosen[:, 1]]
         segments = [[(0.0, i), (1.0, j)] for i, j in chosen]
-        colour = HEAD_COLOURS[h % len(HEAD_COLOURS)] if len(att.head_labels) > 1 else HEAD_COLOURS[0]
+        colour = head_colour(h if len(att.head_labels) > 1 else 0, style)
         rgba = [(*_rgb(colour), float(0.15 + 0.85 * v)) for v in w]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=0.5 + 4.0 * w, capstyle="round"))
     for x, name in ((0, "queries"), (1, "keys")):
@@ -207,13 +226,13 @@ def render_lines_figure(
         heads = [index] if layout == "side" else list(range(count))
         _draw_links(ax, att, heads, min_weight, style, lay)
         name = att.head_labels[index] if layout == "side" else f"{count} heads"
-        colour = HEAD_COLOURS[index % len(HEAD_COLOURS)] if layout == "side" else style.colours["text"]
+        colour = head_colour(index, style) if layout == "side" else style.colours["text"]
         ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font)
     if legend:
         from matplotlib.lines import Line2D
 
         handles = [
-            Line2D([], [], color=HEAD_COLOURS[h % len(HEAD_COLOURS)], lw=3, label=label)
+            Line2D([], [], color=head_colour(h, style), lw=3, label=label)
             for h, label in enumerate(att.head_labels)
         ]
         fig.legend(handles=handles, loc="lower center", ncol=min(count, 6), frameon=False)

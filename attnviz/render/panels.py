@@ -118,6 +118,16 @@ def _headers(rows: list[Row]) -> list[bool]:
     return [k == 0 or not same(rows[k], rows[k - 1]) for k in range(len(rows))]
 
 
+def _title_room(row: Row, k: int, side: float, gap: float, inner: float, first: float, style: FigureStyle) -> float:
+    """How wide the k-th panel's title may be: the panel and, on each side, as much as both sides have
+    clear (a title is centred on its panel) — the gap or a colour bar's room to the right, the gap and
+    the labels to the left."""
+    panel = row.panels[k]
+    left = first if k == 0 else gap / 2 + inner
+    right = _bar_room(panel.bar, style) if panel.bar is not None else gap / 2
+    return side + 2 * min(left, right)
+
+
 def _distinct_atts(rows: list[Row]) -> list[Attention]:
     """The panels' token sequences, each once: their labels may differ (a shuffled order)."""
     seen: dict[tuple[tuple[str, ...], tuple[str, ...]], Attention] = {}
@@ -160,7 +170,8 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
         lefts = labels.left + axis_title_room(style) + (cols - 1) * inner
         fixed_w = 2 * pad + lefts + (cols - 1) * gap + bars
         side_w = (width * 72 - fixed_w) / cols
-        titles = [[break_title(p.title, side + gap * 0.8 + inner, style.font_size) for p in r.panels] for r in rows]
+        titles = [[break_title(p.title, _title_room(r, k, side, gap, inner, labels.left, style), font)
+                   for k, p in enumerate(r.panels)] for r in rows]  # fmt: skip
         extras = sum(_row_extra(r, t, h, labels, style) for r, t, h in zip(rows, titles, headers, strict=True))
         fixed_h = 2 * pad + head + extras + (len(rows) - 1) * gap
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w

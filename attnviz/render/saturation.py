@@ -67,7 +67,10 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
         ax.set_xticks(d_k[::2] if len(d_k) > 6 else d_k, [str(d) for d in (d_k[::2] if len(d_k) > 6 else d_k)])
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
-    fig.suptitle("Why divide by √d_k: unscaled, the softmax saturates and its gradient vanishes", fontweight="bold")
+    from .heatmap import break_title
+
+    width = fig.get_figwidth() * 72 * 0.94
+    fig.suptitle(break_title(headline(result), width, style.font_size * 1.05), fontweight="bold")
     axes[0, 0].text(
         0.02,
         0.97,
@@ -76,5 +79,19 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
         va="top",
         fontsize=style.scaled(0.7),
         color=style.colours["muted"],
+        bbox={"boxstyle": "square,pad=0.2", "facecolor": style.colours["background"], "edgecolor": "none"},
+        zorder=4,
     )
     return fig
+
+
+def headline(result: Saturation) -> str:
+    """What the panels show, measured: unscaled, the gradient grows, peaks at some d_k, then collapses
+    as the softmax saturates; scaled, every statistic stays level."""
+    gradient = result.unscaled["grad_norm"]
+    peak = int(gradient.argmax())
+    if 0 < peak < len(gradient) - 1:
+        how = f"its gradient peaks at d_k = {result.d_k[peak]}, then collapses as the softmax saturates"
+    else:
+        how = "the softmax saturates on one key"
+    return f"Why divide by √d_k: unscaled, the scores spread as √d_k and {how}; scaled, nothing moves"
