@@ -60,7 +60,7 @@ HEAD_COLOURS = (
 def head_colour(h: int, style: FigureStyle) -> str:
     """Head ``h``'s colour, lightened (on a dark background) or darkened (on a light one) until it stands
     out from the background by MIN_CONTRAST: #0072B2 is 3:1 on the dark theme's near-black."""
-    from matplotlib.colors import to_hex, to_rgb
+    from matplotlib.colors import to_rgb
 
     from .heatmap import luminance
 
@@ -71,8 +71,12 @@ def head_colour(h: int, style: FigureStyle) -> str:
         mixed = colour + (towards - colour) * mix
         fore = float(luminance(mixed))
         if (max(fore, back) + 0.05) / (min(fore, back) + 0.05) >= MIN_CONTRAST:
-            return str(to_hex(mixed))
-    return str(to_hex(towards))
+            return _hex(mixed)
+    return _hex(towards)
+
+
+def _hex(rgb: np.ndarray) -> str:
+    return "#" + "".join(f"{round(float(c) * 255):02x}" for c in rgb)
 
 
 def strongest(att: Attention, count: int = STRONGEST) -> Attention:
