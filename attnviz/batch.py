@@ -64,6 +64,7 @@ class Outcome:
     status: str  # drawn, skipped, failed, valid
     message: str = ""
     sha256: str = ""
+    problems: list[str] = field(default_factory=list)  # what --audit found in a drawn figure
 
 
 def _lines_of_entries(text: str) -> list[int]:
@@ -289,12 +290,15 @@ def draw(entry: Entry, directory: Path) -> Outcome:
     import typer
 
     from .errors import AttnvizError as Failure
+    from .errors import LayoutProblems
 
     target = directory / entry.filename
     try:
         command = _command(entry.command)
         ctx = command.make_context(entry.command, list(entry.args))
         command.invoke(ctx)
+    except LayoutProblems as found:  # drawn and written; --audit measured what is wrong with it
+        return Outcome(entry, "drawn", sha256=_digest(target), problems=found.problems)
     except Failure as err:
         return Outcome(entry, "failed", str(err))
     except typer.TyperException as err:
@@ -447,6 +451,7 @@ def manifest_document(outcomes: list[Outcome], directory: Path) -> dict[str, Any
                 "status": o.status,
                 "sha256": o.sha256 or None,
                 **({"error": o.message} if o.message else {}),
+                **({"layout_problems": o.problems} if o.problems else {}),
             }
             for o in outcomes
         ],

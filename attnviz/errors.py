@@ -17,6 +17,14 @@ class UsageError(AttnvizError):
     exit_code = 2
 
 
+class LayoutProblems(AttnvizError):
+    """--audit found problems in a figure it wrote (exit status 1); ``problems`` says each."""
+
+    def __init__(self, message: str, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 def printable(text: str) -> str:
     """``text`` with control, format and bidi characters escaped (``\\x1b``, ``\\u202e``), so a message
     that quotes a user's input cannot move the cursor, set the clipboard or reorder the line."""

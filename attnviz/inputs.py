@@ -54,6 +54,10 @@ def parse_json(text: str | bytes, source: str) -> Any:
         raise AttnvizError(f"{source}: not valid JSON (not UTF-8)") from None
 
 
+class GivenTokens(list[str]):
+    """Tokens given one by one (a JSON array), not split from text: attnviz does not second-guess them."""
+
+
 def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> list[str]:
     """Whitespace-split text, or a JSON array of strings when the text is one."""
     stripped = text.lstrip("\ufeff").strip()
@@ -66,7 +70,7 @@ def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> lis
             return stripped.split()
         if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
             raise AttnvizError(f'{source}: a JSON token file must be an array of strings, like ["the", "cat"]')
-        return data
+        return GivenTokens(data)
     return stripped.split()
 
 

@@ -525,11 +525,12 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 def _split(tokens: list[str], keys: list[str] | None, chars: bool) -> tuple[list[str], list[str] | None]:
     """The tokens as given, or (--chars) as characters; a hint when a phrase of an unspaced script is one token."""
-    from .inputs import characters, unspaced_token
+    from .inputs import GivenTokens, characters, unspaced_token
 
     if chars:
         return characters(tokens), None if keys is None else characters(keys)
-    phrase = unspaced_token([*tokens, *(keys or [])])
+    split = [t for sequence in (tokens, keys or []) if not isinstance(sequence, GivenTokens) for t in sequence]
+    phrase = unspaced_token(split)
     if phrase is not None:
         from .cli.entry import say
 

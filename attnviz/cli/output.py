@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import options as opt
 from .._version import __version__
-from ..errors import AttnvizError, UsageError
+from ..errors import LayoutProblems, UsageError
 from .entry import say
 
 if TYPE_CHECKING:
@@ -162,10 +162,11 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         from ..render.audit import audit
 
         problems = audit(fig, "stdout" if figure.output == "-" else figure.output)
-        for problem in problems:
-            say(f"attnviz: audit: {problem}")
+        if problems and ANNOUNCE:  # a batch says them itself, figure by figure
+            for problem in problems:
+                say(f"attnviz: audit: {problem}")
         if problems:
-            raise AttnvizError(f"{plural(len(problems), 'layout problem')} in {figure.output} (see above)")
+            raise LayoutProblems(f"{plural(len(problems), 'layout problem')} in {figure.output} (see above)", problems)
 
 
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:

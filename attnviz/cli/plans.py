@@ -30,6 +30,13 @@ def batch(
         typer.Option("--jobs", "-j", min=1, help="Figures drawn at once. Default: the cores.", show_default=False),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Redraw every figure, changed or not.")] = False,
+    audit: Annotated[
+        bool,
+        typer.Option(
+            "--audit",
+            help="Measure every figure's layout (it redraws them all): each problem on stderr, exit 1 if any.",
+        ),
+    ] = False,
     check_only: Annotated[bool, typer.Option("--check", help="Validate the whole plan; draw nothing.")] = False,
     shard_spec: Annotated[
         str | None, typer.Option("--shard", help="Draw only slice K of N (K/N), e.g. 2/4.", show_default=False)
@@ -82,17 +89,24 @@ def batch(
         if errors:
             raise typer.Exit(2)
         return
+    if audit:  # a figure is measured as it is drawn: every figure is drawn
+        for entry in valid:
+            entry.args.insert(entry.args.index("--"), "--audit")
     progress = sys.stderr.isatty() and not quiet
-    outcomes = plans.run_plan(valid, directory, jobs=jobs or plans.default_jobs(), force=force, progress=progress)
+    jobs = jobs or plans.default_jobs()
+    outcomes = plans.run_plan(valid, directory, jobs=jobs, force=force or audit, progress=progress)
     for failed in (o for o in outcomes if o.status == "failed"):
         say(f"attnviz: error: {plan}: {failed.entry.where()}: {failed.message}")
+    for problem in (p for o in outcomes for p in o.problems):
+        say(f"attnviz: audit: {problem}")
+    audited = sum(bool(o.problems) for o in outcomes)
     if as_json:
         write_json([plans.manifest_document(outcomes, directory)])
     if not quiet:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
         say(
             f"{directory}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
-            f"{counts['failed'] + len(errors)} failed"
+            f"{counts['failed'] + len(errors)} failed" + (f", {audited} with layout problems" if audit else "")
         )
-    if errors or any(o.status == "failed" for o in outcomes):
+    if errors or any(o.status == "failed" for o in outcomes) or audited:
         raise typer.Exit(1)

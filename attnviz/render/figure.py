@@ -361,7 +361,7 @@ def hatch_masked(ax: Axes, n: int, m: int, style: FigureStyle) -> None:
 
 def tick_step(count: int, length_inches: float, font_size: float) -> int:
     """Show every k-th label so that labels of this font size do not overlap."""
-    fits = max(1, int(length_inches * 72 / (font_size * 1.15)))
+    fits = max(1, int(length_inches * 72 / (font_size * 1.15) + 1e-6))  # exactly full is full, not one short
     return max(1, math.ceil(count / fits))
 
 

@@ -169,11 +169,14 @@ def ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
-def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, float]) -> TokenLabels:
-    """The labels of a panel of ``size_inches`` (width, height): font from the cell size, thinned to fit."""
+def token_labels(
+    att: Attention, style: FigureStyle, size_inches: tuple[float, float], most: float = math.inf
+) -> TokenLabels:
+    """The labels of a panel of ``size_inches`` (width, height): font from the cell size (at most ``most``),
+    thinned to fit."""
     n, m = len(att.tokens), len(att.keys)
     cell_points = min(size_inches) * 72 / max(n, m)
-    font = max(style.smallest, min(style.scaled(0.8), cell_points / 1.15))
+    font = max(style.smallest, min(style.scaled(0.8), cell_points / 1.15, most))
     row_step = tick_step(n, size_inches[1], font)
     col_step = tick_step(m, size_inches[0], font)
     chars = max(4, min(LABEL_CHARS, int(LABEL_SHARE * min(size_inches) * 72 / (font * 0.6))))
@@ -187,6 +190,15 @@ def token_labels(att: Attention, style: FigureStyle, size_inches: tuple[float, f
     lift = max(0.0, line / 2 - row_points / 2)
     top = (widest if rotate else line) + LABEL_PAD + lift
     return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift, chars)
+
+
+def settled(att: Attention, style: FigureStyle, size_inches: tuple[float, float], room: TokenLabels) -> TokenLabels:
+    """The labels for the panel's final size, within the ``room`` a layout reserved from an earlier guess of
+    it: the guess's labels may be thinner than the final panel needs; these are not, unless they need more room."""
+    final = token_labels(att, style, size_inches, most=room.font)
+    if final.top <= room.top + 0.01 and final.left <= room.left + 0.01:
+        return replace(final, top=room.top, left=room.left)
+    return room
 
 
 def label_axes(
@@ -486,6 +498,7 @@ def arrange(
         panel = min((width * 72 - fixed_w) / cols, (height * 72 - fixed_h) / rows * m / n)
         panel = max(panel, 0.2 * 72)
         guess = panel / 72
+    labels = settled(att, style, (panel / 72, panel * n / m / 72), labels)
     if not fixed:
         height = (fixed_h + rows * panel * n / m) / 72
     panel_h = panel * n / m

@@ -236,8 +236,7 @@ def render_lines_figure(
         from matplotlib.lines import Line2D
 
         handles = [
-            Line2D([], [], color=head_colour(h, style), lw=3, label=label)
-            for h, label in enumerate(att.head_labels)
+            Line2D([], [], color=head_colour(h, style), lw=3, label=label) for h, label in enumerate(att.head_labels)
         ]
         fig.legend(handles=handles, loc="lower center", ncol=min(count, 6), frameon=False)
     return fig

@@ -34,6 +34,7 @@ from .heatmap import (
     label_axes,
     label_colour_bar,
     ordinal,
+    settled,
     token_labels,
     wrapped_title,
 )
@@ -176,6 +177,7 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
         fixed_h = 2 * pad + head + extras + (len(rows) - 1) * gap
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
         side = max(0.3 * 72, min(side_w, side_h))
+    labels = settled(att, style, (side / 72, side * n / m / 72), labels)
     step = max(labels.step("keys"), labels.step("queries"))
     title = wrapped_title([*heading, f"tokens labelled every {ordinal(step)}"] if step > 1 else heading, width, font)
     if not fixed:
