@@ -149,19 +149,16 @@ class TokenLabels:
         return shown[1][0] - shown[0][0] if len(shown) > 1 else 1
 
     def axis_title(self, which: Literal["keys", "queries"], room: float = math.inf, size: float = 0.0) -> str:
-        """'keys', or 'keys · every 3rd' when only every k-th token is labelled: thinning is said, not hidden.
+        """'keys', or 'keys · every 3rd' when only every k-th token is labelled and that fits along the
+        panel (``room`` points at ``size``): thinning is said here, and in the figure's heading."""
+        step = self.step(which)
+        title = which if step == 1 else f"{which} · every {ordinal(step)}"
+        return title if not size or text_extent(title, size)[0] <= room else which
 
-        Where the query axis is too short for its note (``room`` points at ``size``), the key axis's
-        title says it for both: 'keys · every 3rd, queries every 4th'.
-        """
-        keys, queries = self.step("keys"), self.step("queries")
-        if which == "queries":
-            title = "queries" if queries == 1 else f"queries · every {ordinal(queries)}"
-            return title if text_extent(title, size or 10.0)[0] <= room or not size else "queries"
-        title = "keys" if keys == 1 else f"keys · every {ordinal(keys)}"
-        short = queries > 1 and size and text_extent(self.axis_title("queries"), size)[0] > room
-        return f"{title}{',' if keys > 1 else ' ·'} queries every {ordinal(queries)}" if short else title
-
+    def note(self) -> list[str]:
+        """The heading's part saying which tokens are labelled, if not all."""
+        step = max(self.step("keys"), self.step("queries"))
+        return [f"tokens labelled every {ordinal(step)}"] if step > 1 else []
 
 def ordinal(k: int) -> str:
     """2nd, 3rd, 4th, 11th, 21st."""
@@ -249,16 +246,15 @@ def label_axes(
     ax.set_yticks([])
     top = labels.top if ticks[0] else 0.0
     size = style.scaled(0.9)
-    room = size_inches[1] * 72
     if outer[0]:
         where = ax.transAxes + points_offset(fig, 0, top + AXIS_TITLE_PAD)
-        title = labels.axis_title("keys", room, size)
+        title = labels.axis_title("keys", size_inches[0] * 72, size)
         draw_texts(ax, [title], [text_path(title, size, "above")], [(0.5, 1)], where, text, "axis titles")
         top += axis_title_room(style)
     if outer[1]:
         left = labels.left if ticks[1] else 0.0
         where = ax.transAxes + points_offset(fig, -left - AXIS_TITLE_PAD, 0)
-        title = labels.axis_title("queries", room, size)
+        title = labels.axis_title("queries", size_inches[1] * 72, size)
         draw_texts(ax, [title], [text_path(title, size, "up-left")], [(0, 0.5)], where, text, "axis titles")
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -535,8 +531,7 @@ def pixels_per_panel(att: Attention, style: FigureStyle) -> int:
     """The side in pixels of each panel of ``att``'s heatmap: the bins a pooled map should have,
     one per pixel, so that drawing it drops no bin (and its maximum) and invents none."""
     with figure_context(style):
-        title = wrapped_title(describe_parts(att), style.figure_size(0.75)[0], style.font_size)
-        layout = grid_layout(att, style, title.count("\n") + 1)
+        layout = grid_layout(att, style, heatmap_heading(att, style).count("\n") + 1)
     return max(2, int(min(layout.panel) * style.resolution()))
 
 
@@ -564,6 +559,14 @@ def pooled_frame(n: int, bins: int, shown: int, config: dict[str, Any]) -> Atten
     )
 
 
+def heatmap_heading(att: Attention, style: FigureStyle) -> str:
+    """The heatmap's heading: its configuration and, when the layout thins the labels, which are shown."""
+    width, parts = style.figure_size(0.75)[0], describe_parts(att)
+    title = wrapped_title(parts, width, style.font_size)
+    note = grid_layout(att, style, title.count("\n") + 1).labels.note()
+    return wrapped_title([*parts, *note], width, style.font_size) if note else title
+
+
 @styled
 def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
@@ -572,8 +575,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     count = len(att.head_labels)
     check_panels(count, "heads")
     n, m = att.weights.shape[1:]
-    width = style.figure_size(0.75)[0]
-    title = wrapped_title(describe_parts(att), width, style.font_size)
+    title = heatmap_heading(att, style)
     key = _layout_key(att, style, title)
     if REUSE_FIGURES and key in _reusable:
         fig, axes, (heading, top) = _reusable[key]

@@ -33,7 +33,6 @@ from .heatmap import (
     draw_matrix,
     label_axes,
     label_colour_bar,
-    ordinal,
     settled,
     token_labels,
     wrapped_title,
@@ -178,8 +177,7 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
         side = max(0.3 * 72, min(side_w, side_h))
     labels = settled(att, style, (side / 72, side * n / m / 72), labels)
-    step = max(labels.step("keys"), labels.step("queries"))
-    title = wrapped_title([*heading, f"tokens labelled every {ordinal(step)}"] if step > 1 else heading, width, font)
+    title = wrapped_title([*heading, *labels.note()], width, font)
     if not fixed:
         height = (fixed_h + len(rows) * side * n / m) / 72
     return _Layout((width, height), side, labels, titles, title, inner, headers)
