@@ -160,6 +160,7 @@ class TokenLabels:
         step = max(self.step("keys"), self.step("queries"))
         return [f"tokens labelled every {ordinal(step)}"] if step > 1 else []
 
+
 def ordinal(k: int) -> str:
     """2nd, 3rd, 4th, 11th, 21st."""
     suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")

@@ -212,12 +212,14 @@ def render_lines_figure(
     parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
     title = wrapped_title(parts, width, font)
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
-    head = lines_height(title.count("\n") + 2, font * 1.05) + font * 0.6  # one line spare: the thinning note
     per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
     panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
-    panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
-    lay = lines_layout(att, style, (panel_w, panel_h))
-    if lay.step > 1:
+    for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
+        head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+        panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
+        lay = lines_layout(att, style, (panel_w, panel_h))
+        if lay.step == 1:
+            break
         title = wrapped_title([*parts, f"tokens labelled every {ordinal(lay.step)}"], width, font)
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)

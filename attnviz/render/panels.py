@@ -150,6 +150,14 @@ def _row_extra(row: Row, titles: list[str], header: bool, labels: TokenLabels, s
 
 
 def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout:
+    """The layout; when its labels are thinned, laid out again with the heading saying so."""
+    first = _arrange_with(rows, heading, style, [])
+    if not first.labels.note():
+        return first
+    return _arrange_with(rows, heading, style, first.labels.note())
+
+
+def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note: list[str]) -> _Layout:
     n, m = rows[0].panels[0].values.shape
     att = rows[0].panels[0].att
     font = style.font_size
@@ -157,8 +165,8 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
     cols = max(len(r.panels) for r in rows)
     width, height = style.figure_size(0.5, wide=cols > 1)
     pad, gap = font * 0.8, font * GAP
-    title = wrapped_title(heading, width, font)
-    head = lines_height(title.count("\n") + 2, font * 1.05) + font * 0.6  # room for a note on thinned labels
+    title = wrapped_title([*heading, *note], width, font)
+    head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     bars = max(sum(_bar_room(p.bar, style) for p in r.panels) for r in rows)
     headers = _headers(rows)
     side = 72.0 * 2
@@ -177,7 +185,7 @@ def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
         side = max(0.3 * 72, min(side_w, side_h))
     labels = settled(att, style, (side / 72, side * n / m / 72), labels)
-    title = wrapped_title([*heading, *labels.note()], width, font)
+    title = wrapped_title([*heading, *labels.note()], width, font) if note else title
     if not fixed:
         height = (fixed_h + len(rows) * side * n / m) / 72
     return _Layout((width, height), side, labels, titles, title, inner, headers)
