@@ -88,7 +88,7 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local Llama-family GGUF file (F32, F16, Q4_0, Q4_1 or Q8_0 weights).",
+        help="A local Llama-family GGUF file (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K).",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_gguf import F16, F32, Q4_0, Q4_1, Q4_K, Q8_0, quantise, write_gguf, write_tiny_llama
+from tiny_gguf import F16, F32, Q4_0, Q4_1, Q8_0, quantise, write_gguf, write_tiny_llama
 
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.models import all_attention, load_model
@@ -149,9 +149,9 @@ def test_a_tiny_llama_runs_causally_with_grouped_heads(tmp_path: Path) -> None:
 
 
 def test_an_unsupported_quantisation_is_named(tmp_path: Path) -> None:
-    path = tmp_path / "k.gguf"
-    write_gguf(path, {"general.architecture": "llama"}, {"w": (Q4_K, (1, 256), b"\0" * 144)})
-    with pytest.raises(AttnvizError, match="'w' is Q4_K; attnviz reads F32, F16, Q4_0, Q4_1 and Q8_0"):
+    path = tmp_path / "iq.gguf"
+    write_gguf(path, {"general.architecture": "llama"}, {"w": (16, (1, 256), b"\0" * 66)})  # IQ2_XXS
+    with pytest.raises(AttnvizError, match="'w' is IQ2_XXS; attnviz reads F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0"):
         GGUF(path).tensor("w")
 
 

@@ -22,10 +22,15 @@ TYPE_NAMES = {
     0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
     11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
     19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
-    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16",
+    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
 }  # fmt: skip
-# type: (elements per block, bytes per block) for the types attnviz dequantises
-BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34)}
+# type: (elements per block, bytes per block) for the types attnviz dequantises (ggml-common.h)
+BLOCKS = {
+    0: (1, 4), 1: (1, 2), 30: (1, 2),  # F32, F16, BF16
+    2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),  # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+    12: (256, 144), 13: (256, 176), 14: (256, 210),  # Q4_K, Q5_K, Q6_K
+}  # fmt: skip
+READ = ", ".join(TYPE_NAMES[k] for k in sorted(BLOCKS))
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
 MAX_NESTING = 4
@@ -143,7 +148,7 @@ class GGUF:
         info = self.tensors[name]
         if info.kind not in BLOCKS:
             kind = TYPE_NAMES.get(info.kind, f"number {info.kind}")
-            raise self.error(f"tensor {name!r} is {kind}; attnviz reads F32, F16, Q4_0, Q4_1 and Q8_0")
+            raise self.error(f"tensor {name!r} is {kind}; attnviz reads {READ}")
         per_block, block_bytes = BLOCKS[info.kind]
         width = info.shape[-1] if info.shape else 1
         height = math.prod(info.shape[:-1])
@@ -157,22 +162,106 @@ class GGUF:
 
 
 def dequantise(raw: np.ndarray, kind: int) -> np.ndarray:
-    """Rows of raw bytes of one GGUF type as float32 rows (the block layouts of ggml)."""
+    """Rows of raw bytes of one GGUF type as float32 rows: the block layouts of ggml (ggml-common.h) and
+    its dequantize_row_* functions (ggml-quants.c), a whole array of blocks at a time."""
     height = raw.shape[0]
     if kind == 0:
         return raw.view("<f4").astype(np.float32)
     if kind == 1:
         return raw.view("<f2").astype(np.float32)
-    per_block, block_bytes = BLOCKS[kind]
+    if kind == 30:  # BF16: the upper half of a float32
+        return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    block_bytes = BLOCKS[kind][1]
     blocks = raw.reshape(height, -1, block_bytes)
-    scale = blocks[..., 0:2].copy().view("<f2").astype(np.float32)  # (height, blocks, 1)
-    if kind == 8:  # Q8_0: d, 32 × int8
-        q = blocks[..., 2:].view(np.int8).astype(np.float32)
-        return (q * scale).reshape(height, -1)
-    offset = 4 if kind == 3 else 2
-    packed = blocks[..., offset:]
-    q = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)  # low nibbles, then high
-    if kind == 2:  # Q4_0: d, 16 bytes; x = (q − 8)·d
-        return ((q - 8) * scale).reshape(height, -1)
-    low = blocks[..., 2:4].copy().view("<f2").astype(np.float32)  # Q4_1: d, m, 16 bytes; x = q·d + m
-    return (q * scale + low).reshape(height, -1)
+    unpack = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k, 13: _q5_k, 14: _q6_k}[kind]
+    return unpack(blocks).reshape(height, -1)
+
+
+def _half(blocks: np.ndarray, start: int) -> np.ndarray:
+    """The float16 at byte ``start`` of every block, as float32 (…, 1)."""
+    return blocks[..., start : start + 2].copy().view("<f2").astype(np.float32)
+
+
+def _nibbles(packed: np.ndarray) -> np.ndarray:
+    """16 bytes as 32 4-bit values: the low nibbles first, then the high ones (ggml's order)."""
+    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
+
+
+def _fifth_bits(blocks: np.ndarray, start: int) -> np.ndarray:
+    """Q5_0/Q5_1's 32 fifth bits (a little-endian uint32 at ``start``), as 0 or 16 per value."""
+    qh = blocks[..., start : start + 4].copy().view("<u4")  # (…, 1)
+    return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.float32)
+
+
+def _q8_0(blocks: np.ndarray) -> np.ndarray:  # d, 32 × int8: x = q·d
+    return np.asarray(blocks[..., 2:].view(np.int8).astype(np.float32) * _half(blocks, 0), dtype=np.float32)
+
+
+def _q4_0(blocks: np.ndarray) -> np.ndarray:  # d, 16 bytes: x = (q − 8)·d
+    return np.asarray((_nibbles(blocks[..., 2:]) - 8) * _half(blocks, 0), dtype=np.float32)
+
+
+def _q4_1(blocks: np.ndarray) -> np.ndarray:  # d, m, 16 bytes: x = q·d + m
+    return np.asarray(_nibbles(blocks[..., 4:]) * _half(blocks, 0) + _half(blocks, 2), dtype=np.float32)
+
+
+def _q5_0(blocks: np.ndarray) -> np.ndarray:  # d, qh (4), 16 bytes: x = (q + 16·h − 16)·d
+    return np.asarray((_nibbles(blocks[..., 6:]) + _fifth_bits(blocks, 2) - 16) * _half(blocks, 0), dtype=np.float32)
+
+
+def _q5_1(blocks: np.ndarray) -> np.ndarray:  # d, m, qh (4), 16 bytes: x = (q + 16·h)·d + m
+    return np.asarray(
+        (_nibbles(blocks[..., 8:]) + _fifth_bits(blocks, 4)) * _half(blocks, 0) + _half(blocks, 2), dtype=np.float32
+    )
+
+
+def _scales_mins_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """get_scale_min_k4 for j = 0…7: eight 6-bit scales and mins packed in 12 bytes, (…, 8) each."""
+    s = scales.astype(np.uint8)
+    low = s[..., 0:4] & 63, s[..., 4:8] & 63
+    high_scale = (s[..., 8:12] & 0x0F) | ((s[..., 0:4] >> 6) << 4)
+    high_min = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
+    scale = np.concatenate([low[0], high_scale], axis=-1).astype(np.float32)
+    minimum = np.concatenate([low[1], high_min], axis=-1).astype(np.float32)
+    return scale, minimum
+
+
+def _k_quant(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Q4_K and Q5_K: 8 sub-blocks of 32, each x = d·scale·q − dmin·min (q: (…, 8, 32))."""
+    scale, minimum = _scales_mins_k4(blocks[..., 4:16])
+    d, dmin = _half(blocks, 0), _half(blocks, 2)
+    return np.asarray(
+        ((d * scale)[..., None] * q - (dmin * minimum)[..., None]).reshape(*blocks.shape[:-1], 256), dtype=np.float32
+    )
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """128 bytes as 8 sub-blocks of 32: each 32 bytes give their low nibbles, then their high ones."""
+    chunks = qs.reshape(*qs.shape[:-1], 4, 32)
+    return np.asarray(
+        np.stack([chunks & 0x0F, chunks >> 4], axis=-2).reshape(*qs.shape[:-1], 8, 32).astype(np.float32),
+        dtype=np.float32,
+    )
+
+
+def _q4_k(blocks: np.ndarray) -> np.ndarray:  # d, dmin, scales (12), qs (128)
+    return np.asarray(_k_quant(blocks, _k_nibbles(blocks[..., 16:144])), dtype=np.float32)
+
+
+def _q5_k(blocks: np.ndarray) -> np.ndarray:  # d, dmin, scales (12), qh (32), qs (128)
+    qh = blocks[..., 16:48]
+    bits = np.stack([(qh >> k) & 1 for k in range(8)], axis=-2).astype(np.float32)  # sub-block k: bit k of qh
+    return np.asarray(_k_quant(blocks, _k_nibbles(blocks[..., 48:176]) + 16 * bits), dtype=np.float32)
+
+
+def _q6_k(blocks: np.ndarray) -> np.ndarray:  # ql (128), qh (64), scales (16 × int8), d
+    ql = blocks[..., 0:128].reshape(*blocks.shape[:-1], 2, 64)
+    qh = blocks[..., 128:192].reshape(*blocks.shape[:-1], 2, 32)
+    scales = blocks[..., 192:208].view(np.int8).astype(np.float32).reshape(*blocks.shape[:-1], 16)
+    low = np.stack([ql[..., :32] & 0x0F, ql[..., 32:] & 0x0F, ql[..., :32] >> 4, ql[..., 32:] >> 4], axis=-2)
+    high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-2)
+    q = (low | (high << 4)).astype(np.float32) - 32  # (…, 2 halves, 4 quarters, 32)
+    per_value = np.repeat(scales.reshape(*scales.shape[:-1], 2, 4, 2), 16, axis=-1)  # scale per 16 values
+    return np.asarray(
+        (_half(blocks, 208)[..., None, None] * per_value * q).reshape(*blocks.shape[:-1], 256), dtype=np.float32
+    )

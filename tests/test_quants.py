@@ -1,0 +1,79 @@
+"""GGUF's quantisation types, dequantised as ggml does: checked against the `gguf` package (a test-only
+oracle, numpy-only) on random blocks and on blocks of extreme scales."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnviz.models.gguf import BLOCKS, TYPE_NAMES, dequantise
+
+gguf_quants = pytest.importorskip("gguf.quants")
+from gguf import GGMLQuantizationType  # noqa: E402
+
+QUANTISED = [k for k in sorted(BLOCKS) if BLOCKS[k][0] > 1]
+HALVES = {2: [0], 3: [0, 2], 6: [0], 7: [0, 2], 8: [0], 12: [0, 2], 13: [0, 2], 14: [208]}  # where the scales are
+EXTREME = [65504.0, -65504.0, 6.1e-5, 6e-8, -0.0, 1.0, 0.5]  # float16's largest, smallest normal, subnormal
+
+
+def blocks(kind: int, rows: int, count: int, seed: int, scales: list[float] | None = None) -> np.ndarray:
+    """Random bytes for ``count`` blocks per row, with the scales set to finite float16 values."""
+    rng = np.random.default_rng(seed)
+    size = BLOCKS[kind][1]
+    raw = rng.integers(0, 256, size=(rows, count, size), dtype=np.uint8)
+    for at in HALVES[kind]:
+        values = rng.choice(scales, size=(rows, count)) if scales else rng.uniform(-3, 3, size=(rows, count))
+        raw[..., at : at + 2] = np.float16(values)[..., None].view(np.uint8)
+    return raw.reshape(rows, count * size)
+
+
+def oracle(raw: np.ndarray, kind: int) -> np.ndarray:
+    return gguf_quants.dequantize(raw, GGMLQuantizationType[TYPE_NAMES[kind]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(QUANTISED), rows=st.integers(1, 4), count=st.integers(1, 3), seed=st.integers(0, 10**6))
+def test_every_type_dequantises_as_ggml_does(kind: int, rows: int, count: int, seed: int) -> None:
+    raw = blocks(kind, rows, count, seed)
+    np.testing.assert_array_equal(dequantise(raw, kind), oracle(raw, kind))
+
+
+@pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
+def test_extreme_scales_dequantise_as_ggml_does(kind: int) -> None:
+    raw = blocks(kind, 3, 4, kind, EXTREME)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ours, theirs = dequantise(raw, kind), oracle(raw, kind)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_bf16_is_the_upper_half_of_float32() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    raw = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    ours = dequantise(raw, 30)
+    np.testing.assert_array_equal(ours, oracle(raw, 30))
+    np.testing.assert_allclose(ours, x, rtol=2**-7)
+
+
+def test_rows_are_dequantised_alone() -> None:
+    """An embedding lookup dequantises the rows it needs: each row's values do not depend on the others."""
+    raw = blocks(12, 6, 2, 1)
+    whole = dequantise(raw, 12)
+    np.testing.assert_array_equal(dequantise(raw[[4, 1]], 12), whole[[4, 1]])
+
+
+def test_a_gguf_file_of_every_type_reads_as_ggml_does(tmp_path) -> None:
+    """Offsets and sizes of each type in a file, whole tensors and chosen rows."""
+    from tiny_gguf import write_gguf
+
+    from attnviz.models.gguf import GGUF
+
+    tensors = {f"t{kind}": (kind, (5, 2 * BLOCKS[kind][0]), blocks(kind, 5, 2, kind).tobytes()) for kind in QUANTISED}
+    path = tmp_path / "types.gguf"
+    write_gguf(path, {"general.architecture": "llama"}, tensors)
+    model = GGUF(path)
+    for name, (kind, shape, raw) in tensors.items():
+        expected = oracle(np.frombuffer(raw, dtype=np.uint8).reshape(shape[0], -1), kind)
+        np.testing.assert_array_equal(model.tensor(name), expected)
+        np.testing.assert_array_equal(model.tensor(name, rows=np.array([3, 0])), expected[[3, 0]])
