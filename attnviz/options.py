@@ -69,8 +69,9 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="A pretrained model instead of the random layer: minilm (encoder, 6 layers × 12 heads) "
-        "or smollm2 (causal decoder, 30 layers × 9 heads).",
+        help="A pretrained model instead of the random layer: minilm (encoder, 6 layers × 12 heads), "
+        "smollm2 (causal decoder, 30 layers × 9 heads) or gemma3 (Gemma 3 270M, 18 layers × 4 heads, "
+        "sliding windows).",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
@@ -88,7 +89,8 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local Llama-family GGUF file (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K).",
+        help="A local GGUF file of a Llama-family or Gemma 3 model (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+        "Q4_K, Q5_K or Q6_K weights).",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

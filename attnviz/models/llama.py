@@ -22,6 +22,7 @@ from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .bpe import BytePairEncoding
 from .gguf import GGUF
+from .metadata import Metadata
 
 
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
@@ -58,22 +59,12 @@ class Llama:
         meta = self.file.metadata
         arch = meta.get("general.architecture")
         if arch != "llama":
-            raise AttnvizError(f"{path}: architecture {arch!r}; attnviz runs GGUF files of the llama architecture")
+            raise AttnvizError(
+                f"{path}: architecture {arch!r}; attnviz runs GGUF files of the llama and gemma3 architectures"
+            )
 
-        def number(key: str, default: float | None = None, *, low: float = 1, high: float = 2**16) -> float:
-            """A metadata number, checked: GGUF types are the file's word, not a promise."""
-            value = meta.get(f"llama.{key}", default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                shown = printable(repr(value))[:40]
-                raise AttnvizError(f"{path}: metadata llama.{key} = {shown} is not a number from {low:g} to {high:g}")
-            return value
-
-        def count(key: str, default: int | None = None, high: int = 2**16) -> int:
-            value = number(key, default, high=high)
-            if value != int(value):
-                raise AttnvizError(f"{path}: metadata llama.{key} = {value} is not a whole number")
-            return int(value)
-
+        meta_numbers = Metadata(self.file, path, "llama")
+        number, count = meta_numbers.number, meta_numbers.count
         self.layers = count("block_count", high=min(MAX_LAYERS, len(self.file.tensors)))
         self.heads = count("attention.head_count", high=1024)
         self.kv_heads = count("attention.head_count_kv", self.heads, high=self.heads)

