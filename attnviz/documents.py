@@ -126,6 +126,9 @@ CONFIG_FIELDS: dict[str, Any] = {
     "sink_mode": lambda v: v in ("show", "mark", "hide"),
     "sinks": lambda v: isinstance(v, list) and all(_sink(x) for x in v),
     **dict.fromkeys(("sinks_hidden", "token_ids"), lambda v: isinstance(v, list) and all(_count(x) for x in v)),
+    "windows": lambda v: isinstance(v, list) and all(x is None or _count(x) for x in v),
+    "window": _count,
+    "kv_heads": _count,
     "strongest": lambda v: (
         isinstance(v, dict)
         and _count(v.get("links"))

@@ -123,14 +123,27 @@ class AttentionStack:
         """The tokens, or for pooled maps the bins ("0–12")."""
         return self.tokens if self.rows is None else bin_labels(self.rows)
 
-    def allowed(self) -> BoolArray | None:
-        """(n', m') True where a query (bin) may attend to a key (bin); None when nothing is masked."""
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer`` (a query sees only its last ``window`` keys), None for a global layer."""
+        windows = self.source.get("windows") or []
+        return windows[layer] if 0 <= layer < len(windows) else None
+
+    def allowed(self, layer: int | None = None) -> BoolArray | None:
+        """(n', m') True where a query (bin) may attend to a key (bin) in ``layer`` (causal, and within its
+        sliding window if it has one); None when nothing is masked."""
         if not self.causal:
             return None
+        window = None if layer is None else self.window(layer)
         if self.rows is None or self.cols is None:
             n, m = self.weights.shape[2:]
-            return causal_mask(n, m)
-        return self.cols[:-1][None, :] <= (self.rows[1:] - 1)[:, None]
+            mask = causal_mask(n, m)
+            if window is not None:
+                mask &= np.arange(m)[None, :] > np.arange(n)[:, None] - window
+            return mask
+        mask = self.cols[:-1][None, :] <= (self.rows[1:] - 1)[:, None]  # some query of the bin sees some key
+        if window is not None:
+            mask &= (self.cols[1:] - 1)[None, :] > (self.rows[:-1] - window)[:, None]
+        return mask
 
     def layer(self, index: int | None = None) -> Attention:
         """One layer (default: the last) as the views take it."""
@@ -140,6 +153,8 @@ class AttentionStack:
             raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
         position = self.kept_layers.index(chosen)
         config = {**self.source, "layer": chosen, "layers": count, "heads": self.heads}
+        if self.window(chosen) is not None:
+            config["window"] = self.window(chosen)
         if self.pooled is not None:
             config["pooled"] = {"method": self.pooled, "tokens": len(self.tokens), "bins": len(self.labels)}
         if self.mean:
@@ -152,7 +167,7 @@ class AttentionStack:
             head_labels=head_labels,
             config=config,
             scores=None if self.scores is None else self.scores[position],
-            mask=self.allowed(),
+            mask=self.allowed(chosen),
             padding=self.padding if self.rows is None else (),
             key_tokens=self.key_tokens,
         )
@@ -257,6 +272,12 @@ def model_stack(
         "token_ids": list(encoding.ids),
         "causal": model.causal,
     }
+    shared = getattr(model, "kv_heads", model.heads)
+    if shared != model.heads:
+        source["kv_heads"] = shared  # grouped-query attention: query heads h·k/kv … share key/value head k
+    windows = getattr(model, "windows", ())
+    if any(w is not None for w in windows):
+        source["windows"] = list(windows)  # per layer: a sliding window of keys, or None (global)
     if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
         shown = 1 if keep.mean else len(keep.chosen(model.heads))
         kept = {i: Kept(np.zeros((shown, 0, 0), np.float32), None, np.arange(1), np.arange(1)) for i in layers}

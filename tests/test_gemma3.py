@@ -94,3 +94,22 @@ def test_gemma3_in_the_commands(cli, tmp_path: Path) -> None:
     heads = cli("heads", "--model", "gemma3", text, "--no-color")
     assert heads.code == 0 and "induction" in heads.out
     assert cli("heatmap", "--model", "gemma3", text, "--all-layers", "-o", str(tmp_path / "g.png"), "--audit").code == 0
+
+
+@needs_model
+def test_a_sliding_layer_shows_its_band_as_masked_and_says_so(cli) -> None:
+    import json
+
+    text = " ".join(f"w{i}" for i in range(300))  # ~900 tokens: past the 512-key window
+    local = json.loads(cli("heatmap", "--model", "gemma3", text, "--layer", "4", "--head", "0", "--json").out)
+    glob = json.loads(cli("heatmap", "--model", "gemma3", text, "--layer", "5", "--head", "0", "--json").out)
+    n = len(local["tokens"])
+    assert n > 600 and local["config"]["window"] == 512 and "window" not in glob["config"]
+    mask = np.array(local["mask"])
+    i, j = np.indices((n, n))
+    np.testing.assert_array_equal(mask, (j <= i) & (j > i - 512))
+    assert np.array(glob["mask"]).sum() == n * (n + 1) // 2
+    weights = np.array(local["weights"][0])
+    assert (weights[~mask] == 0).all() and np.allclose(weights.sum(axis=1), 1, atol=1e-5)
+    shown = cli("heatmap", "--model", "gemma3", text, "--layer", "4", "--head", "0", "--no-color").out
+    assert "causal within a window of 512 keys" in shown and "4 heads on 1 key/value head" in shown

@@ -71,6 +71,7 @@ class Gemma3:
         self.tokenizer = SentencePiece.from_gguf(self.file.metadata, path)
         self.bos = self.tokenizer.bos if self.file.metadata.get("tokenizer.ggml.add_bos_token") else None
         self.causal = True
+        self.windows = tuple(self.window if self.sliding(layer) else None for layer in range(self.layers))
         self._check_shapes(path)
 
     def sliding(self, layer: int) -> bool:

@@ -112,10 +112,11 @@ def describe_parts(att: Attention) -> list[str]:
             + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")
         ]
     if "model" in c:
+        shared = f" on {c['kv_heads']} key/value head{'s' if c['kv_heads'] != 1 else ''}" if "kv_heads" in c else ""
         parts += [
             f"{c['model']}",
             f"layer {c['layer']} of {c['layers']}",
-            f"{c['heads']} head{'s' if c['heads'] != 1 else ''}",
+            f"{c['heads']} head{'s' if c['heads'] != 1 else ''}{shared}",
         ]
         if c.get("pair"):
             parts.append("sentence pair")
@@ -129,7 +130,7 @@ def describe_parts(att: Attention) -> list[str]:
             f"scale {describe_scale(c)}",
         ]
     if c.get("causal"):
-        parts.append("causal")
+        parts.append("causal" if not c.get("window") else f"causal within a window of {c['window']} keys")
     if "embed" in c:
         parts.append(f"embed {c['embed']}" + (" + sinusoidal positions" if c.get("positions") == "sinusoidal" else ""))
     if "seed" in c:

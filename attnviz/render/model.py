@@ -51,6 +51,12 @@ def stack_parts(stack: AttentionStack) -> list[str]:
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
         layers = f"layers {', '.join(map(str, kept))} of {stack.layers}"
+    windows = stack.source.get("windows") or []
+    if any(w is not None for w in windows):
+        wide = [str(i) for i, w in enumerate(windows) if w is None]
+        size = next(w for w in windows if w is not None)
+        parts = [p for p in parts if not p.startswith("causal within")]
+        layers += f" (global: {', '.join(wide)}; the others a window of {size} keys)"
     return [*parts[:2], layers, *parts[2:]]
 
 
@@ -60,13 +66,13 @@ MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise dra
 
 def model_tiles(weights: Array, allowed: BoolArray, cmap: Colormap, masked: str, gap: int) -> Array:
     """(layers, heads, n, m) weights as one RGBA image: a tile per head, ``gap`` clear cells between
-    tiles, and the cells the mask blocks in the ``masked`` colour (a weight of 0 would look the same
-    as a blocked cell)."""
+    tiles, and the cells the mask blocks (``allowed`` broadcast to the weights: one mask, or one per
+    layer) in the ``masked`` colour (a weight of 0 would look the same as a blocked cell)."""
     from matplotlib.colors import to_rgba
 
     layers, heads, n, m = weights.shape
     tiles = cmap(np.clip(weights, 0.0, 1.0), bytes=True)  # RGBA bytes: a float image of 270 tiles took gigabytes
-    tiles[:, :, ~allowed] = np.round(np.array(to_rgba(masked)) * 255).astype(np.uint8)
+    tiles[~np.broadcast_to(allowed, weights.shape)] = np.round(np.array(to_rgba(masked)) * 255).astype(np.uint8)
     spaced = np.zeros((layers, n + gap, heads, m + gap, 4), dtype=np.uint8)
     spaced[:, :n, :, :m] = tiles.transpose(0, 2, 1, 3, 4)
     return spaced.reshape(layers * (n + gap), heads * (m + gap), 4)[
@@ -99,7 +105,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     bar_room += text_extent("attention weight", style.scaled(0.9))[1]
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
-    allowed = stack.allowed()
+    per_layer = [stack.allowed(layer) for layer in stack.kept_layers]  # a sliding window's band, per layer
+    allowed = np.ones((layers, 1, n, m), dtype=bool) if per_layer[0] is None else np.stack(per_layer)[:, None]
     chosen, floor = model_scale(stack, scale)
     fixed = style.size is not None or style.preset == "slide"
     box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
@@ -119,7 +126,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     grid = weights.transpose(1, 0, 2, 3) if across_layers else weights
     image = model_tiles(
         colour_values(grid, chosen, floor),
-        np.ones((n, m), dtype=bool) if allowed is None else allowed,
+        allowed.transpose(1, 0, 2, 3) if across_layers else allowed,
         cmap,
         style.colours["masked"],
         gap,
@@ -139,7 +146,14 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     size = max(style.smallest, min(label, tile_side * 0.45))  # small tiles get small labels, within reason
     heads_named = ["mean"] if stack.mean else [f"head {i}" for i in stack.kept_heads]
     names = {"head": (heads_named, ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads])}
-    names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
+    sliding = {i: stack.window(i) is not None for i in stack.kept_layers}
+    if any(sliding.values()):  # a model with sliding-window layers: say which layers see everything
+        names["layer"] = (
+            [f"layer {i} · {'local' if sliding[i] else 'global'}" for i in stack.kept_layers],
+            [f"L{i}" if sliding[i] else f"L{i}·G" for i in stack.kept_layers],
+        )
+    else:
+        names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
     across, down = ("layer", "head") if across_layers else ("head", "layer")
     for kind, step in ((across, m), (down, n)):
         long, short = names[kind]
