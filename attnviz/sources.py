@@ -265,7 +265,7 @@ def model_stack(
                 kept[layer] = result
 
     model.run(encoding, take, dict.fromkeys(layers, keep))
-    source = {
+    source: dict[str, Any] = {
         "model": model.name,
         "text": text,
         "pair": pair,
@@ -274,7 +274,7 @@ def model_stack(
     }
     shared = getattr(model, "kv_heads", model.heads)
     if shared != model.heads:
-        source["kv_heads"] = shared  # grouped-query attention: query heads h·k/kv … share key/value head k
+        source["kv_heads"] = int(shared)  # grouped-query attention: query heads h·k/kv … share key/value head k
     windows = getattr(model, "windows", ())
     if any(w is not None for w in windows):
         source["windows"] = list(windows)  # per layer: a sliding window of keys, or None (global)

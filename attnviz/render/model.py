@@ -106,7 +106,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
     per_layer = [stack.allowed(layer) for layer in stack.kept_layers]  # a sliding window's band, per layer
-    allowed = np.ones((layers, 1, n, m), dtype=bool) if per_layer[0] is None else np.stack(per_layer)[:, None]
+    masks = [np.ones((n, m), dtype=bool) if mask is None else mask for mask in per_layer]
+    allowed = np.stack(masks)[:, None]
     chosen, floor = model_scale(stack, scale)
     fixed = style.size is not None or style.preset == "slide"
     box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
