@@ -122,32 +122,37 @@ def attend(
             for a in range(start, stop, step):
                 b = min(stop, a + step)
                 used = min(m, b) if causal else m  # keys after the block's last query are all masked
+                lo = max(0, a - window + 1) if window is not None and causal else 0  # keys before: behind every window
                 if direct and kept is not None and weights is not None:
-                    part = weights[kept, a:b, :used]
+                    full = weights[kept, a:b, :used]
                     weights[kept, a:b, used:] = 0
                 else:
-                    part = block[: b - a, :used]
-                logits = part if scores is None or kept is None else scores[kept, a:b, :used]
-                np.matmul(q[h, a:b], kt[h, :, :used], out=logits)
+                    full = block[: b - a, :used]
+                full[:, :lo] = 0
+                part = full[:, lo:]  # the keys some query of the block may see: only these are scored
+                own = scores is None or kept is None
+                logits = part if own else scores[kept, a:b, lo:used]  # type: ignore[index]
+                np.matmul(q[h, a:b], kt[h, :, lo:used], out=logits)
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
-                    diagonal = logits[:, a:used]
+                    diagonal = logits[:, a - lo : used - lo]
                     diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf
-                if window is not None and b - 1 - window >= 0:  # some row of the block has keys behind its window
-                    behind = np.arange(used)[None, :] <= np.arange(a, b)[:, None] - window  # keys out of the window
+                if window is not None and b - 1 - window >= lo:  # some row of the block has keys behind its window
+                    behind = np.arange(lo, used)[None, :] <= np.arange(a, b)[:, None] - window
                     logits[behind] = -np.inf
                 if blocked_keys is not None:
-                    logits[:, blocked_keys[:used]] = -np.inf
-                if logits is not part and scores is not None:
+                    logits[:, blocked_keys[lo:used]] = -np.inf
+                if not own and scores is not None:
                     scores[kept, a:b, used:] = -np.inf
-                _softmax_rows(part, None if logits is part else logits)
+                    scores[kept, a:b, :lo] = -np.inf
+                _softmax_rows(part, None if own else logits)
                 if output is not None and vv is not None:
-                    np.matmul(part, vv[h, :used], out=output[h, a:b])
+                    np.matmul(part, vv[h, lo:used], out=output[h, a:b])
                 if kept is None or direct:
                     continue
                 if sums is not None:
-                    _pool_into(sums[kept], part, a, rows, cols, used, combine)
+                    _pool_into(sums[kept], full, a, rows, cols, used, combine)
                 elif weights is not None:
-                    weights[0, a:b, :used] += part / len(chosen)
+                    weights[0, a:b, :used] += full / len(chosen)
 
     with one_blas_thread():
         run_all(one_group, range(len(groups) - 1))

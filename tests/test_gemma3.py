@@ -37,6 +37,16 @@ def test_a_sliding_window_is_a_band_of_the_causal_mask() -> None:
     np.testing.assert_allclose(kept.weights, ref_w, atol=2e-6)
     np.testing.assert_allclose(output, ref_out, atol=2e-5)
     assert (kept.weights[:, ~band] == 0).all()
+    assert np.isneginf(kept.scores[:, ~band]).all()
+    from attnviz.blocked import pool_map
+
+    for keep, expected in (
+        (Keep(mean=True), ref_w.mean(axis=0, keepdims=True)),
+        (Keep(bins=37, pool="max"), pool_map(ref_w, 37, "max")[0]),
+        (Keep(bins=37, pool="mean", heads=(1,)), pool_map(ref_w[1:], 37, "mean")[0]),
+    ):
+        _, pooled = attend(q, k, v, scale=0.35, causal=True, window=40, keep=keep)
+        np.testing.assert_allclose(pooled.weights, expected, atol=2e-6)
 
 
 @needs_model
