@@ -12,7 +12,6 @@ GELU(tanh)-gated. The GGUF stores every norm weight already offset (1 + w), so e
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
@@ -20,9 +19,10 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError
 from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, damaged
+from . import Consumer, Encoding
+from .decoder import Decoder
 from .gguf import GGUF
 from .llama import rms_norm
 from .metadata import Metadata
@@ -48,8 +48,14 @@ def gelu_tanh(x: Array) -> Array:
     return result
 
 
-class Gemma3:
+class Gemma3(Decoder):
     """A Gemma 3 GGUF: SentencePiece-style vocabulary, memory-mapped weights, a causal forward pass."""
+
+    ARCHITECTURE, SPACE = "gemma3", "▁"
+    WEIGHTS = (
+        "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm",
+        "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm",
+    )  # fmt: skip
 
     def __init__(self, path: Path, name: str) -> None:
         self.name = name
@@ -87,31 +93,7 @@ class Gemma3:
             "attn_q_norm": (self.d_head,), "attn_k_norm": (self.d_head,), "post_attention_norm": (h,),
             "ffn_norm": (h,), "ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn), "post_ffw_norm": (h,),
         }  # fmt: skip
-        shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (len(self.tokenizer.pieces), h)}
-        shapes |= {f"blk.{i}.{w}.weight": shape for i in range(self.layers) for w, shape in expected.items()}
-        for name, shape in shapes.items():
-            if name not in self.file:
-                raise AttnvizError(f"{path}: not a gemma3 checkpoint: no tensor {name!r}")
-            if self.file.tensors[name].shape != shape:
-                found = list(self.file.tensors[name].shape)
-                raise AttnvizError(f"{path}: tensor {name!r} is {found}; the metadata implies {list(shape)}")
-
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
-        if pair is not None:
-            raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
-        if len(text) > self.context * 16:
-            raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
-        pieces, ids = self.tokenizer.encode(text)
-        if self.bos is not None:
-            pieces, ids = [self.tokenizer.pieces[self.bos], *pieces], [self.bos, *ids]
-        if not ids:
-            raise UsageError("no tokens: the text is empty")
-        if len(ids) > self.context:
-            raise AttnvizError(f"{len(ids)} tokens, but {self.name} takes at most {self.context}")
-        return Encoding(tuple(self.tokenizer.readable(p) for p in pieces), tuple(ids), (0,) * len(ids))
-
-    def words(self) -> list[str]:
-        return [p[1:] for p in self.tokenizer.pieces if p.startswith("▁") and p[1:].isascii() and p[1:].isalpha()]
+        self.check_shapes(path, h, expected)
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
@@ -124,7 +106,7 @@ class Gemma3:
             last = max(keep)
             for layer in range(last + 1):
                 p = f"blk.{layer}."
-                self._finite(x, layer - 1)
+                self.finite(x, layer - 1)
                 a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
                 q = product(a, t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
                 k = product(a, t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
@@ -139,7 +121,7 @@ class Gemma3:
                     q, k, v, scale=1 / math.sqrt(d), causal=True, window=window, keep=keep.get(layer, NOTHING)
                 )
                 assert output is not None
-                self._finite(kept.weights, layer)
+                self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
                 if layer == last:
@@ -150,15 +132,3 @@ class Gemma3:
                 gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
                 fed = product(gelu_tanh(gate) * up, t(p + "ffn_down.weight").T)
                 x = x + rms_norm(fed, t(p + "post_ffw_norm.weight"), self.eps)
-
-    def _finite(self, values: Array, after: int) -> None:
-        if np.isfinite(values).all():
-            return
-        names = ["token_embd.weight"] if after < 0 else [f"blk.{after}.{w}.weight" for w in WEIGHTS]
-        raise damaged(self.file.path, after, {n: functools.partial(self.file.tensor, n) for n in names})
-
-
-WEIGHTS = (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm",
-)  # fmt: skip

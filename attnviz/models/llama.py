@@ -8,7 +8,6 @@ file and are dequantised one layer at a time.
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 from typing import TypeGuard
@@ -17,10 +16,11 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, printable
 from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, damaged
+from . import Consumer, Encoding
 from .bpe import BytePairEncoding
+from .decoder import Decoder
 from .gguf import GGUF
 from .metadata import Metadata
 
@@ -50,8 +50,11 @@ def _strings(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-class Llama:
+class Llama(Decoder):
     """A Llama-family GGUF: byte-level BPE tokeniser, memory-mapped weights, a causal forward pass."""
+
+    ARCHITECTURE, SPACE = "llama", "Ġ"
+    WEIGHTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
     def __init__(self, path: Path, name: str) -> None:
         self.name = name
@@ -98,38 +101,12 @@ class Llama:
         self._check_shapes(path)
 
     def _check_shapes(self, path: Path) -> None:
-        """Every tensor the forward pass uses, with the shape the metadata implies."""
         gate = self.file.tensors.get("blk.0.ffn_gate.weight")
         ffn = gate.shape[0] if gate is not None else 0
         h, kv = self.hidden, self.kv_heads * self.d_head
         expected = {"attn_norm": (h,), "attn_q": (h, h), "attn_k": (kv, h), "attn_v": (kv, h), "attn_output": (h, h)}
         expected |= {"ffn_norm": (h,), "ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn)}
-        shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (len(self.tokenizer.tokens), h)}
-        shapes |= {f"blk.{i}.{w}.weight": shape for i in range(self.layers) for w, shape in expected.items()}
-        for name, shape in shapes.items():
-            if name not in self.file:
-                raise AttnvizError(f"{path}: not a llama checkpoint: no tensor {name!r}")
-            if self.file.tensors[name].shape != shape:
-                found = list(self.file.tensors[name].shape)
-                raise AttnvizError(f"{path}: tensor {name!r} is {found}; the metadata implies {list(shape)}")
-
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
-        if pair is not None:
-            raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
-        longest = max(map(len, self.tokenizer.tokens), default=1)
-        if len(text) > self.context * longest:
-            raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
-        tokens, ids = self.tokenizer.encode(text)
-        if self.bos is not None:
-            tokens, ids = [self.tokenizer.tokens[self.bos], *tokens], [self.bos, *ids]
-        if not ids:
-            raise UsageError("no tokens: the text is empty")
-        if len(ids) > self.context:
-            raise AttnvizError(f"{len(ids)} tokens, but {self.name} takes at most {self.context}")
-        return Encoding(tuple(self.tokenizer.readable(t) for t in tokens), tuple(ids), (0,) * len(ids))
-
-    def words(self) -> list[str]:
-        return [t[1:] for t in self.tokenizer.tokens if t.startswith("Ġ") and t[1:].isascii() and t[1:].isalpha()]
+        self.check_shapes(path, h, expected)
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
@@ -145,7 +122,7 @@ class Llama:
             last = max(keep)
             for layer in range(last + 1):
                 p = f"blk.{layer}."
-                self._finite(x, layer - 1)
+                self.finite(x, layer - 1)
                 a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
                 q = product(a, t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
                 k = product(a, t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
@@ -154,7 +131,7 @@ class Llama:
                 k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
                 output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep.get(layer, NOTHING))
                 assert output is not None
-                self._finite(kept.weights, layer)
+                self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
                 if layer == last:
@@ -163,16 +140,6 @@ class Llama:
                 f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
                 gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
                 x = x + product(gate / (1 + np.exp(-gate)) * up, t(p + "ffn_down.weight").T)
-
-    def _finite(self, values: Array, after: int) -> None:
-        """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
-        if np.isfinite(values).all():
-            return
-        names = ["token_embd.weight"] if after < 0 else [f"blk.{after}.{w}.weight" for w in WEIGHTS]
-        raise damaged(self.file.path, after, {n: functools.partial(self.file.tensor, n) for n in names})
-
-
-WEIGHTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def load_llama(path: Path, name: str) -> Llama:

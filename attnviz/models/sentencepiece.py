@@ -64,6 +64,11 @@ class SentencePiece:
             prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
         )
 
+    @property
+    def tokens(self) -> list[str]:
+        """The pieces, by id (the name every vocabulary gives them)."""
+        return self.pieces
+
     def encode(self, text: str) -> tuple[list[str], list[int]]:
         """The pieces and ids of ``text``: user-defined and control pieces written in it taken whole (as
         Hugging Face's tokenizers take added tokens), the rest merged by score."""
