@@ -123,3 +123,13 @@ def test_a_sliding_layer_shows_its_band_as_masked_and_says_so(cli) -> None:
     assert (weights[~mask] == 0).all() and np.allclose(weights.sum(axis=1), 1, atol=1e-5)
     shown = cli("heatmap", "--model", "gemma3", text, "--layer", "4", "--head", "0", "--no-color").out
     assert "causal within a window of 512 keys" in shown and "4 heads on 1 key/value head" in shown
+
+
+def test_query_heads_are_grouped_by_the_key_value_head_they_share() -> None:
+    from attnviz.render.model import shared_heads, tile_starts
+
+    assert shared_heads(9, 3) == "query heads 0–2, 3–5 and 6–8 share key/value heads 0, 1 and 2"
+    assert shared_heads(4, 1) == "query heads 0–3 share one key/value head"
+    starts = tile_starts(9, 10, 1, group=3)
+    assert starts[1] - starts[0] == 11 and starts[3] - starts[2] == 13  # a wider gap between groups
+    assert tile_starts(4, 10, 1) == [0, 11, 22, 33]

@@ -64,20 +64,43 @@ PAGE_ASPECT = {"screen": 0.75, "paper": 1.3}  # the box a model view fills: a sc
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
-def model_tiles(weights: Array, allowed: BoolArray, cmap: Colormap, masked: str, gap: int) -> Array:
+def shared_heads(heads: int, kv_heads: int) -> str:
+    """'query heads 0–2, 3–5 and 6–8 share key/value heads 0, 1 and 2' (grouped-query attention)."""
+    group = heads // kv_heads
+    spans = [f"{k * group}–{(k + 1) * group - 1}" if group > 1 else str(k) for k in range(kv_heads)]
+    if kv_heads == 1:
+        return f"query heads {spans[0]} share one key/value head"
+    ids = [str(k) for k in range(kv_heads)]
+    return (
+        f"query heads {', '.join(spans[:-1])} and {spans[-1]} share key/value heads {', '.join(ids[:-1])} and {ids[-1]}"
+    )
+
+
+def tile_starts(count: int, size: int, gap: int, group: int = 0) -> list[int]:
+    """Where each of ``count`` tiles of ``size`` cells starts along one side, ``gap`` cells apart, and
+    ``group`` tiles to a group (query heads sharing a key/value head) with a wider gap between groups."""
+    extra = 2 * gap if 0 < group < count else 0
+    return [i * (size + gap) + (i // group if group else 0) * extra for i in range(count)]
+
+
+def model_tiles(
+    weights: Array, allowed: BoolArray, cmap: Colormap, masked: str, gap: int, groups: tuple[int, int] = (0, 0)
+) -> Array:
     """(layers, heads, n, m) weights as one RGBA image: a tile per head, ``gap`` clear cells between
-    tiles, and the cells the mask blocks (``allowed`` broadcast to the weights: one mask, or one per
-    layer) in the ``masked`` colour (a weight of 0 would look the same as a blocked cell)."""
+    tiles (wider between ``groups`` of tiles down and across), and the cells the mask blocks (``allowed``
+    broadcast to the weights: one mask, or one per layer) in the ``masked`` colour (a weight of 0 would
+    look the same as a blocked cell)."""
     from matplotlib.colors import to_rgba
 
     layers, heads, n, m = weights.shape
     tiles = cmap(np.clip(weights, 0.0, 1.0), bytes=True)  # RGBA bytes: a float image of 270 tiles took gigabytes
     tiles[~np.broadcast_to(allowed, weights.shape)] = np.round(np.array(to_rgba(masked)) * 255).astype(np.uint8)
-    spaced = np.zeros((layers, n + gap, heads, m + gap, 4), dtype=np.uint8)
-    spaced[:, :n, :, :m] = tiles.transpose(0, 2, 1, 3, 4)
-    return spaced.reshape(layers * (n + gap), heads * (m + gap), 4)[
-        : layers * (n + gap) - gap, : heads * (m + gap) - gap
-    ]
+    rows, cols = tile_starts(layers, n, gap, groups[0]), tile_starts(heads, m, gap, groups[1])
+    image = np.zeros((rows[-1] + n, cols[-1] + m, 4), dtype=np.uint8)
+    for r, y in enumerate(rows):
+        for c, x in enumerate(cols):
+            image[y : y + n, x : x + m] = tiles[r, c]
+    return image
 
 
 @styled
@@ -112,9 +135,14 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     fixed = style.size is not None or style.preset == "slide"
     box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
 
+    shared = stack.source.get("kv_heads")
+    group = stack.heads // shared if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
+
     def cell_for(across: int, down: int) -> float:
         """The side of a cell, in points, with ``across`` × ``down`` tiles in the box."""
-        cols, rows = across * (m + gap) - gap, down * (n + gap) - gap
+        head_group = (group, 0) if across == heads else (0, group)
+        cols = tile_starts(across, m, gap, head_group[0])[-1] + m
+        rows = tile_starts(down, n, gap, head_group[1])[-1] + n
         return float(
             min(
                 (width * 72 - 2 * pad - room - bar_room) / cols,
@@ -131,6 +159,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
         cmap,
         style.colours["masked"],
         gap,
+        (group, 0) if across_layers else (0, group),  # query heads of one key/value head side by side
     )
     rows, cols = image.shape[:2]
     cell = cell_for(layers, heads) if across_layers else cell_for(heads, layers)
@@ -158,12 +187,13 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     across, down = ("layer", "head") if across_layers else ("head", "layer")
     for kind, step in ((across, m), (down, n)):
         long, short = names[kind]
+        starts = tile_starts(len(long), step, gap, group if kind == "head" else 0)
         written = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
         pitch = cell * (step + gap)  # points from one tile to the next
         every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
         named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
         shown = [written[i] for i in named]
-        at = [i * (step + gap) + (step - 1) / 2 for i in named]
+        at = [starts[i] + (step - 1) / 2 for i in named]
         if kind == across:
             where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
             paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
@@ -327,6 +357,8 @@ def render_heads(
         table.add_row(*cells)
     yield Group(Text(""), table)
     yield Text("L2 H9: layer 2, head 9 · score: mean weight on the pattern (1: all of it)", style="dim")
+    if stack.source.get("kv_heads"):
+        yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
 
 
 @styled
