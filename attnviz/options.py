@@ -89,7 +89,7 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local GGUF file of a Llama-family or Gemma 3 model (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+        help="A local GGUF file: Llama, Mistral, Qwen2 or Gemma 3 (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
         "Q4_K, Q5_K or Q6_K weights).",
         show_default=False,
         rich_help_panel=P_SOURCE,

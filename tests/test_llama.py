@@ -235,3 +235,17 @@ def test_model_file_mistakes_get_one_line(
     (tmp_path / "bad.gguf").write_bytes(b"PK\3\4" + b"\0" * 100)
     run = cli("heatmap", *args)
     assert run.code != 0 and message in run.err and run.err.count("\n") == 1, run.err
+
+
+def test_a_qwen2_file_is_the_llama_layer_with_halves_and_biases(tmp_path: Path) -> None:
+    """The same weights as a Qwen2 file (rotate-half Q and K rows, zero biases) give the same attention;
+    biases on q, k and v change it."""
+    from attnviz.models import load_model
+
+    llama = load_model(None, model_file=write_tiny_llama(tmp_path / "l.gguf"))
+    qwen = load_model(None, model_file=write_tiny_llama(tmp_path / "q.gguf", architecture="qwen2"))
+    biased = load_model(None, model_file=write_tiny_llama(tmp_path / "b.gguf", architecture="qwen2", biases=0.5))
+    encoding = llama.encode("the cat sat on the mat")
+    same = all_attention(qwen, encoding).weights
+    np.testing.assert_allclose(same, all_attention(llama, encoding).weights, atol=2e-6)
+    assert np.abs(all_attention(biased, encoding).weights - same).max() > 1e-3

@@ -81,10 +81,15 @@ def write_tiny_llama(
     q_kind: int = Q4_1,
     meta_changes: dict[str, object] | None = None,
     nan_in: str | None = None,
+    architecture: str = "llama",
+    biases: float = 0.0,
 ) -> Path:
     """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
 
     ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN.
+    ``architecture="qwen2"`` writes the same model as Qwen2 files hold it: Q and K rows in Hugging Face's
+    rotate-half order (llama.cpp permutes Llama's into pairs, not Qwen2's), with q/k/v biases of scale
+    ``biases`` (0: zero biases, the same attention as the Llama file).
     """
     rng = np.random.default_rng(seed)
     hidden, ffn, layers = 32, 64, 2
@@ -129,6 +134,19 @@ def write_tiny_llama(
         tensors[p + "ffn_gate.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_up.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_down.weight"] = matrix(hidden, ffn, Q4_1)
+    if architecture != "llama":
+        meta = {k.replace("llama.", f"{architecture}.", 1): v for k, v in meta.items()}
+        meta["general.architecture"] = architecture
+        for i in range(layers):
+            for name in ("attn_q", "attn_k"):
+                kind, shape, raw = tensors[f"blk.{i}.{name}.weight"]
+                rows = np.frombuffer(raw, np.uint8).reshape(shape[0], -1)
+                d = 8  # the head size: pairs (2i, 2i+1) become halves (i, i + d/2)
+                order = [h * d + 2 * j + half for h in range(shape[0] // d) for half in (0, 1) for j in range(d // 2)]
+                tensors[f"blk.{i}.{name}.weight"] = (kind, shape, rows[order].tobytes())
+            for name, width in (("attn_q", hidden), ("attn_k", 16), ("attn_v", 16)):
+                bias = (biases * rng.normal(size=width)).astype(np.float32)
+                tensors[f"blk.{i}.{name}.bias"] = (F32, (width,), bias.tobytes())
     meta |= meta_changes or {}
     if nan_in is not None:
         kind, shape, raw = tensors[nan_in]

@@ -24,21 +24,12 @@ from ..threads import one_blas_thread, product
 from . import Consumer, Encoding
 from .decoder import Decoder
 from .gguf import GGUF
-from .llama import rms_norm
+from .llama import rms_norm, rotate_halves
 from .metadata import Metadata
 from .sentencepiece import SentencePiece
 
 LOCAL_BASE = 10_000.0  # the rotary base of sliding-window layers (Gemma 3's rope_local_base_freq)
 GLOBAL_EVERY = 6  # layers 5, 11, 17, …: global attention; the others slide
-
-
-def rotate_halves(x: Array, base: float) -> Array:
-    """Rotary position embedding of (heads, n, d) in Hugging Face's layout: dimension i pairs with i + d/2."""
-    n, d = x.shape[1], x.shape[2]
-    angles = np.arange(n)[:, None] * base ** (-np.arange(0, d, 2) / d)  # (n, d/2)
-    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-    first, second = x[..., : d // 2], x[..., d // 2 :]
-    return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
 def gelu_tanh(x: Array) -> Array:

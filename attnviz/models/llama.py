@@ -43,6 +43,7 @@ def rotate(x: Array, base: float, dims: int) -> Array:
 
 
 MAX_LAYERS = 1024
+ARCHITECTURES = ("llama", "qwen2")  # Qwen2: Llama's layer with q/k/v biases and rotate-half RoPE
 SINGLE_DIGITS = ("smollm", "llama3", "deepseek-llm", "qwen2")
 
 
@@ -61,12 +62,14 @@ class Llama(Decoder):
         self.file = GGUF(path)
         meta = self.file.metadata
         arch = meta.get("general.architecture")
-        if arch != "llama":
+        if arch not in ARCHITECTURES:
             raise AttnvizError(
                 f"{path}: architecture {arch!r}; attnviz runs GGUF files of the llama and gemma3 architectures"
             )
 
-        meta_numbers = Metadata(self.file, path, "llama")
+        self.halves = arch == "qwen2"  # Qwen2's Q and K keep Hugging Face's rotate-half layout in GGUF
+        self.ARCHITECTURE = str(arch)
+        meta_numbers = Metadata(self.file, path, str(arch))
         number, count = meta_numbers.number, meta_numbers.count
         self.layers = count("block_count", high=min(MAX_LAYERS, len(self.file.tensors)))
         self.heads = count("attention.head_count", high=1024)
@@ -100,6 +103,11 @@ class Llama(Decoder):
         self.causal = True
         self._check_shapes(path)
 
+    def _project(self, x: Array, name: str) -> Array:
+        """x W (+ b, where the file has a bias: Qwen2's q, k and v)."""
+        out = product(x, self.file.tensor(name + ".weight").T)
+        return out + self.file.tensor(name + ".bias") if name + ".bias" in self.file else out
+
     def _check_shapes(self, path: Path) -> None:
         gate = self.file.tensors.get("blk.0.ffn_gate.weight")
         ffn = gate.shape[0] if gate is not None else 0
@@ -124,10 +132,13 @@ class Llama(Decoder):
                 p = f"blk.{layer}."
                 self.finite(x, layer - 1)
                 a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
-                q = product(a, t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
-                k = product(a, t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-                v = product(a, t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-                q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
+                q = self._project(a, p + "attn_q").reshape(n, h, d).transpose(1, 0, 2)
+                k = self._project(a, p + "attn_k").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                v = self._project(a, p + "attn_v").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+                if self.halves:
+                    q, k = rotate_halves(q, self.base), rotate_halves(k, self.base)
+                else:
+                    q, k = rotate(q, self.base, self.rope_dims), rotate(k, self.base, self.rope_dims)
                 k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # query head i uses kv head i // group
                 output, kept = attend(q, k, v, scale=1 / math.sqrt(d), causal=True, keep=keep.get(layer, NOTHING))
                 assert output is not None
@@ -140,6 +151,15 @@ class Llama(Decoder):
                 f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
                 gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
                 x = x + product(gate / (1 + np.exp(-gate)) * up, t(p + "ffn_down.weight").T)
+
+
+def rotate_halves(x: Array, base: float) -> Array:
+    """Rotary position embedding of (heads, n, d) in Hugging Face's layout: dimension i pairs with i + d/2."""
+    n, d = x.shape[1], x.shape[2]
+    angles = np.arange(n)[:, None] * base ** (-np.arange(0, d, 2) / d)  # (n, d/2)
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    first, second = x[..., : d // 2], x[..., d // 2 :]
+    return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
 def load_llama(path: Path, name: str) -> Llama:
