@@ -234,12 +234,11 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     bar.ax.tick_params(labelsize=style.scaled(0.7))
     bar.outline.set_visible(False)
     axes["bar"].set_axis_off()
-    from .heatmap import ordinal, wrapped_title
+    from .heatmap import labelled, wrapped_title
 
     title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]
     if c == "c":
         title.append("c_j: the input vector of key token j")
-    if step > 1:
-        title.append(f"keys labelled every {ordinal(step)}")
+    title += labelled(step, "keys")
     fig.suptitle(wrapped_title(title, fig.get_size_inches()[0], style.font_size), fontweight="bold")
     return fig

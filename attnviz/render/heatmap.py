@@ -157,8 +157,12 @@ class TokenLabels:
 
     def note(self) -> list[str]:
         """The heading's part saying which tokens are labelled, if not all."""
-        step = max(self.step("keys"), self.step("queries"))
-        return [f"tokens labelled every {ordinal(step)}"] if step > 1 else []
+        return labelled(max(self.step("keys"), self.step("queries")))
+
+
+def labelled(step: int, what: str = "tokens") -> list[str]:
+    """['tokens labelled every 3rd'] for a figure that labels every k-th token; [] when it labels all."""
+    return [f"{what} labelled every {ordinal(step)}"] if step > 1 else []
 
 
 def ordinal(k: int) -> str:
@@ -532,7 +536,7 @@ def pixels_per_panel(att: Attention, style: FigureStyle) -> int:
     """The side in pixels of each panel of ``att``'s heatmap: the bins a pooled map should have,
     one per pixel, so that drawing it drops no bin (and its maximum) and invents none."""
     with figure_context(style):
-        layout = grid_layout(att, style, heatmap_heading(att, style).count("\n") + 1)
+        layout = heatmap_heading(att, style)[1]
     return max(2, int(min(layout.panel) * style.resolution()))
 
 
@@ -560,12 +564,26 @@ def pooled_frame(n: int, bins: int, shown: int, config: dict[str, Any]) -> Atten
     )
 
 
-def heatmap_heading(att: Attention, style: FigureStyle) -> str:
-    """The heatmap's heading: its configuration and, when the layout thins the labels, which are shown."""
+_headings: dict[Any, tuple[str, GridLayout]] = {}
+
+
+def heatmap_heading(att: Attention, style: FigureStyle) -> tuple[str, GridLayout]:
+    """The heatmap's heading (its configuration and, when the layout thins the labels, which are shown) and
+    the layout for it; kept for the figures of a batch that share their layout."""
     width, parts = style.figure_size(0.75)[0], describe_parts(att)
     title = wrapped_title(parts, width, style.font_size)
-    note = grid_layout(att, style, title.count("\n") + 1).labels.note()
-    return wrapped_title([*parts, *note], width, style.font_size) if note else title
+    key = _layout_key(att, style, title)
+    if key not in _headings:
+        layout = grid_layout(att, style, title.count("\n") + 1)
+        if layout.labels.note():
+            noted = wrapped_title([*parts, *layout.labels.note()], width, style.font_size)
+            if noted.count("\n") != title.count("\n"):
+                layout = grid_layout(att, style, noted.count("\n") + 1)
+            title = noted
+        if len(_headings) > 16:
+            _headings.clear()
+        _headings[key] = (title, layout)
+    return _headings[key]
 
 
 @styled
@@ -576,7 +594,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     count = len(att.head_labels)
     check_panels(count, "heads")
     n, m = att.weights.shape[1:]
-    title = heatmap_heading(att, style)
+    title, layout = heatmap_heading(att, style)
     key = _layout_key(att, style, title)
     if REUSE_FIGURES and key in _reusable:
         fig, axes, (heading, top) = _reusable[key]
@@ -584,7 +602,6 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         heading.remove()  # the text only: the layout placed it
         _reusable[key] = (fig, axes, (draw_heading(fig, title, top, style), top))
         return fig
-    layout = grid_layout(att, style, title.count("\n") + 1)
     fig_w, fig_h = layout.size
     fig = Figure(figsize=layout.size, dpi=style.resolution())
     rows, cols = layout.shape

@@ -27,7 +27,7 @@ from .figure import (
     text_extent,
     tick_step,
 )
-from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, ordinal, wrapped_title
+from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, wrapped_title
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .terminal import cell_style
 
@@ -220,7 +220,7 @@ def render_lines_figure(
         lay = lines_layout(att, style, (panel_w, panel_h))
         if lay.step == 1:
             break
-        title = wrapped_title([*parts, f"tokens labelled every {ordinal(lay.step)}"], width, font)
+        title = wrapped_title([*parts, *labelled(lay.step)], width, font)
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)
     for index in range(panels):
