@@ -434,3 +434,10 @@ def test_mask_panels_pass_the_layout_audit_on_a_dark_slide() -> None:
     style = FigureStyle(preset="slide", theme="dark")
     fig = render_mask_figure(att, style)
     assert audit(fig) == []
+
+
+def test_a_strongest_links_label_keeps_its_position_whole() -> None:
+    from attnviz.render.lines import _cut
+
+    assert _cut("projection (17)", 10) == "proj… (17)"
+    assert _cut("the (3)", 10) == "the (3)" and _cut("supercalifragilistic", 6) == "super…"

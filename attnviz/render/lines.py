@@ -7,6 +7,7 @@ that the picture stays readable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -129,6 +130,14 @@ class LinesLayout:
     title: float  # the size of the column titles ('queries', 'keys')
 
 
+def _cut(label: str, chars: int) -> str:
+    """A label cut to ``chars`` cells, keeping a position the strongest-links view adds ('token (123)') whole."""
+    found = re.fullmatch(r"(.*) (\(\d+\))", label, flags=re.S)
+    if found is None:
+        return abbreviate(label, chars)
+    return f"{abbreviate(found[1], max(2, chars - len(found[2]) - 1))} {found[2]}"
+
+
 def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float]) -> LinesLayout:
     """Labels for a panel of ``room`` (width, height) points: the preset's smallest at least, every k-th
     token when they would overlap, each column of labels at most LABEL_SHARE of the width."""
@@ -136,7 +145,7 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float]) 
     font = max(style.smallest, min(style.scaled(0.85), room[1] / (rows + 2) / 1.15))
     step = tick_step(rows, room[1] / 72, font)
     chars = max(3, min(14, int(room[0] * LABEL_SHARE / (font * 0.62))))
-    shown = [abbreviate(t, chars) for t in (*att.tokens[::step], *att.keys[::step])]
+    shown = [_cut(t, chars) for t in (*att.tokens[::step], *att.keys[::step])]
     title = max(style.smallest, font * 0.9)
     side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
     return LinesLayout(font, step, chars, side, title)
@@ -156,10 +165,10 @@ def _draw_links(
     right = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(ax.figure, LABEL_PAD, 0)
     for i in range(0, n, lay.step):
         colour = muted if att.padding and att.padding[i] else text
-        label = abbreviate(att.tokens[i], lay.chars)
+        label = _cut(att.tokens[i], lay.chars)
         ax.text(0, i, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
     for j in range(0, m, lay.step):
-        label = abbreviate(att.keys[j], lay.chars)
+        label = _cut(att.keys[j], lay.chars)
         ax.text(1, j, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right, clip_on=False)
     for h in heads:
         weights = att.weights[h]
