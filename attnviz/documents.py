@@ -118,7 +118,7 @@ def _sink(v: Any) -> bool:
 CONFIG_FIELDS: dict[str, Any] = {
     **dict.fromkeys(("d_model", "heads", "seed", "d_k", "layer", "layers"), _count),
     "pad_to": lambda v: v is None or _count(v),
-    **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "text", "from"), _text),
+    **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "text", "from", "model_type", "model_dir"), _text),
     **dict.fromkeys(("positions", "pair"), lambda v: v is None or _text(v)),
     "scale": _number,
     "causal": lambda v: type(v) is bool,

@@ -80,7 +80,8 @@ ModelDir = Annotated[
     Path | None,
     typer.Option(
         "--model-dir",
-        help="A local BERT-family checkpoint (config.json, vocab.txt, model.safetensors).",
+        help="A Hugging Face checkpoint folder (config.json, tokenizer.json, safetensors): BERT, RoBERTa, "
+        "DistilBERT, GPT-2, Llama, Mistral, Qwen2 or Gemma 3.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

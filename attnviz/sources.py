@@ -272,6 +272,9 @@ def model_stack(
         "token_ids": list(encoding.ids),
         "causal": model.causal,
     }
+    source["model_type"] = model.family
+    if getattr(model, "origin", None):
+        source["model_dir"] = model.origin  # the checkpoint folder's name (not its path: documents travel)
     shared = getattr(model, "kv_heads", model.heads)
     if shared != model.heads:
         source["kv_heads"] = int(shared)  # grouped-query attention: query heads h·k/kv … share key/value head k

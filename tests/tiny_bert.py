@@ -12,14 +12,15 @@ import numpy as np
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".", "##s", "dog"]
 
 
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors layout: 8-byte header length, JSON header, the tensors' bytes in order."""
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], kinds: dict[str, str] | None = None) -> None:
+    """The safetensors layout: 8-byte header length, JSON header, the tensors' bytes in order (``kinds``
+    names a tensor's dtype where its NumPy type does not say it: bfloat16 kept as raw 16 bits)."""
     header, offset, blobs = {}, 0, []
     codes = {np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<f2"): "F16"}
     for name, array in tensors.items():
         data = np.ascontiguousarray(array).tobytes()
         header[name] = {
-            "dtype": codes[array.dtype],
+            "dtype": (kinds or {}).get(name) or codes[array.dtype],
             "shape": list(array.shape),
             "data_offsets": [offset, offset + len(data)],
         }

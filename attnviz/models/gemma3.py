@@ -1,13 +1,11 @@
-"""Gemma 3 from a GGUF file (e.g. Gemma 3 270M in Q4_K_M) in NumPy, keeping every head's attention.
+"""Gemma 3 in NumPy: a Llama layer with four changes (Hugging Face's ``Gemma3DecoderLayer``, llama.cpp's graph).
 
-What differs from Llama, layer by layer (Hugging Face's ``Gemma3DecoderLayer``, llama.cpp's gemma3 graph):
-the embeddings are multiplied by √d_model; queries and keys are RMS-normalised per head before the
-rotary embedding, which rotates halves (not pairs: the GGUF keeps Hugging Face's layout for Gemma);
-scores are scaled by query_pre_attn_scalar^-½ (the head size); one key/value head serves all query
-heads of the 270M model; five of every six layers attend within a sliding window of the last 512
-keys and rotate with base 10,000, the sixth globally with the file's base (1,000,000); the attention
-and feed-forward outputs are normalised again before each residual sum; the feed-forward is
-GELU(tanh)-gated. The GGUF stores every norm weight already offset (1 + w), so each norm is x/rms·w.
+The embeddings are multiplied by √d_model; queries and keys are RMS-normalised per head before the
+rotary embedding (which rotates halves); scores are scaled by query_pre_attn_scalar^-½; the attention
+and feed-forward outputs are normalised again before each residual sum, and the feed-forward is
+GELU(tanh)-gated. Five of every six layers (or as config.json's layer_types say) attend within a
+sliding window of keys and rotate with the local base (10,000); the others globally with the global
+base. Norm weights are applied as 1 + w (GGUF stores them already offset; a folder's are offset as read).
 """
 
 from __future__ import annotations
@@ -17,109 +15,104 @@ from pathlib import Path
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, attend
 from ..core import Array
-from ..errors import AttnvizError
-from ..threads import one_blas_thread, product
-from . import Consumer, Encoding
-from .decoder import Decoder
-from .gguf import GGUF
-from .llama import rms_norm, rotate_halves
-from .metadata import Metadata
-from .sentencepiece import SentencePiece
+from ..threads import product
+from .decoder import Shape
+from .llama import MAX_LAYERS, Llama, rope_of, rope_parameters
+from .metadata import Settings, gguf_settings
+from .parts import Rope, gelu_tanh, rms_norm
+from .tokenizer import Tokenizer
+from .weights import Tensors
 
 LOCAL_BASE = 10_000.0  # the rotary base of sliding-window layers (Gemma 3's rope_local_base_freq)
 GLOBAL_EVERY = 6  # layers 5, 11, 17, …: global attention; the others slide
+NORMS = ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm", "output_norm")
 
 
-def gelu_tanh(x: Array) -> Array:
-    """GELU with the tanh approximation (gelu_pytorch_tanh)."""
-    inner = np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
-    result: Array = np.float32(0.5) * x * (1 + np.tanh(inner))
-    return result
+class Gemma3(Llama):
+    FAMILY = "gemma3"
+
+    def expected(self) -> dict[str, tuple[int, ...]]:
+        shapes = super().expected()
+        d, h = self.shape.d_head, self.shape.hidden
+        extra = {"attn_q_norm": (d,), "attn_k_norm": (d,), "post_attention_norm": (h,), "post_ffw_norm": (h,)}
+        return shapes | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in extra.items()}
+
+    def embed(self, ids: Array) -> Array:
+        scaled: Array = super().embed(ids) * np.float32(math.sqrt(self.shape.hidden))
+        return scaled
+
+    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+        q, k, v = self.project(x, layer)
+        t, eps = self.weights.tensor, self.shape.eps
+        q = rms_norm(q, t(f"blk.{layer}.attn_q_norm.weight"), eps)
+        k = rms_norm(k, t(f"blk.{layer}.attn_k_norm.weight"), eps)
+        return self.rotate(q, layer), self.rotate(k, layer), v
+
+    def after(self, x: Array, attended: Array, layer: int) -> Array:
+        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        x = x + rms_norm(product(attended, t(p + "attn_output.weight").T), t(p + "post_attention_norm.weight"), eps)
+        f = rms_norm(x, t(p + "ffn_norm.weight"), eps)
+        gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
+        fed = product(gelu_tanh(gate) * up, t(p + "ffn_down.weight").T)
+        return x + rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
 
 
-class Gemma3(Decoder):
-    """A Gemma 3 GGUF: SentencePiece-style vocabulary, memory-mapped weights, a causal forward pass."""
+def offset_norms(name: str, values: np.ndarray) -> np.ndarray:
+    """A Hugging Face Gemma norm weight w as the 1 + w it is applied as (what GGUF stores)."""
+    return values + np.float32(1) if name.rsplit(".", 2)[-2] in NORMS else values
 
-    ARCHITECTURE, SPACE = "gemma3", "▁"
-    WEIGHTS = (
-        "attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm",
-        "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm",
+
+def shape_from_config(config: Settings) -> Shape:
+    """A config.json of model_type gemma3_text: layer_types (or every sixth layer global), a rotary base
+    per layer type, query_pre_attn_scalar."""
+    layers = config.count("num_hidden_layers", high=MAX_LAYERS)
+    heads = config.count("num_attention_heads", high=1024)
+    hidden = config.count("hidden_size")
+    d_head = config.count("head_dim", 256, high=4096)
+    window = config.count("sliding_window", 4096, high=2**24)
+    types = config.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        sliding = [t == "sliding_attention" for t in types]
+    else:
+        older = config.get("_sliding_window_pattern", GLOBAL_EVERY)  # the name transformers 4.5x wrote
+        every = config.count("sliding_window_pattern", older if type(older) is int else 0, high=MAX_LAYERS)
+        sliding = [(i + 1) % every != 0 for i in range(layers)]
+    global_base, global_scaling = rope_parameters(config, "full_attention")
+    local = config.get("rope_parameters")
+    if isinstance(local, dict) and isinstance(local.get("sliding_attention"), dict):
+        local_base, local_scaling = rope_parameters(config, "sliding_attention")
+    else:
+        local_base, local_scaling = float(config.number("rope_local_base_freq", LOCAL_BASE, high=1e12)), None
+    ropes = {
+        True: rope_of(config, d_head, local_base, local_scaling),
+        False: rope_of(config, d_head, global_base, global_scaling),
+    }
+    return Shape(
+        layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
+        float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
+        config.count("max_position_embeddings", 32768, high=2**24),
+        tuple(ropes[s] for s in sliding), tuple(window if s else None for s in sliding),
+        config.number("query_pre_attn_scalar", d_head, low=1e-6, high=2**20) ** -0.5,
     )  # fmt: skip
 
-    def __init__(self, path: Path, name: str) -> None:
-        self.name = name
-        self.file = GGUF(path)
-        meta = Metadata(self.file, path, "gemma3")
-        self.layers = meta.count("block_count", high=min(1024, len(self.file.tensors)))
-        self.heads = meta.count("attention.head_count", high=1024)
-        self.kv_heads = meta.count("attention.head_count_kv", self.heads, high=self.heads)
-        self.hidden = meta.count("embedding_length")
-        self.d_head = meta.count("attention.key_length", self.hidden // self.heads, high=4096)
-        self.eps = float(meta.number("attention.layer_norm_rms_epsilon", low=1e-30, high=1))
-        self.base = float(meta.number("rope.freq_base", 1_000_000.0, high=1e12))
-        self.window = meta.count("attention.sliding_window", 512, high=2**24)
-        self.context = meta.count("context_length", 32768, high=2**24)
-        if self.heads % self.kv_heads or self.d_head % 2:
-            raise AttnvizError(
-                f"{path}: {self.heads} heads, {self.kv_heads} key/value heads of {self.d_head} do not fit"
-            )
-        self.tokenizer = SentencePiece.from_gguf(self.file.metadata, path)
-        self.bos = self.tokenizer.bos if self.file.metadata.get("tokenizer.ggml.add_bos_token") else None
-        self.causal = True
-        self.windows = tuple(self.window if self.sliding(layer) else None for layer in range(self.layers))
-        self._check_shapes(path)
 
-    def sliding(self, layer: int) -> bool:
-        """Whether ``layer`` attends within the sliding window (five of every six layers)."""
-        return (layer + 1) % GLOBAL_EVERY != 0
-
-    def _check_shapes(self, path: Path) -> None:
-        gate = self.file.tensors.get("blk.0.ffn_gate.weight")
-        ffn = gate.shape[0] if gate is not None else 0
-        h, q, kv = self.hidden, self.heads * self.d_head, self.kv_heads * self.d_head
-        expected = {
-            "attn_norm": (h,), "attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h), "attn_output": (h, q),
-            "attn_q_norm": (self.d_head,), "attn_k_norm": (self.d_head,), "post_attention_norm": (h,),
-            "ffn_norm": (h,), "ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn), "post_ffw_norm": (h,),
-        }  # fmt: skip
-        self.check_shapes(path, h, expected)
-
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
-        """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
-        Layers after the last one asked for are not run."""
-        n, h, d = len(encoding.ids), self.heads, self.d_head
-        group = h // self.kv_heads
-        t = self.file.tensor
-        x: Array = t("token_embd.weight", rows=np.asarray(encoding.ids)) * np.float32(math.sqrt(self.hidden))
-        with one_blas_thread():
-            last = max(keep)
-            for layer in range(last + 1):
-                p = f"blk.{layer}."
-                self.finite(x, layer - 1)
-                a = rms_norm(x, t(p + "attn_norm.weight"), self.eps)
-                q = product(a, t(p + "attn_q.weight").T).reshape(n, h, d).transpose(1, 0, 2)
-                k = product(a, t(p + "attn_k.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-                v = product(a, t(p + "attn_v.weight").T).reshape(n, self.kv_heads, d).transpose(1, 0, 2)
-                q = rms_norm(q, t(p + "attn_q_norm.weight"), self.eps)
-                k = rms_norm(k, t(p + "attn_k_norm.weight"), self.eps)
-                base = LOCAL_BASE if self.sliding(layer) else self.base
-                q, k = rotate_halves(q, base), rotate_halves(k, base)
-                k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
-                window = self.window if self.sliding(layer) else None
-                output, kept = attend(
-                    q, k, v, scale=1 / math.sqrt(d), causal=True, window=window, keep=keep.get(layer, NOTHING)
-                )
-                assert output is not None
-                self.finite(kept.weights, layer)
-                if layer in keep:
-                    consume(layer, kept)
-                if layer == last:
-                    return
-                attended = product(output.transpose(1, 0, 2).reshape(n, h * d), t(p + "attn_output.weight").T)
-                x = x + rms_norm(attended, t(p + "post_attention_norm.weight"), self.eps)
-                f = rms_norm(x, t(p + "ffn_norm.weight"), self.eps)
-                gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
-                fed = product(gelu_tanh(gate) * up, t(p + "ffn_down.weight").T)
-                x = x + rms_norm(fed, t(p + "post_ffw_norm.weight"), self.eps)
+def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> Gemma3:
+    meta = gguf_settings(metadata, path, "gemma3")
+    layers = meta.count("block_count", high=MAX_LAYERS)
+    heads = meta.count("attention.head_count", high=1024)
+    hidden = meta.count("embedding_length")
+    d_head = meta.count("attention.key_length", hidden // heads, high=4096)
+    window = meta.count("attention.sliding_window", 512, high=2**24)
+    sliding = [(i + 1) % GLOBAL_EVERY != 0 for i in range(layers)]
+    ropes = {
+        True: Rope(LOCAL_BASE, d_head),
+        False: Rope(float(meta.number("rope.freq_base", 1_000_000.0, high=1e12)), d_head),
+    }
+    shape = Shape(
+        layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,
+        float(meta.number("attention.layer_norm_rms_epsilon", low=1e-30, high=1)),
+        meta.count("context_length", 32768, high=2**24), tuple(ropes[s] for s in sliding),
+        tuple(window if s else None for s in sliding), 1 / math.sqrt(d_head),
+    )  # fmt: skip
+    return Gemma3(name, weights, shape, tokenizer)

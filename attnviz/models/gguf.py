@@ -141,6 +141,9 @@ class GGUF:
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.tensors[name].shape
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
         if name not in self.tensors:

@@ -1,30 +1,42 @@
-"""A GGUF file's metadata for one architecture, read as checked numbers: a file's word, not a promise."""
+"""Hyperparameters as checked numbers, from a GGUF file's metadata or a checkpoint's config.json: a file's
+word, not a promise."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
 
 from ..errors import AttnvizError, printable
-from .gguf import GGUF
 
 
-class Metadata:
-    """``{architecture}.{key}`` values of a GGUF file, each checked for type and range before use."""
+class Settings:
+    """``{prefix}{key}`` values of a mapping, each checked for type and range before use; errors name
+    ``where`` and the key as the file spells it."""
 
-    def __init__(self, file: GGUF, path: Path, architecture: str) -> None:
-        self.meta, self.path, self.architecture = file.metadata, path, architecture
+    def __init__(self, values: Mapping[str, object], where: object, prefix: str = "", label: str = "") -> None:
+        self.values, self.where, self.prefix, self.label = values, where, prefix, label
+
+    def get(self, key: str, default: object = None) -> object:
+        return self.values.get(self.prefix + key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return self.prefix + key in self.values
+
+    def fail(self, key: str, value: object, wanted: str) -> AttnvizError:
+        shown = printable(repr(value))[:40]
+        return AttnvizError(f"{self.where}: {self.label}{self.prefix}{key} = {shown} is not {wanted}")
 
     def number(self, key: str, default: float | None = None, *, low: float = 1, high: float = 2**16) -> float:
-        value = self.meta.get(f"{self.architecture}.{key}", default)
+        value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            shown = printable(repr(value))[:40]
-            raise AttnvizError(
-                f"{self.path}: metadata {self.architecture}.{key} = {shown} is not a number from {low:g} to {high:g}"
-            )
+            raise self.fail(key, value, f"a number from {low:g} to {high:g}")
         return value
 
     def count(self, key: str, default: int | None = None, high: int = 2**16) -> int:
         value = self.number(key, default, high=high)
         if value != int(value):
-            raise AttnvizError(f"{self.path}: metadata {self.architecture}.{key} = {value} is not a whole number")
+            raise self.fail(key, value, "a whole number")
         return int(value)
+
+
+def gguf_settings(metadata: Mapping[str, object], path: object, architecture: str) -> Settings:
+    return Settings(metadata, path, f"{architecture}.", "metadata ")

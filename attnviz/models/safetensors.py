@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,26 @@ DTYPES = {
 MAX_HEADER = 100 * 1024 * 1024
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the file by name, memory-mapped (BF16 is widened to float32)."""
+@dataclass(frozen=True)
+class Stored:
+    """A tensor as the file holds it, memory-mapped: ``float32()`` reads it (bfloat16 widened)."""
+
+    array: np.ndarray
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    def float32(self, rows: np.ndarray | None = None) -> np.ndarray:
+        raw = self.array if rows is None else self.array[rows]
+        if self.dtype == "BF16":
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return np.asarray(raw, dtype=np.float32)
+
+
+def read_safetensors(path: Path) -> dict[str, Stored]:
+    """Every tensor of the file by name, memory-mapped."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as handle:
@@ -62,7 +81,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _tensor(path: Path, name: str, info: object, data: np.ndarray | None, data_len: int) -> np.ndarray:
+def _tensor(path: Path, name: str, info: object, data: np.ndarray | None, data_len: int) -> Stored:
     try:
         dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]  # type: ignore[index]
         shape = tuple(int(s) for s in shape)
@@ -80,7 +99,4 @@ def _tensor(path: Path, name: str, info: object, data: np.ndarray | None, data_l
         )
     assert data is not None or count == 0
     raw = data[start:end] if data is not None else np.zeros(0, dtype=np.uint8)
-    array = raw.view(DTYPES[dtype]).reshape(shape)
-    if dtype == "BF16":
-        array = (array.astype(np.uint32) << 16).view(np.float32)
-    return array
+    return Stored(raw.view(DTYPES[dtype]).reshape(shape), dtype)

@@ -1,0 +1,202 @@
+"""A Hugging Face checkpoint folder as ``save_pretrained`` writes it: ``config.json`` says the family,
+``tokenizer.json`` (or a BERT's ``vocab.txt``) the tokenizer, ``model.safetensors`` (or the shards of
+``model.safetensors.index.json``) the weights. Each family's tensor names are translated to the names
+its forward pass reads — the same pass a GGUF file of that family runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import AttnvizError, printable
+from ..inputs import parse_json, read_file
+from .metadata import Settings
+from .tokenizer import Tokenizer, read_tokenizer_json
+from .vocabulary import from_vocab_txt
+from .weights import FolderTensors
+
+if TYPE_CHECKING:
+    from . import Model
+
+MAX_CONFIG_BYTES = 4 * 2**20
+
+LLAMA_NAMES = {
+    "embed_tokens.weight": "token_embd.weight",
+    "norm.weight": "output_norm.weight",
+    "layers.{i}.input_layernorm.weight": "blk.{i}.attn_norm.weight",
+    "layers.{i}.self_attn.q_proj.{w}": "blk.{i}.attn_q.{w}",
+    "layers.{i}.self_attn.k_proj.{w}": "blk.{i}.attn_k.{w}",
+    "layers.{i}.self_attn.v_proj.{w}": "blk.{i}.attn_v.{w}",
+    "layers.{i}.self_attn.o_proj.{w}": "blk.{i}.attn_output.{w}",
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.ffn_norm.weight",
+    "layers.{i}.mlp.gate_proj.weight": "blk.{i}.ffn_gate.weight",
+    "layers.{i}.mlp.up_proj.weight": "blk.{i}.ffn_up.weight",
+    "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
+}
+GEMMA3_NAMES = LLAMA_NAMES | {
+    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
+    "layers.{i}.pre_feedforward_layernorm.weight": "blk.{i}.ffn_norm.weight",
+    "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
+GPT2_NAMES = {
+    "wte.weight": "token_embd.weight",
+    "wpe.weight": "position_embd.weight",
+    "ln_f.{w}": "output_norm.{w}",
+    "h.{i}.ln_1.{w}": "blk.{i}.attn_norm.{w}",
+    "h.{i}.attn.c_attn.{w}": "blk.{i}.attn_qkv.{w}",
+    "h.{i}.attn.c_proj.{w}": "blk.{i}.attn_output.{w}",
+    "h.{i}.ln_2.{w}": "blk.{i}.ffn_norm.{w}",
+    "h.{i}.mlp.c_fc.{w}": "blk.{i}.ffn_up.{w}",
+    "h.{i}.mlp.c_proj.{w}": "blk.{i}.ffn_down.{w}",
+}
+DISTILBERT_NAMES = {
+    "embeddings.{rest}": "embeddings.{rest}",
+    "transformer.layer.{i}.attention.q_lin.{w}": "encoder.layer.{i}.attention.self.query.{w}",
+    "transformer.layer.{i}.attention.k_lin.{w}": "encoder.layer.{i}.attention.self.key.{w}",
+    "transformer.layer.{i}.attention.v_lin.{w}": "encoder.layer.{i}.attention.self.value.{w}",
+    "transformer.layer.{i}.attention.out_lin.{w}": "encoder.layer.{i}.attention.output.dense.{w}",
+    "transformer.layer.{i}.sa_layer_norm.{w}": "encoder.layer.{i}.attention.output.LayerNorm.{w}",
+    "transformer.layer.{i}.ffn.lin1.{w}": "encoder.layer.{i}.intermediate.dense.{w}",
+    "transformer.layer.{i}.ffn.lin2.{w}": "encoder.layer.{i}.output.dense.{w}",
+    "transformer.layer.{i}.output_layer_norm.{w}": "encoder.layer.{i}.output.LayerNorm.{w}",
+}
+BERT_NAMES = {"{rest}": "{rest}"}
+CONV1D = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")  # GPT-2's in × out matrices
+
+
+def renamer(table: dict[str, str], prefixes: tuple[str, ...]) -> Callable[[str], str | None]:
+    """Stored name -> the forward pass's name, after dropping a model-class prefix (``model.``, ``bert.``)."""
+    fields = {"{i}": r"(?P<i>\d+)", "{w}": r"(?P<w>weight|bias)", "{rest}": r"(?P<rest>.+)"}
+    patterns = []
+    for stored, read in table.items():
+        pattern = re.escape(stored)
+        for field, group in fields.items():
+            pattern = pattern.replace(re.escape(field), group)
+        patterns.append((re.compile(pattern), read))
+
+    def rename(name: str) -> str | None:
+        name = next((name[len(p) :] for p in prefixes if name.startswith(p)), name)
+        for pattern, read in patterns:
+            match = pattern.fullmatch(name)
+            if match:
+                return read.format(**match.groupdict())
+        return None
+
+    return rename
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one model_type's folder is read: tensor names, model-class prefixes, and the model it makes."""
+
+    names: dict[str, str]
+    prefixes: tuple[str, ...]
+    make: Callable[[str, FolderTensors, Settings, Tokenizer, str], Model]
+    transposed: Callable[[str], bool] = lambda name: False
+    adjust: Callable[..., object] | None = None
+
+
+def _bert(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
+    from .bert import Bert, BertConfig
+
+    return Bert(name, weights, BertConfig.from_settings(config, family), tokenizer, family)
+
+
+def _llama(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
+    from .llama import Llama, shape_from_config
+
+    return Llama(name, weights, shape_from_config(config), tokenizer, family)
+
+
+def _gemma3(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
+    from .gemma3 import Gemma3, shape_from_config
+
+    return Gemma3(name, weights, shape_from_config(config), tokenizer, family)
+
+
+def _gpt2(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
+    from .gpt2 import from_config
+
+    return from_config(name, weights, config, tokenizer)
+
+
+def _offset_norms(name: str, values: object) -> object:
+    from .gemma3 import offset_norms
+
+    return offset_norms(name, values)  # type: ignore[arg-type]
+
+
+FAMILIES = {
+    "bert": Family(BERT_NAMES, ("bert.",), _bert),
+    "roberta": Family(BERT_NAMES, ("roberta.",), _bert),
+    "xlm-roberta": Family(BERT_NAMES, ("roberta.",), _bert),
+    "distilbert": Family(DISTILBERT_NAMES, ("distilbert.",), _bert),
+    "gpt2": Family(GPT2_NAMES, ("transformer.",), _gpt2, lambda n: n.endswith(CONV1D)),
+    "llama": Family(LLAMA_NAMES, ("model.",), _llama),
+    "mistral": Family(LLAMA_NAMES, ("model.",), _llama),
+    "qwen2": Family(LLAMA_NAMES, ("model.",), _llama),
+    "gemma3_text": Family(GEMMA3_NAMES, ("model.",), _gemma3, adjust=_offset_norms),
+}  # fmt: skip
+
+
+def read_config(directory: Path) -> tuple[dict[str, object], Path]:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise AttnvizError(f"{directory}: no config.json: not a Hugging Face checkpoint folder")
+    raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path))
+    if not isinstance(raw, dict):
+        raise AttnvizError(f"{path}: not a model configuration (not a JSON object)")
+    return raw, path
+
+
+ARCHITECTURE_FAMILIES = {
+    "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
+    "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text",
+}  # fmt: skip
+
+
+def _guess_family(raw: dict[str, object], directory: Path) -> str | None:
+    """Older config.json files leave out model_type: the class in ``architectures`` says it, and a folder
+    with only a vocab.txt beside it is one of the first BERT checkpoints."""
+    classes = raw.get("architectures")
+    for name in classes if isinstance(classes, list) else []:
+        found = next((f for prefix, f in ARCHITECTURE_FAMILIES.items() if str(name).startswith(prefix)), None)
+        if found:
+            return found
+    return "bert" if (directory / "vocab.txt").is_file() else None
+
+
+def folder_tokenizer(directory: Path, family: str) -> Tokenizer:
+    """``tokenizer.json`` where there is one; a BERT family's ``vocab.txt`` otherwise."""
+    if (directory / "tokenizer.json").is_file():
+        return read_tokenizer_json(directory / "tokenizer.json")
+    if family in ("bert", "distilbert"):
+        return from_vocab_txt(directory)
+    raise AttnvizError(f"{directory}: no tokenizer.json (attnviz reads the tokenizer from it)")
+
+
+def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer: Tokenizer | None = None) -> Model:
+    """The model in a checkpoint folder, its family read from config.json; ``origin`` names the folder in
+    the JSON a view writes (for a folder the user gave); ``tokenizer``, if given, instead of the folder's."""
+    raw, path = read_config(directory)
+    family = raw.get("model_type") or _guess_family(raw, directory)
+    if family not in FAMILIES:
+        shown = printable(repr(family))[:40] if family is not None else "missing"
+        raise AttnvizError(f"{path}: model_type {shown} is not supported; attnviz reads {', '.join(sorted(FAMILIES))}")
+    assert isinstance(family, str)
+    spec = FAMILIES[family]
+    tokenizer = tokenizer or folder_tokenizer(directory, family)
+    weights = FolderTensors(
+        directory,
+        renamer(spec.names, spec.prefixes),
+        spec.transposed,
+        spec.adjust,  # type: ignore[arg-type]
+    )
+    model = spec.make(name, weights, Settings(raw, path), tokenizer, family)
+    model.origin = origin
+    return model

@@ -1,0 +1,108 @@
+"""GPT-2 in NumPy: learned positions, pre-norm LayerNorm, one fused query/key/value projection, a GELU
+feed-forward. Hugging Face stores its matrices in × out (Conv1D); they are read out × in like every other."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..core import Array
+from ..errors import AttnvizError
+from .decoder import Decoder, Shape
+from .metadata import Settings, gguf_settings
+from .parts import ACTIVATIONS, Rope, layer_norm
+from .tokenizer import Tokenizer
+from .weights import Tensors
+
+MAX_LAYERS = 1024
+NO_ROPE = Rope(1.0, 0)
+
+
+class GPT2(Decoder):
+    FAMILY = "gpt2"
+
+    def __init__(
+        self, name: str, weights: Tensors, shape: Shape, tokenizer: Tokenizer, *, inner: int, activation: str,
+        by_layer: bool = False,
+    ) -> None:  # fmt: skip
+        self.inner, self.activation, self.by_layer = inner, ACTIVATIONS[activation], by_layer
+        super().__init__(name, weights, shape, tokenizer)
+
+    def expected(self) -> dict[str, tuple[int, ...]]:
+        h, f = self.shape.hidden, self.inner
+        vocabulary = self.weights.shape("token_embd.weight")[0] if "token_embd.weight" in self.weights else 0
+        shapes: dict[str, tuple[int, ...]] = {
+            "token_embd.weight": (vocabulary, h),
+            "position_embd.weight": (self.context, h),
+        }
+        layer = {"attn_norm": (h,), "attn_qkv": (3 * h, h), "attn_output": (h, h), "ffn_norm": (h,)}
+        layer |= {"ffn_up": (f, h), "ffn_down": (h, f)}
+        for i in range(self.layers):
+            for w, s in layer.items():
+                shapes[f"blk.{i}.{w}.weight"] = s
+                shapes[f"blk.{i}.{w}.bias"] = (s[0],)
+        return shapes
+
+    def embed(self, ids: Array) -> Array:
+        x: Array = (
+            self.weights.tensor("token_embd.weight", rows=ids) + self.weights.tensor("position_embd.weight")[: len(ids)]
+        )
+        return x
+
+    def norm(self, x: Array, name: str) -> Array:
+        return layer_norm(x, self.weights.tensor(name + ".weight"), self.weights.tensor(name + ".bias"), self.shape.eps)
+
+    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+        n, h, d = len(x), self.heads, self.shape.d_head
+        qkv = self.linear(self.norm(x, f"blk.{layer}.attn_norm"), f"blk.{layer}.attn_qkv")
+        q, k, v = (qkv[:, i * h * d : (i + 1) * h * d].reshape(n, h, d).transpose(1, 0, 2) for i in range(3))
+        return q, k, v
+
+    def scale(self, layer: int) -> float:
+        """1/√d, and 1/(layer + 1) too where config.json asks (scale_attn_by_inverse_layer_idx)."""
+        return self.shape.scale / (layer + 1) if self.by_layer else self.shape.scale
+
+    def after(self, x: Array, attended: Array, layer: int) -> Array:
+        p = f"blk.{layer}."
+        x = x + self.linear(attended, p + "attn_output")
+        return x + self.linear(self.activation(self.linear(self.norm(x, p + "ffn_norm"), p + "ffn_up")), p + "ffn_down")
+
+
+def _shape(layers: int, heads: int, hidden: int, eps: float, context: int, scaled: bool) -> Shape:
+    if hidden % heads:
+        raise AttnvizError(f"{hidden} dimensions do not split into {heads} heads")
+    d = hidden // heads
+    return Shape(layers, heads, heads, hidden, d, eps, context, (NO_ROPE,) * layers, (None,) * layers,
+                 1 / math.sqrt(d) if scaled else 1.0)  # fmt: skip
+
+
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer) -> GPT2:
+    hidden = config.count("n_embd")
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise config.fail("activation_function", activation, f"one of {', '.join(ACTIVATIONS)}")
+    if config.get("add_cross_attention"):
+        raise config.fail("add_cross_attention", True, "false (an encoder-decoder GPT-2 is not supported)")
+    shape = _shape(
+        config.count("n_layer", high=MAX_LAYERS), config.count("n_head", high=1024), hidden,
+        float(config.number("layer_norm_epsilon", 1e-5, low=1e-30, high=1)),
+        config.count("n_positions", 1024, high=2**24),
+        config.get("scale_attn_weights", True) is not False,
+    )  # fmt: skip
+    inner = config.get("n_inner")
+    return GPT2(
+        name, weights, shape, tokenizer, inner=4 * hidden if inner is None else config.count("n_inner", high=2**20),
+        activation=str(activation), by_layer=bool(config.get("scale_attn_by_inverse_layer_idx", False)),
+    )  # fmt: skip
+
+
+def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> GPT2:
+    meta = gguf_settings(metadata, path, "gpt2")
+    hidden = meta.count("embedding_length")
+    shape = _shape(
+        meta.count("block_count", high=MAX_LAYERS), meta.count("attention.head_count", high=1024), hidden,
+        float(meta.number("attention.layer_norm_epsilon", 1e-5, low=1e-30, high=1)),
+        meta.count("context_length", 1024, high=2**24), True,
+    )  # fmt: skip
+    inner = meta.count("feed_forward_length", 4 * hidden, high=2**20)
+    return GPT2(name, weights, shape, tokenizer, inner=inner, activation="gelu_new")

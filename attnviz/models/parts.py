@@ -1,0 +1,108 @@
+"""The pieces transformer layers are made of, shared by every family whichever file its weights came from:
+norms, activations, rotary position embeddings (two layouts) and grouped key/value heads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import Array
+
+
+def layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    result: Array = (x - mean) / np.sqrt(var + eps) * weight + bias
+    return result
+
+
+def rms_norm(x: Array, weight: Array, eps: float) -> Array:
+    normed: Array = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+    return normed
+
+
+def erf(x: Array) -> Array:
+    """erf to 1.5e-7 (Abramowitz & Stegun 7.1.26), vectorised: below float32's own rounding at these sizes."""
+    t = 1 / (1 + 0.3275911 * np.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    result: Array = np.sign(x) * (1 - poly * np.exp(-x * x))
+    return result
+
+
+def gelu(x: Array) -> Array:
+    """The exact GELU, x·Φ(x) (BERT's and GPT-2's 'gelu')."""
+    result: Array = x * 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
+    return result
+
+
+def gelu_tanh(x: Array) -> Array:
+    """GELU with the tanh approximation (gelu_new, gelu_pytorch_tanh)."""
+    inner = np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
+    result: Array = np.float32(0.5) * x * (1 + np.tanh(inner))
+    return result
+
+
+def silu(x: Array) -> Array:
+    result: Array = x / (1 + np.exp(-x))
+    return result
+
+
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "silu": silu, "swish": silu}
+
+
+@dataclass(frozen=True)
+class Rope:
+    """A layer's rotary position embedding: base, rotated dimensions, and the frequency scaling of long-context
+    checkpoints ("linear": positions divided by ``factor``; "llama3": low frequencies slowed, Llama 3.1's)."""
+
+    base: float
+    dims: int
+    kind: str = "default"
+    factor: float = 1.0
+    low: float = 1.0  # llama3: low_freq_factor
+    high: float = 4.0  # llama3: high_freq_factor
+    original: int = 8192  # llama3: original_max_position_embeddings
+
+    def frequencies(self) -> Array:
+        inverse = self.base ** (-np.arange(0, self.dims, 2) / self.dims)
+        if self.kind == "linear":
+            inverse = inverse / self.factor
+        elif self.kind == "llama3":
+            wavelength = 2 * math.pi / inverse
+            slow = inverse / self.factor
+            smooth = (self.original / wavelength - self.low) / (self.high - self.low)
+            mixed = (1 - smooth) * slow + smooth * inverse
+            inverse = np.where(
+                wavelength > self.original / self.low,
+                slow,
+                np.where(wavelength < self.original / self.high, inverse, mixed),
+            )
+        return inverse
+
+    def angles(self, n: int, start: int = 0) -> tuple[Array, Array]:
+        angles = np.arange(start, start + n)[:, None] * self.frequencies()  # (n, dims/2)
+        return np.cos(angles), np.sin(angles)
+
+    def pairs(self, x: Array, start: int = 0) -> Array:
+        """(heads, n, d) rotated as GGUF lays out Llama's Q and K: adjacent pairs (2i, 2i+1)."""
+        cos, sin = (a.astype(x.dtype) for a in self.angles(x.shape[1], start))
+        even, odd = x[..., 0 : self.dims : 2], x[..., 1 : self.dims : 2]
+        rotated = x.copy()
+        rotated[..., 0 : self.dims : 2] = even * cos - odd * sin
+        rotated[..., 1 : self.dims : 2] = even * sin + odd * cos
+        return rotated
+
+    def halves(self, x: Array, start: int = 0) -> Array:
+        """(heads, n, d) rotated in Hugging Face's layout: dimension i pairs with i + dims/2."""
+        cos, sin = (a.astype(x.dtype) for a in self.angles(x.shape[1], start))
+        half = self.dims // 2
+        first, second, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
+        return np.concatenate([first * cos - second * sin, second * cos + first * sin, rest], axis=-1)
+
+
+def shared_heads(k: Array, v: Array, heads: int) -> tuple[Array, Array]:
+    """Grouped-query attention: key/value head j serves query heads j·g … j·g + g − 1 (g = heads / kv heads)."""
+    group = heads // k.shape[0]
+    return np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)

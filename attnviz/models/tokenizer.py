@@ -1,0 +1,905 @@
+"""One tokeniser for every model: Hugging Face's pipeline, read from a ``tokenizer.json`` or built from a GGUF.
+
+Text goes through the stages Hugging Face's ``tokenizers`` defines, in its order: added tokens (special
+tokens written in the text) are cut out first; each remaining segment is normalised (Unicode forms,
+lower-casing, BERT's cleaning, replacements), cut into pieces by the pre-tokeniser (whitespace and
+punctuation, GPT-2's regex, a Split pattern, SentencePiece's ``▁``), and each piece becomes tokens by
+the model (WordPiece, or BPE merges by rank, with byte fallback); the post-processor adds [CLS], <bos>
+and the like from its template; the decoder says what text each token stands for, which is what the
+views show. Every component a tokenizer.json may name that attnviz does not implement is refused by name.
+"""
+
+from __future__ import annotations
+
+import heapq
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import AttnvizError, printable
+
+MAX_TOKENIZER_BYTES = 256 * 2**20
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+class TokenizerError(AttnvizError):
+    """A tokenizer.json attnviz cannot follow (its location is added by the reader)."""
+
+
+# ---------------------------------------------------------------------------------------------- characters
+
+
+def is_cjk(cp: int) -> bool:
+    """The CJK Unified Ideographs blocks, as BERT defines 'Chinese characters'."""
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B920 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+def is_punctuation(ch: str) -> bool:
+    """ASCII symbols count as punctuation too, as in BERT."""
+    cp = ord(ch)
+    return 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or unicodedata.category(ch)[0] == "P"
+
+
+WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
+    map(chr, range(0x2000, 0x200B))
+)
+
+
+def is_whitespace(ch: str) -> bool:
+    """Unicode's White_Space property (Rust's ``char::is_whitespace``; Python's ``isspace`` also takes \\x1c–\\x1f)."""
+    return ch in WHITE_SPACE
+
+
+def is_digit(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "N"
+
+
+def isolate(text: str, alone: Callable[[str], bool]) -> list[str]:
+    """``text`` cut so that every character for which ``alone`` holds is a piece of its own."""
+    pieces, current = [], ""
+    for ch in text:
+        if alone(ch):
+            if current:
+                pieces.append(current)
+            pieces.append(ch)
+            current = ""
+        else:
+            current += ch
+    return [*pieces, current] if current else pieces
+
+
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable spelling of every byte: printable Latin-1 stays, the rest moves above 255."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    alphabet, extra = {}, 0
+    for byte in range(256):
+        if byte in keep:
+            alphabet[byte] = chr(byte)
+        else:
+            alphabet[byte] = chr(256 + extra)
+            extra += 1
+    return alphabet
+
+
+@lru_cache(maxsize=1)
+def byte_values() -> dict[str, int]:
+    return {ch: byte for byte, ch in byte_alphabet().items()}
+
+
+@lru_cache(maxsize=64)
+def compiled(pattern: str) -> Any:
+    """A regex with Unicode classes (``\\p{L}``), which the standard library's ``re`` cannot express."""
+    import regex  # type: ignore[import-untyped]
+
+    try:
+        return regex.compile(pattern)
+    except regex.error as err:
+        raise TokenizerError(
+            f"the pattern {printable(repr(pattern))[:60]} is not a regex attnviz can read ({err})"
+        ) from None
+
+
+def split(text: str, matches: Iterable[tuple[int, int]], behaviour: str, invert: bool = False) -> list[str]:
+    """``text`` cut at ``matches`` as Hugging Face's Split does (Removed, Isolated, MergedWithPrevious, …)."""
+    spans: list[tuple[int, int, bool]] = []
+    at = 0
+    for start, end in matches:
+        if start == end:
+            continue
+        if at < start:
+            spans.append((at, start, False))
+        spans.append((start, end, True))
+        at = end
+    if at < len(text):
+        spans.append((at, len(text), False))
+    if invert:
+        spans = [(s, e, not m) for s, e, m in spans]
+    pieces: list[list[int]] = []  # [start, end] of each piece
+    if behaviour == "Removed":
+        pieces = [[s, e] for s, e, m in spans if not m]
+    elif behaviour == "Isolated":
+        pieces = [[s, e] for s, e, _ in spans]
+    elif behaviour == "Contiguous":
+        previous = False
+        for s, e, m in spans:
+            if pieces and m == previous:
+                pieces[-1][1] = e
+            else:
+                pieces.append([s, e])
+            previous = m
+    elif behaviour == "MergedWithPrevious":
+        previous = False
+        for s, e, m in spans:
+            if m and not previous and pieces:
+                pieces[-1][1] = e
+            else:
+                pieces.append([s, e])
+            previous = m
+    elif behaviour == "MergedWithNext":
+        following = False
+        for s, e, m in reversed(spans):
+            if m and not following and pieces:
+                pieces[-1][0] = s
+            else:
+                pieces.append([s, e])
+            following = m
+        pieces.reverse()
+    else:
+        raise TokenizerError(f"Split behavior {printable(repr(behaviour))[:40]} is not one attnviz knows")
+    return [text[s:e] for s, e in pieces if e > s]
+
+
+# ---------------------------------------------------------------------------------------------- normalizers
+
+Normalizer = Callable[[str], str]
+
+
+def bert_normalizer(clean: bool, chinese: bool, strip_accents: bool | None, lowercase: bool) -> Normalizer:
+    """BERT's cleaning: drop control characters, whitespace as a space, CJK characters spaced out, accents
+    stripped (when lower-casing, unless told), lower case (character by character, as Rust does)."""
+    strip = strip_accents if strip_accents is not None else lowercase
+
+    def normalise(text: str) -> str:
+        out = []
+        for ch in text:
+            if clean:
+                if ch in "\0\ufffd" or (ch not in "\t\n\r" and unicodedata.category(ch)[0] == "C"):
+                    continue
+                if is_whitespace(ch):
+                    out.append(" ")
+                    continue
+            out.append(f" {ch} " if chinese and is_cjk(ord(ch)) else ch)
+        text = "".join(out)
+        if strip:
+            text = strip_marks(text)
+        return lower(text) if lowercase else text
+
+    return normalise
+
+
+def strip_marks(text: str, marks: tuple[str, ...] = ("Mn",)) -> str:
+    """NFD, then without the marks: BERT drops non-spacing ones (Mn), StripAccents every kind (M*)."""
+    return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) not in marks)
+
+
+def lower(text: str) -> str:
+    """Lower case one character at a time (no final-sigma rule: Rust's ``char::to_lowercase``)."""
+    return text.lower() if text.isascii() else "".join(c.lower() for c in text)
+
+
+def _pattern(spec: Any, where: str) -> Callable[[str], list[tuple[int, int]]]:
+    """The matches of a component's ``pattern``: ``{"String": s}`` literally, ``{"Regex": r}`` as a regex."""
+    if isinstance(spec, dict) and isinstance(spec.get("String"), str):
+        literal = spec["String"]
+        if not literal:
+            return lambda text: []
+
+        def literally(text: str) -> list[tuple[int, int]]:
+            found, at = [], text.find(literal)
+            while at >= 0:
+                found.append((at, at + len(literal)))
+                at = text.find(literal, at + len(literal))
+            return found
+
+        return literally
+    if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
+        regex = compiled(spec["Regex"])
+        return lambda text: [m.span() for m in regex.finditer(text)]
+    raise TokenizerError(f"{where}: pattern {printable(repr(spec))[:60]} is neither a String nor a Regex")
+
+
+def normalizer(spec: Any) -> Normalizer | None:
+    if spec is None:
+        return None
+    kind = _kind(spec, "normalizer")
+    if kind == "Sequence":
+        steps = [n for n in map(normalizer, _list(spec, "normalizers")) if n is not None]
+        return lambda text: _chain(text, steps)
+    if kind == "BertNormalizer":
+        return bert_normalizer(
+            bool(spec.get("clean_text", True)),
+            bool(spec.get("handle_chinese_chars", True)),
+            spec.get("strip_accents"),
+            bool(spec.get("lowercase", True)),
+        )
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        form: Any = kind
+        return lambda text: unicodedata.normalize(form, text)
+    if kind == "Lowercase":
+        return lower
+    if kind == "StripAccents":
+        return lambda text: "".join(c for c in text if unicodedata.category(c)[0] != "M")
+    if kind == "Strip":
+        left, right = bool(spec.get("strip_left", True)), bool(spec.get("strip_right", True))
+        return lambda text: _strip(text, left, right)
+    if kind == "Prepend":
+        prefix = _string(spec, "prepend")
+        return lambda text: prefix + text if text else text
+    if kind == "Replace":
+        find, content = _pattern(spec.get("pattern"), "Replace"), _string(spec, "content")
+
+        def replace(text: str) -> str:
+            return "".join(p if not m else content for p, m in _pieces(text, find(text)))
+
+        return replace
+    raise TokenizerError(f"normalizer {kind!r} is not supported")
+
+
+def _strip(text: str, left: bool, right: bool) -> str:
+    start, end = 0, len(text)
+    while left and start < end and is_whitespace(text[start]):
+        start += 1
+    while right and end > start and is_whitespace(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _pieces(text: str, matches: list[tuple[int, int]]) -> list[tuple[str, bool]]:
+    """``text`` as alternating (piece, is a match)."""
+    out, at = [], 0
+    for start, end in matches:
+        if at < start:
+            out.append((text[at:start], False))
+        out.append((text[start:end], True))
+        at = end
+    if at < len(text):
+        out.append((text[at:], False))
+    return out
+
+
+def _chain(text: str, steps: list[Normalizer]) -> str:
+    for step in steps:
+        text = step(text)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- pre-tokenizers
+
+PreTokenizer = Callable[[str, bool], list[str]]  # (segment, is the text's first segment) -> pieces
+
+
+def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
+    """GPT-2's pre-tokeniser: an optional leading space, GPT-2's regex, each piece's bytes spelt printably."""
+    alphabet = byte_alphabet()
+
+    def cut(text: str, first: bool) -> list[str]:
+        if add_prefix_space and not text.startswith(" "):
+            text = " " + text
+        pieces = compiled(GPT2_PATTERN).findall(text) if use_regex else [text]
+        return ["".join(alphabet[b] for b in piece.encode("utf-8")) for piece in pieces]
+
+    return cut
+
+
+def metaspace(replacement: str, scheme: str, split_pieces: bool) -> PreTokenizer:
+    """SentencePiece's spaces: every space becomes ``▁``, one is put in front (always, first segment, never),
+    and each word keeps its ``▁`` in front."""
+
+    def cut(text: str, first: bool) -> list[str]:
+        text = text.replace(" ", replacement)
+        if (scheme == "always" or (scheme == "first" and first)) and not text.startswith(replacement):
+            text = replacement + text
+        if not split_pieces:
+            return [text] if text else []
+        return split(text, _pattern({"String": replacement}, "Metaspace")(text), "MergedWithNext")
+
+    return cut
+
+
+def pre_tokenizer(spec: Any) -> PreTokenizer:
+    if spec is None:
+        return lambda text, first: [text] if text else []
+    kind = _kind(spec, "pre_tokenizer")
+    if kind == "Sequence":
+        steps = [pre_tokenizer(s) for s in _list(spec, "pretokenizers")]
+
+        def sequence(text: str, first: bool) -> list[str]:
+            pieces = [text]
+            for step in steps:
+                pieces = [p for piece in pieces for p in step(piece, first)]
+            return pieces
+
+        return sequence
+    if kind == "BertPreTokenizer":
+        return lambda text, first: [w for chunk in _whitespace_split(text) for w in isolate(chunk, is_punctuation)]
+    if kind == "WhitespaceSplit":
+        return lambda text, first: _whitespace_split(text)
+    if kind == "Whitespace":
+        return lambda text, first: compiled(r"\w+|[^\w\s]+").findall(text)
+    if kind == "ByteLevel":
+        return byte_level(bool(spec.get("add_prefix_space", True)), bool(spec.get("use_regex", True)))
+    if kind == "Digits":
+        if spec.get("individual_digits", False):
+            return lambda text, first: isolate(text, is_digit)
+        digits = compiled(r"\p{N}+")
+        return lambda text, first: split(text, [m.span() for m in digits.finditer(text)], "Isolated")
+    if kind == "Punctuation":
+        behaviour = str(spec.get("behavior", "Isolated"))
+        return lambda text, first: split(
+            text, [(i, i + 1) for i, ch in enumerate(text) if is_punctuation(ch)], behaviour
+        )
+    if kind == "Split":
+        find, behaviour = _pattern(spec.get("pattern"), "Split"), str(spec.get("behavior", "Isolated"))
+        split("", [], behaviour)  # an unknown behaviour is refused now, not at the first text
+        invert = bool(spec.get("invert", False))
+        return lambda text, first: split(text, find(text), behaviour, invert)
+    if kind == "Metaspace":
+        replacement = _string(spec, "replacement")
+        scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
+        if scheme not in ("always", "first", "never"):
+            raise TokenizerError(f"Metaspace prepend_scheme {printable(repr(scheme))[:40]} is not one attnviz knows")
+        return metaspace(replacement, scheme, bool(spec.get("split", True)))
+    raise TokenizerError(f"pre_tokenizer {kind!r} is not supported")
+
+
+def _whitespace_split(text: str) -> list[str]:
+    return split(text, [(i, i + 1) for i, ch in enumerate(text) if is_whitespace(ch)], "Removed")
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class WordPiece:
+    """Greedy longest-match-first pieces, continuations marked (``##``); a word that cannot be cut is unknown."""
+
+    def __init__(self, vocab: dict[str, int], unknown: str, prefix: str = "##", longest: int = 100) -> None:
+        if unknown not in vocab:
+            raise TokenizerError(f"the WordPiece unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
+        self.vocab, self.unknown, self.prefix, self.longest = vocab, unknown, prefix, longest
+
+    def __call__(self, word: str) -> list[str]:
+        if len(word) > self.longest:
+            return [self.unknown]
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = word[start:end] if start == 0 else self.prefix + word[start:end]
+                if piece in self.vocab:
+                    pieces.append(piece)
+                    break
+                end -= 1
+            else:
+                return [self.unknown]
+            start = end
+        return pieces
+
+
+class BPE:
+    """Byte-pair merges by rank: a piece's characters (or, for a character not in the vocabulary, its bytes
+    ``<0xXX>`` with byte fallback, else the unknown token) merged lowest rank first, leftmost among equals."""
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        merges: Iterable[tuple[str, str]],
+        *,
+        unknown: str | None = None,
+        fuse_unknown: bool = False,
+        byte_fallback: bool = False,
+        ignore_merges: bool = False,
+    ) -> None:
+        self.vocab = vocab
+        self.ranks = {pair: rank for rank, pair in enumerate(merges)}
+        if unknown is not None and unknown not in vocab:
+            raise TokenizerError(f"the BPE unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
+        self.unknown, self.fuse_unknown = unknown, fuse_unknown
+        self.byte_fallback, self.ignore_merges = byte_fallback, ignore_merges
+        self._tokens = lru_cache(maxsize=65536)(self._merge)
+
+    def __call__(self, piece: str) -> list[str]:
+        return list(self._tokens(piece))
+
+    def symbols(self, piece: str) -> list[str]:
+        symbols: list[str] = []
+        unknown_last = False
+        for ch in piece:
+            if ch in self.vocab:
+                symbols.append(ch)
+                unknown_last = False
+                continue
+            if self.byte_fallback:
+                spelled = [f"<0x{b:02X}>" for b in ch.encode("utf-8")]
+                if all(s in self.vocab for s in spelled):
+                    symbols.extend(spelled)
+                    unknown_last = False
+                    continue
+            if self.unknown is not None:
+                if not (self.fuse_unknown and unknown_last):
+                    symbols.append(self.unknown)
+                unknown_last = True
+        return symbols
+
+    def _merge(self, piece: str) -> tuple[str, ...]:
+        """A heap of candidate pairs over a linked list of parts: O(n log n) for a piece of n characters
+        (rescanning every pair after each merge was quadratic: a 60,000-character word took 70 s). A merge
+        only creates pairs of higher rank, so this is the classic loop's result exactly."""
+        if self.ignore_merges and piece in self.vocab:
+            return (piece,)
+        parts: list[str | None] = list(self.symbols(piece))
+        n = len(parts)
+        following, preceding = list(range(1, n + 1)), list(range(-1, n - 1))
+        heap: list[tuple[int, int, str, str]] = []
+
+        def consider(i: int) -> None:
+            j = following[i] if i >= 0 else n
+            if i >= 0 and j < n:
+                left, right = parts[i], parts[j]
+                assert left is not None and right is not None
+                rank = self.ranks.get((left, right))
+                if rank is not None:
+                    heapq.heappush(heap, (rank, i, left, right))
+
+        for i in range(n - 1):
+            consider(i)
+        while heap:
+            _, i, left, right = heapq.heappop(heap)
+            j = following[i]
+            if parts[i] != left or j >= n or parts[j] != right:
+                continue  # a stale pair: one side was merged since
+            parts[i], parts[j] = left + right, None
+            following[i] = following[j]
+            if following[j] < n:
+                preceding[following[j]] = i
+            consider(preceding[i])
+            consider(i)
+        return tuple(p for p in parts if p is not None)
+
+
+class ScoredMerges:
+    """SentencePiece's merges as llama.cpp applies a GGUF ``llama`` vocabulary: the adjacent pair whose union
+    is the piece of highest score first (leftmost among equals), until no union is a piece; what is left
+    that is not a piece is spelt in byte pieces ``<0xXX>``."""
+
+    def __init__(self, vocab: dict[str, int], scores: dict[str, float], unknown: str) -> None:
+        self.vocab, self.scores, self.unknown = vocab, scores, unknown
+
+    def __call__(self, text: str) -> list[str]:
+        symbols = list(text)
+        if not symbols:
+            return []
+        prev = list(range(-1, len(symbols) - 1))
+        nxt = [*range(1, len(symbols)), -1]
+        queue: list[tuple[float, int, str, str]] = []
+
+        def offer(left: int, right: int) -> None:
+            if left < 0 or right < 0:
+                return
+            joined = symbols[left] + symbols[right]
+            if joined in self.scores:
+                heapq.heappush(queue, (-self.scores[joined], left, symbols[left], symbols[right]))
+
+        for i in range(len(symbols) - 1):
+            offer(i, i + 1)
+        while queue:
+            _, left, a, b = heapq.heappop(queue)
+            right = nxt[left]
+            if right < 0 or symbols[left] != a or symbols[right] != b:
+                continue  # a pair that has changed since it was offered
+            symbols[left], symbols[right] = a + b, ""
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prev[nxt[right]] = left
+            offer(prev[left], left)
+            offer(left, nxt[left])
+        pieces: list[str] = []
+        i = 0
+        while i >= 0:
+            piece = symbols[i]
+            if piece in self.scores:
+                pieces.append(piece)
+            else:  # byte fallback: the piece's UTF-8 bytes, each its own piece
+                spelled = (f"<0x{b:02X}>" for b in piece.encode("utf-8"))
+                pieces.extend(s if s in self.vocab else self.unknown for s in spelled)
+            i = nxt[i]
+        return pieces
+
+
+Model = Callable[[str], list[str]]
+
+
+def model(spec: Any) -> tuple[Model, dict[str, int]]:
+    kind = _kind(spec, "model", default=_guess_model(spec))
+    vocab = spec.get("vocab")
+    if kind in ("WordPiece", "BPE") and not (
+        isinstance(vocab, dict) and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in vocab.items())
+    ):
+        raise TokenizerError(f"the {kind} model's vocab is not a mapping of tokens to ids")
+    if kind == "WordPiece":
+        longest = spec.get("max_input_chars_per_word", 100)
+        if type(longest) is not int:
+            raise TokenizerError("max_input_chars_per_word is not a whole number")
+        prefix = spec.get("continuing_subword_prefix") or "##"
+        return WordPiece(vocab, _string(spec, "unk_token"), str(prefix), longest), vocab
+    if kind == "BPE":
+        if spec.get("dropout") not in (None, 0, 0.0):
+            raise TokenizerError("BPE dropout picks merges at random; attnviz needs the same tokens every time")
+        for option in ("continuing_subword_prefix", "end_of_word_suffix"):
+            if spec.get(option):
+                raise TokenizerError(f"BPE {option} is not supported")
+        merges = _merges(_list(spec, "merges"))
+        unknown = spec.get("unk_token")
+        bpe = BPE(
+            vocab,
+            merges,
+            unknown=unknown if isinstance(unknown, str) else None,
+            fuse_unknown=bool(spec.get("fuse_unk", False)),
+            byte_fallback=bool(spec.get("byte_fallback", False)),
+            ignore_merges=bool(spec.get("ignore_merges", False)),
+        )
+        return bpe, vocab
+    raise TokenizerError(f"model {kind!r} is not supported (attnviz reads WordPiece and BPE)")
+
+
+def _guess_model(spec: Any) -> str | None:
+    """Old tokenizer.json files leave out the model's type: BPE has merges, WordPiece a prefix."""
+    if isinstance(spec, dict) and "merges" in spec:
+        return "BPE"
+    if isinstance(spec, dict) and "continuing_subword_prefix" in spec and "max_input_chars_per_word" in spec:
+        return "WordPiece"
+    return None
+
+
+def _merges(entries: list[Any]) -> list[tuple[str, str]]:
+    """Merges as ``"a b"`` (the older form) or ``["a", "b"]`` (which allows spaces in tokens)."""
+    pairs = [tuple(e.split(" ")) if type(e) is str else tuple(e) if type(e) is list else () for e in entries]
+    bad = next((e for e, p in zip(entries, pairs, strict=True) if len(p) != 2 or not all(p)), None)
+    if bad is not None or not all(type(a) is str and type(b) is str for a, b in pairs):
+        raise TokenizerError(f"merge {printable(repr(bad))[:60]} is not two tokens")
+    return pairs  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------- post-processors
+
+
+@dataclass(frozen=True)
+class Part:
+    """One element of a template: a special token (its tokens) or a sequence (A or B), with its type id."""
+
+    tokens: tuple[str, ...]
+    sequence: str  # "A", "B", or "" for special tokens
+    type_id: int
+
+
+@dataclass(frozen=True)
+class Template:
+    single: tuple[Part, ...] = (Part((), "A", 0),)
+    pair: tuple[Part, ...] = (Part((), "A", 0), Part((), "B", 1))
+
+    def apply(self, first: list[str], second: list[str] | None) -> tuple[list[str], list[int]]:
+        tokens: list[str] = []
+        types: list[int] = []
+        for part in self.single if second is None else self.pair:
+            taken = list(part.tokens) if not part.sequence else first if part.sequence == "A" else second or []
+            tokens += taken
+            types += [part.type_id] * len(taken)
+        return tokens, types
+
+
+def template(spec: Any, vocab: dict[str, int]) -> Template:
+    if spec is None:
+        return Template()
+    kind = _kind(spec, "post_processor")
+    if kind == "Sequence":
+        templates = [template(s, vocab) for s in _list(spec, "processors")]
+        changing = [t for t in templates if t != Template()]
+        if len(changing) > 1:
+            raise TokenizerError("a post_processor Sequence with more than one template is not supported")
+        return changing[0] if changing else Template()
+    if kind == "ByteLevel":
+        return Template()
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        cls, sep = _special_pair(spec, "cls"), _special_pair(spec, "sep")
+        if kind == "BertProcessing":
+            pair = (Part((cls,), "", 0), Part((), "A", 0), Part((sep,), "", 0), Part((), "B", 1), Part((sep,), "", 1))
+        else:
+            pair = (
+                Part((cls,), "", 0),
+                Part((), "A", 0),
+                Part((sep, sep), "", 0),
+                Part((), "B", 0),
+                Part((sep,), "", 0),
+            )
+        return Template((Part((cls,), "", 0), Part((), "A", 0), Part((sep,), "", 0)), pair)
+    if kind == "TemplateProcessing":
+        specials = spec.get("special_tokens", {})
+        if not isinstance(specials, dict):
+            raise TokenizerError("TemplateProcessing special_tokens is not a mapping")
+
+        def parts(items: Any) -> tuple[Part, ...]:
+            out = []
+            for item in items if isinstance(items, list) else [None]:
+                if isinstance(item, dict) and isinstance(item.get("SpecialToken"), dict):
+                    name, type_id = item["SpecialToken"].get("id"), item["SpecialToken"].get("type_id", 0)
+                    found = specials.get(name)
+                    if not isinstance(found, dict) or not isinstance(found.get("tokens"), list):
+                        raise TokenizerError(
+                            f"the template's special token {printable(repr(name))[:40]} is not defined"
+                        )
+                    out.append(Part(tuple(map(str, found["tokens"])), "", int(type_id)))
+                elif isinstance(item, dict) and isinstance(item.get("Sequence"), dict):
+                    which, type_id = item["Sequence"].get("id"), item["Sequence"].get("type_id", 0)
+                    if which not in ("A", "B"):
+                        raise TokenizerError(f"the template's sequence {printable(repr(which))[:20]} is not A or B")
+                    out.append(Part((), which, int(type_id)))
+                else:
+                    raise TokenizerError(f"the template item {printable(repr(item))[:60]} is not one attnviz knows")
+            return tuple(out)
+
+        return Template(parts(spec.get("single")), parts(spec.get("pair")))
+    raise TokenizerError(f"post_processor {kind!r} is not supported")
+
+
+def _special_pair(spec: dict[str, Any], key: str) -> str:
+    value = spec.get(key)
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+        raise TokenizerError(f"post_processor {key} is not a [token, id] pair")
+    return value[0]
+
+
+# ---------------------------------------------------------------------------------------------- decoders
+
+Display = Callable[[str], str]
+
+
+def shown_bytes(data: bytes) -> str:
+    """Bytes as text, a partial UTF-8 character as \\x escapes."""
+    return data.decode("utf-8", "backslashreplace")
+
+
+def decoder(spec: Any) -> Display:
+    """What text one token stands for, as the views show it: ``Ġcat`` and ``▁cat`` as " cat", a byte token
+    as its byte. Decoders that act on the whole sequence (Fuse, Strip) have nothing to do per token."""
+    if spec is None:
+        return lambda token: token
+    kind = _kind(spec, "decoder")
+    if kind == "Sequence":
+        steps = [decoder(s) for s in _list(spec, "decoders")]
+        return lambda token: _chain(token, steps)
+    if kind == "ByteLevel":
+        values = byte_values()
+        return lambda token: shown_bytes(bytes(values[c] for c in token)) if all(c in values for c in token) else token
+    if kind == "ByteFallback":
+        return lambda t: shown_bytes(bytes([int(t[3:5], 16)])) if len(t) == 6 and t[:3] == "<0x" and t[5] == ">" else t
+    if kind == "Replace":
+        find, content = _pattern(spec.get("pattern"), "Replace"), _string(spec, "content")
+        return lambda token: "".join(p if not m else content for p, m in _pieces(token, find(token)))
+    if kind == "Metaspace":
+        replacement = _string(spec, "replacement")
+        return lambda token: token.replace(replacement, " ")
+    if kind in ("WordPiece", "Fuse", "Strip"):
+        return lambda token: token  # WordPiece names ("##ing") say more than the text; the others join tokens
+    raise TokenizerError(f"decoder {kind!r} is not supported")
+
+
+# ---------------------------------------------------------------------------------------------- the pipeline
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    content: str
+    id: int
+    special: bool = True
+    normalized: bool = False
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+
+
+@dataclass
+class Tokenizer:
+    """The whole pipeline; ``encode`` gives the tokens as the views show them, ids and segment (type) ids."""
+
+    vocab: dict[str, int]
+    model: Model
+    normalizer: Normalizer | None = None
+    pre_tokenizer: PreTokenizer = field(default=lambda text, first: [text] if text else [])
+    template: Template = field(default_factory=Template)
+    display: Display = field(default=lambda token: token)
+    added: tuple[AddedToken, ...] = ()
+    space: str = ""  # the mark the vocabulary puts before a word ("Ġ", "▁"), "" for WordPiece
+
+    def __post_init__(self) -> None:
+        for token in self.added:
+            self.vocab.setdefault(token.content, token.id)
+        self.special = {t.content for t in self.added if t.special}
+        self._raw = {t.content: t for t in self.added if not t.normalized and t.content}
+        self._normalised = {t.content: t for t in self.added if t.normalized and t.content}
+        self._by_first: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._tokens: list[str] | None = None
+
+    @property
+    def tokens(self) -> list[str]:
+        """Every token by id."""
+        if self._tokens is None:
+            names = [""] * (max(self.vocab.values(), default=-1) + 1)
+            for token, index in self.vocab.items():
+                names[index] = token
+            self._tokens = names
+        return self._tokens
+
+    def _cut(self, text: str, added: dict[str, AddedToken]) -> list[tuple[str, bool]]:
+        """``text`` cut around the added tokens it holds: (segment, is an added token). The leftmost match
+        wins, the longest among those starting there (as Hugging Face matches them); lstrip and rstrip take
+        the whitespace beside a token with it, single_word tokens match only between non-word characters."""
+        if not added or not text:
+            return [(text, False)] if text else []
+        lengths = self._lengths(added)
+        out: list[tuple[str, bool]] = []
+        at = i = 0
+        while i < len(text):
+            found = next(
+                (added[c] for c in (text[i : i + k] for k in lengths.get(text[i], ())) if c in added and
+                 self._alone(text, i, i + len(c), added[c])),
+                None,
+            )  # fmt: skip
+            if found is None:
+                i += 1
+                continue
+            start, end = i, i + len(found.content)
+            while found.lstrip and start > at and is_whitespace(text[start - 1]):
+                start -= 1
+            while found.rstrip and end < len(text) and is_whitespace(text[end]):
+                end += 1
+            if at < start:
+                out.append((text[at:start], False))
+            out.append((found.content, True))
+            at = i = end
+        if at < len(text):
+            out.append((text[at:], False))
+        return out
+
+    @staticmethod
+    def _alone(text: str, start: int, end: int, token: AddedToken) -> bool:
+        if not token.single_word:
+            return True
+        word = compiled(r"\w")
+        return not (start > 0 and word.match(text[start - 1])) and not (end < len(text) and word.match(text[end]))
+
+    def _lengths(self, added: dict[str, AddedToken]) -> dict[str, tuple[int, ...]]:
+        """For each first character of an added token, the lengths of those starting with it, longest first."""
+        key = id(added)
+        if key not in self._by_first:
+            lengths: dict[str, set[int]] = {}
+            for content in added:
+                lengths.setdefault(content[0], set()).add(len(content))
+            self._by_first[key] = {c: tuple(sorted(ks, reverse=True)) for c, ks in lengths.items()}
+        return self._by_first[key]
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` as the vocabulary names them (``Ġcat``, ``##ing``)."""
+        tokens: list[str] = []
+        first = True
+        for segment, added in self._cut(text, self._raw):
+            if added:
+                tokens.append(segment)
+                first = False
+                continue
+            normal = self.normalizer(segment) if self.normalizer else segment
+            for part, whole in self._cut(normal, self._normalised):
+                if whole:
+                    tokens.append(part)
+                else:
+                    tokens += [t for piece in self.pre_tokenizer(part, first) for t in self.model(piece)]
+                first = False
+        return tokens
+
+    def encode(self, text: str, pair: str | None = None) -> tuple[list[str], list[int], list[int]]:
+        """Tokens as the views show them, ids, type ids: the template's special tokens included."""
+        first = self.tokenize(text)
+        names, types = self.template.apply(first, self.tokenize(pair) if pair is not None else None)
+        missing = next((t for t in names if t not in self.vocab), None)
+        if missing is not None:
+            raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
+        return [self.readable(t) for t in names], [self.vocab[t] for t in names], types
+
+    def readable(self, token: str) -> str:
+        return token if token in self.special else self.display(token)
+
+    def words(self) -> list[str]:
+        """Whole ASCII words that are single tokens (for random repeated text)."""
+        if not self.space:
+            return [t for t in self.vocab if t.isascii() and t.isalpha()]
+        mark = self.space
+        return [t[len(mark) :] for t in self.vocab if t.startswith(mark) and t[1:].isascii() and t[1:].isalpha()]
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer.json
+
+
+def read_tokenizer_json(path: Path) -> Tokenizer:
+    """The tokenizer a ``tokenizer.json`` describes; a component attnviz does not implement is refused by name."""
+    from ..inputs import parse_json, read_file
+
+    raw = parse_json(read_file(path, limit=MAX_TOKENIZER_BYTES), str(path))
+    try:
+        return from_spec(raw)
+    except TokenizerError as err:
+        raise AttnvizError(f"{path}: {err}") from None
+
+
+def from_spec(raw: Any) -> Tokenizer:
+    if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
+        raise TokenizerError("not a tokenizer.json (no model)")
+    the_model, vocab = model(raw["model"])
+    vocab = dict(vocab)
+    added = tuple(_added(entry) for entry in _list(raw, "added_tokens", required=False))
+    decoder_spec = raw.get("decoder")
+    return Tokenizer(
+        vocab,
+        the_model,
+        normalizer(raw.get("normalizer")),
+        pre_tokenizer(raw.get("pre_tokenizer")),
+        template(raw.get("post_processor"), vocab),
+        decoder(decoder_spec),
+        added,
+        space=_space_mark(raw.get("pre_tokenizer"), raw.get("normalizer"), decoder_spec),
+    )
+
+
+def _space_mark(*specs: Any) -> str:
+    """The mark that stands for a space in the vocabulary: Ġ after ByteLevel, ▁ for SentencePiece styles."""
+    text = repr(specs)
+    return "Ġ" if "'ByteLevel'" in text else "▁" if "▁" in text else ""
+
+
+def _added(entry: Any) -> AddedToken:
+    if not (isinstance(entry, dict) and isinstance(entry.get("content"), str) and type(entry.get("id")) is int):
+        raise TokenizerError(f"added token {printable(repr(entry))[:60]} has no content or id")
+    flags = {k: bool(entry.get(k, False)) for k in ("lstrip", "rstrip", "single_word")}
+    special = bool(entry.get("special", False))
+    return AddedToken(entry["content"], entry["id"], special, bool(entry.get("normalized", not special)), **flags)
+
+
+def _kind(spec: Any, what: str, default: str | None = None) -> str:
+    kind = spec.get("type", default) if isinstance(spec, dict) else None
+    if not isinstance(kind, str):
+        raise TokenizerError(f"{what} {printable(repr(spec))[:60]} has no type")
+    return kind
+
+
+def _list(spec: dict[str, Any], key: str, required: bool = True) -> list[Any]:
+    value = spec.get(key, None if required else [])
+    if not isinstance(value, list):
+        raise TokenizerError(f"{spec.get('type', 'tokenizer')} {key} is not a list")
+    return value
+
+
+def _string(spec: dict[str, Any], key: str) -> str:
+    value = spec.get(key)
+    if not isinstance(value, str):
+        raise TokenizerError(f"{spec.get('type', 'tokenizer')} {key} is not a string")
+    return value
