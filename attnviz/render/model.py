@@ -346,7 +346,8 @@ def render_heads(
     for rank in range(top):
         table.add_column(f"#{rank + 1}", justify="right")
     by_pattern: dict[str, list[tuple[int, int, float]]] = {}
-    for name, layer, head, score in ranking(scores, top):
+    ranked = ranking(scores, top)
+    for name, layer, head, score in ranked:
         by_pattern.setdefault(name, []).append((layer, head, score))
     for name, label in PATTERNS.items():
         if name not in scores:
@@ -356,7 +357,10 @@ def render_heads(
             cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
         table.add_row(*cells)
     yield Group(Text(""), table)
-    yield Text("L2 H9: layer 2, head 9 · score: mean weight on the pattern (1: all of it)", style="dim")
+    layer, head, _ = next((by_pattern[n][0] for n in PATTERNS if n in by_pattern), (0, 0, 0.0))  # the first cell
+    yield Text(
+        f"L{layer} H{head}: layer {layer}, head {head} · score: mean weight on the pattern (1: all of it)", style="dim"
+    )
     if stack.source.get("kv_heads"):
         yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
 
