@@ -27,7 +27,8 @@ from typing import Any
 from ._version import __version__
 from .errors import AttnvizError, UsageError, printable
 
-COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads")
+COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads", "generate")
+FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 WRITING_OPTIONS = {"output", "save"}
@@ -125,9 +126,10 @@ def _expand(
     template = raw.get("name")
     if not isinstance(template, str) or not template:
         raise UsageError("every figure needs a name")
-    fmt = raw.get("format", defaults.get("format", "png"))
-    if fmt not in ("png", "svg", "pdf"):
-        raise UsageError(f"format must be png, svg or pdf, got {printable(repr(fmt))}")
+    formats = FILMS if command == "generate" else ("png", "svg", "pdf")
+    fmt = raw.get("format", defaults.get("format", formats[0]))
+    if fmt not in formats:
+        raise UsageError(f"format of {command} must be {' or '.join(formats)}, got {printable(repr(fmt))}")
     accepted = _parameters(command)
     options = {k.replace("-", "_"): v for k, v in defaults.items() if k.replace("-", "_") in accepted}
     for key, value in raw.items():
@@ -252,7 +254,8 @@ def command_args(entry: Entry, path: Path) -> list[str]:
                 options.append(param.secondary_opts[0])
         elif value is not None:
             options.append(f"{flag}={value}")
-    return [*options, f"--output={path}", f"--format={entry.format}", "--", *tokens]
+    formats = [f"--format={entry.format}"] if any(p.name == "fmt" for p in _command(entry.command).params) else []
+    return [*options, f"--output={path}", *formats, "--", *tokens]
 
 
 def validate(entry: Entry, directory: Path) -> None:

@@ -38,7 +38,10 @@ def read_json_source(path: Path, limit: int) -> Any:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) > 1 and all(line.lstrip().startswith("{") for line in lines):  # JSON Lines: one head a line
         return [parse_json(line, f"{where}, line {number + 1}") for number, line in enumerate(lines)]
-    return parse_json(text, where)
+    doc = parse_json(text, where)
+    if isinstance(doc, dict) and doc.get("schema") == "attnviz.generate/1" and isinstance(doc.get("attention"), dict):
+        return doc["attention"]  # `attnviz generate --json`: its final causal map is an attention document
+    return doc
 
 
 def is_attention_document(doc: Any) -> bool:

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, printable
 from .inputs import decode, read_file, tokens_from_text
 from .resources import ensure_fits, human_bytes
+
+if TYPE_CHECKING:
+    from .models import Model
 
 MAX_ATTENTION_JSON = 1024 * 2**20
 JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array made from them
@@ -265,14 +268,25 @@ def model_stack(
                 kept[layer] = result
 
     model.run(encoding, take, dict.fromkeys(layers, keep))
+    source = model_source(model, text, pair, encoding.ids)
+    if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
+        shown = 1 if keep.mean else len(keep.chosen(model.heads))
+        kept = {i: Kept(np.zeros((shown, 0, 0), np.float32), None, np.arange(1), np.arange(1)) for i in layers}
+    return kept_stack(
+        encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
+    )
+
+
+def model_source(model: Model, text: str, pair: str | None, ids: tuple[int, ...] | list[int]) -> dict[str, Any]:
+    """What a model's attention says of where it came from (the JSON's ``config``)."""
     source: dict[str, Any] = {
         "model": model.name,
         "text": text,
         "pair": pair,
-        "token_ids": list(encoding.ids),
+        "token_ids": list(ids),
         "causal": model.causal,
+        "model_type": model.family,
     }
-    source["model_type"] = model.family
     if getattr(model, "origin", None):
         source["model_dir"] = model.origin  # the checkpoint folder's name (not its path: documents travel)
     shared = getattr(model, "kv_heads", model.heads)
@@ -281,12 +295,7 @@ def model_stack(
     windows = getattr(model, "windows", ())
     if any(w is not None for w in windows):
         source["windows"] = list(windows)  # per layer: a sliding window of keys, or None (global)
-    if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
-        shown = 1 if keep.mean else len(keep.chosen(model.heads))
-        kept = {i: Kept(np.zeros((shown, 0, 0), np.float32), None, np.arange(1), np.arange(1)) for i in layers}
-    return kept_stack(
-        encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
-    )
+    return source
 
 
 def _ensure_kept_fits(n: int, layers: int, heads: int, keep: Keep) -> None:

@@ -134,6 +134,7 @@ def write_tiny_llama(
         tensors[p + "ffn_gate.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_up.weight"] = matrix(ffn, hidden, Q4_1)
         tensors[p + "ffn_down.weight"] = matrix(hidden, ffn, Q4_1)
+    tensors["output_norm.weight"] = (F32, (hidden,), quantise(np.ones(hidden, dtype=np.float32), F32))
     if architecture != "llama":
         meta = {k.replace("llama.", f"{architecture}.", 1): v for k, v in meta.items()}
         meta["general.architecture"] = architecture

@@ -40,7 +40,9 @@ def main(plan: str, folder: str, sheet: str) -> None:
 
     matplotlib.use("agg")
     from matplotlib.figure import Figure
+    import numpy as np
     from matplotlib.image import imread
+    from PIL import Image
 
     from attnviz.batch import load_plan
     from attnviz.render.figure import FigureStyle, figure_bytes, figure_context, write_output
@@ -60,6 +62,10 @@ def main(plan: str, folder: str, sheet: str) -> None:
             path = Path(folder) / entry.filename
             if path.suffix == ".png" and path.exists():
                 ax.imshow(imread(path), interpolation="antialiased")
+            elif path.suffix == ".gif" and path.exists():  # an animation: its last frame, the whole map
+                with Image.open(path) as film:
+                    film.seek(film.n_frames - 1)
+                    ax.imshow(np.asarray(film.convert("RGB")), interpolation="antialiased")
             else:
                 ax.text(0.5, 0.5, f"{path.name}\n(vector: open the file)", ha="center", va="center", fontsize=9)
             command = "\n".join(textwrap.wrap(command_line(entry, Path(folder)), 62))

@@ -159,9 +159,15 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
     if figure.audit:
-        from ..render.audit import audit
+        audit_written(fig, figure)
 
-        problems = audit(fig, "stdout" if figure.output == "-" else figure.output)
+
+def audit_written(fig: Figure, figure: opt.FigureRequest) -> None:
+    """--audit: the written figure measured; its problems said (unless a batch says them) and exit 1."""
+    from ..render.audit import audit
+
+    if figure.audit:
+        problems = audit(fig, "stdout" if figure.output == "-" else str(figure.output))
         if problems and ANNOUNCE:  # a batch says them itself, figure by figure
             for problem in problems:
                 say(f"attnviz: audit: {problem}")

@@ -207,4 +207,7 @@ def load_gguf(path: Path, name: str) -> Model:
             f"{path}: architecture {printable(repr(architecture))[:40]}; "
             f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
         )
-    return loaders[str(architecture)](path, name, file, file.metadata, from_gguf(file.metadata, path))
+    model = loaders[str(architecture)](path, name, file, file.metadata, from_gguf(file.metadata, path))
+    ends = (file.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot", "eom"))
+    model.stops = frozenset(i for i in ends if type(i) is int)
+    return model

@@ -35,6 +35,7 @@ LLAMA_NAMES = {
     "layers.{i}.mlp.gate_proj.weight": "blk.{i}.ffn_gate.weight",
     "layers.{i}.mlp.up_proj.weight": "blk.{i}.ffn_up.weight",
     "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
+    "lm_head.weight": "output.weight",  # absent where the embeddings are tied
 }
 GEMMA3_NAMES = LLAMA_NAMES | {
     "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
@@ -199,4 +200,18 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
     )
     model = spec.make(name, weights, Settings(raw, path), tokenizer, family)
     model.origin = origin
+    model.stops = frozenset(_end_ids(raw) | _end_ids(_generation_config(directory)))  # type: ignore[attr-defined]
     return model
+
+
+def _generation_config(directory: Path) -> dict[str, object]:
+    path = directory / "generation_config.json"
+    raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path)) if path.is_file() else {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _end_ids(config: dict[str, object]) -> set[int]:
+    """eos_token_id: one id or a list of them (Llama 3's end of text and end of turn)."""
+    value = config.get("eos_token_id")
+    values = value if isinstance(value, list) else [value]
+    return {v for v in values if type(v) is int}

@@ -10,14 +10,53 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, attend
+from ..blocked import NOTHING, Keep, Kept, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
-from .parts import Rope, shared_heads
+from .parts import Rope, rms_norm, shared_heads
 from .tokenizer import Tokenizer
 from .weights import Tensors
+
+
+@dataclass
+class Cache:
+    """Every layer's keys and values of the tokens so far (kv heads, capacity, d): what a generation step
+    attends to instead of running the prefix again."""
+
+    keys: list[Array]
+    values: list[Array]
+    length: int = 0
+
+    def extend(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
+        """The layer's keys and values with ``k`` and ``v`` (of the tokens after ``length``) appended."""
+        end = self.length + k.shape[1]
+        if end > self.keys[layer].shape[1]:
+            raise AttnvizError(f"the key/value cache holds {self.keys[layer].shape[1]} tokens; {end} were fed")
+        self.keys[layer][:, self.length : end] = k
+        self.values[layer][:, self.length : end] = v
+        return self.keys[layer][:, :end], self.values[layer][:, :end]
+
+
+class Resident:
+    """Tensors dequantised once and kept (float32), for a model that reads each many times."""
+
+    def __init__(self, weights: Tensors) -> None:
+        self.inner, self.path = weights, weights.path
+        self.kept: dict[str, Array] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.inner
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.inner.shape(name)
+
+    def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        if name not in self.kept:
+            self.kept[name] = self.inner.tensor(name)
+        kept: Array = self.kept[name] if rows is None else self.kept[name][rows]
+        return kept
 
 
 @dataclass(frozen=True)
@@ -53,6 +92,7 @@ class Decoder:
     FAMILY = ""
     causal = True
     origin: str | None = None
+    stops: frozenset[int] = frozenset()  # the tokens that end a generation (end of sequence, of turn)
 
     def __init__(self, name: str, weights: Tensors, shape: Shape, tokenizer: Tokenizer, family: str = "") -> None:
         self.name, self.weights, self.shape, self.tokenizer = name, weights, shape, tokenizer
@@ -109,16 +149,62 @@ class Decoder:
         out = product(x, self.weights.tensor(name + ".weight").T)
         return out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
 
-    def rotate(self, x: Array, layer: int) -> Array:
+    def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
         rope = self.shape.ropes[layer]
-        return rope.pairs(x) if self.shape.pairs else rope.halves(x)
+        return rope.pairs(x, start) if self.shape.pairs else rope.halves(x, start)
 
-    def embed(self, ids: Array) -> Array:
+    def embed(self, ids: Array, start: int = 0) -> Array:
+        """The input vectors of tokens at positions ``start`` …"""
         return self.weights.tensor("token_embd.weight", rows=ids)
 
-    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
-        """Queries (heads, n, d) and keys and values (kv heads, n, d) of layer ``layer`` from its input."""
+    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
+        """Queries (heads, n, d) and keys and values (kv heads, n, d) of layer ``layer`` from its input, for
+        tokens at positions ``start`` …"""
         raise NotImplementedError
+
+    def final_norm(self, x: Array) -> Array:
+        return rms_norm(x, self.weights.tensor("output_norm.weight"), self.shape.eps)
+
+    def logits(self, x: Array) -> Array:
+        """Next-token scores from the last hidden state (the output matrix, or the embeddings when tied)."""
+        head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
+        return product(self.final_norm(x), self.weights.tensor(head).T)
+
+    def resident(self) -> None:
+        """Keep every tensor dequantised once (generation reads each of them at every step)."""
+        if not isinstance(self.weights, Resident):
+            self.weights = Resident(self.weights)
+
+    def forward(self, ids: Array, cache: Cache, keep: tuple[int, Keep]) -> tuple[Array, Kept]:
+        """The tokens ``ids`` after those in ``cache`` (which grows by them): the next token's scores from the
+        last of them, and layer ``keep[0]``'s attention of their queries over every key so far.
+
+        The first call gives the prompt (causal among its tokens); each later one a single token, whose
+        query sees every cached key (within its window, on a sliding layer)."""
+        start, n = cache.length, len(ids)
+        if start and n != 1:
+            raise ValueError("after the prompt, tokens are fed one at a time")
+        x = self.embed(np.asarray(ids), start)
+        shown: Kept | None = None
+        with one_blas_thread():
+            for layer in range(self.layers):
+                q, k, v = self.attention_inputs(x, layer, start)
+                k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
+                window = self.windows[layer]
+                if start == 0:
+                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window,
+                                          keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
+                else:
+                    seen = None if window is None else np.arange(start + 1) > start - window
+                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen,
+                                          keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
+                assert output is not None
+                if layer == keep[0]:
+                    shown = kept
+                x = self.after(x, output.transpose(1, 0, 2).reshape(n, -1), layer)
+            assert shown is not None
+            cache.length += n
+            return self.logits(x[-1:])[0], shown
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""
@@ -126,6 +212,12 @@ class Decoder:
 
     def scale(self, layer: int) -> float:
         return self.shape.scale
+
+    def start(self, capacity: int) -> Cache:
+        """An empty key/value cache for ``capacity`` tokens."""
+        d = self.shape.d_head
+        return Cache([np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)],
+                     [np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)])  # fmt: skip
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.

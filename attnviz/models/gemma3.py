@@ -38,16 +38,16 @@ class Gemma3(Llama):
         extra = {"attn_q_norm": (d,), "attn_k_norm": (d,), "post_attention_norm": (h,), "post_ffw_norm": (h,)}
         return shapes | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in extra.items()}
 
-    def embed(self, ids: Array) -> Array:
+    def embed(self, ids: Array, start: int = 0) -> Array:
         scaled: Array = super().embed(ids) * np.float32(math.sqrt(self.shape.hidden))
         return scaled
 
-    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
         q, k, v = self.project(x, layer)
         t, eps = self.weights.tensor, self.shape.eps
         q = rms_norm(q, t(f"blk.{layer}.attn_q_norm.weight"), eps)
         k = rms_norm(k, t(f"blk.{layer}.attn_k_norm.weight"), eps)
-        return self.rotate(q, layer), self.rotate(k, layer), v
+        return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps

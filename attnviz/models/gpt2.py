@@ -43,16 +43,18 @@ class GPT2(Decoder):
                 shapes[f"blk.{i}.{w}.bias"] = (s[0],)
         return shapes
 
-    def embed(self, ids: Array) -> Array:
-        x: Array = (
-            self.weights.tensor("token_embd.weight", rows=ids) + self.weights.tensor("position_embd.weight")[: len(ids)]
-        )
+    def embed(self, ids: Array, start: int = 0) -> Array:
+        positions = self.weights.tensor("position_embd.weight")[start : start + len(ids)]
+        x: Array = self.weights.tensor("token_embd.weight", rows=ids) + positions
         return x
 
     def norm(self, x: Array, name: str) -> Array:
         return layer_norm(x, self.weights.tensor(name + ".weight"), self.weights.tensor(name + ".bias"), self.shape.eps)
 
-    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+    def final_norm(self, x: Array) -> Array:
+        return self.norm(x, "output_norm")
+
+    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
         n, h, d = len(x), self.heads, self.shape.d_head
         qkv = self.linear(self.norm(x, f"blk.{layer}.attn_norm"), f"blk.{layer}.attn_qkv")
         q, k, v = (qkv[:, i * h * d : (i + 1) * h * d].reshape(n, h, d).transpose(1, 0, 2) for i in range(3))

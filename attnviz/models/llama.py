@@ -50,9 +50,9 @@ class Llama(Decoder):
         v = self.linear(a, p + "attn_v").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
         return q, k, v
 
-    def attention_inputs(self, x: Array, layer: int) -> tuple[Array, Array, Array]:
+    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
         q, k, v = self.project(x, layer)
-        return self.rotate(q, layer), self.rotate(k, layer), v
+        return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
     def feed_forward(self, f: Array, layer: int) -> Array:
         p, t = f"blk.{layer}.", self.weights.tensor

@@ -1,0 +1,230 @@
+"""`attnviz generate`: a causal decoder writes, and each new token's attention is shown as it is written —
+live in the terminal, as an animation (-o film.gif), or as JSON (one document, or one object per step)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .. import options as opt
+from ..errors import UsageError
+from .entry import app, say
+
+if TYPE_CHECKING:
+    from ..generate import Generation, Sampling
+
+GENERATE_LAYER = opt.LAYER.variant(
+    hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
+            "chars", "pair", "from_file", "tokens_file"),
+)  # fmt: skip
+P_WRITE = "Writing"
+
+
+@app.command()
+@opt.with_options(
+    layer=GENERATE_LAYER, figure=opt.FIGURE.variant(hidden=("output", "annotate", "size", "fmt", "audit"))
+)
+def generate(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the animation to this file: .gif, .png (animated), or .mp4 or .webm (with ffmpeg).",
+            show_default=False,
+            rich_help_panel=opt.P_FIG,
+        ),
+    ] = None,
+    audit: opt.AuditOption = False,
+    new: Annotated[
+        int, typer.Option("--new", "-n", min=1, max=4096, help="Tokens to write at most.", rich_help_panel=P_WRITE)
+    ] = 16,
+    temperature: Annotated[
+        float,
+        typer.Option(
+            "--temperature", min=0.0, help="0: greedy (the likeliest token); above: sample.", rich_help_panel=P_WRITE
+        ),
+    ] = 0.0,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k", min=1, help="Sample among the k likeliest tokens.", show_default=False, rich_help_panel=P_WRITE
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the sampling.", rich_help_panel=P_WRITE)] = 0,
+    head: opt.Head = None,
+    mean: opt.Mean = False,
+    all_heads: Annotated[
+        bool, typer.Option("--all-heads", help="JSON: every head of the layer.", rich_help_panel=opt.P_OUT)
+    ] = False,
+    fps: Annotated[
+        float, typer.Option("--fps", min=0.1, max=60.0, help="Frames per second of -o.", rich_help_panel=opt.P_FIG)
+    ] = 2.0,
+    as_json: opt.Json = False,
+    jsonl: Annotated[
+        bool,
+        typer.Option(
+            "--jsonl", help="Write one compact JSON object per step, as it is written.", rich_help_panel=opt.P_OUT
+        ),
+    ] = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Watch a causal decoder write: each new token's attention over everything before it.
+
+    The prompt runs once; each step feeds the token just written through the model with a
+    key/value cache, and shows its attention row (layer --layer, head --head or --mean).
+    Greedy by default; --temperature and --top-k sample (seeded by --seed). Ctrl-C stops
+    and keeps what was written.
+
+    [bold]Examples[/bold]
+
+      attnviz generate --model smollm2 "One, two, one," -L 18 --head 6 -o film.gif
+
+      attnviz generate --model smollm2 "def add(a, b):" --new 24
+
+      attnviz generate --model smollm2 "Once upon a time" --new 8 --jsonl
+    """
+    from ..blocked import Keep
+    from ..generate import Sampling
+    from ..generate import generate as write
+    from ..models import load_model
+    from .output import one_output
+
+    if audit and output is None:
+        raise UsageError("--audit measures a figure: give -o FILE")
+    figure = dataclasses.replace(figure, output=output, audit=audit)
+    one_output(figure.output, as_json, jsonl)
+    if not layer.external or layer.from_file is not None:
+        raise UsageError("generate needs a causal decoder: --model, --model-dir or --model-file")
+    if not layer.text.strip():
+        raise UsageError("no prompt: give it as arguments, with --file, or on stdin with -")
+    if sum((head is not None, mean, all_heads)) > 1:
+        raise UsageError("choose one of --head, --mean and --all-heads")
+    if all_heads and not (as_json or jsonl):
+        raise UsageError("--all-heads is for --json and --jsonl; a film or the terminal shows one head, or --mean")
+    if figure.output is not None:
+        from ..render.film import film_format
+
+        film_format(figure.output)
+    sampling = Sampling(temperature, top_k, seed)
+    model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not model.causal:
+        raise UsageError(f"{model.name} is an encoder: it reads text whole and does not write it")
+    chosen = model.layers - 1 if layer.layer is None else layer.layer
+    if not 0 <= chosen < model.layers:
+        raise UsageError(f"--layer {chosen} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+    if head is not None and head >= model.heads:
+        raise UsageError(f"--head {head} is out of range: there are {model.heads} heads (0 to {model.heads - 1})")
+    keep = Keep(mean=True) if mean else Keep() if all_heads else Keep(heads=(head or 0,))
+    described = sampling.describe()
+    if jsonl:
+        _stream_jsonl(model, layer.text, new, chosen, keep, sampling, described)
+        return
+    if as_json or figure.output is not None:
+        generation = write(model, layer.text, new, chosen, keep, sampling)
+        _finish(generation, figure, as_json, fps, described)
+        return
+    _live(model, layer.text, new, chosen, keep, sampling, no_color)
+
+
+def _stream_jsonl(
+    model: object, text: str, new: int, layer: int, keep: object, sampling: Sampling, described: dict[str, object]
+) -> None:
+    from ..generate import generate as write
+    from ..schema import generate_step_document, write_document
+
+    def step(generation: Generation) -> None:
+        if len(generation.rows) == 1:
+            write_document(generate_step_document(generation, 0, described), sys.stdout, compact=True)
+        write_document(generate_step_document(generation, len(generation.rows), described), sys.stdout, compact=True)
+        sys.stdout.flush()
+
+    generation = write(model, text, new, layer, keep, sampling, on_step=step)  # type: ignore[arg-type]
+    if not generation.rows:
+        write_document(generate_step_document(generation, 0, described), sys.stdout, compact=True)
+    _said(generation)
+
+
+def _finish(
+    generation: Generation, figure: opt.FigureRequest, as_json: bool, fps: float, described: dict[str, object]
+) -> None:
+    from ..render.figure import write_output
+    from ..render.film import film_bytes, film_format, frames
+    from ..schema import generate_document
+    from .output import ANNOUNCE, audit_written, write_json
+
+    if as_json:
+        write_json([generate_document(generation, described, final_attention(generation))])
+    else:
+        assert figure.output is not None
+        shots, last = frames(generation, figure.style)
+        data = film_bytes(shots, film_format(figure.output), fps)
+        write_output(data, figure.output, sys.stdout.buffer)
+        if ANNOUNCE:
+            say(f"wrote {figure.output} ({len(shots)} frames, {len(data) / 1e6:.1f} MB)")
+        audit_written(last, figure)
+    _said(generation)
+
+
+def final_attention(generation: Generation):  # type: ignore[no-untyped-def]
+    """The whole causal map as the views (and `--from`) take an attention of a model's layer."""
+    import numpy as np
+
+    from ..blocked import Kept
+    from ..sources import kept_stack, model_source
+
+    model = generation.model
+    full = generation.full_map()
+    text = generation.prompt + "".join(generation.tokens)
+    source = model_source(model, text, None, generation.all_ids)  # type: ignore[arg-type]
+    index = np.arange(full.shape[-1] + 1)
+    kept = {generation.layer: Kept(weights=full, scores=None, rows=index, cols=index)}
+    stack = kept_stack(
+        generation.all_tokens, kept, source, keep=generation.keep, layers=model.layers,  # type: ignore[attr-defined]
+        heads=model.heads, causal=True,  # type: ignore[attr-defined]
+    )  # fmt: skip
+    return stack.layer()
+
+
+def _said(generation: Generation) -> None:
+    if generation.stopped == "interrupted":
+        say(f"attnviz: interrupted after {len(generation.rows)} tokens")
+        raise typer.Exit(130)
+
+
+def _live(model: object, text: str, new: int, layer: int, keep: object, sampling: Sampling, no_color: bool) -> None:
+    """rich Live in a terminal with colour; otherwise one line per token, then the whole text."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..generate import generate as write
+    from ..render.written import about, live_view, step_line
+
+    console = Console(highlight=False)
+    color = not (no_color or console.no_color) and console.color_system is not None and console.is_terminal
+    if color:
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+
+            def show(generation: Generation) -> None:
+                live.update(live_view(generation, console.width), refresh=True)
+
+            generation = write(model, text, new, layer, keep, sampling, on_step=show)  # type: ignore[arg-type]
+            show(generation)
+    else:
+        printed = [False]
+
+        def line(generation: Generation) -> None:
+            if not printed[0]:
+                print(about(generation))
+                printed[0] = True
+            print(step_line(generation, len(generation.rows), console.width).rstrip(), flush=True)
+
+        generation = write(model, text, new, layer, keep, sampling, on_step=line)  # type: ignore[arg-type]
+        print()
+        print(generation.prompt + "".join(generation.tokens))
+    _said(generation)

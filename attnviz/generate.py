@@ -1,0 +1,143 @@
+"""A causal decoder writing, one token at a time, and the attention row each new token gives to
+everything written before it.
+
+The prompt runs once and fills the key/value cache; each step then feeds one token (the one just
+written) and costs one token's forward pass: its query meets every cached key. The row it gives is
+what the views show; the next token comes from its scores, greedily (the highest, the default) or
+sampled with a temperature and the top k (seeded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .blocked import Keep, Kept
+from .core import Array
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: greedy when ``temperature`` is 0."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.temperature <= 100:
+            raise UsageError(f"--temperature must be from 0 (greedy) to 100, got {self.temperature:g}")
+        if self.top_k is not None and self.top_k < 1:
+            raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def chooser(self) -> Callable[[Array], int]:
+        rng = np.random.default_rng(self.seed)
+
+        def choose(logits: Array) -> int:
+            if self.greedy:
+                return int(np.argmax(logits))
+            scores = logits.astype(np.float64) / self.temperature
+            if self.top_k is not None and self.top_k < len(scores):
+                cut = np.partition(scores, -self.top_k)[-self.top_k]
+                scores = np.where(scores >= cut, scores, -np.inf)
+            p = np.exp(scores - scores.max())
+            return int(rng.choice(len(p), p=p / p.sum()))
+
+        return choose
+
+    def describe(self) -> dict[str, object]:
+        if self.greedy:
+            return {"method": "greedy"}
+        return {"method": "sample", "temperature": self.temperature, "top_k": self.top_k, "seed": self.seed}
+
+
+@dataclass
+class Generation:
+    """The prompt, what was written after it, and the attention of layer ``layer``: the prompt's own
+    causal map (shown, n, n) and, for each written token, its row over every token up to itself."""
+
+    model: object
+    prompt: str
+    prompt_tokens: tuple[str, ...]
+    prompt_ids: tuple[int, ...]
+    layer: int
+    keep: Keep
+    prompt_map: Array
+    tokens: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    rows: list[Array] = field(default_factory=list)
+    stopped: str = "length"  # "length", "end" (the end-of-sequence token) or "interrupted"
+
+    @property
+    def all_tokens(self) -> tuple[str, ...]:
+        return (*self.prompt_tokens, *self.tokens)
+
+    @property
+    def all_ids(self) -> tuple[int, ...]:
+        return (*self.prompt_ids, *self.ids)
+
+    def full_map(self, steps: int | None = None) -> Array:
+        """(shown, N, N): the prompt's map and the first ``steps`` written rows (all by default); zeros above
+        the diagonal, as a causal map has."""
+        steps = len(self.rows) if steps is None else steps
+        n = len(self.prompt_ids)
+        size = n + steps
+        full = np.zeros((self.prompt_map.shape[0], size, size), dtype=np.float32)
+        full[:, :n, :n] = self.prompt_map
+        for k, row in enumerate(self.rows[:steps]):
+            full[:, n + k, : n + k + 1] = row
+        return full
+
+
+def generate(
+    model: object,
+    prompt: str,
+    new: int,
+    layer: int,
+    keep: Keep,
+    sampling: Sampling,
+    on_step: Callable[[Generation], None] = lambda generation: None,
+) -> Generation:
+    """Write up to ``new`` tokens after ``prompt`` (stopping at the end-of-sequence token), calling
+    ``on_step`` after each. Ctrl-C ends the writing, not the generation: it is returned as it stands."""
+    from .models.decoder import Decoder
+
+    if not isinstance(model, Decoder):
+        raise UsageError(f"{getattr(model, 'name', 'the model')} is an encoder: it does not write text")
+    if not 0 <= layer < model.layers:
+        raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+    encoding = model.encode(prompt)
+    if len(encoding.ids) + new > model.context:
+        raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")
+    model.resident()
+    cache = model.start(len(encoding.ids) + new)
+    logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep))
+    result = Generation(model, prompt, encoding.tokens, encoding.ids, layer, keep, _shown(kept))
+    choose = sampling.chooser()
+    try:
+        for _ in range(new):
+            chosen = choose(logits)
+            logits, kept = model.forward(np.asarray([chosen]), cache, (layer, keep))
+            token = model.tokenizer.readable(model.tokenizer.tokens[chosen])
+            result.ids.append(chosen)
+            result.tokens.append(token)
+            result.rows.append(_shown(kept)[:, 0])
+            on_step(result)
+            if chosen in model.stops:
+                result.stopped = "end"
+                break
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+    return result
+
+
+def _shown(kept: Kept) -> Array:
+    weights: Array = kept.weights
+    return weights

