@@ -39,8 +39,8 @@ def main(plan: str, folder: str, sheet: str) -> None:
     import matplotlib
 
     matplotlib.use("agg")
-    from matplotlib.figure import Figure
     import numpy as np
+    from matplotlib.figure import Figure
     from matplotlib.image import imread
     from PIL import Image
 
