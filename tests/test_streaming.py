@@ -17,7 +17,7 @@ from attnviz.models import all_attention, load_model
 from attnviz.sources import Want, model_stack
 
 REPO = Path(__file__).resolve().parent.parent
-TEXT = (REPO / "README.md").read_text(encoding="utf-8")[:1500]  # real prose: about 300 tokens
+TEXT = (REPO / "samples" / "document.txt").read_text(encoding="utf-8")[:1500]  # real prose: about 300 tokens
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,8 @@ def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli) -> None:
     doc = json.loads(cli("heatmap", "--model", "smollm2", TEXT, "--layer", "18", "--head", "6", "--json").out)
     np.testing.assert_allclose(doc["weights"][0], full[18, 6], atol=1e-6)
     pooled = model_stack("smollm2", None, TEXT, want=Want(bins=lambda n, shown, config: 40))
-    np.testing.assert_allclose(pooled.weights, pool_map(full, 40)[0], atol=1e-6)
+    # pooled rows are computed in other blocks than the dense ones: float32 rounding, through 30 layers
+    np.testing.assert_allclose(pooled.weights, pool_map(full, 40)[0], atol=1e-5)
     doc = json.loads(cli("rollout", "--model", "smollm2", TEXT, "--json").out)
     np.testing.assert_allclose(doc["rollout"], rollout(full), atol=1e-5)
 
