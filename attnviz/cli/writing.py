@@ -154,7 +154,7 @@ def _finish(
     generation: Generation, figure: opt.FigureRequest, as_json: bool, fps: float, described: dict[str, object]
 ) -> None:
     from ..render.figure import write_output
-    from ..render.film import film_bytes, film_format, frames
+    from ..render.film import Film, film_bytes, film_format
     from ..schema import generate_document
     from .output import ANNOUNCE, audit_written, write_json
 
@@ -162,12 +162,12 @@ def _finish(
         write_json([generate_document(generation, described, final_attention(generation))])
     else:
         assert figure.output is not None
-        shots, last = frames(generation, figure.style)
-        data = film_bytes(shots, film_format(figure.output), fps)
+        film = Film(generation, figure.style)
+        data = film_bytes(film, film_format(figure.output), fps)
         write_output(data, figure.output, sys.stdout.buffer)
         if ANNOUNCE:
-            say(f"wrote {figure.output} ({len(shots)} frames, {len(data) / 1e6:.1f} MB)")
-        audit_written(last, figure)
+            say(f"wrote {figure.output} ({film.count} frames, {len(data) / 1e6:.1f} MB)")
+        audit_written(film.figure, figure)
     _said(generation)
 
 
