@@ -30,6 +30,9 @@ _EXPORTS = {
     "multi_head_attention": "core",
     "measure_saturation": "saturation",
     "model_stack": "sources",
+    "load_model": "models",
+    "generate": "generate",
+    "Sampling": "generate",
     "file_stack": "sources",
     "AttentionStack": "sources",
     "rollout": "analysis",
@@ -48,13 +51,16 @@ __all__ = [
     "AttnvizError",
     "FigureStyle",
     "LayerConfig",
+    "Sampling",
     "UsageError",
     "__version__",
     "causal_mask",
     "check_attention",
     "cross_attention",
     "file_stack",
+    "generate",
     "head_patterns",
+    "load_model",
     "measure_saturation",
     "model_stack",
     "multi_head_attention",
@@ -76,7 +82,9 @@ if TYPE_CHECKING:
     from .config import LayerConfig
     from .core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
     from .errors import AttnvizError, UsageError
+    from .generate import Sampling, generate
     from .layer import cross_attention, self_attention, sinusoidal_positions
+    from .models import load_model
     from .render.figure import FigureStyle, save_figure
     from .render.heatmap import render_heatmap_figure
     from .render.mask import render_mask_figure

@@ -101,12 +101,14 @@ def generate(
     prompt: str,
     new: int,
     layer: int,
-    keep: Keep,
-    sampling: Sampling,
+    keep: Keep | None = None,
+    sampling: Sampling | None = None,
     on_step: Callable[[Generation], None] = lambda generation: None,
 ) -> Generation:
-    """Write up to ``new`` tokens after ``prompt`` (stopping at the end-of-sequence token), calling
-    ``on_step`` after each. Ctrl-C ends the writing, not the generation: it is returned as it stands."""
+    """Write up to ``new`` tokens after ``prompt`` (stopping at the end-of-sequence token), keeping layer
+    ``layer``'s attention as ``keep`` says (default: every head), calling ``on_step`` after each token.
+    Ctrl-C ends the writing, not the generation: it is returned as it stands."""
+    keep, sampling = keep or Keep(), sampling or Sampling()
     from .models.decoder import Decoder
 
     if not isinstance(model, Decoder):
