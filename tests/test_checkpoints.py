@@ -343,3 +343,13 @@ def test_the_gpt2_matrices_are_read_out_by_in() -> None:
     transposed = FAMILIES["gpt2"].transposed
     assert transposed("blk.0.attn_qkv.weight") and not transposed("blk.0.attn_qkv.bias")
     assert not transposed("token_embd.weight") and not transposed("blk.0.attn_norm.weight")
+
+
+@needs("smollm2")
+def test_a_pattern_that_backtracks_without_end_is_stopped(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.5)
+    folder = rebuild("llama-tiny", tmp_path / "llama", smollm2_tokenizer_json())
+    split = {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": False}
+    _tokenizer(folder, pre_tokenizer=split)
+    run = cli("heatmap", "--model-dir", str(folder), "a" * 60 + "!")
+    assert run.code == 1 and run.err.count("\n") == 1 and "found no end on this text within 0.5 s" in run.err

@@ -112,6 +112,21 @@ def compiled(pattern: str) -> Any:
         ) from None
 
 
+PATTERN_SECONDS = 20.0
+
+
+def matches(regex: Any, text: str) -> list[tuple[int, int]]:
+    """The spans ``regex`` matches in ``text``; a pattern of a tokenizer.json that backtracks without end
+    (``(a+)+$``) is stopped rather than left to hang."""
+    try:
+        return [m.span() for m in regex.finditer(text, timeout=PATTERN_SECONDS)]
+    except TimeoutError:
+        raise AttnvizError(
+            f"the tokenizer's pattern {printable(repr(regex.pattern))[:60]} found no end on this text "
+            f"within {PATTERN_SECONDS:g} s"
+        ) from None
+
+
 def split(text: str, matches: Iterable[tuple[int, int]], behaviour: str, invert: bool = False) -> list[str]:
     """``text`` cut at ``matches`` as Hugging Face's Split does (Removed, Isolated, MergedWithPrevious, …)."""
     spans: list[tuple[int, int, bool]] = []
@@ -217,7 +232,7 @@ def _pattern(spec: Any, where: str) -> Callable[[str], list[tuple[int, int]]]:
         return literally
     if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
         regex = compiled(spec["Regex"])
-        return lambda text: [m.span() for m in regex.finditer(text)]
+        return lambda text: matches(regex, text)
     raise TokenizerError(f"{where}: pattern {printable(repr(spec))[:60]} is neither a String nor a Regex")
 
 
