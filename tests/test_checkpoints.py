@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from awkward_texts import awkward_texts
 from hf_checkpoints import SHARED, minilm_tokenizer_json, rebuild, reference, smollm2_tokenizer_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_bert import write_safetensors
 
+from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model, model_location
 from attnviz.models.checkpoint import load_folder
 from attnviz.models.tokenizer import from_spec, read_tokenizer_json
@@ -353,3 +356,48 @@ def test_a_pattern_that_backtracks_without_end_is_stopped(cli, tmp_path: Path, m
     _tokenizer(folder, pre_tokenizer=split)
     run = cli("heatmap", "--model-dir", str(folder), "a" * 60 + "!")
     assert run.code == 1 and run.err.count("\n") == 1 and "found no end on this text within 0.5 s" in run.err
+
+
+FUZZ_BASE = {
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<s>": 3, "<0x61>": 4, "[UNK]": 5},
+              "merges": [["a", "b"]], "byte_fallback": True, "unk_token": "[UNK]", "fuse_unk": True},
+    "added_tokens": [{"id": 3, "content": "<s>", "special": True, "lstrip": True, "single_word": True}],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}, {"type": "NFKC"},
+        {"type": "BertNormalizer", "clean_text": True, "lowercase": True}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "MergedWithNext", "invert": False},
+        {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}]},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+        {"Sequence": {"id": "A", "type_id": 0}}], "pair": [{"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [3], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteLevel"}, {"type": "ByteFallback"}]},
+}  # fmt: skip
+ODD_VALUES = [None, 0, -1, 1.5, "x", "", [], {}, [1], ["a"], {"type": "x"}, True, {"String": 1}, {"Regex": "("},
+              10**30, ["a", 1], [["a"]], "WordPiece", {"type": "Sequence"}]  # fmt: skip
+
+
+def _places(value: object, at: tuple = ()) -> list[tuple]:
+    inner = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    return [p for key, item in inner for p in [(*at, key), *_places(item, (*at, key))]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_places(FUZZ_BASE)), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3))
+def test_a_damaged_tokenizer_json_loads_or_gets_attnvizs_error(changes: list) -> None:
+    spec = copy.deepcopy(FUZZ_BASE)
+    for place, value in changes:
+        try:
+            target = spec
+            for key in place[:-1]:
+                target = target[key]
+            target[place[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier change removed the place
+    try:
+        tokenizer = from_spec(spec)
+        tokenizer.encode("ab a <s> bé  x1", "ab")
+        tokenizer.words()
+    except AttnvizError:
+        pass

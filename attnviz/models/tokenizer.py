@@ -591,9 +591,9 @@ def _guess_model(spec: Any) -> str | None:
 def _merges(entries: list[Any]) -> list[tuple[str, str]]:
     """Merges as ``"a b"`` (the older form) or ``["a", "b"]`` (which allows spaces in tokens)."""
     pairs = [tuple(e.split(" ")) if type(e) is str else tuple(e) if type(e) is list else () for e in entries]
-    bad = next((e for e, p in zip(entries, pairs, strict=True) if len(p) != 2 or not all(p)), None)
-    if bad is not None or not all(type(a) is str and type(b) is str for a, b in pairs):
-        raise TokenizerError(f"merge {printable(repr(bad))[:60]} is not two tokens")
+    wrong = [e for e, p in zip(entries, pairs, strict=True) if len(p) != 2 or not all(type(x) is str and x for x in p)]
+    if wrong:
+        raise TokenizerError(f"merge {printable(repr(wrong[0]))[:60]} is not two tokens")
     return pairs  # type: ignore[return-value]
 
 
@@ -659,23 +659,29 @@ def template(spec: Any, vocab: dict[str, int]) -> Template:
             for item in items if isinstance(items, list) else [None]:
                 if isinstance(item, dict) and isinstance(item.get("SpecialToken"), dict):
                     name, type_id = item["SpecialToken"].get("id"), item["SpecialToken"].get("type_id", 0)
-                    found = specials.get(name)
+                    found = specials.get(name) if isinstance(name, str) else None
                     if not isinstance(found, dict) or not isinstance(found.get("tokens"), list):
                         raise TokenizerError(
                             f"the template's special token {printable(repr(name))[:40]} is not defined"
                         )
-                    out.append(Part(tuple(map(str, found["tokens"])), "", int(type_id)))
+                    out.append(Part(tuple(map(str, found["tokens"])), "", _type_id(type_id)))
                 elif isinstance(item, dict) and isinstance(item.get("Sequence"), dict):
                     which, type_id = item["Sequence"].get("id"), item["Sequence"].get("type_id", 0)
                     if which not in ("A", "B"):
                         raise TokenizerError(f"the template's sequence {printable(repr(which))[:20]} is not A or B")
-                    out.append(Part((), which, int(type_id)))
+                    out.append(Part((), which, _type_id(type_id)))
                 else:
                     raise TokenizerError(f"the template item {printable(repr(item))[:60]} is not one attnviz knows")
             return tuple(out)
 
         return Template(parts(spec.get("single")), parts(spec.get("pair")))
     raise TokenizerError(f"post_processor {kind!r} is not supported")
+
+
+def _type_id(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < 2**16:
+        raise TokenizerError(f"the template's type_id {printable(repr(value))[:20]} is not a small whole number")
+    return value
 
 
 def _special_pair(spec: dict[str, Any], key: str) -> str:
