@@ -49,7 +49,7 @@ class BertConfig:
             key = {"layers": "num_hidden_layers", "heads": "num_attention_heads", "hidden": "hidden_size",
                    "inner": "intermediate_size", "act": "hidden_act"}  # fmt: skip
         activation = config.get(key["act"], "gelu")
-        if activation not in ACTIVATIONS:
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise config.fail(key["act"], activation, f"one of {', '.join(ACTIVATIONS)}")
         offset = config.count("pad_token_id", 1, high=2**20) + 1 if family in ("roberta", "xlm-roberta") else 0
         made = cls(

@@ -186,7 +186,7 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
     the JSON a view writes (for a folder the user gave); ``tokenizer``, if given, instead of the folder's."""
     raw, path = read_config(directory)
     family = raw.get("model_type") or _guess_family(raw, directory)
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         shown = printable(repr(family))[:40] if family is not None else "missing"
         raise AttnvizError(f"{path}: model_type {shown} is not supported; attnviz reads {', '.join(sorted(FAMILIES))}")
     assert isinstance(family, str)

@@ -81,7 +81,7 @@ def _shape(layers: int, heads: int, hidden: int, eps: float, context: int, scale
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer) -> GPT2:
     hidden = config.count("n_embd")
     activation = config.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise config.fail("activation_function", activation, f"one of {', '.join(ACTIVATIONS)}")
     if config.get("add_cross_attention"):
         raise config.fail("add_cross_attention", True, "false (an encoder-decoder GPT-2 is not supported)")

@@ -104,9 +104,9 @@ def shape_from_config(config: Settings) -> Shape:
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
     hidden = config.count("hidden_size")
-    d_head = (
-        config.count("head_dim", hidden // heads, high=4096) if config.get("head_dim") is not None else hidden // heads
-    )
+    if config.get("head_dim") is None and hidden % heads:
+        raise config.fail("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (there is no head_dim)")
+    d_head = config.count("head_dim", high=4096) if config.get("head_dim") is not None else hidden // heads
     base, scaling = rope_parameters(config)
     rope = rope_of(config, d_head, base, scaling)
     window = config.get("sliding_window")
@@ -115,8 +115,10 @@ def shape_from_config(config: Settings) -> Shape:
     else:
         size = config.count("sliding_window", high=2**24)
         types = config.get("layer_types")
-        sliding = [t == "sliding_attention" for t in types] if isinstance(types, list) else [True] * layers
-        windows = tuple(size if s else None for s in sliding[:layers])
+        if types is not None and (not isinstance(types, list) or len(types) != layers):
+            raise config.fail("layer_types", types, f"a list of {layers} layer types")
+        sliding = [t == "sliding_attention" for t in types] if types is not None else [True] * layers
+        windows = tuple(size if s else None for s in sliding)
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
         float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
