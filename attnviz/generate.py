@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .blocked import Keep, Kept
 from .core import Array
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .attention import Attention
+    from .models.decoder import Decoder
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Generation:
     """The prompt, what was written after it, and the attention of layer ``layer``: the prompt's own
     causal map (shown, n, n) and, for each written token, its row over every token up to itself."""
 
-    model: object
+    model: Decoder
     prompt: str
     prompt_tokens: tuple[str, ...]
     prompt_ids: tuple[int, ...]
@@ -83,6 +88,29 @@ class Generation:
     def all_ids(self) -> tuple[int, ...]:
         return (*self.prompt_ids, *self.ids)
 
+    def about(self) -> str:
+        """Whose attention this is: ``smollm2 · layer 18 · head 6``."""
+        head = "mean of heads" if self.keep.mean else f"head {self.keep.chosen(self.model.heads)[0]}"
+        return f"{self.model.name} · layer {self.layer} · {head}"
+
+    def attention(self) -> Attention:
+        """The whole causal map as the views (and ``--from``) take a model layer's attention."""
+        from .sources import kept_stack, model_source
+
+        full = self.full_map()
+        text = self.prompt + "".join(self.tokens)
+        index = np.arange(full.shape[-1] + 1)
+        stack = kept_stack(
+            self.all_tokens,
+            {self.layer: Kept(weights=full, scores=None, rows=index, cols=index)},
+            model_source(self.model, text, None, self.all_ids),
+            keep=self.keep,
+            layers=self.model.layers,
+            heads=self.model.heads,
+            causal=True,
+        )
+        return stack.layer()
+
     def full_map(self, steps: int | None = None) -> Array:
         """(shown, N, N): the prompt's map and the first ``steps`` written rows (all by default); zeros above
         the diagonal, as a causal map has."""
@@ -97,7 +125,7 @@ class Generation:
 
 
 def generate(
-    model: object,
+    model: object,  # a Decoder: an encoder is refused
     prompt: str,
     new: int,
     layer: int,
@@ -121,7 +149,7 @@ def generate(
     model.resident()
     cache = model.start(len(encoding.ids) + new)
     logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep))
-    result = Generation(model, prompt, encoding.tokens, encoding.ids, layer, keep, _shown(kept))
+    result = Generation(model, prompt, encoding.tokens, encoding.ids, layer, keep, kept.weights)
     choose = sampling.chooser()
     try:
         for _ in range(new):
@@ -130,7 +158,7 @@ def generate(
             token = model.tokenizer.readable(model.tokenizer.tokens[chosen])
             result.ids.append(chosen)
             result.tokens.append(token)
-            result.rows.append(_shown(kept)[:, 0])
+            result.rows.append(kept.weights[:, 0])
             on_step(result)
             if chosen in model.stops:
                 result.stopped = "end"
@@ -138,8 +166,3 @@ def generate(
     except KeyboardInterrupt:
         result.stopped = "interrupted"
     return result
-
-
-def _shown(kept: Kept) -> Array:
-    weights: Array = kept.weights
-    return weights

@@ -245,15 +245,13 @@ GENERATE_SCHEMA = "attnviz.generate/1"
 
 def generate_header(generation: Generation, sampling: dict[str, Any]) -> dict[str, Any]:
     """What every generate document says of the run: model, layer, heads shown, how tokens were chosen."""
-    model = generation.model
-    keep = generation.keep
-    heads = "mean" if keep.mean else list(keep.chosen(model.heads))  # type: ignore[attr-defined]
+    model, keep = generation.model, generation.keep
     return {
         "schema": GENERATE_SCHEMA,
-        "model": model.name,  # type: ignore[attr-defined]
-        "model_type": model.family,  # type: ignore[attr-defined]
+        "model": model.name,
+        "model_type": model.family,
         "layer": generation.layer,
-        "heads": heads,
+        "heads": "mean" if keep.mean else list(keep.chosen(model.heads)),
         "sampling": sampling,
     }
 
@@ -262,7 +260,6 @@ def generate_step_document(generation: Generation, step: int, sampling: dict[str
     """One object of a ``--jsonl`` stream: step 0 is the prompt (its tokens and causal map), step k the k-th
     written token and its row over every token up to itself."""
     doc = generate_header(generation, sampling)
-    n = len(generation.prompt_ids)
     if step == 0:
         return doc | {
             "step": 0,
@@ -271,20 +268,23 @@ def generate_step_document(generation: Generation, step: int, sampling: dict[str
             "ids": list(generation.prompt_ids),
             "weights": generation.prompt_map.tolist(),
         }
-    return doc | {
+    return doc | _step(generation, step)
+
+
+def _step(generation: Generation, step: int) -> dict[str, Any]:
+    return {
         "step": step,
-        "position": n + step - 1,
+        "position": len(generation.prompt_ids) + step - 1,
         "token": generation.tokens[step - 1],
         "id": generation.ids[step - 1],
         "row": generation.rows[step - 1].tolist(),
     }
 
 
-def generate_document(generation: Generation, sampling: dict[str, Any], attention: Attention) -> dict[str, Any]:
+def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[str, Any]:
     """The whole run: the prompt, what was written, each step's row, why it stopped, and the final causal map
     as an attention document (``attention``: what `attnviz heatmap --from` reads back)."""
     doc = generate_header(generation, sampling)
-    steps = [generate_step_document(generation, k, sampling) for k in range(1, len(generation.rows) + 1)]
     return doc | {
         "prompt": {
             "text": generation.prompt,
@@ -294,6 +294,6 @@ def generate_document(generation: Generation, sampling: dict[str, Any], attentio
         "tokens": list(generation.tokens),
         "ids": list(generation.ids),
         "stopped": generation.stopped,
-        "steps": [{k: s[k] for k in ("step", "position", "token", "id", "row")} for s in steps],
-        "attention": attention_document(attention),
+        "steps": [_step(generation, k) for k in range(1, len(generation.rows) + 1)],
+        "attention": attention_document(generation.attention()),
     }

@@ -158,8 +158,7 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
     write_output(figure_bytes(fig, chosen, description), figure.output, sys.stdout.buffer)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
-    if figure.audit:
-        audit_written(fig, figure)
+    audit_written(fig, figure)
 
 
 def audit_written(fig: Figure, figure: opt.FigureRequest) -> None:

@@ -4,7 +4,9 @@ live in the terminal, as an animation (-o film.gif), or as JSON (one document, o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,7 +16,7 @@ from ..errors import UsageError
 from .entry import app, say
 
 if TYPE_CHECKING:
-    from ..generate import Generation, Sampling
+    from ..generate import Generation
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
@@ -113,29 +115,24 @@ def generate(
         film_format(figure.output)
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
-    if not model.causal:
-        raise UsageError(f"{model.name} is an encoder: it reads text whole and does not write it")
-    chosen = model.layers - 1 if layer.layer is None else layer.layer
-    if not 0 <= chosen < model.layers:
-        raise UsageError(f"--layer {chosen} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+    chosen = model.layers - 1 if layer.layer is None else layer.layer  # generate() checks the layer, and the model
     if head is not None and head >= model.heads:
         raise UsageError(f"--head {head} is out of range: there are {model.heads} heads (0 to {model.heads - 1})")
     keep = Keep(mean=True) if mean else Keep() if all_heads else Keep(heads=(head or 0,))
     described = sampling.describe()
+    run = functools.partial(write, model, layer.text, new, chosen, keep, sampling)
     if jsonl:
-        _stream_jsonl(model, layer.text, new, chosen, keep, sampling, described)
-        return
-    if as_json or figure.output is not None:
-        generation = write(model, layer.text, new, chosen, keep, sampling)
-        _finish(generation, figure, as_json, fps, described)
-        return
-    _live(model, layer.text, new, chosen, keep, sampling, no_color)
+        _stream_jsonl(run, described)
+    elif as_json or figure.output is not None:
+        _finish(run(), figure, as_json, fps, described)
+    else:
+        _live(run, no_color)
 
 
-def _stream_jsonl(
-    model: object, text: str, new: int, layer: int, keep: object, sampling: Sampling, described: dict[str, object]
-) -> None:
-    from ..generate import generate as write
+Writing = Callable[..., "Generation"]  # generate() with all but on_step given
+
+
+def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
     from ..schema import generate_step_document, write_document
 
     def step(generation: Generation) -> None:
@@ -144,7 +141,7 @@ def _stream_jsonl(
         write_document(generate_step_document(generation, len(generation.rows), described), sys.stdout, compact=True)
         sys.stdout.flush()
 
-    generation = write(model, text, new, layer, keep, sampling, on_step=step)  # type: ignore[arg-type]
+    generation = run(on_step=step)
     if not generation.rows:
         write_document(generate_step_document(generation, 0, described), sys.stdout, compact=True)
     _said(generation)
@@ -159,7 +156,7 @@ def _finish(
     from .output import ANNOUNCE, audit_written, write_json
 
     if as_json:
-        write_json([generate_document(generation, described, final_attention(generation))])
+        write_json([generate_document(generation, described)])
     else:
         assert figure.output is not None
         film = Film(generation, figure.style)
@@ -171,38 +168,17 @@ def _finish(
     _said(generation)
 
 
-def final_attention(generation: Generation):  # type: ignore[no-untyped-def]
-    """The whole causal map as the views (and `--from`) take an attention of a model's layer."""
-    import numpy as np
-
-    from ..blocked import Kept
-    from ..sources import kept_stack, model_source
-
-    model = generation.model
-    full = generation.full_map()
-    text = generation.prompt + "".join(generation.tokens)
-    source = model_source(model, text, None, generation.all_ids)  # type: ignore[arg-type]
-    index = np.arange(full.shape[-1] + 1)
-    kept = {generation.layer: Kept(weights=full, scores=None, rows=index, cols=index)}
-    stack = kept_stack(
-        generation.all_tokens, kept, source, keep=generation.keep, layers=model.layers,  # type: ignore[attr-defined]
-        heads=model.heads, causal=True,  # type: ignore[attr-defined]
-    )  # fmt: skip
-    return stack.layer()
-
-
 def _said(generation: Generation) -> None:
     if generation.stopped == "interrupted":
         say(f"attnviz: interrupted after {len(generation.rows)} tokens")
         raise typer.Exit(130)
 
 
-def _live(model: object, text: str, new: int, layer: int, keep: object, sampling: Sampling, no_color: bool) -> None:
+def _live(run: Writing, no_color: bool) -> None:
     """rich Live in a terminal with colour; otherwise one line per token, then the whole text."""
     from rich.console import Console
     from rich.live import Live
 
-    from ..generate import generate as write
     from ..render.written import about, live_view, step_line
 
     console = Console(highlight=False)
@@ -213,7 +189,7 @@ def _live(model: object, text: str, new: int, layer: int, keep: object, sampling
             def show(generation: Generation) -> None:
                 live.update(live_view(generation, console.width), refresh=True)
 
-            generation = write(model, text, new, layer, keep, sampling, on_step=show)  # type: ignore[arg-type]
+            generation = run(on_step=show)
             show(generation)
     else:
         printed = [False]
@@ -224,7 +200,7 @@ def _live(model: object, text: str, new: int, layer: int, keep: object, sampling
                 printed[0] = True
             print(step_line(generation, len(generation.rows), console.width).rstrip(), flush=True)
 
-        generation = write(model, text, new, layer, keep, sampling, on_step=line)  # type: ignore[arg-type]
+        generation = run(on_step=line)
         print()
         print(generation.prompt + "".join(generation.tokens))
     _said(generation)

@@ -68,6 +68,10 @@ class BertConfig:
         return made
 
 
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Bert:
+    return Bert(name, weights, BertConfig.from_settings(config, family), tokenizer, family)
+
+
 class Bert:
     """A BERT-family checkpoint: its tokenizer and tensors (memory-mapped), a forward pass that keeps attention."""
 

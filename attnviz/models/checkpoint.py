@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..errors import AttnvizError, printable
 from ..inputs import parse_json, read_file
+from . import bert, gemma3, gpt2, llama
 from .metadata import Settings
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -97,51 +100,21 @@ class Family:
 
     names: dict[str, str]
     prefixes: tuple[str, ...]
-    make: Callable[[str, FolderTensors, Settings, Tokenizer, str], Model]
+    make: Callable[[str, FolderTensors, Settings, Tokenizer, str], Model]  # each family's from_config
     transposed: Callable[[str], bool] = lambda name: False
-    adjust: Callable[..., object] | None = None
-
-
-def _bert(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
-    from .bert import Bert, BertConfig
-
-    return Bert(name, weights, BertConfig.from_settings(config, family), tokenizer, family)
-
-
-def _llama(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
-    from .llama import Llama, shape_from_config
-
-    return Llama(name, weights, shape_from_config(config), tokenizer, family)
-
-
-def _gemma3(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
-    from .gemma3 import Gemma3, shape_from_config
-
-    return Gemma3(name, weights, shape_from_config(config), tokenizer, family)
-
-
-def _gpt2(name: str, weights: FolderTensors, config: Settings, tokenizer: Tokenizer, family: str) -> Model:
-    from .gpt2 import from_config
-
-    return from_config(name, weights, config, tokenizer)
-
-
-def _offset_norms(name: str, values: object) -> object:
-    from .gemma3 import offset_norms
-
-    return offset_norms(name, values)  # type: ignore[arg-type]
+    adjust: Callable[[str, np.ndarray], np.ndarray] | None = None
 
 
 FAMILIES = {
-    "bert": Family(BERT_NAMES, ("bert.",), _bert),
-    "roberta": Family(BERT_NAMES, ("roberta.",), _bert),
-    "xlm-roberta": Family(BERT_NAMES, ("roberta.",), _bert),
-    "distilbert": Family(DISTILBERT_NAMES, ("distilbert.",), _bert),
-    "gpt2": Family(GPT2_NAMES, ("transformer.",), _gpt2, lambda n: n.endswith(CONV1D)),
-    "llama": Family(LLAMA_NAMES, ("model.",), _llama),
-    "mistral": Family(LLAMA_NAMES, ("model.",), _llama),
-    "qwen2": Family(LLAMA_NAMES, ("model.",), _llama),
-    "gemma3_text": Family(GEMMA3_NAMES, ("model.",), _gemma3, adjust=_offset_norms),
+    "bert": Family(BERT_NAMES, ("bert.",), bert.from_config),
+    "roberta": Family(BERT_NAMES, ("roberta.",), bert.from_config),
+    "xlm-roberta": Family(BERT_NAMES, ("roberta.",), bert.from_config),
+    "distilbert": Family(DISTILBERT_NAMES, ("distilbert.",), bert.from_config),
+    "gpt2": Family(GPT2_NAMES, ("transformer.",), gpt2.from_config, lambda n: n.endswith(CONV1D)),
+    "llama": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "qwen2": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "gemma3_text": Family(GEMMA3_NAMES, ("model.",), gemma3.from_config, adjust=gemma3.offset_norms),
 }  # fmt: skip
 
 
@@ -192,12 +165,7 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
     assert isinstance(family, str)
     spec = FAMILIES[family]
     tokenizer = tokenizer or folder_tokenizer(directory, family)
-    weights = FolderTensors(
-        directory,
-        renamer(spec.names, spec.prefixes),
-        spec.transposed,
-        spec.adjust,  # type: ignore[arg-type]
-    )
+    weights = FolderTensors(directory, renamer(spec.names, spec.prefixes), spec.transposed, spec.adjust)
     model = spec.make(name, weights, Settings(raw, path), tokenizer, family)
     model.origin = origin
     model.stops = frozenset(_end_ids(raw) | _end_ids(_generation_config(directory)))  # type: ignore[attr-defined]

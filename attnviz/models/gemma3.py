@@ -97,6 +97,10 @@ def shape_from_config(config: Settings) -> Shape:
     )  # fmt: skip
 
 
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Gemma3:
+    return Gemma3(name, weights, shape_from_config(config), tokenizer, family)
+
+
 def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> Gemma3:
     meta = gguf_settings(metadata, path, "gemma3")
     layers = meta.count("block_count", high=MAX_LAYERS)

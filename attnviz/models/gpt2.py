@@ -78,7 +78,7 @@ def _shape(layers: int, heads: int, hidden: int, eps: float, context: int, scale
                  1 / math.sqrt(d) if scaled else 1.0)  # fmt: skip
 
 
-def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer) -> GPT2:
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str = "gpt2") -> GPT2:
     hidden = config.count("n_embd")
     activation = config.get("activation_function", "gelu_new")
     if not isinstance(activation, str) or activation not in ACTIVATIONS:

@@ -126,6 +126,10 @@ def shape_from_config(config: Settings) -> Shape:
     )  # fmt: skip
 
 
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Llama:
+    return Llama(name, weights, shape_from_config(config), tokenizer, family)
+
+
 def shape_from_gguf(meta: Settings, architecture: str) -> Shape:
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)

@@ -142,39 +142,35 @@ def split(text: str, matches: Iterable[tuple[int, int]], behaviour: str, invert:
         spans.append((at, len(text), False))
     if invert:
         spans = [(s, e, not m) for s, e, m in spans]
-    pieces: list[list[int]] = []  # [start, end] of each piece
     if behaviour == "Removed":
-        pieces = [[s, e] for s, e, m in spans if not m]
+        pieces = [(s, e) for s, e, m in spans if not m]
     elif behaviour == "Isolated":
-        pieces = [[s, e] for s, e, _ in spans]
-    elif behaviour == "Contiguous":
-        previous = False
-        for s, e, m in spans:
-            if pieces and m == previous:
-                pieces[-1][1] = e
-            else:
-                pieces.append([s, e])
-            previous = m
-    elif behaviour == "MergedWithPrevious":
-        previous = False
-        for s, e, m in spans:
-            if m and not previous and pieces:
-                pieces[-1][1] = e
-            else:
-                pieces.append([s, e])
-            previous = m
-    elif behaviour == "MergedWithNext":
-        following = False
-        for s, e, m in reversed(spans):
-            if m and not following and pieces:
-                pieces[-1][0] = s
-            else:
-                pieces.append([s, e])
-            following = m
-        pieces.reverse()
+        pieces = [(s, e) for s, e, _ in spans]
+    elif behaviour == "Contiguous":  # runs of matches (or of non-matches) are one piece
+        pieces = _joined(spans, lambda match, neighbour: match == neighbour)
+    elif behaviour == "MergedWithPrevious":  # a match joins the piece before it
+        pieces = _joined(spans, lambda match, neighbour: match and not neighbour)
+    elif behaviour == "MergedWithNext":  # a match joins the piece after it
+        pieces = _joined(spans, lambda match, neighbour: match and not neighbour, backwards=True)
     else:
         raise TokenizerError(f"Split behavior {printable(repr(behaviour))[:40]} is not one attnviz knows")
     return [text[s:e] for s, e in pieces if e > s]
+
+
+def _joined(
+    spans: list[tuple[int, int, bool]], joins: Callable[[bool, bool], bool], *, backwards: bool = False
+) -> list[tuple[int, int]]:
+    """The spans as pieces, each joined to the piece before it (``backwards``: after it) where
+    ``joins(its match, that neighbour's match)``."""
+    pieces: list[list[int]] = []
+    neighbour = False
+    for s, e, match in reversed(spans) if backwards else spans:
+        if pieces and joins(match, neighbour):
+            pieces[-1][0 if backwards else 1] = s if backwards else e
+        else:
+            pieces.append([s, e])
+        neighbour = match
+    return [(s, e) for s, e in (pieces[::-1] if backwards else pieces)]
 
 
 # ---------------------------------------------------------------------------------------------- normalizers
@@ -751,7 +747,6 @@ class Tokenizer:
     template: Template = field(default_factory=Template)
     display: Display = field(default=lambda token: token)
     added: tuple[AddedToken, ...] = ()
-    space: str = ""  # the mark the vocabulary puts before a word ("Ġ", "▁"), "" for WordPiece
 
     def __post_init__(self) -> None:
         for token in self.added:
@@ -851,11 +846,12 @@ class Tokenizer:
         return token if token in self.special else self.display(token)
 
     def words(self) -> list[str]:
-        """Whole ASCII words that are single tokens (for random repeated text)."""
-        if not self.space:
-            return [t for t in self.vocab if t.isascii() and t.isalpha()]
-        mark = self.space
-        return [t[len(mark) :] for t in self.vocab if t.startswith(mark) and t[1:].isascii() and t[1:].isalpha()]
+        """Whole ASCII words that are single tokens (for random repeated text): the tokens shown as a space and
+        letters where the vocabulary marks the start of a word (``Ġcat``, ``▁cat``), else (WordPiece, whose
+        pieces inside a word carry the mark instead) the tokens of letters alone."""
+        shown = [(t, self.display(t)) for t in self.vocab if t not in self.special]
+        starts = [s[1:] for _, s in shown if s.startswith(" ") and s[1:].isascii() and s[1:].isalpha()]
+        return starts or [t for t, _ in shown if t.isascii() and t.isalpha()]
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer.json
@@ -878,23 +874,15 @@ def from_spec(raw: Any) -> Tokenizer:
     the_model, vocab = model(raw["model"])
     vocab = dict(vocab)
     added = tuple(_added(entry) for entry in _list(raw, "added_tokens", required=False))
-    decoder_spec = raw.get("decoder")
     return Tokenizer(
         vocab,
         the_model,
         normalizer(raw.get("normalizer")),
         pre_tokenizer(raw.get("pre_tokenizer")),
         template(raw.get("post_processor"), vocab),
-        decoder(decoder_spec),
+        decoder(raw.get("decoder")),
         added,
-        space=_space_mark(raw.get("pre_tokenizer"), raw.get("normalizer"), decoder_spec),
     )
-
-
-def _space_mark(*specs: Any) -> str:
-    """The mark that stands for a space in the vocabulary: Ġ after ByteLevel, ▁ for SentencePiece styles."""
-    text = repr(specs)
-    return "Ġ" if "'ByteLevel'" in text else "▁" if "▁" in text else ""
 
 
 def _added(entry: Any) -> AddedToken:

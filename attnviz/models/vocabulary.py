@@ -75,7 +75,6 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
             template=single,
             display=decoder({"type": "ByteLevel"}),
             added=added,
-            space="Ġ",
         )
     scores = meta.get("tokenizer.ggml.scores")
     if not isinstance(scores, np.ndarray) or scores.dtype.kind != "f" or len(scores) != len(tokens):
@@ -100,7 +99,6 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
             }
         ),  # fmt: skip
         added=added,
-        space="▁",
     )
 
 

@@ -38,9 +38,7 @@ def film_format(path: str) -> str:
 
 def title_of(generation: Generation, step: int) -> tuple[str, str]:
     """The frame's title and subtitle: what was just written, and whose attention this is."""
-    model = generation.model
-    head = "mean of heads" if generation.keep.mean else f"head {generation.keep.chosen(model.heads)[0]}"  # type: ignore[attr-defined]
-    about = f"{model.name} · layer {generation.layer} · {head}"  # type: ignore[attr-defined]
+    about = generation.about()
     n, written = len(generation.prompt_ids), len(generation.rows)
     if step == 0:
         return f"the prompt: {n} tokens, each looking back at those before it", about

@@ -19,10 +19,7 @@ STRONGEST = 3
 
 
 def about(generation: Generation) -> str:
-    model = generation.model
-    keep = generation.keep
-    head = "mean of heads" if keep.mean else f"head {keep.chosen(model.heads)[0]}"  # type: ignore[attr-defined]
-    return f"{model.name} · layer {generation.layer} · {head} · the newest token's attention over the text"  # type: ignore[attr-defined]
+    return f"{generation.about()} · the newest token's attention over the text"
 
 
 def strongest(generation: Generation, step: int, width: int, room: int = 10**6) -> str:
@@ -52,7 +49,6 @@ def live_view(generation: Generation, width: int) -> RenderableType:
     """The text so far, each token on the colour of the weight the newest token gives it (the prompt too),
     the newest token bold; below, what it looks at most."""
     text = Text(overflow="fold")
-    n = len(generation.prompt_ids)
     if not generation.rows:
         text.append("".join(generation.prompt_tokens), style="dim")
         return Group(Text(about(generation), style="dim"), text)
@@ -62,7 +58,7 @@ def live_view(generation: Generation, width: int) -> RenderableType:
         if i == len(row) - 1:
             text.append(shown, style="bold reverse")
         else:
-            text.append(shown, style=cell_style(float(row[i])) if i < n or i < len(row) else "")
+            text.append(shown, style=cell_style(float(row[i])))
     step = len(generation.rows)
     footer = Text(f"step {step}: {visible_token(generation.tokens[-1])!r} → {strongest(generation, step, 16)}",
                   style="dim")  # fmt: skip
