@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import AttnvizError, UsageError
 from .figure import STYLE_ATTRIBUTE, FigureStyle, colormap, figure_context, tick_step
+from .heatmap import labelled
 from .labels import abbreviate, visible_token
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class Film:
                 [self.size - 0.5 + self.size * 0.015] if current else [], [rows - 1] if current else []
             )
             headline, about = title_of(self.generation, step)
-            self.title.set_text(f"{headline}\n{about}")
+            self.title.set_text(" · ".join([f"{headline}\n{about}", *labelled(self.every)]))
             self.outline.set_alpha(1.0 if current else 0.0)
             self.canvas.draw()  # type: ignore[no-untyped-call]
             return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()  # type: ignore[no-untyped-call]
