@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from .errors import AttnvizError, UsageError
+from .errors import AttnvizError, UsageError, printable
 
 MAX_INTEGER_DIGITS = 20
 
@@ -85,22 +87,67 @@ def decode(raw: bytes, source: str) -> str:
 MAX_INPUT = 16 * 1024 * 1024  # bytes of text: some three million words, more than any view can show
 
 
-def read_file(path: Path, limit: int = MAX_INPUT) -> bytes:
-    """The bytes of a file, with one-line errors for the usual ways reading fails.
+def open_regular(path: Path | str, limit: int, what: str = "") -> BinaryIO:
+    """``path`` opened for reading, once it is known to be a regular file of at most ``limit`` bytes.
 
-    At most ``limit`` bytes are read, so a device such as /dev/zero cannot fill the memory.
+    Every file attnviz reads comes through here. The check is made on the open file (opened without
+    blocking, so a FIFO cannot hang it), not on the name, so a link swapped in between cannot
+    slip a device or a pipe past it. ``what`` says which limit applies (``"a tokenizer.json"``).
     """
+    name = printable(str(path))
     try:
-        with open(path, "rb") as stream:
-            return bounded(stream.read(limit + 1), str(path), limit)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such file") from None
+        raise AttnvizError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise AttnvizError(f"{path}: is a directory, not a file") from None
+        raise AttnvizError(f"{name}: is a directory, not a file") from None
     except PermissionError:
-        raise AttnvizError(f"{path}: permission denied") from None
+        raise AttnvizError(f"{name}: permission denied") from None
     except OSError as err:
-        raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
+        raise AttnvizError(f"{name}: cannot be read ({err.strerror})") from None
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISDIR(info.st_mode):
+            raise AttnvizError(f"{name}: is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise AttnvizError(f"{name}: is {_kind(info.st_mode)}, not a regular file; attnviz reads only files")
+        if info.st_size > limit:
+            raise AttnvizError(
+                f"{name}: {_size(info.st_size)}, more than the {_size(limit)} attnviz reads of "
+                f"{what or 'an input file'}"
+            )
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} bytes"
+
+
+def read_file(path: Path, limit: int = MAX_INPUT, what: str = "") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, with one-line errors for the usual ways
+    reading fails (see open_regular). A file that grows while read is still cut at ``limit``."""
+    with open_regular(path, limit, what) as stream:
+        try:
+            return bounded(stream.read(limit + 1), printable(str(path)), limit)
+        except OSError as err:
+            raise AttnvizError(f"{printable(str(path))}: cannot be read ({err.strerror})") from None
 
 
 def bounded(data: bytes, source: str, limit: int = MAX_INPUT) -> bytes:

@@ -247,14 +247,14 @@ def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypa
     locked.write_text("a b")
     locked.chmod(0)
     if os.geteuid() == 0:  # root reads any file: give attnviz the refusal another user would get
-        real_open = open
+        real_open = os.open
 
         def refusing(file, *args, **kwargs):
             if str(file) == str(locked):
                 raise PermissionError(13, "Permission denied", str(file))
             return real_open(file, *args, **kwargs)
 
-        monkeypatch.setattr("attnviz.inputs.open", refusing, raising=False)
+        monkeypatch.setattr("attnviz.inputs.os.open", refusing)
     run = cli("heatmap", "--file", str(locked))
     assert run.code == 1
     assert run.err.splitlines() == [f"attnviz: error: {locked}: permission denied"]
