@@ -25,10 +25,17 @@ class LayoutProblems(AttnvizError):
         self.problems = problems
 
 
-def printable(text: str) -> str:
+def printable(text: str, keep: str = "") -> str:
     """``text`` with control, format and bidi characters escaped (``\\x1b``, ``\\u202e``), so a message
-    that quotes a user's input cannot move the cursor, set the clipboard or reorder the line."""
+    that quotes a user's input cannot move the cursor, set the clipboard or reorder the line.
+
+    The one escaper of outside text: messages, headers, legends and every view printed to a terminal
+    come through it. ``keep`` names characters left as they are (a view's own line breaks).
+    """
     if text.isprintable():
         return text
     hidden = ("Cc", "Cf", "Cs", "Zl", "Zp")
-    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) in hidden else c for c in text)
+    return "".join(
+        c.encode("unicode_escape").decode() if c not in keep and unicodedata.category(c) in hidden else c
+        for c in text
+    )

@@ -10,7 +10,7 @@ import typer
 
 from .. import options as opt
 from ..config import Repeat
-from ..errors import UsageError
+from ..errors import UsageError, printable
 from .entry import app
 
 if TYPE_CHECKING:
@@ -193,9 +193,8 @@ def check(
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:
         layers, heads_, n, m = array.shape
-        print(
-            f"{file}: {plural(layers, 'layer')} × {plural(heads_, 'head')} × {plural(n, 'query')} × {plural(m, 'key')}"
-        )
+        shape = f"{plural(layers, 'layer')} × {plural(heads_, 'head')} × {plural(n, 'query')} × {plural(m, 'key')}"
+        print(f"{printable(str(file))}: {shape}")
         for result in checks:
             print(
                 f"{'ok  ' if result.count == 0 else 'FAIL'} {result.name}"

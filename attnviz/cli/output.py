@@ -14,17 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 from .. import options as opt
 from .._version import __version__
-from ..errors import LayoutProblems, UsageError
+from ..errors import LayoutProblems, UsageError, printable
 from .entry import say
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from rich.console import RenderableType
+    from rich.console import Console, RenderableType
 
     from ..attention import Attention
     from ..render.figure import FigureStyle
     from ..sources import AttentionStack
 
+
+VIEW_KEEPS = "\n\u200d" + "".join(map(chr, range(0xE0020, 0xE0080)))
+"""What a view may print of the characters printable() escapes: its own line breaks, and the joiners and tags
+inside emoji and flags that token labels keep whole (render.labels.visible_token)."""
 
 ANNOUNCE = True  # say "wrote FILE" on stderr; a batch run keeps its own account
 
@@ -188,10 +192,22 @@ def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color
     color = not (no_color or console.no_color) and console.color_system is not None
     if color:
         for renderable in render(color, console.width):
-            console.print(renderable)
+            console.print(printable_view(console, renderable))
         return
     console = Console(highlight=False, color_system=None)
     with console.capture() as plain:  # plain text for pipes and files: no spaces at the ends of lines
         for renderable in render(color, console.width):
-            console.print(renderable)
+            console.print(printable_view(console, renderable))
     sys.stdout.write("".join(line.rstrip() + "\n" for line in plain.get().splitlines()))
+
+
+def printable_view(console: Console, renderable: RenderableType) -> RenderableType:
+    """``renderable`` as the segments ``console`` would print, their text through :func:`printable`:
+    whatever a view quotes from a file (a model's name, a document's config, a head's label), no
+    control character of it reaches the terminal. Rich's own styles are added after this."""
+    from rich.segment import Segment, Segments
+
+    return Segments(
+        segment if segment.control else Segment(printable(segment.text, keep=VIEW_KEEPS), segment.style)
+        for segment in console.render(renderable)
+    )
