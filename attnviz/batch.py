@@ -9,6 +9,7 @@ file was drawn from, so an unchanged figure is not drawn again.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -16,16 +17,18 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tomllib
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 from .errors import AttnvizError, UsageError, printable
+from .inputs import MAX_INPUT
 
 COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads", "generate")
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
@@ -36,6 +39,15 @@ MANIFEST = ".attnviz-batch.json"
 MAX_FIGURES = 10_000  # in the whole plan
 MAX_PLAN_BYTES = 4 * 2**20
 MAX_NAME_BYTES = 255
+MAX_MANIFEST_BYTES = 16 * 2**20  # 10,000 entries of the longest names, escaped: about 11 MB
+MAX_FIGURE_BYTES = 4 * 2**30  # a figure hashed to tell it is intact: a 100-megapixel PNG or a long film is less
+FILE_LIMITS = {  # every file a plan names: a regular file of at most this many bytes
+    "file": (MAX_INPUT, "a token file"),
+    "keys_file": (MAX_INPUT, "a token file"),
+    "tokens_file": (MAX_INPUT, "a token file"),
+    "from_file": (4 * 2**30, "an attention file"),
+    "model_file": (64 * 2**30, "a model file"),
+}
 
 
 @dataclass
@@ -66,6 +78,7 @@ class Outcome:
     message: str = ""
     sha256: str = ""
     problems: list[str] = field(default_factory=list)  # what --audit found in a drawn figure
+    record: dict[str, Any] = field(default_factory=dict)  # what the manifest keeps of a drawn file
 
 
 def _lines_of_entries(text: str) -> list[int]:
@@ -274,73 +287,234 @@ def validate(entry: Entry, directory: Path) -> None:
             group.take(values)  # builds the layer configuration and the figure style: they check themselves
     except AttnvizError as err:
         raise UsageError(str(err)) from None
-    entry.key = configuration_key(entry)
+    try:
+        entry.key = configuration_key(entry)
+    except AttnvizError as err:
+        raise UsageError(str(err)) from None
 
 
 def configuration_key(entry: Entry) -> str:
-    """What the figure is drawn from: attnviz's version, the options and the contents of files they name."""
-    files = {k: _digest(Path(v)) for k, v in entry.options.items() if k in PATH_OPTIONS and Path(v).is_file()}
+    """What the figure is drawn from: attnviz's version, the options and the contents of files they name.
+
+    Every file named must be a regular file within its limit (FILE_LIMITS), checked as it is opened:
+    a FIFO cannot hang the plan, nor a device fill the memory, not even under --check."""
+    files = {k: _digest(str(v), *FILE_LIMITS[k]) for k, v in entry.options.items() if k in FILE_LIMITS}
     content = json.dumps([__version__, entry.command, entry.format, entry.options, files], sort_keys=True, default=str)
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+def _digest(path: str, limit: int, what: str) -> str:
+    """The sha256 of a file a plan names; once per run for each version of the file (figures share a model)."""
+    try:
+        info = os.stat(path)
+        version = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    except OSError:
+        version = None  # open_regular says what is wrong
+    return _hashed(path, limit, what, version)
+
+
+@functools.lru_cache(maxsize=64)
+def _hashed(path: str, limit: int, what: str, version: tuple[int, ...] | None) -> str:
+    from .inputs import open_regular
+
+    with open_regular(path, limit, what) as stream:
+        return _sha256(stream, limit, path)
+
+
+def _sha256(stream: Any, limit: int, path: str) -> str:
+    """The sha256 of an open file, read a MiB at a time and at most ``limit`` bytes (it may grow while read)."""
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        while chunk := stream.read(2**20):
+            total += len(chunk)
+            if total > limit:
+                raise AttnvizError(f"{printable(path)}: grew past {limit:,} bytes while it was read")
+            digest.update(chunk)
+    except OSError as err:
+        raise AttnvizError(f"{printable(path)}: cannot be read ({err.strerror})") from None
+    return digest.hexdigest()
+
+
+def figure_record(path: Path, known: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """What the manifest keeps of a figure file: where it is on disk (device, inode, change time), its
+    size and its sha256. None when it is not a regular file of the user running attnviz (missing, a
+    link, a FIFO, someone else's), or differs from ``known`` (then its contents are not even read).
+
+    The identity is what a forged manifest cannot give: a plan's author can ship a figure with an entry
+    of the right key, size and hash, but its copy on the user's disk has an inode and a change time of
+    its own (no one can set a change time), and a file the author planted in place is the author's.
+    The checks are made on the open file.
+    """
+    from .inputs import open_regular
+
+    try:
+        before = path.lstat()
+        if not stat.S_ISREG(before.st_mode):
+            return None
+        stream = open_regular(path, MAX_FIGURE_BYTES, "a figure")
+    except (OSError, AttnvizError):
+        return None
+    with stream:
+        info = os.fstat(stream.fileno())
+        if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):  # swapped for a link meanwhile
+            return None
+        record: dict[str, Any] = {"file": f"{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}", "size": info.st_size}
+        if known is not None and (any(known.get(k) != v for k, v in record.items()) or _theirs(info)):
+            return None
+        try:
+            record["sha256"] = _sha256(stream, MAX_FIGURE_BYTES, str(path))
+        except AttnvizError:
+            return None
+    if known is not None and known.get("sha256") != record["sha256"]:
+        return None
+    return record
+
+
+def _theirs(info: os.stat_result) -> bool:
+    """A file of another user: one the owner of a shared folder may have planted."""
+    return hasattr(os, "geteuid") and info.st_uid != os.geteuid()
 
 
 def draw(entry: Entry, directory: Path) -> Outcome:
-    """Draw one figure in this process, through its command, into ``directory``."""
+    """Draw one figure in this process, through its command, into ``directory``.
+
+    Whatever goes wrong is this figure's failure, a bug in attnviz included: the other figures are
+    still drawn and the run still ends with its summary. Only Ctrl-C (also generate's) stops the plan.
+    """
     import typer
 
-    from .errors import AttnvizError as Failure
     from .errors import LayoutProblems
 
-    target = directory / entry.filename
+    problems: list[str] = []
     try:
         command = _command(entry.command)
         ctx = command.make_context(entry.command, list(entry.args))
         command.invoke(ctx)
     except LayoutProblems as found:  # drawn and written; --audit measured what is wrong with it
-        return Outcome(entry, "drawn", sha256=_digest(target), problems=found.problems)
-    except Failure as err:
+        problems = found.problems
+    except AttnvizError as err:
         return Outcome(entry, "failed", str(err))
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    except typer.Exit as done:
+        if done.exit_code == 130:  # generate stopped by Ctrl-C
+            raise KeyboardInterrupt from None
+        if done.exit_code:
+            return Outcome(entry, "failed", f"its command ended with status {done.exit_code}")
     except typer.TyperException as err:
         return Outcome(entry, "failed", err.format_message())
-    return Outcome(entry, "drawn", sha256=_digest(target))
+    except MemoryError:
+        return Outcome(entry, "failed", "out of memory: this figure needs more than this machine has")
+    except Exception as err:  # a bug: this figure's failure, not the plan's
+        return Outcome(entry, "failed", unexpected(err))
+    record = figure_record(directory / entry.filename)
+    if record is None:
+        return Outcome(entry, "failed", f"{printable(entry.filename)} was not left as a regular file")
+    return Outcome(entry, "drawn", sha256=record["sha256"], problems=problems, record=record)
+
+
+def unexpected(err: BaseException) -> str:
+    """One line for an error attnviz did not foresee (a bug): its type and message, never a traceback."""
+    text = printable(str(err))
+    text = text if len(text) <= 200 else text[:200] + "…"
+    return f"unexpected error ({type(err).__name__}{': ' + text if text else ''}); a bug in attnviz, please report it"
+
+
+def output_directory(plan: Path, given: Path | None) -> Path:
+    """Where the figures go: ``-o`` as given (the user's own choice), or ``build/<plan name>`` here.
+
+    The default is made of names that a shared plan's folder may already hold, put there by the
+    plan's author: it must be plain folders (no link) inside the current one, and the plan's name
+    a plain file name (``...toml`` would make it ``build/..``: this very folder).
+    """
+    if given is not None:
+        return given
+    stem = plan.stem
+    if not stem.strip() or stem in (".", "..") or "/" in stem or "\\" in stem:
+        raise UsageError(
+            f"the plan {printable(repr(plan.name))} has no name to give its output folder "
+            f"(build/{printable(stem)}); name the folder with -o"
+        )
+    directory = Path("build") / stem
+    for step in (directory.parent, directory):
+        if step.is_symlink():
+            raise AttnvizError(
+                f"{printable(str(step))}: is a symbolic link; the default output folder must be a plain folder "
+                "here: remove the link, or name the folder with -o"
+            )
+    if not _within(directory, (Path(os.path.realpath(".")),)):
+        raise AttnvizError(
+            f"{printable(str(directory))}: resolves outside the current folder; name the output folder with -o"
+        )
+    return directory
 
 
 def make_directory(directory: Path) -> None:
     """The output directory, made if missing; one line of error if it cannot be."""
     if directory.exists() and not directory.is_dir():
-        raise AttnvizError(f"{directory}: exists and is not a directory; batch -o names a directory")
+        raise AttnvizError(f"{printable(str(directory))}: exists and is not a directory; batch -o names a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise AttnvizError(f"{directory}: cannot be made ({err.strerror})") from None
+        raise AttnvizError(f"{printable(str(directory))}: cannot be made ({err.strerror})") from None
 
 
-def load_manifest(directory: Path) -> dict[str, dict[str, str]]:
+def load_manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    """What was drawn before, from the manifest: a regular file of at most MAX_MANIFEST_BYTES that parses.
+
+    The manifest may have been put there by someone else: anything else in its place (a link, a FIFO,
+    a device) is refused, since it could not be replaced either; one too large or not JSON is ignored
+    (everything is drawn again and a new one written); an entry that is not as attnviz writes it is
+    dropped. An entry is no more than a claim: up_to_date checks it against the file on disk.
+    """
+    from .inputs import parse_json, read_file
+
+    path = directory / MANIFEST
     try:
-        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        return dict(data.get("figures", {}))
-    except (OSError, ValueError, AttributeError):
+        info = path.lstat()
+    except FileNotFoundError:
         return {}
+    except OSError as err:
+        raise AttnvizError(f"{printable(str(path))}: cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise AttnvizError(
+            f"{printable(str(path))}: is {kind}; batch keeps its manifest there as a file: "
+            "remove it, or write elsewhere with -o"
+        )
+    if info.st_size > MAX_MANIFEST_BYTES:
+        return {}
+    try:
+        data = parse_json(read_file(path, MAX_MANIFEST_BYTES, "a manifest"), str(path))
+    except AttnvizError:
+        return {}
+    figures = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(figures, dict):
+        return {}
+    fields = {"key": str, "sha256": str, "file": str, "size": int}
+    return {
+        name: known
+        for name, known in figures.items()
+        if isinstance(known, dict) and all(isinstance(known.get(k), t) for k, t in fields.items())
+    }
 
 
-def save_manifest(directory: Path, figures: dict[str, dict[str, str]]) -> None:
+def save_manifest(directory: Path, figures: dict[str, dict[str, Any]]) -> None:
     from .render.figure import write_output
 
     text = json.dumps({"attnviz": __version__, "figures": figures}, indent=1, sort_keys=True)
     write_output(text.encode(), str(directory / MANIFEST), sys.stdout.buffer)
 
 
-def up_to_date(entry: Entry, directory: Path, manifest: dict[str, dict[str, str]]) -> str | None:
-    """The file's sha256 when it was drawn from this very configuration and is intact, else None."""
+def up_to_date(entry: Entry, directory: Path, manifest: dict[str, dict[str, Any]]) -> str | None:
+    """The file's sha256 when it was drawn from this very configuration and is, on disk, the very file
+    the manifest recorded (identity, size, sha256); else None."""
     known = manifest.get(entry.filename)
     if not known or known.get("key") != entry.key:
         return None
-    digest = _digest(directory / entry.filename)
-    return digest if digest and digest == known.get("sha256") else None
+    record = figure_record(directory / entry.filename, known)
+    return None if record is None else str(record["sha256"])
 
 
 def shard(entries: list[Entry], spec: str | None) -> list[Entry]:
@@ -359,8 +533,13 @@ def default_jobs() -> int:
 
 
 def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, progress: bool) -> list[Outcome]:
-    """Draw what is out of date, ``jobs`` figures at a time; the manifest is kept even when interrupted."""
-    manifest = {} if force else load_manifest(directory)
+    """Draw what is out of date, ``jobs`` figures at a time; the manifest is kept even when interrupted.
+
+    A file is recorded once it is complete (renamed into place), with what it is on disk."""
+    make_directory(directory)
+    manifest = load_manifest(directory)  # also under --force: what is in its place must be a file
+    if force:
+        manifest = {}
     outcomes: list[Outcome] = []
     todo: list[Entry] = []
     for entry in entries:
@@ -369,19 +548,24 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
             outcomes.append(Outcome(entry, "skipped", sha256=digest))
         else:
             todo.append(entry)
-    make_directory(directory)
+            manifest.pop(entry.filename, None)  # redrawn or failed: no longer what the manifest said
     bar = _progress(len(entries), len(outcomes)) if progress else None
     try:
         for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):
             outcomes.append(outcome)
             if outcome.status == "drawn":
-                manifest[outcome.entry.filename] = {"key": outcome.entry.key, "sha256": outcome.sha256}
+                manifest[outcome.entry.filename] = {"key": outcome.entry.key, **outcome.record}
             if bar is not None:
                 bar[0].advance(bar[1])
-    finally:
+    except BaseException:
         if bar is not None:
             bar[0].stop()
-        save_manifest(directory, manifest)
+        with contextlib.suppress(AttnvizError):  # Ctrl-C stays Ctrl-C
+            save_manifest(directory, manifest)
+        raise
+    if bar is not None:
+        bar[0].stop()
+    save_manifest(directory, manifest)
     return sorted(outcomes, key=lambda o: o.entry.index)
 
 
@@ -406,16 +590,26 @@ def _draw_all(todo: list[Entry], directory: Path, jobs: int) -> Iterator[Outcome
             yield draw(entry, directory)
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 
     import matplotlib.backends.backend_agg  # noqa: F401 - loaded once here, shared by the forked workers
 
+    def outcome(future: Future[Outcome], entry: Entry) -> Outcome:
+        try:
+            return future.result()
+        except Exception as err:  # the worker died (killed, out of memory) or could not say
+            from concurrent.futures.process import BrokenProcessPool
+
+            if isinstance(err, BrokenProcessPool):
+                return Outcome(entry, "failed", "the process drawing it ended abruptly (killed, or out of memory?)")
+            return Outcome(entry, "failed", unexpected(err))
+
     workers = min(jobs, len(todo))
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(draw, entry, directory) for entry in todo]
+        futures = {pool.submit(draw, entry, directory): entry for entry in todo}
         try:
             for future in as_completed(futures):
-                yield future.result()
+                yield outcome(future, futures[future])
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import UsageError
+from ..errors import UsageError, printable
 from .entry import app, say
 from .output import plural, write_json
 
@@ -71,7 +71,7 @@ def batch(
     """
     from .. import batch as plans
 
-    directory = output if output is not None else Path("build") / plan.stem
+    directory = plans.output_directory(plan, output)
     entries, errors = plans.load_plan(plan, tuple(allow_dir or ()))
     entries = plans.shard(entries, shard_spec)
     valid = []
@@ -81,11 +81,14 @@ def batch(
             valid.append(entry)
         except UsageError as err:
             errors.append(f"{entry.where()}: {err}")
+        except Exception as err:  # a bug: this figure's error, not the plan's
+            errors.append(f"{entry.where()}: {plans.unexpected(err)}")
+    name = printable(str(plan))
     for error in errors:
-        say(f"attnviz: error: {plan}: {error}")
+        say(f"attnviz: error: {name}: {error}")
     if check_only:
         if not quiet:
-            say(f"{plan}: {plural(len(valid), 'figure')} valid, {plural(len(errors), 'error')}")
+            say(f"{name}: {plural(len(valid), 'figure')} valid, {plural(len(errors), 'error')}")
         if errors:
             raise typer.Exit(2)
         return
@@ -96,7 +99,7 @@ def batch(
     jobs = jobs or plans.default_jobs()
     outcomes = plans.run_plan(valid, directory, jobs=jobs, force=force or audit, progress=progress)
     for failed in (o for o in outcomes if o.status == "failed"):
-        say(f"attnviz: error: {plan}: {failed.entry.where()}: {failed.message}")
+        say(f"attnviz: error: {name}: {failed.entry.where()}: {failed.message}")
     for problem in (p for o in outcomes for p in o.problems):
         say(f"attnviz: audit: {problem}")
     audited = sum(bool(o.problems) for o in outcomes)
@@ -105,7 +108,7 @@ def batch(
     if not quiet:
         counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
         say(
-            f"{directory}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
+            f"{printable(str(directory))}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
             f"{counts['failed'] + len(errors)} failed" + (f", {audited} with layout problems" if audit else "")
         )
     if errors or any(o.status == "failed" for o in outcomes) or audited:

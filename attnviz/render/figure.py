@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from .._version import __version__
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, printable
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -482,10 +482,13 @@ def save_figure(
 def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, stdout: IO[bytes]) -> None:
     """Write ``data`` (bytes, or a function that writes to a stream) to a file atomically, or to stdout for '-'.
 
-    Only regular files are written: a name that is a device, a FIFO, a socket or a dangling link is
-    refused rather than replaced (as root, ``-o /dev/null`` would otherwise replace the system's).
-    A link to a regular file is followed, and that file replaced. The temporary file is removed
-    if anything fails, Ctrl-C, SIGTERM and SIGHUP included.
+    Only a new name or a regular file is written: a device, a FIFO, a socket or a symbolic link is
+    refused rather than replaced (as root, ``-o /dev/null`` would otherwise replace the system's), and
+    a link is never followed, whatever it names: in a folder someone else filled (a shared plan's
+    ``build/``), a link must not turn a figure into a write to ``~/notes.txt``. The file appears by
+    renaming a complete temporary onto the name, which replaces a link swapped in meanwhile rather
+    than writing through it. The temporary is removed if anything fails, Ctrl-C, SIGTERM and SIGHUP
+    included.
     """
     if destination == "-":
         if callable(data):
@@ -511,36 +514,43 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
         temporary = None
     except OSError as err:
         reason = "permission denied" if isinstance(err, PermissionError) else f"cannot be written ({err.strerror})"
-        raise AttnvizError(f"{destination}: {reason}") from None
+        raise AttnvizError(f"{printable(destination)}: {reason}") from None
     finally:  # also on Ctrl-C, SIGTERM, SIGHUP: never leave a half-written file behind
         if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
 
 
 def _regular_target(destination: str) -> Path:
-    """The file to replace for ``destination``: itself, or the regular file a link names; else an error."""
+    """The file to replace for ``destination``: a new name or a regular file (never a link); else an error."""
     path = Path(destination)
+    name = printable(destination)
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
         mode = None
     except OSError as err:
-        raise AttnvizError(f"{destination}: cannot be written ({err.strerror})") from None
+        raise AttnvizError(f"{name}: cannot be written ({err.strerror})") from None
     if mode is not None and stat.S_ISLNK(mode):
-        target = Path(os.path.realpath(path))
-        if not target.is_file():
-            raise AttnvizError(
-                f"{destination}: is a link to {target}, which is not a regular file; attnviz writes files"
-            )
-        path, mode = target, target.stat().st_mode
+        raise AttnvizError(
+            f"{name}: is a symbolic link (to {_link_target(path)}); attnviz does not write through links: "
+            "remove it, or name the file itself"
+        )
     if mode is not None and stat.S_ISDIR(mode):
-        raise AttnvizError(f"{destination}: is a directory")
+        raise AttnvizError(f"{name}: is a directory")
     if mode is not None and not stat.S_ISREG(mode):
         raise AttnvizError(
-            f"{destination}: is a device, FIFO or socket, not a regular file; attnviz does not replace it "
+            f"{name}: is a device, FIFO or socket, not a regular file; attnviz does not replace it "
             "(write to stdout with -o - and redirect instead)"
         )
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise AttnvizError(f"{destination}: the directory {parent} does not exist")
+        raise AttnvizError(f"{name}: the directory {printable(str(parent))} does not exist")
     return path
+
+
+def _link_target(path: Path) -> str:
+    try:
+        target = printable(os.readlink(path))
+    except OSError:
+        return "?"
+    return target if len(target) <= 120 else target[:120] + "…"
