@@ -7,7 +7,7 @@ which a view takes one layer as an :class:`Attention`, or all of them.
 from __future__ import annotations
 
 import math
-import stat
+import os
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -22,13 +22,14 @@ from .blocked import Keep, Kept
 from .config import Pool
 from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, printable
-from .inputs import decode, read_file, tokens_from_text
+from .inputs import decode, open_regular, read_file, tokens_from_text
 from .resources import ensure_fits, human_bytes
 
 if TYPE_CHECKING:
     from .models import Model
 
 MAX_ATTENTION_JSON = 1024 * 2**20
+MAX_ATTENTION_ARRAY = 2**36  # 64 GiB of .npy or .npz: the memory check (ensure_fits) refuses most before that
 JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array made from them
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
@@ -442,8 +443,6 @@ def load_attention_array(path: Path, document: Any = None) -> tuple[Array, list[
     """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them
     (``document``: the file's JSON, when it was read already — stdin is read once)."""
     suffix = ".json" if str(path) == "-" else path.suffix.lower()
-    if suffix in (".json", ".npy", ".npz") and str(path) != "-":
-        _regular_file(path)
     if suffix == ".json":
         array, tokens = _from_json(path, document)
     elif suffix in (".npy", ".npz"):
@@ -508,35 +507,24 @@ def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: b
     ensure_fits(needed + 2 * as_float64, f"loading {where}", "use a smaller file")
 
 
-def _regular_file(path: Path) -> None:
-    """Attention files are regular files: a device such as /dev/zero, or a FIFO, never ends."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such file") from None
-    except OSError as err:
-        raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
-    if stat.S_ISDIR(mode):
-        raise AttnvizError(f"{path}: is a directory, not a file")
-    if not stat.S_ISREG(mode):
-        raise AttnvizError(f"{path}: is not a regular file (a device, FIFO or socket); attention files are files")
-
-
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
+    """The array of an .npy file, or the attention (and tokens) of an .npz, read from the one regular file
+    opened once (a FIFO or a device is refused before anything is read)."""
+    with open_regular(path, MAX_ATTENTION_ARRAY, "an attention file") as stream:
+        return _read_numpy(stream, path, suffix)
+
+
+def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
     try:
         if suffix == ".npy":
-            with open(path, "rb") as stream:
-                _check_npy_header(stream, path.stat().st_size, str(path))
+            _check_npy_header(stream, os.fstat(stream.fileno()).st_size, str(path))
         else:
-            with zipfile.ZipFile(path) as archive:
+            with zipfile.ZipFile(stream) as archive:
                 for info in archive.infolist():
-                    with archive.open(info) as stream:
-                        _check_npy_header(stream, info.file_size, f"{path}: {info.filename}", exact=True)
-        loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise AttnvizError(f"{path}: is a directory, not a file") from None
+                    with archive.open(info) as member:
+                        _check_npy_header(member, info.file_size, f"{path}: {info.filename}", exact=True)
+        stream.seek(0)
+        loaded = np.load(stream, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
         raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
     if suffix == ".npy":

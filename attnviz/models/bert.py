@@ -23,7 +23,7 @@ from . import Consumer, Encoding, damaged
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm
 from .tokenizer import Tokenizer
-from .weights import Tensors
+from .weights import Tensors, rows
 
 MAX_LAYERS = 1024
 MAX_WORD_CHARS = 100  # WordPiece's longest word: longer ones become [UNK]
@@ -63,6 +63,11 @@ class BertConfig:
             str(activation),
             offset,
         )
+        if made.position_offset >= made.max_positions:
+            raise AttnvizError(
+                f"{config.where}: pad_token_id {made.position_offset - 1} leaves none of max_position_embeddings "
+                f"{made.max_positions} (RoBERTa's positions start at pad_token_id + 1)"
+            )
         if made.hidden % made.heads:
             raise AttnvizError(f"{config.where}: hidden size {made.hidden} is not divisible by {made.heads} heads")
         return made
@@ -95,7 +100,7 @@ class Bert:
         c = self.config
         h, inner = c.hidden, c.intermediate
         embeddings = "embeddings.word_embeddings.weight"
-        vocabulary = self.weights.shape(embeddings)[0] if embeddings in self.weights else 0
+        vocabulary = rows(self.weights, embeddings)
         shapes: dict[str, tuple[int, ...]] = {
             embeddings: (vocabulary, h),
             "embeddings.position_embeddings.weight": (c.max_positions, h),

@@ -5,6 +5,7 @@ its forward pass reads — the same pass a GGUF file of that family runs."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from .weights import FolderTensors
 if TYPE_CHECKING:
     from . import Model
 
-MAX_CONFIG_BYTES = 4 * 2**20
+MAX_CONFIG_BYTES = 4 * 2**20  # config.json, generation_config.json: a few KiB in every real checkpoint
 
 LLAMA_NAMES = {
     "embed_tokens.weight": "token_embd.weight",
@@ -120,9 +121,9 @@ FAMILIES = {
 
 def read_config(directory: Path) -> tuple[dict[str, object], Path]:
     path = directory / "config.json"
-    if not path.is_file():
+    if not os.path.lexists(path):  # there but not a file (a FIFO, a device, a folder): read_file says which
         raise AttnvizError(f"{directory}: no config.json: not a Hugging Face checkpoint folder")
-    raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path))
+    raw = parse_json(read_file(path, MAX_CONFIG_BYTES, "a config.json"), str(path))
     if not isinstance(raw, dict):
         raise AttnvizError(f"{path}: not a model configuration (not a JSON object)")
     return raw, path
@@ -142,14 +143,16 @@ def _guess_family(raw: dict[str, object], directory: Path) -> str | None:
         found = next((f for prefix, f in ARCHITECTURE_FAMILIES.items() if str(name).startswith(prefix)), None)
         if found:
             return found
-    return "bert" if (directory / "vocab.txt").is_file() else None
+    return "bert" if os.path.lexists(directory / "vocab.txt") else None
 
 
 def folder_tokenizer(directory: Path, family: str) -> Tokenizer:
     """``tokenizer.json`` where there is one; a BERT family's ``vocab.txt`` otherwise."""
-    if (directory / "tokenizer.json").is_file():
+    if os.path.lexists(directory / "tokenizer.json"):
         return read_tokenizer_json(directory / "tokenizer.json")
     if family in ("bert", "distilbert"):
+        if not os.path.lexists(directory / "vocab.txt"):
+            raise AttnvizError(f"{directory}: no tokenizer.json or vocab.txt: the checkpoint has no tokenizer")
         return from_vocab_txt(directory)
     raise AttnvizError(f"{directory}: no tokenizer.json (attnviz reads the tokenizer from it)")
 
@@ -174,7 +177,11 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
 
 def _generation_config(directory: Path) -> dict[str, object]:
     path = directory / "generation_config.json"
-    raw = parse_json(read_file(path, limit=MAX_CONFIG_BYTES), str(path)) if path.is_file() else {}
+    raw = (
+        parse_json(read_file(path, MAX_CONFIG_BYTES, "a generation_config.json"), str(path))
+        if os.path.lexists(path)
+        else {}
+    )
     return raw if isinstance(raw, dict) else {}
 
 

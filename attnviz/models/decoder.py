@@ -17,7 +17,7 @@ from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .parts import Rope, rms_norm, shared_heads
 from .tokenizer import Tokenizer
-from .weights import Tensors
+from .weights import Tensors, rows
 
 
 @dataclass
@@ -107,8 +107,17 @@ class Decoder:
         """Every tensor the forward pass reads, with the shape the hyperparameters imply."""
         raise NotImplementedError
 
+    def head(self) -> dict[str, tuple[int, ...]]:
+        """The final norm and the output matrix (where the embeddings are not tied): what turns the last
+        hidden state into next-token scores, of the embeddings' width and vocabulary."""
+        vocabulary = rows(self.weights, "token_embd.weight")
+        shapes: dict[str, tuple[int, ...]] = {"output_norm.weight": (self.shape.hidden,)}
+        if "output.weight" in self.weights:
+            shapes["output.weight"] = (vocabulary, self.shape.hidden)
+        return shapes
+
     def check_shapes(self) -> None:
-        for name, shape in self.expected().items():
+        for name, shape in (self.expected() | self.head()).items():
             if name not in self.weights:
                 raise AttnvizError(f"{self.weights.path}: not a {self.family} checkpoint: no tensor {name!r}")
             if self.weights.shape(name) != shape:

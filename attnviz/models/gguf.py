@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AttnvizError
+from ..errors import AttnvizError, printable
+from ..inputs import open_regular
 
 MAGIC = b"GGUF"
 TYPE_NAMES = {
@@ -33,7 +34,11 @@ BLOCKS = {
 READ = ", ".join(TYPE_NAMES[k] for k in sorted(BLOCKS))
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
-MAX_NESTING = 4
+MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be a regular file
+MAX_KEYS = 2**16  # metadata entries: llama.cpp writes a few dozen
+MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
+MAX_STRINGS = 2**22  # strings in all metadata arrays: a vocabulary and its merges (Gemma 3: 262,144 tokens)
+MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
 
 
 @dataclass(frozen=True)
@@ -49,15 +54,15 @@ class GGUF:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            with open(path, "rb") as handle:
-                self.size = handle.seek(0, 2)
-                if self.size < 24:
-                    raise self.error("not a GGUF file (too short)")
+        with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
+            self.size = handle.seek(0, 2)
+            if self.size < 24:
+                raise self.error("not a GGUF file (too short)")
+            try:
                 self.data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as err:
-            raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
-        self.pos = 0
+            except OSError as err:
+                raise self.error(f"the model file cannot be memory-mapped ({err.strerror or err})") from None
+        self.pos, self.strings = 0, 0
         if self.data[:4] != MAGIC:
             raise self.error("not a GGUF file (it does not start with 'GGUF')")
         self.pos = 4
@@ -68,6 +73,11 @@ class GGUF:
             raise self.error(
                 f"the header claims {n_kv} metadata entries and {n_tensors} tensors; the file is too short"
             )
+        if n_kv > MAX_KEYS or n_tensors > MAX_TENSORS:
+            raise self.error(
+                f"the header claims {n_kv:,} metadata entries and {n_tensors:,} tensors; attnviz reads at most "
+                f"{MAX_KEYS:,} and {MAX_TENSORS:,} (no model has more)"
+            )
         self.metadata: dict[str, object] = {}
         for _ in range(n_kv):
             key = self.string()
@@ -75,17 +85,17 @@ class GGUF:
         infos = [self.tensor_info() for _ in range(n_tensors)]
         alignment = self.metadata.get("general.alignment", 32)
         if type(alignment) is not int or not 0 < alignment <= 1 << 20:
-            raise self.error(f"general.alignment {alignment!r} is not a sensible alignment")
+            raise self.error(f"general.alignment {printable(repr(alignment))[:40]} is not a sensible alignment")
         start = -(-self.pos // alignment) * alignment
         self.tensors: dict[str, TensorInfo] = {}
         for name, shape, kind, offset in infos:
             nbytes = self.nbytes(name, shape, kind)
             if nbytes is not None and not (offset % alignment == 0 and start + offset + nbytes <= self.size):
-                raise self.error(f"tensor {name!r} ({list(shape)}) lies outside the file (offset {offset})")
+                raise self.error(f"tensor {_shown(name)} ({list(shape)}) lies outside the file (offset {offset})")
             self.tensors[name] = TensorInfo(name, shape, kind, start + offset)
 
     def error(self, message: str) -> AttnvizError:
-        return AttnvizError(f"{self.path}: {message}")
+        return AttnvizError(f"{printable(str(self.path))}: {message}")
 
     def take(self, count: int) -> bytes:
         if count > self.size - self.pos:
@@ -102,29 +112,37 @@ class GGUF:
         raw = self.take(int(self.scalar("Q")))
         return raw.decode("utf-8", "replace")
 
-    def value(self, kind: int, depth: int = 0) -> object:
+    def value(self, kind: int) -> object:
+        """A metadata value: a scalar, a string, or an array of either (ggml's reader refuses arrays of
+        arrays, and so does attnviz: an array of empty arrays costs a Python object per 12 bytes)."""
         if kind in SCALARS:
             return self.scalar(SCALARS[kind])
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
-            if depth == MAX_NESTING:
-                raise self.error(f"metadata arrays nested deeper than {MAX_NESTING}")
             inner, count = int(self.scalar("I")), int(self.scalar("Q"))
             if inner in SCALARS:
                 itemsize = struct.calcsize(SCALARS[inner])
                 return np.frombuffer(self.take(count * itemsize), dtype="<" + SCALARS[inner])
-            if count * 8 > self.size - self.pos:  # each element needs at least 8 bytes
+            if inner != STRING:
+                shown = "arrays" if inner == ARRAY else f"type {inner}"
+                raise self.error(f"a metadata array of {shown}, which GGUF does not allow")
+            if count * 8 > self.size - self.pos:  # each string needs at least 8 bytes
                 raise self.error(f"truncated: an array of {count} elements does not fit the file")
-            return [self.value(inner, depth + 1) for _ in range(count)]
+            self.strings += count
+            if self.strings > MAX_STRINGS:
+                raise self.error(f"more than {MAX_STRINGS:,} strings in the metadata; no vocabulary has as many")
+            return [self.string() for _ in range(count)]
         raise self.error(f"metadata value type {kind} is not a GGUF type")
 
     def tensor_info(self) -> tuple[str, tuple[int, ...], int, int]:
         name = self.string()
         n_dims = int(self.scalar("I"))
         if n_dims > 8:
-            raise self.error(f"tensor {name!r} claims {n_dims} dimensions")
+            raise self.error(f"tensor {_shown(name)} claims {n_dims} dimensions")
         dims = [int(self.scalar("Q")) for _ in range(n_dims)]
+        if math.prod(d or 1 for d in dims) > MAX_ELEMENTS:
+            raise self.error(f"tensor {_shown(name)} claims dimensions {dims}, more elements than any file holds")
         kind, offset = int(self.scalar("I")), int(self.scalar("Q"))
         return name, tuple(reversed(dims)), kind, offset
 
@@ -135,7 +153,7 @@ class GGUF:
         per_block, block_bytes = BLOCKS[kind]
         count = math.prod(shape)  # Python integers: no overflow
         if shape and shape[-1] % per_block:
-            raise self.error(f"tensor {name!r}: rows of {shape[-1]} do not split into blocks of {per_block}")
+            raise self.error(f"tensor {_shown(name)}: rows of {shape[-1]} do not split into blocks of {per_block}")
         return count // per_block * block_bytes
 
     def __contains__(self, name: str) -> bool:
@@ -147,11 +165,11 @@ class GGUF:
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
         if name not in self.tensors:
-            raise self.error(f"no tensor {name!r}")
+            raise self.error(f"no tensor {_shown(name)}")
         info = self.tensors[name]
         if info.kind not in BLOCKS:
             kind = TYPE_NAMES.get(info.kind, f"number {info.kind}")
-            raise self.error(f"tensor {name!r} is {kind}; attnviz reads {READ}")
+            raise self.error(f"tensor {_shown(name)} is {kind}; attnviz reads {READ}")
         per_block, block_bytes = BLOCKS[info.kind]
         width = info.shape[-1] if info.shape else 1
         height = math.prod(info.shape[:-1])
@@ -162,6 +180,11 @@ class GGUF:
             raw = raw[rows]
         values = dequantise(raw, info.kind)
         return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
+
+
+def _shown(name: str) -> str:
+    """A tensor's name as a message quotes it: escaped, and cut (a name can be as long as the file)."""
+    return printable(repr(name))[:80]
 
 
 def dequantise(raw: np.ndarray, kind: int) -> np.ndarray:

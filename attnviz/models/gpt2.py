@@ -12,7 +12,7 @@ from .decoder import Decoder, Shape
 from .metadata import Settings, gguf_settings
 from .parts import ACTIVATIONS, Rope, layer_norm
 from .tokenizer import Tokenizer
-from .weights import Tensors
+from .weights import Tensors, rows
 
 MAX_LAYERS = 1024
 NO_ROPE = Rope(1.0, 0)
@@ -30,7 +30,7 @@ class GPT2(Decoder):
 
     def expected(self) -> dict[str, tuple[int, ...]]:
         h, f = self.shape.hidden, self.inner
-        vocabulary = self.weights.shape("token_embd.weight")[0] if "token_embd.weight" in self.weights else 0
+        vocabulary = rows(self.weights, "token_embd.weight")
         shapes: dict[str, tuple[int, ...]] = {
             "token_embd.weight": (vocabulary, h),
             "position_embd.weight": (self.context, h),
@@ -42,6 +42,9 @@ class GPT2(Decoder):
                 shapes[f"blk.{i}.{w}.weight"] = s
                 shapes[f"blk.{i}.{w}.bias"] = (s[0],)
         return shapes
+
+    def head(self) -> dict[str, tuple[int, ...]]:
+        return super().head() | {"output_norm.bias": (self.shape.hidden,)}
 
     def embed(self, ids: Array, start: int = 0) -> Array:
         positions = self.weights.tensor("position_embd.weight")[start : start + len(ids)]

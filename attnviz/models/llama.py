@@ -18,7 +18,7 @@ from .decoder import Decoder, Shape
 from .metadata import Settings, gguf_settings
 from .parts import Rope, rms_norm, silu
 from .tokenizer import Tokenizer
-from .weights import Tensors
+from .weights import Tensors, rows
 
 MAX_LAYERS = 1024
 GGUF_ARCHITECTURES = ("llama", "qwen2")
@@ -32,13 +32,13 @@ class Llama(Decoder):
     def expected(self) -> dict[str, tuple[int, ...]]:
         s = self.shape
         h, q, kv = s.hidden, s.heads * s.d_head, s.kv_heads * s.d_head
-        ffn = self.weights.shape("blk.0.ffn_gate.weight")[0] if "blk.0.ffn_gate.weight" in self.weights else 0
+        ffn = rows(self.weights, "blk.0.ffn_gate.weight")
         layer = {"attn_norm": (h,), "attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h), "attn_output": (h, q)}
         layer |= {"ffn_norm": (h,), "ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn)}
         return self._tensors(layer)
 
     def _tensors(self, layer: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-        vocabulary = self.weights.shape("token_embd.weight")[0] if "token_embd.weight" in self.weights else 0
+        vocabulary = rows(self.weights, "token_embd.weight")
         shapes = {"token_embd.weight": (vocabulary, self.shape.hidden)}
         return shapes | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in layer.items()}
 
@@ -99,7 +99,32 @@ def rope_parameters(config: Settings, key: str | None = None) -> tuple[float, ob
     return float(config.number("rope_theta", 10000.0, low=1, high=1e12)), config.get("rope_scaling")
 
 
-def shape_from_config(config: Settings) -> Shape:
+def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: it attends to every earlier token), as transformers reads config.json.
+
+    Qwen2 slides only with use_sliding_window, and then the layers from max_window_layers on (Qwen2Config's
+    layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
+    by sliding_window, or those layer_types names sliding_attention.
+    """
+    types = config.get("layer_types")
+    if types is not None and (not isinstance(types, list) or len(types) != layers):
+        raise config.fail("layer_types", types, f"a list of {layers} layer types")
+    if family == "qwen2":
+        if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
+            return (None,) * layers
+        size = config.count("sliding_window", high=2**24)
+        if types is None:
+            start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
+            return tuple(size if i >= start else None for i in range(layers))
+    else:
+        if config.get("use_sliding_window") is False or config.get("sliding_window") is None:
+            return (None,) * layers
+        size = config.count("sliding_window", high=2**24)
+    sliding = [t == "sliding_attention" for t in types] if types is not None else [True] * layers
+    return tuple(size if s else None for s in sliding)
+
+
+def shape_from_config(config: Settings, family: str = "llama") -> Shape:
     """A config.json of model_type llama, mistral or qwen2."""
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
@@ -109,16 +134,7 @@ def shape_from_config(config: Settings) -> Shape:
     d_head = config.count("head_dim", high=4096) if config.get("head_dim") is not None else hidden // heads
     base, scaling = rope_parameters(config)
     rope = rope_of(config, d_head, base, scaling)
-    window = config.get("sliding_window")
-    if config.get("use_sliding_window") is False or window is None:
-        windows: tuple[int | None, ...] = (None,) * layers
-    else:
-        size = config.count("sliding_window", high=2**24)
-        types = config.get("layer_types")
-        if types is not None and (not isinstance(types, list) or len(types) != layers):
-            raise config.fail("layer_types", types, f"a list of {layers} layer types")
-        sliding = [t == "sliding_attention" for t in types] if types is not None else [True] * layers
-        windows = tuple(size if s else None for s in sliding)
+    windows = sliding_windows(config, layers, family)
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
         float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
@@ -127,7 +143,7 @@ def shape_from_config(config: Settings) -> Shape:
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Llama:
-    return Llama(name, weights, shape_from_config(config), tokenizer, family)
+    return Llama(name, weights, shape_from_config(config, family), tokenizer, family)
 
 
 def shape_from_gguf(meta: Settings, architecture: str) -> Shape:

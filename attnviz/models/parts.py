@@ -70,10 +70,16 @@ class Rope:
         if self.kind == "linear":
             inverse = inverse / self.factor
         elif self.kind == "llama3":
+            # transformers' _compute_llama3_parameters: wavelengths past original / low slowed by factor, those
+            # under original / high kept, those between mixed. With high <= low there is no between (at most
+            # the one wavelength original / low, where transformers divides 0 by 0): nothing is mixed.
             wavelength = 2 * math.pi / inverse
             slow = inverse / self.factor
-            smooth = (self.original / wavelength - self.low) / (self.high - self.low)
-            mixed = (1 - smooth) * slow + smooth * inverse
+            if self.high > self.low:
+                smooth = (self.original / wavelength - self.low) / (self.high - self.low)
+                mixed = (1 - smooth) * slow + smooth * inverse
+            else:
+                mixed = inverse
             inverse = np.where(
                 wavelength > self.original / self.low,
                 slow,

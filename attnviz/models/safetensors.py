@@ -7,14 +7,16 @@ Every size and offset in the header is checked against the file before anything 
 from __future__ import annotations
 
 import math
+import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import AttnvizError
-from ..inputs import parse_json
+from ..errors import AttnvizError, printable
+from ..inputs import open_regular, parse_json
 
 DTYPES = {
     "F64": "<f8",
@@ -28,7 +30,11 @@ DTYPES = {
     "U8": "u1",
     "BOOL": "?",
 }
-MAX_HEADER = 100 * 1024 * 1024
+MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be a regular file
+MAX_HEADER = 32 * 2**20  # bytes of JSON: 250,000 tensors of long names; parsed, some eight times as much memory
+MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
+MAX_DIMENSIONS = 8
+MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
 
 
 @dataclass(frozen=True)
@@ -51,50 +57,73 @@ class Stored:
 
 def read_safetensors(path: Path) -> dict[str, Stored]:
     """Every tensor of the file by name, memory-mapped."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
+    where = printable(str(path))
+    with open_regular(path, MAX_FILE_BYTES, "a safetensors file") as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise AttnvizError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+                raise AttnvizError(f"{where}: not a safetensors file (shorter than its 8-byte header length)")
             (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > min(size - 8, MAX_HEADER):
+            if header_len > size - 8:
                 raise AttnvizError(
-                    f"{path}: not a safetensors file (its header claims {header_len} bytes, the file has {size})"
+                    f"{where}: not a safetensors file (its header claims {header_len} bytes, the file has {size})"
+                )
+            if header_len > MAX_HEADER:
+                raise AttnvizError(
+                    f"{where}: a header of {header_len:,} bytes; attnviz reads headers of at most {MAX_HEADER:,}"
                 )
             raw = handle.read(header_len)
-    except OSError as err:
-        raise AttnvizError(f"{path}: cannot be read ({err.strerror})") from None
+        except OSError as err:
+            raise AttnvizError(f"{where}: cannot be read ({err.strerror})") from None
+        data_len = size - 8 - header_len
+        try:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if data_len else None
+        except OSError as err:
+            raise AttnvizError(f"{where}: the model file cannot be memory-mapped ({err.strerror or err})") from None
     try:
         header = parse_json(raw, "its header")
     except AttnvizError as err:
-        raise AttnvizError(f"{path}: not a safetensors file ({err}; the header is not JSON)") from None
+        raise AttnvizError(f"{where}: not a safetensors file ({err}; the header is not JSON)") from None
+    del raw
     if not isinstance(header, dict):
-        raise AttnvizError(f"{path}: not a safetensors file (its header is not a JSON object)")
-    data_len = size - 8 - header_len
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len, shape=(data_len,)) if data_len else None
+        raise AttnvizError(f"{where}: not a safetensors file (its header is not a JSON object)")
+    if len(header) > MAX_TENSORS + 1:
+        raise AttnvizError(
+            f"{where}: the header lists {len(header):,} tensors; attnviz reads at most {MAX_TENSORS:,} "
+            "(no model has more)"
+        )
+    data = None if mapped is None else np.frombuffer(mapped, dtype=np.uint8, offset=8 + header_len)
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        tensors[name] = _tensor(path, name, info, data, data_len)
+        tensors[name] = _tensor(where, name, info, data, data_len)
     return tensors
 
 
-def _tensor(path: Path, name: str, info: object, data: np.ndarray | None, data_len: int) -> Stored:
+def _tensor(where: str, name: str, info: object, data: np.ndarray | None, data_len: int) -> Stored:
+    shown = printable(repr(name))[:80]
     try:
         dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]  # type: ignore[index]
-        shape = tuple(int(s) for s in shape)
-        start, end = int(start), int(end)
+        if not isinstance(shape, list) or not all(type(s) is int for s in [*shape, start, end]):
+            raise TypeError
+        shape = tuple(shape)
     except (KeyError, TypeError, ValueError):
-        raise AttnvizError(f"{path}: tensor {name!r} has a malformed entry in the header") from None
+        raise AttnvizError(f"{where}: tensor {shown} has a malformed entry in the header") from None
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise AttnvizError(f"{path}: tensor {name!r} has dtype {dtype!r}, which attnviz cannot read")
+        raise AttnvizError(
+            f"{where}: tensor {shown} has dtype {printable(repr(dtype))[:40]}, which attnviz cannot read"
+        )
+    if len(shape) > MAX_DIMENSIONS or min(shape, default=0) < 0 or math.prod(d or 1 for d in shape) > MAX_ELEMENTS:
+        raise AttnvizError(
+            f"{where}: tensor {shown} has shape {list(shape)[: MAX_DIMENSIONS + 1]}, which no tensor has"
+        )
     itemsize = np.dtype(DTYPES[dtype]).itemsize
     count = math.prod(shape)  # Python integers: a crafted shape cannot overflow into a match
-    if min(shape, default=0) < 0 or not 0 <= start <= end <= data_len or end - start != count * itemsize:
+    if not 0 <= start <= end <= data_len or end - start != count * itemsize:
         raise AttnvizError(
-            f"{path}: tensor {name!r} ({dtype} {list(shape)}) does not fit the file's data "
+            f"{where}: tensor {shown} ({dtype} {list(shape)}) does not fit the file's data "
             f"(bytes {start} to {end} of {data_len})"
         )
     assert data is not None or count == 0

@@ -5,6 +5,7 @@ whichever format its weights came in; a folder's names are translated as the fol
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -13,9 +14,10 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import parse_json, read_file
-from .safetensors import Stored, read_safetensors
+from .safetensors import MAX_TENSORS, Stored, read_safetensors
 
 INDEX = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 32 * 2**20  # the shard index's JSON: every tensor's name and shard, MAX_TENSORS of them fit
 
 
 class Tensors(Protocol):
@@ -28,6 +30,13 @@ class Tensors(Protocol):
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor as float32 (only ``rows`` of a matrix, if given: the embeddings of the input)."""
         ...
+
+
+def rows(weights: Tensors, name: str) -> int:
+    """The first dimension of tensor ``name`` (0 where it is missing or has none): a size the shape check
+    takes from the file (the vocabulary, the feed-forward width) to compare the other tensors with."""
+    shape = weights.shape(name) if name in weights else ()
+    return shape[0] if shape else 0
 
 
 class FolderTensors:
@@ -74,26 +83,34 @@ def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
     """Every tensor of the folder's safetensors: ``model.safetensors``, or the shards its index lists, each
     tensor found in the shard the index names."""
     index = directory / INDEX
-    if not index.is_file():
+    if not os.path.lexists(index):  # present but not a file (a FIFO, a device): read_file says so
         single = directory / "model.safetensors"
-        if single.is_file():
+        if os.path.lexists(single):
             return read_safetensors(single)
         others = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt*"))
         hint = f" ({others[0]} is a PyTorch pickle: attnviz reads safetensors only)" if others else ""
         raise AttnvizError(f"{directory}: no model.safetensors or {INDEX}{hint}")
-    raw = parse_json(read_file(index, limit=64 * 2**20), str(index))
+    where = printable(str(index))
+    raw = parse_json(read_file(index, MAX_INDEX_BYTES, "a safetensors index"), where)
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise AttnvizError(f"{index}: no weight_map of tensor names to files")
+        raise AttnvizError(f"{where}: no weight_map of tensor names to files")
+    if len(weight_map) > MAX_TENSORS:
+        raise AttnvizError(f"{where}: names {len(weight_map):,} tensors; attnviz reads at most {MAX_TENSORS:,}")
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, Stored] = {}
-    for shard in sorted(set(weight_map.values())):
+    for shard in sorted(by_shard):
+        shown = printable(repr(shard))[:60]
         if Path(shard).name != shard or shard in (".", ".."):
-            raise AttnvizError(f"{index}: shard {printable(repr(shard))[:60]} is not a file name in the folder")
-        if not (directory / shard).is_file():
-            raise AttnvizError(f"{index}: names {shard}, which is not in {directory}")
+            raise AttnvizError(f"{where}: shard {shown} is not a file name in the folder")
+        if not os.path.lexists(directory / shard):
+            raise AttnvizError(f"{where}: names {printable(shard)[:60]}, which is not in {printable(str(directory))}")
         stored = read_safetensors(directory / shard)
-        for name in (n for n, f in weight_map.items() if f == shard):
+        for name in by_shard[shard]:
             if name not in stored:
-                raise AttnvizError(f"{index}: says {shard} holds tensor {name!r}; it does not")
+                shown_name = printable(repr(name))[:80]
+                raise AttnvizError(f"{where}: says {printable(shard)[:60]} holds tensor {shown_name}; it does not")
             tensors[name] = stored[name]
     return tensors
