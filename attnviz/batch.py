@@ -28,7 +28,6 @@ from typing import Any
 
 from ._version import __version__
 from .errors import AttnvizError, UsageError, printable
-from .inputs import MAX_INPUT
 
 COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads", "generate")
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
@@ -41,13 +40,6 @@ MAX_PLAN_BYTES = 4 * 2**20
 MAX_NAME_BYTES = 255
 MAX_MANIFEST_BYTES = 16 * 2**20  # 10,000 entries of the longest names, escaped: about 11 MB
 MAX_FIGURE_BYTES = 4 * 2**30  # a figure hashed to tell it is intact: a 100-megapixel PNG or a long film is less
-FILE_LIMITS = {  # every file a plan names: a regular file of at most this many bytes
-    "file": (MAX_INPUT, "a token file"),
-    "keys_file": (MAX_INPUT, "a token file"),
-    "tokens_file": (MAX_INPUT, "a token file"),
-    "from_file": (4 * 2**30, "an attention file"),
-    "model_file": (64 * 2**30, "a model file"),
-}
 
 
 @dataclass
@@ -296,11 +288,28 @@ def validate(entry: Entry, directory: Path) -> None:
 def configuration_key(entry: Entry) -> str:
     """What the figure is drawn from: attnviz's version, the options and the contents of files they name.
 
-    Every file named must be a regular file within its limit (FILE_LIMITS), checked as it is opened:
+    Every file named must be a regular file within its limit (file_limits), checked as it is opened:
     a FIFO cannot hang the plan, nor a device fill the memory, not even under --check."""
-    files = {k: _digest(str(v), *FILE_LIMITS[k]) for k, v in entry.options.items() if k in FILE_LIMITS}
+    limits = file_limits()
+    files = {k: _digest(str(v), *limits[k]) for k, v in entry.options.items() if k in limits}
     content = json.dumps([__version__, entry.command, entry.format, entry.options, files], sort_keys=True, default=str)
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def file_limits() -> dict[str, tuple[int, str]]:
+    """The files a plan may name (model_dir is a folder), each with the limit its reader applies."""
+    from .inputs import MAX_INPUT
+    from .models.gguf import MAX_FILE_BYTES
+    from .sources import MAX_ATTENTION_ARRAY
+
+    text = (MAX_INPUT, "a token file")
+    return {
+        "file": text,
+        "keys_file": text,
+        "tokens_file": text,
+        "from_file": (MAX_ATTENTION_ARRAY, "an attention file"),
+        "model_file": (MAX_FILE_BYTES, "a GGUF file"),
+    }
 
 
 def _digest(path: str, limit: int, what: str) -> str:
