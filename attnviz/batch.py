@@ -614,14 +614,31 @@ def _draw_all(todo: list[Entry], directory: Path, jobs: int) -> Iterator[Outcome
             return Outcome(entry, "failed", unexpected(err))
 
     workers = min(jobs, len(todo))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(draw, entry, directory): entry for entry in todo}
-        try:
-            for future in as_completed(futures):
-                yield outcome(future, futures[future])
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    started: list[int] = []
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(draw, entry, directory): entry for entry in todo}
+            started = list(pool._processes)  # forked at the first submit, all of them
+            try:
+                for future in as_completed(futures):
+                    yield outcome(future, futures[future])
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    finally:
+        remove_temporaries(directory, started)
+
+
+def remove_temporaries(directory: Path, processes: list[int]) -> None:
+    """What the given processes, now ended, left half-written in ``directory``: a worker killed mid-write
+    (out of memory, SIGKILL) cannot remove its own temporary, so a figure would not be complete or absent."""
+    from .render.figure import TEMPORARY
+
+    for pid in processes:
+        for path in directory.glob(f"{TEMPORARY}{pid}-*.tmp"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(path.lstat().st_mode):
+                    path.unlink()
 
 
 def _progress(total: int, done: int) -> tuple[Any, Any]:

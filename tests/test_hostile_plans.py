@@ -349,10 +349,30 @@ def test_a_worker_that_dies_fails_its_figures_not_the_plan(cli, shared: Path, mo
     assert not [p for p in (shared / "build" / "plan").iterdir() if p.name.endswith(".tmp")]
 
 
-def test_ctrl_c_in_a_figure_still_stops_the_plan(cli, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_in_a_figure_still_stops_the_plan(cli, shared: Path, monkeypatch: pytest.MonkeyPatch, jobs: str) -> None:
     _broken(monkeypatch, KeyboardInterrupt())
-    run = cli("batch", "plan.toml", "-j", "1")
-    assert run.code == 130 and "Traceback" not in run.err
+    run = cli("batch", "plan.toml", "-j", jobs)
+    assert run.code == 130 and "Traceback" not in run.err and "attnviz: error" not in run.err
     out = shared / "build" / "plan"
-    assert set(figures(out)) == {".attnviz-batch.json"}  # fig was interrupted: other was never started
-    assert json.loads((out / plans.MANIFEST).read_text())["figures"] == {}
+    left = figures(out)  # no temporary; other.png only if its worker finished first
+    assert "fig.png" not in left and "fig.png" not in json.loads(left[plans.MANIFEST])["figures"]
+    assert jobs == "2" or set(left) == {plans.MANIFEST}
+
+
+def test_a_worker_killed_mid_write_leaves_no_temporary(cli, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    parent, real = os.getpid(), os.replace
+
+    def killed(source, target):  # type: ignore[no-untyped-def]
+        if os.getpid() != parent and Path(target).name == "fig.png":
+            os.kill(os.getpid(), signal.SIGKILL)  # the temporary is written, never renamed
+        return real(source, target)
+
+    monkeypatch.setattr(os, "replace", killed)
+    run = cli("batch", "plan.toml", "-j", "2")
+    assert run.code == 1 and "figure 'fig' (line 6): the process drawing it ended abruptly" in run.err
+    out = shared / "build" / "plan"
+    assert not (out / "fig.png").exists() and "fig.png" not in json.loads((out / plans.MANIFEST).read_text())["figures"]
+    figures(out)  # no temporary left

@@ -479,6 +479,9 @@ def save_figure(
     write_output(figure_bytes(fig, format_of(str(path), fmt), description or {}), str(path), sys.stdout.buffer)
 
 
+TEMPORARY = ".attnviz-"  # then the writer's process id: a batch removes those of a worker killed mid-write
+
+
 def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, stdout: IO[bytes]) -> None:
     """Write ``data`` (bytes, or a function that writes to a stream) to a file atomically, or to stdout for '-'.
 
@@ -503,7 +506,7 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     os.umask(umask)
     temporary = None
     try:
-        handle, temporary = tempfile.mkstemp(dir=parent, prefix=".attnviz-", suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(dir=parent, prefix=f"{TEMPORARY}{os.getpid()}-", suffix=".tmp")
         with os.fdopen(handle, "wb") as out:
             if callable(data):
                 data(out)
