@@ -547,8 +547,6 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
     A file is recorded once it is complete (renamed into place), with what it is on disk."""
     make_directory(directory)
     manifest = load_manifest(directory)  # also under --force: what is in its place must be a file
-    if force:
-        manifest = {}
     outcomes: list[Outcome] = []
     todo: list[Entry] = []
     for entry in entries:
@@ -557,7 +555,7 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
             outcomes.append(Outcome(entry, "skipped", sha256=digest))
         else:
             todo.append(entry)
-            manifest.pop(entry.filename, None)  # redrawn or failed: no longer what the manifest said
+            manifest.pop(entry.filename, None)  # redrawn or failed: the entries of other plans and shards stay
     bar = _progress(len(entries), len(outcomes)) if progress else None
     try:
         for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):

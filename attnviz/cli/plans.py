@@ -71,8 +71,8 @@ def batch(
     """
     from .. import batch as plans
 
-    directory = plans.output_directory(plan, output)
     entries, errors = plans.load_plan(plan, tuple(allow_dir or ()))
+    directory = plans.output_directory(plan, output)
     entries = plans.shard(entries, shard_spec)
     valid = []
     for entry in entries:
