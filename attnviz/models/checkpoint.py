@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import AttnvizError, printable
-from ..inputs import parse_json, read_file
+from ..inputs import open_regular, parse_json, read_file
 from . import bert, gemma3, gpt2, llama
 from .metadata import Settings
 from .tokenizer import Tokenizer, read_tokenizer_json
@@ -153,6 +153,9 @@ def folder_tokenizer(directory: Path, family: str) -> Tokenizer:
     if family in ("bert", "distilbert"):
         if not os.path.lexists(directory / "vocab.txt"):
             raise AttnvizError(f"{directory}: no tokenizer.json or vocab.txt: the checkpoint has no tokenizer")
+        options = directory / "tokenizer_config.json"
+        if os.path.lexists(options):  # from_vocab_txt passes over one that is not a file; refuse it instead
+            open_regular(options, MAX_CONFIG_BYTES, "a tokenizer_config.json").close()
         return from_vocab_txt(directory)
     raise AttnvizError(f"{directory}: no tokenizer.json (attnviz reads the tokenizer from it)")
 

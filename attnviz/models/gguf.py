@@ -39,6 +39,15 @@ MAX_KEYS = 2**16  # metadata entries: llama.cpp writes a few dozen
 MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
 MAX_STRINGS = 2**22  # strings in all metadata arrays: a vocabulary and its merges (Gemma 3: 262,144 tokens)
 MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
+# The types GGUF's specification gives the keys attnviz reads as flags, names and lists (docs/gguf.md): a
+# file that says otherwise is refused as it is read (the hyperparameters are checked where they are used).
+KNOWN = {
+    "general.architecture": "a string", "tokenizer.ggml.model": "a string", "tokenizer.ggml.pre": "a string",
+    "tokenizer.ggml.add_bos_token": "true or false", "tokenizer.ggml.add_eos_token": "true or false",
+    "tokenizer.ggml.add_space_prefix": "true or false",
+    "tokenizer.ggml.tokens": "an array of strings", "tokenizer.ggml.merges": "an array of strings",
+    "tokenizer.ggml.scores": "an array of numbers", "tokenizer.ggml.token_type": "an array of numbers",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,9 @@ class GGUF:
         self.metadata: dict[str, object] = {}
         for _ in range(n_kv):
             key = self.string()
-            self.metadata[key] = self.value(int(self.scalar("I")))
+            self.metadata[key] = value = self.value(int(self.scalar("I")))
+            if key in KNOWN and not _is(value, KNOWN[key]):
+                raise self.error(f"metadata {key} is {_kind(value)}, not {KNOWN[key]}")
         infos = [self.tensor_info() for _ in range(n_tensors)]
         alignment = self.metadata.get("general.alignment", 32)
         if type(alignment) is not int or not 0 < alignment <= 1 << 20:
@@ -180,6 +191,22 @@ class GGUF:
             raw = raw[rows]
         values = dequantise(raw, info.kind)
         return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
+
+
+def _is(value: object, kind: str) -> bool:
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "an array of strings":
+        return isinstance(value, list)  # string arrays are read as lists, numbers as NumPy arrays
+    return isinstance(value, np.ndarray) and value.dtype.kind in "iuf"
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of {value.dtype}"
+    return "an array of strings" if isinstance(value, list) else f"{type(value).__name__} {printable(repr(value))[:40]}"
 
 
 def _shown(name: str) -> str:
