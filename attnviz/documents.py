@@ -31,7 +31,7 @@ def read_json_source(path: Path, limit: int) -> Any:
             raise AttnvizError("stdin is closed: give the attention file's path to --from")
         raw = bounded(sys.stdin.buffer.read(limit + 1), "stdin", limit)
     else:
-        raw = read_file(path, limit=limit)
+        raw = read_file(path, limit, "an attention file")
     ensure_fits(5 * len(raw), f"reading {where} ({human_bytes(len(raw))} of JSON)", "use .npy or .npz")
     text = decode(raw, where)
     del raw

@@ -88,9 +88,10 @@ def read_safetensors(path: Path) -> dict[str, Stored]:
     del raw
     if not isinstance(header, dict):
         raise AttnvizError(f"{where}: not a safetensors file (its header is not a JSON object)")
-    if len(header) > MAX_TENSORS + 1:
+    listed = len(header) - ("__metadata__" in header)
+    if listed > MAX_TENSORS:
         raise AttnvizError(
-            f"{where}: the header lists {len(header):,} tensors; attnviz reads at most {MAX_TENSORS:,} "
+            f"{where}: the header lists {listed:,} tensors; attnviz reads at most {MAX_TENSORS:,} "
             "(no model has more)"
         )
     data = None if mapped is None else np.frombuffer(mapped, dtype=np.uint8, offset=8 + header_len)
