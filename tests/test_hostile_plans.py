@@ -239,6 +239,7 @@ def test_a_forged_manifest_entry_does_not_keep_a_planted_figure(
     assert cli("batch", "plan.toml", "-j", "1", "-q").code == 0
     drawn = (author / "build" / "plan" / "fig.png").read_bytes()
     _plant(author)
+    stranger = None
     if how == "shipped":  # the user copies, unpacks or clones the author's folder
         shutil.rmtree(shared)
         shutil.copytree(author, shared, copy_function=shutil.copy2)
@@ -247,8 +248,8 @@ def test_a_forged_manifest_entry_does_not_keep_a_planted_figure(
         folder = author
         if os.geteuid() == 0:
             os.chown(author / "build" / "plan" / "fig.png", 65534, 65534)
-        else:
-            monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+        else:  # the planted file is the test's own: the user is someone else, for one run
+            stranger = os.geteuid() + 1
     else:  # the entry names a file that is not the one on disk
         folder = author
         manifest = author / "build" / "plan" / plans.MANIFEST
@@ -256,7 +257,10 @@ def test_a_forged_manifest_entry_does_not_keep_a_planted_figure(
         entries["figures"]["fig.png"]["file"] = entries["figures"]["other.png"]["file"]
         manifest.write_text(json.dumps(entries))
     monkeypatch.chdir(folder)
-    run = cli("batch", "plan.toml", "-j", "1", "--json")
+    with monkeypatch.context() as patched:
+        if stranger is not None:
+            patched.setattr(os, "geteuid", lambda: stranger)
+        run = cli("batch", "plan.toml", "-j", "1", "--json")
     assert run.code == 0, run.err
     status = {f["name"]: f["status"] for f in json.loads(run.out)["figures"]}
     assert status["fig"] == "drawn"
@@ -309,7 +313,7 @@ def _broken(monkeypatch: pytest.MonkeyPatch, failure: BaseException | None) -> N
 
     real = heatmap.render_heatmap_figure
 
-    def render(att, style=heatmap.DEFAULT_STYLE):  # type: ignore[no-untyped-def]
+    def render(att, style=heatmap.DEFAULT_STYLE):
         if list(att.tokens) == ["a", "b", "c"]:
             if failure is None:
                 os._exit(9)
@@ -365,7 +369,7 @@ def test_a_worker_killed_mid_write_leaves_no_temporary(cli, shared: Path, monkey
 
     parent, real = os.getpid(), os.replace
 
-    def killed(source, target):  # type: ignore[no-untyped-def]
+    def killed(source, target):
         if os.getpid() != parent and Path(target).name == "fig.png":
             os.kill(os.getpid(), signal.SIGKILL)  # the temporary is written, never renamed
         return real(source, target)
