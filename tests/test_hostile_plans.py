@@ -269,6 +269,21 @@ def test_a_forged_manifest_entry_does_not_keep_a_planted_figure(
     assert {f["status"] for f in again["figures"]} == {"skipped"}
 
 
+@pytest.mark.slow
+def test_a_fifo_where_a_figure_goes_is_neither_read_nor_replaced(shared: Path) -> None:
+    """Even with a manifest entry of the right key that claims it: the FIFO is not opened to be hashed."""
+    out = shared / "build" / "plan"
+    out.mkdir(parents=True)
+    os.mkfifo(out / "fig.png")
+    entries, _ = plans.load_plan(shared / "plan.toml")
+    plans.validate(entries[0], Path("build/plan"))
+    claim = {"key": entries[0].key, "sha256": "0" * 64, "size": 0, "file": "0:0:0"}
+    (out / plans.MANIFEST).write_text(json.dumps({"figures": {"fig.png": claim}}))
+    err = assert_refused(attnviz("batch", "plan.toml", "-j", "1", "-q", cwd=shared))
+    assert "figure 'fig' (line 6): build/plan/fig.png: is a device, FIFO or socket" in err
+    assert stat.S_ISFIFO((out / "fig.png").lstat().st_mode) and (out / "other.png").is_file()
+
+
 # Files the plan names.
 
 
