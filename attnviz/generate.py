@@ -9,6 +9,7 @@ sampled with a temperature and the top k (seeded).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ import numpy as np
 
 from .blocked import Keep, Kept
 from .core import Array
-from .errors import UsageError
+from .errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
     from .attention import Attention
@@ -46,13 +47,15 @@ class Sampling:
         rng = np.random.default_rng(self.seed)
 
         def choose(logits: Array) -> int:
+            """An id from finite ``logits`` (one per token the tokenizer can spell)."""
             if self.greedy:
                 return int(np.argmax(logits))
-            scores = logits.astype(np.float64) / self.temperature
-            if self.top_k is not None and self.top_k < len(scores):
-                cut = np.partition(scores, -self.top_k)[-self.top_k]
-                scores = np.where(scores >= cut, scores, -np.inf)
-            p = np.exp(scores - scores.max())
+            shifted = logits.astype(np.float64) - logits.max()  # at most 0: a tiny temperature gives -inf, never NaN
+            if self.top_k is not None and self.top_k < len(shifted):
+                cut = np.partition(shifted, -self.top_k)[-self.top_k]
+                shifted = np.where(shifted >= cut, shifted, -np.inf)
+            with np.errstate(over="ignore", divide="ignore"):
+                p = np.exp(shifted / self.temperature)
             return int(rng.choice(len(p), p=p / p.sum()))
 
         return choose
@@ -111,6 +114,11 @@ class Generation:
         )
         return stack.layer()
 
+    def row(self, query: int) -> Array:
+        """(shown, query + 1): the weights token ``query`` (of the prompt or written) gives every token up to itself."""
+        n = len(self.prompt_ids)
+        return self.prompt_map[:, query, : query + 1] if query < n else self.rows[query - n]
+
     def full_map(self, steps: int | None = None) -> Array:
         """(shown, N, N): the prompt's map and the first ``steps`` written rows (all by default); zeros above
         the diagonal, as a causal map has."""
@@ -132,10 +140,15 @@ def generate(
     keep: Keep | None = None,
     sampling: Sampling | None = None,
     on_step: Callable[[Generation], None] = lambda generation: None,
+    budget: Callable[[int], None] = lambda prompt_tokens: None,
 ) -> Generation:
     """Write up to ``new`` tokens after ``prompt`` (stopping at the end-of-sequence token), keeping layer
     ``layer``'s attention as ``keep`` says (default: every head), calling ``on_step`` after each token.
-    Ctrl-C ends the writing, not the generation: it is returned as it stands."""
+    ``budget`` is given the prompt's length in tokens before the model runs (a view's limits, refused
+    before any work). Ctrl-C ends the writing, not the generation: it is returned as it stands.
+
+    Scores or attention that turn NaN or infinite stop it with an error naming the damaged tensor or
+    layer; only ids the tokenizer can spell are chosen (an output matrix may have spare rows)."""
     keep, sampling = keep or Keep(), sampling or Sampling()
     from .models.decoder import Decoder
 
@@ -146,15 +159,19 @@ def generate(
     encoding = model.encode(prompt)
     if len(encoding.ids) + new > model.context:
         raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")
+    budget(len(encoding.ids))
     model.resident()
+    spelled = min(len(model.tokenizer.tokens), model.weights.shape("token_embd.weight")[0])
     cache = model.start(len(encoding.ids) + new)
     logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep))
+    _finite(model, logits, kept.weights, encoding.ids)
     result = Generation(model, prompt, encoding.tokens, encoding.ids, layer, keep, kept.weights)
     choose = sampling.chooser()
     try:
         for _ in range(new):
-            chosen = choose(logits)
+            chosen = choose(logits[:spelled])
             logits, kept = model.forward(np.asarray([chosen]), cache, (layer, keep))
+            _finite(model, logits, kept.weights, (*result.all_ids, chosen))
             token = model.tokenizer.readable(model.tokenizer.tokens[chosen])
             result.ids.append(chosen)
             result.tokens.append(token)
@@ -166,3 +183,42 @@ def generate(
     except KeyboardInterrupt:
         result.stopped = "interrupted"
     return result
+
+
+def _finite(model: Decoder, logits: Array, weights: Array, ids: tuple[int, ...]) -> None:
+    """The step's scores and attention are finite, else the error naming what made them NaN or infinite."""
+    if np.isfinite(logits).all() and np.isfinite(weights).all():
+        return
+    raise _damage(model, ids)
+
+
+def _damage(model: Decoder, ids: tuple[int, ...]) -> AttnvizError:
+    """The first tensor the pass reads that holds NaN or infinity, with the part of the model it is; else the
+    layer whose output first overflows (heatmap's check, on the same tokens); else the last layer and the head."""
+    from .blocked import NOTHING
+    from .models import Encoding, damaged
+
+    names = [m for n in model.expected() for m in (n, n.removesuffix(".weight") + ".bias")]
+    names += ["output_norm.weight", "output_norm.bias", "output.weight"]
+    for name in dict.fromkeys(n for n in names if n in model.weights):
+        load = functools.partial(model.weights.tensor, name)
+        if not np.isfinite(load()).all():
+            return damaged(f"{model.weights.path}: {_part(name)}", -1, {name: load})
+    try:
+        model.run(Encoding(tuple(map(str, ids)), ids, (0,) * len(ids)), lambda layer, kept: None,
+                  {model.layers - 1: NOTHING})  # fmt: skip
+    except AttnvizError as err:
+        return err
+    return AttnvizError(
+        f"{model.weights.path}: layer {model.layers - 1} or the final norm and output matrix give NaN or infinity "
+        "for the next token's scores (overflowing weights)"
+    )
+
+
+def _part(tensor: str) -> str:
+    """The part of a decoder a tensor (by llama.cpp's name) belongs to: ``layer 3``, ``the final norm``."""
+    if tensor.startswith("blk."):
+        return f"layer {tensor.split('.')[1]}"
+    if tensor.startswith("output_norm."):
+        return "the final norm"
+    return "the output matrix" if tensor.startswith("output.") else "the embeddings"

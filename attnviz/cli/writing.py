@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
@@ -110,9 +110,10 @@ def generate(
     if all_heads and not (as_json or jsonl):
         raise UsageError("--all-heads is for --json and --jsonl; a film or the terminal shows one head, or --mean")
     if figure.output is not None:
-        from ..render.film import film_format
+        from ..render.film import film_budget, film_format
 
         film_format(figure.output)
+        film_budget(figure.style, new)
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
     chosen = model.layers - 1 if layer.layer is None else layer.layer  # generate() checks the layer, and the model
@@ -123,8 +124,17 @@ def generate(
     run = functools.partial(write, model, layer.text, new, chosen, keep, sampling)
     if jsonl:
         _stream_jsonl(run, described)
-    elif as_json or figure.output is not None:
-        _finish(run(), figure, as_json, fps, described)
+    elif as_json:
+        from ..schema import generate_document
+        from .output import write_json
+
+        generation = run()
+        write_json([generate_document(generation, described)])
+        _said(generation)
+    elif figure.output is not None:
+        from ..render.film import map_budget
+
+        _film(run(budget=functools.partial(map_budget, new=new)), figure, fps)
     else:
         _live(run, no_color)
 
@@ -147,25 +157,26 @@ def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
     _said(generation)
 
 
-def _finish(
-    generation: Generation, figure: opt.FigureRequest, as_json: bool, fps: float, described: dict[str, object]
-) -> None:
+def _film(generation: Generation, figure: opt.FigureRequest, fps: float) -> None:
+    """The film, streamed into its file as each frame is drawn; an interrupted generation writes none (a
+    figure is complete or absent)."""
     from ..render.figure import write_output
-    from ..render.film import Film, film_bytes, film_format
-    from ..schema import generate_document
-    from .output import ANNOUNCE, audit_written, write_json
+    from ..render.film import Film, film_format, write_film
+    from .output import ANNOUNCE, audit_written
 
-    if as_json:
-        write_json([generate_document(generation, described)])
-    else:
-        assert figure.output is not None
-        film = Film(generation, figure.style)
-        data = film_bytes(film, film_format(figure.output), fps)
-        write_output(data, figure.output, sys.stdout.buffer)
-        if ANNOUNCE:
-            say(f"wrote {figure.output} ({film.count} frames, {len(data) / 1e6:.1f} MB)")
-        audit_written(film.figure, figure)
-    _said(generation)
+    assert figure.output is not None
+    if generation.stopped == "interrupted":
+        say(f"attnviz: interrupted after {len(generation.rows)} tokens: {figure.output} not written")
+        raise typer.Exit(130)
+    film, fmt, size = Film(generation, figure.style), film_format(figure.output), [0]
+
+    def write(out: IO[bytes]) -> None:
+        size[0] = write_film(film, fmt, fps, out)
+
+    write_output(write, figure.output, sys.stdout.buffer)
+    if ANNOUNCE:
+        say(f"wrote {figure.output} ({film.count} frames, {size[0] / 1e6:.1f} MB)")
+    audit_written(film.figure, figure)
 
 
 def _said(generation: Generation) -> None:
@@ -175,11 +186,12 @@ def _said(generation: Generation) -> None:
 
 
 def _live(run: Writing, no_color: bool) -> None:
-    """rich Live in a terminal with colour; otherwise one line per token, then the whole text."""
+    """rich Live in a terminal with colour; otherwise one line per token, then the whole text. Whatever a
+    prompt or a token holds reaches the terminal through printable() (render.written)."""
     from rich.console import Console
     from rich.live import Live
 
-    from ..render.written import about, live_view, step_line
+    from ..render.written import about, live_view, shown, step_line
 
     console = Console(highlight=False)
     color = not (no_color or console.no_color) and console.color_system is not None and console.is_terminal
@@ -202,5 +214,5 @@ def _live(run: Writing, no_color: bool) -> None:
 
         generation = run(on_step=line)
         print()
-        print(generation.prompt + "".join(generation.tokens))
+        print(shown(generation.prompt + "".join(generation.tokens)))  # its line breaks, every other control escaped
     _said(generation)

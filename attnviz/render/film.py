@@ -2,17 +2,22 @@
 the newest row outlined and its token named in the title; the last frame holds the whole map.
 
 Every frame has the final map's size (rows not yet written are empty), so the triangle visibly grows
-one row at a time. Frames are drawn once each by Agg on one figure whose data change, then written
-as a GIF (one palette shared by all frames, no dithering: flat cells stay flat and the file small),
-an animated PNG, or, where ffmpeg is installed, MP4 or WebM.
+one row at a time. Frames are drawn once each by Agg on one figure whose data change, and each is
+written as soon as it is drawn — a GIF (one palette shared by all frames, no dithering: flat cells
+stay flat and the file small), an animated PNG, or, where ffmpeg is installed, MP4 or WebM — so the
+memory holds a frame or two, never the film. What a film may cost is checked before the model runs.
 """
 
 from __future__ import annotations
 
 import io
 import shutil
+import struct
 import subprocess
-from typing import TYPE_CHECKING, Any
+import tempfile
+import zlib
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -22,10 +27,16 @@ from .heatmap import labelled
 from .labels import abbreviate, visible_token
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from ..generate import Generation
 
 FILM_FORMATS = ("gif", "png", "mp4", "webm")
 MAX_FRAMES = 1024
+MAX_FILM_PIXELS = 2.5e9  # frames × pixels: 1,024 frames of a slide at 150 dpi (2.25 megapixels); minutes of drawing
+MAX_FRAME_PIXELS = 5e7  # one frame: Agg's buffer and the frame's copies take some 12 bytes a pixel
+MAX_FILM_TOKENS = 8192  # the map's side: the generation keeps (side)² weights, 256 MiB at this
+HEAT_ROWS = 256  # rows of the map coloured at a time
 
 
 def film_format(path: str) -> str:
@@ -35,6 +46,38 @@ def film_format(path: str) -> str:
     if suffix in ("mp4", "webm") and shutil.which("ffmpeg") is None:
         raise UsageError(f".{suffix} needs ffmpeg on the PATH, which this machine lacks; use .gif or .png")
     return suffix
+
+
+def film_budget(style: FigureStyle, new: int) -> None:
+    """Refuse, before the model is loaded, a film of more frames or pixels than a film may draw: ``new``
+    tokens make at most new + 2 frames (the prompt, each token, the whole map)."""
+    frames = new + 2
+    if frames > MAX_FRAMES:
+        raise UsageError(
+            f"--new {new} would make a film of {frames} frames (the prompt, each token and the whole map); an "
+            f"animation holds at most {MAX_FRAMES}: lower --new to {MAX_FRAMES - 2} or fewer"
+        )
+    width, height = (round(side * style.resolution()) for side in style.figure_size(0.75))
+    if width * height > MAX_FRAME_PIXELS:
+        raise UsageError(
+            f"a film's frame at {style.resolution()} dpi would be {width:,} × {height:,} pixels; a frame has at "
+            f"most {MAX_FRAME_PIXELS / 1e6:.0f} megapixels: lower --dpi (or --size)"
+        )
+    if frames * width * height > MAX_FILM_PIXELS:
+        raise UsageError(
+            f"{frames} frames of {width:,} × {height:,} pixels are {frames * width * height / 1e9:.1f} billion "
+            f"pixels to draw; a film draws at most {MAX_FILM_PIXELS / 1e9:.0f} billion: lower --new or --dpi"
+        )
+
+
+def map_budget(prompt_tokens: int, new: int) -> None:
+    """Refuse, before the model runs, a film whose map is too long to hold and to show."""
+    side = prompt_tokens + new
+    if side > MAX_FILM_TOKENS:
+        raise AttnvizError(
+            f"a film of {prompt_tokens:,} prompt tokens and {new:,} new ones would draw a map of {side:,} tokens; "
+            f"a film shows at most {MAX_FILM_TOKENS:,}: shorten the prompt or lower --new"
+        )
 
 
 def title_of(generation: Generation, step: int) -> tuple[str, str]:
@@ -65,21 +108,23 @@ class Film:
         self.count = self.written + 2
         if self.count > MAX_FRAMES:
             raise UsageError(f"{self.count} frames are more than an animation of {MAX_FRAMES} holds")
-        full = generation.full_map()[0]
-        self.size = size = len(full)
+        self.size = size = len(generation.prompt_ids) + self.written
         self.n = len(generation.prompt_ids)
         c = style.colours
-        self.heat = colormap(style.cmap)(np.clip(full, 0, 1))[..., :3]
-        self.masked, self.empty = np.array(to_rgb(c["masked"])), np.array(to_rgb(c["background"]))
-        self.above = np.triu(np.ones((size, size), dtype=bool), k=1)
+        width, height = style.figure_size(0.75)
+        self.picked = _picked(size, round(max(width, height) * style.resolution()))
+        self.empty = np.round(np.array(to_rgb(c["background"])) * 255).astype(np.uint8)
+        self.heat = _heat(generation, self.picked, style.cmap, np.round(np.array(to_rgb(c["masked"])) * 255))
+        self.image = np.empty_like(self.heat)
         with figure_context(style):
-            width, height = style.figure_size(0.75)
             fig = Figure(figsize=(width, height), dpi=style.resolution(), layout="constrained")
             ax = fig.add_subplot()
-            self.picture = ax.imshow(np.zeros((size, size, 3)), interpolation="nearest", aspect="auto")
+            self.picture = ax.imshow(self.image, interpolation="nearest", aspect="auto",
+                                     extent=(-0.5, size - 0.5, size - 0.5, -0.5))  # fmt: skip
             fig.colorbar(ScalarMappable(Normalize(0, 1), colormap(style.cmap)), ax=ax, label="attention weight",
                          fraction=0.04)  # fmt: skip
             self.every = tick_step(size, height * 0.7, style.scaled(0.8))
+            self.labels = [abbreviate(visible_token(t), 12) for t in generation.all_tokens[:: self.every]]
             ax.set_xticks(range(0, size, self.every))
             ax.set_yticks(range(0, size, self.every))
             ax.xaxis.tick_top()
@@ -99,18 +144,19 @@ class Film:
             self.canvas = FigureCanvasAgg(fig)
         setattr(fig, STYLE_ATTRIBUTE, style)
 
-    def frame(self, step: int) -> np.ndarray:
-        """Frame ``step`` as an RGB array."""
+    def frame(self, step: int) -> Image.Image:
+        """Frame ``step`` as an RGB image."""
+        from PIL import Image
+
         rows = self.n + min(step, self.written)
-        image = np.empty((self.size, self.size, 3))
-        image[:] = self.empty
-        image[:rows] = np.where(self.above[:rows, :, None], self.masked, self.heat[:rows])
+        drawn = int(np.searchsorted(self.picked, rows))
+        self.image[:drawn] = self.heat[:drawn]
+        self.image[drawn:] = self.empty
         with figure_context(self.style):
-            self.picture.set_data(image)
-            tokens = self.generation.all_tokens
-            shown = [abbreviate(visible_token(t), 12) if i < rows else "" for i, t in enumerate(tokens)]
-            self.ax.set_xticklabels(shown[:: self.every], rotation=90)
-            self.ax.set_yticklabels(shown[:: self.every])
+            self.picture.set_data(self.image)
+            shown = [label if k * self.every < rows else "" for k, label in enumerate(self.labels)]
+            self.ax.set_xticklabels(shown, rotation=90)
+            self.ax.set_yticklabels(shown)
             current = 0 < step <= self.written
             self.outline.set_bounds(-0.5, rows - 1.5, rows, 1)
             self.pointers.set_data(
@@ -120,12 +166,41 @@ class Film:
             self.title.set_text(" · ".join([f"{headline}\n{about}", *labelled(self.every)]))
             self.outline.set_alpha(1.0 if current else 0.0)
             self.canvas.draw()  # type: ignore[no-untyped-call]
-            return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()  # type: ignore[no-untyped-call]
+            width, height = self.canvas.get_width_height()
+            rgba = self.canvas.buffer_rgba()  # type: ignore[no-untyped-call]
+            return Image.frombuffer("RGBA", (width, height), rgba, "raw", "RGBA", 0, 1).convert("RGB")
 
 
-def film_bytes(film: Film, fmt: str, fps: float) -> bytes:
-    """The frames as an animation, each drawn and reduced to the shared palette in turn (memory: one frame in
-    full colour at a time); each shown 1/fps seconds, the first and the last held 3 s."""
+def _picked(size: int, pixels: int) -> np.ndarray:
+    """The rows (and columns) of a map of ``size`` that a frame ``pixels`` wide can show: all of them, or
+    the nearest to each pixel (a map longer than the frame is wide would be drawn that way anyway)."""
+    if size <= pixels:
+        return np.arange(size)
+    return ((np.arange(pixels) + 0.5) * size / pixels).astype(np.intp)
+
+
+def _heat(generation: Generation, picked: np.ndarray, cmap: str, masked: np.ndarray) -> np.ndarray:
+    """(m, m, 3) bytes: the colour of each picked query's weight for each picked key, ``masked`` above the
+    diagonal; built a block of rows at a time from the generation's rows (never the whole map in floats)."""
+    colours = colormap(cmap)
+    heat = np.empty((len(picked), len(picked), 3), np.uint8)
+    for start in range(0, len(picked), HEAT_ROWS):
+        queries = picked[start : start + HEAT_ROWS]
+        weights = np.zeros((len(queries), len(picked)), np.float32)
+        for k, query in enumerate(queries):
+            row = generation.row(int(query))[0]
+            seen = picked[picked <= query]
+            weights[k, : len(seen)] = row[seen]
+        block = heat[start : start + len(queries)]
+        block[:] = colours(np.clip(weights, 0, 1), bytes=True)[..., :3]
+        block[picked[None, :] > queries[:, None]] = masked
+    return heat
+
+
+def write_film(film: Film, fmt: str, fps: float, out: IO[bytes]) -> int:
+    """Write the frames to ``out`` as an animation, each drawn, reduced to the shared palette and written in
+    turn (memory: a frame in full colour and two in the palette's indices); each shown 1/fps seconds, the
+    first and the last held 3 s. Returns the bytes written."""
     from PIL import Image
 
     if not 0.1 <= fps <= 60:
@@ -133,33 +208,147 @@ def film_bytes(film: Film, fmt: str, fps: float) -> bytes:
     frame_ms = round(1000 / fps)
     durations = [frame_ms] * film.count
     durations[0] = durations[-1] = max(frame_ms, 3000)
+    counted = _Counted(out)
     if fmt in ("mp4", "webm"):
-        return _ffmpeg([film.frame(k) for k in range(film.count)], fmt, fps)
-    last = Image.fromarray(film.frame(film.count - 1))  # the whole map holds every colour the film shows
-    palette = last.quantize(colors=255, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-    indexed = [
-        Image.fromarray(film.frame(k)).quantize(palette=palette, dither=Image.Dither.NONE)
-        for k in range(film.count - 1)
-    ]
-    indexed.append(last.quantize(palette=palette, dither=Image.Dither.NONE))
+        _ffmpeg((film.frame(k) for k in range(film.count)), fmt, fps, counted)
+        return counted.size
+    whole = film.frame(film.count - 1)  # the whole map holds every colour the film shows
+    palette = whole.quantize(colors=255, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    last = whole.quantize(palette=palette, dither=Image.Dither.NONE)
+    del whole
+    shots = (film.frame(k).quantize(palette=palette, dither=Image.Dither.NONE) for k in range(film.count - 1))
+    colours = bytes(palette.getpalette("RGB") or [])[:768].ljust(768, b"\0")
+    (_gif if fmt == "gif" else _apng)(_chained(shots, last), durations, colours, counted)
+    return counted.size
+
+
+class _Counted:
+    """A binary stream that counts what is written through it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.size = out, 0
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.size += len(data)
+
+
+def _chained(shots: Iterable[Image.Image], last: Image.Image) -> Iterable[Image.Image]:
+    yield from shots
+    yield last
+
+
+def _changed(before: np.ndarray, after: np.ndarray) -> tuple[int, int, int, int]:
+    """The box (left, top, right, bottom) of the pixels that differ (one pixel when none do)."""
+    differ = before != after
+    rows = np.flatnonzero(differ.any(axis=1))
+    if not rows.size:
+        return 0, 0, 1, 1
+    cols = np.flatnonzero(differ.any(axis=0))
+    return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
+
+
+def _gif(frames: Iterable[Image.Image], durations: list[int], palette: bytes, out: _Counted) -> None:
+    """GIF89a, looping, one global palette of 256 colours; each frame after the first only the box that
+    changed, drawn over the one before (disposal 1)."""
+    from PIL import GifImagePlugin
+
+    before: np.ndarray | None = None
+    for k, frame in enumerate(frames):
+        pixels = np.asarray(frame)
+        if before is None:
+            out.write(b"GIF89a" + struct.pack("<HHBBB", *frame.size, 0x87, 0, 0) + palette)
+            out.write(b"!\xff\x0bNETSCAPE2.0\x03\x01\x00\x00\x00")  # loop for ever
+            box = (0, 0, *frame.size)
+        else:
+            box = _changed(before, pixels)
+        for data in GifImagePlugin.getdata(frame.crop(box), box[:2], duration=durations[k], disposal=1):
+            out.write(data)
+        before = pixels
+    out.write(b";")
+
+
+def _apng(frames: Iterable[Image.Image], durations: list[int], palette: bytes, out: _Counted) -> None:
+    """An animated PNG (8-bit palette), the first frame its default image; each later frame only the box that
+    changed, drawn over the one before."""
+    before: np.ndarray | None = None
+    sequence = 0
+    for k, frame in enumerate(frames):
+        pixels = np.asarray(frame)
+        if before is None:
+            out.write(b"\x89PNG\r\n\x1a\n")
+            _chunk(out, b"IHDR", struct.pack(">IIBBBBB", *frame.size, 8, 3, 0, 0, 0))
+            _chunk(out, b"PLTE", palette)
+            _chunk(out, b"acTL", struct.pack(">II", len(durations), 0))
+            box = (0, 0, *frame.size)
+        else:
+            box = _changed(before, pixels)
+        left, top, right, bottom = box
+        control = struct.pack(">IIIIIHHBB", sequence, right - left, bottom - top, left, top, durations[k], 1000, 0, 0)
+        _chunk(out, b"fcTL", control)
+        data = _image_data(frame.crop(box))
+        if k == 0:
+            _chunk(out, b"IDAT", data)
+            sequence += 1
+        else:
+            _chunk(out, b"fdAT", struct.pack(">I", sequence + 1) + data)
+            sequence += 2
+        before = pixels
+    _chunk(out, b"IEND", b"")
+
+
+def _chunk(out: _Counted, kind: bytes, data: bytes) -> None:
+    out.write(struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)))
+
+
+def _image_data(frame: Image.Image) -> bytes:
+    """The compressed scan lines of an 8-bit palette image, as PIL writes them into a PNG's IDAT chunks."""
     buffer = io.BytesIO()
-    options: dict[str, Any] = {"save_all": True, "append_images": indexed[1:], "duration": durations, "loop": 0}
-    if fmt == "gif":
-        indexed[0].save(buffer, format="GIF", optimize=False, disposal=1, **options)
-    else:
-        indexed[0].save(buffer, format="PNG", default_image=False, **options)
-    return buffer.getvalue()
+    frame.save(buffer, format="PNG", bits=8)
+    png, pos, data = buffer.getvalue(), 8, []
+    while pos < len(png):
+        (length,), kind = struct.unpack(">I", png[pos : pos + 4]), png[pos + 4 : pos + 8]
+        if kind == b"IHDR" and png[pos + 16 : pos + 18] != b"\x08\x03":
+            raise AttnvizError("the film's frames came out of PIL not as 8-bit palette images")
+        if kind == b"IDAT":
+            data.append(png[pos + 8 : pos + 8 + length])
+        pos += 12 + length
+    return b"".join(data)
 
 
-def _ffmpeg(shots: list[np.ndarray], fmt: str, fps: float) -> bytes:
-    height, width, _ = shots[0].shape
+def _ffmpeg(frames: Iterable[Image.Image], fmt: str, fps: float, out: _Counted) -> None:
+    """Each frame piped to ffmpeg as it is drawn; ffmpeg's video (and its errors) kept in temporary files."""
+    with tempfile.TemporaryFile() as video, tempfile.TemporaryFile() as errors:
+        process: subprocess.Popen[bytes] | None = None
+        try:
+            for frame in frames:
+                if process is None:
+                    command = _ffmpeg_command(*frame.size, fmt, fps)
+                    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=video, stderr=errors)
+                assert process.stdin is not None
+                process.stdin.write(frame.tobytes())
+            assert process is not None and process.stdin is not None
+            process.stdin.close()
+        except BrokenPipeError:
+            pass  # ffmpeg stopped: its errors say why
+        except BaseException:
+            if process is not None:
+                process.kill()
+                process.wait()
+            raise
+        assert process is not None
+        if process.wait() != 0:
+            errors.seek(0)
+            message = errors.read().decode(errors="replace").strip()[:200]
+            raise AttnvizError(f"ffmpeg could not write the {fmt}: {message}")
+        video.seek(0)
+        shutil.copyfileobj(video, out)
+
+
+def _ffmpeg_command(width: int, height: int, fmt: str, fps: float) -> list[str]:
     codec = ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "frag_keyframe+empty_moov"] if fmt == "mp4" else [
         "-c:v", "libvpx-vp9", "-pix_fmt", "yuv420p"]  # fmt: skip
-    command = [
+    return [
         "ffmpeg", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
         "-r", f"{fps:g}", "-i", "-", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", *codec, "-f", fmt, "-",
     ]  # fmt: skip
-    done = subprocess.run(command, input=b"".join(s.tobytes() for s in shots), capture_output=True, check=False)
-    if done.returncode != 0:
-        raise AttnvizError(f"ffmpeg could not write the {fmt}: {done.stderr.decode(errors='replace').strip()[:200]}")
-    return done.stdout

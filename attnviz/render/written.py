@@ -9,6 +9,7 @@ import numpy as np
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from ..errors import printable
 from .labels import abbreviate, visible_token
 from .terminal import cell_style
 
@@ -18,8 +19,14 @@ if TYPE_CHECKING:
 STRONGEST = 3
 
 
+def shown(text: str) -> str:
+    """``text`` as the terminal may print it: its line breaks kept, every other control, format or bidi
+    character escaped by :func:`printable` (a tab as ``\\t``, an escape as ``\\x1b``)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def about(generation: Generation) -> str:
-    return f"{generation.about()} · the newest token's attention over the text"
+    return printable(f"{generation.about()} · the newest token's attention over the text")
 
 
 def strongest(generation: Generation, step: int, width: int, room: int = 10**6) -> str:
@@ -42,24 +49,24 @@ def step_line(generation: Generation, step: int, width: int = 80) -> str:
     ``width`` columns."""
     token = visible_token(generation.tokens[step - 1])
     start = f"{step:>4}  {abbreviate(repr(token), 14):<14} → "
-    return start + strongest(generation, step, 12, width - len(start))
+    return printable(start + strongest(generation, step, 12, width - len(start)))
 
 
 def live_view(generation: Generation, width: int) -> RenderableType:
     """The text so far, each token on the colour of the weight the newest token gives it (the prompt too),
-    the newest token bold; below, what it looks at most."""
+    the newest token bold; below, what it looks at most. Every token's text goes through :func:`shown`."""
     text = Text(overflow="fold")
     if not generation.rows:
-        text.append("".join(generation.prompt_tokens), style="dim")
+        text.append(shown("".join(generation.prompt_tokens)), style="dim")
         return Group(Text(about(generation), style="dim"), text)
     row = generation.rows[-1][0]
     for i, token in enumerate(generation.all_tokens):
-        shown = token.replace("\n", "↵\n")
+        piece = shown(token).replace("\n", "↵\n")
         if i == len(row) - 1:
-            text.append(shown, style="bold reverse")
+            text.append(piece, style="bold reverse")
         else:
-            text.append(shown, style=cell_style(float(row[i])))
+            text.append(piece, style=cell_style(float(row[i])))
     step = len(generation.rows)
-    footer = Text(f"step {step}: {visible_token(generation.tokens[-1])!r} → {strongest(generation, step, 16)}",
-                  style="dim")  # fmt: skip
+    said = f"step {step}: {visible_token(generation.tokens[-1])!r} → {strongest(generation, step, 16)}"
+    footer = Text(printable(said), style="dim")
     return Group(Text(about(generation), style="dim"), text, Text(""), footer)
