@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -287,3 +288,29 @@ def test_a_long_film_streams_within_two_gib(tmp_path: Path) -> None:
 
     with Image.open(tmp_path / "film.gif") as film:
         assert film.n_frames == 5 and film.size[0] >= 1000
+
+
+@pytest.fixture
+def fake_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ffmpeg that passes the raw frames through (or fails, when FAIL is set): what the film pipes to it."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "ffmpeg"
+    script.write_text('#!/bin/sh\nif [ -n "$FAIL" ]; then echo "codec \x1b[2J broken" >&2; exit 1; fi\nexec cat\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return folder
+
+
+def test_frames_are_piped_to_ffmpeg_one_at_a_time(cli, tiny: Path, tmp_path: Path, fake_ffmpeg: Path) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "3", "-o", str(tmp_path / "film.mp4"))
+    assert run.code == 0, run.err
+    width, height = (int(side * 150) for side in (7.0, 5.25))  # the screen preset's film, as Agg sizes it
+    assert (tmp_path / "film.mp4").stat().st_size == 5 * width * height * 3
+
+
+def test_a_failing_ffmpeg_says_so_in_one_line(cli, tiny: Path, tmp_path: Path, fake_ffmpeg: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FAIL", "1")
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "3", "-o", str(tmp_path / "film.webm"))
+    assert run.code == 1 and "ffmpeg could not write the webm: codec" in run.err and run.err.count("\n") == 1
+    assert "\x1b" not in run.err and sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
