@@ -314,3 +314,15 @@ def test_a_failing_ffmpeg_says_so_in_one_line(cli, tiny: Path, tmp_path: Path, f
     run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "3", "-o", str(tmp_path / "film.webm"))
     assert run.code == 1 and "ffmpeg could not write the webm: codec" in run.err and run.err.count("\n") == 1
     assert "\x1b" not in run.err and sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_ctrl_c_in_a_batch_leaves_no_partial_film(cli, tiny: Path, tmp_path: Path, monkeypatch) -> None:
+    plan = tmp_path / "plan.toml"
+    (tmp_path / "tiny.gguf").write_bytes(tiny.read_bytes())
+    plan.write_text(
+        '[[figure]]\nname = "film"\ncommand = "generate"\nmodel_file = "tiny.gguf"\ntokens = "the cat"\nnew = 8\n'
+    )
+    _interrupt_after(monkeypatch, 3)
+    run = cli("batch", str(plan), "-o", str(tmp_path / "out"))
+    assert run.code == 130 and "Traceback" not in run.err
+    assert [p.name for p in (tmp_path / "out").rglob("*.gif")] == []
