@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 FILM_FORMATS = ("gif", "png", "mp4", "webm")
 MAX_FRAMES = 1024
 MAX_FILM_PIXELS = 2.5e9  # frames × pixels: 1,024 frames of a slide at 150 dpi (2.25 megapixels); minutes of drawing
-MAX_FRAME_PIXELS = 5e7  # one frame: Agg's buffer and the frame's copies take some 12 bytes a pixel
+MAX_FRAME_PIXELS = 3e7  # one frame: matplotlib draws the map in float32 RGBA, with the frame some 30 bytes a pixel
 MAX_FILM_TOKENS = 8192  # the map's side: the generation keeps (side)² weights, 256 MiB at this
 HEAT_ROWS = 256  # rows of the map coloured at a time
 
@@ -99,7 +99,7 @@ class Film:
     def __init__(self, generation: Generation, style: FigureStyle) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.cm import ScalarMappable
-        from matplotlib.colors import Normalize, to_rgb
+        from matplotlib.colors import Normalize, to_rgba
         from matplotlib.figure import Figure
         from matplotlib.patches import Rectangle
 
@@ -113,8 +113,8 @@ class Film:
         c = style.colours
         width, height = style.figure_size(0.75)
         self.picked = _picked(size, round(max(width, height) * style.resolution()))
-        self.empty = np.round(np.array(to_rgb(c["background"])) * 255).astype(np.uint8)
-        self.heat = _heat(generation, self.picked, style.cmap, np.round(np.array(to_rgb(c["masked"])) * 255))
+        self.empty = np.round(np.array(to_rgba(c["background"], 1)) * 255).astype(np.uint8)
+        self.heat = _heat(generation, self.picked, style.cmap, np.round(np.array(to_rgba(c["masked"], 1)) * 255))
         self.image = np.empty_like(self.heat)
         with figure_context(style):
             fig = Figure(figsize=(width, height), dpi=style.resolution(), layout="constrained")
@@ -180,10 +180,11 @@ def _picked(size: int, pixels: int) -> np.ndarray:
 
 
 def _heat(generation: Generation, picked: np.ndarray, cmap: str, masked: np.ndarray) -> np.ndarray:
-    """(m, m, 3) bytes: the colour of each picked query's weight for each picked key, ``masked`` above the
-    diagonal; built a block of rows at a time from the generation's rows (never the whole map in floats)."""
+    """(m, m, 4) bytes, opaque: the colour of each picked query's weight for each picked key, ``masked`` above
+    the diagonal; built a block of rows at a time from the generation's rows (never the whole map in floats).
+    RGBA, not RGB: matplotlib resamples an RGB image in float64 with an alpha it adds, twice the memory."""
     colours = colormap(cmap)
-    heat = np.empty((len(picked), len(picked), 3), np.uint8)
+    heat = np.empty((len(picked), len(picked), 4), np.uint8)
     for start in range(0, len(picked), HEAT_ROWS):
         queries = picked[start : start + HEAT_ROWS]
         weights = np.zeros((len(queries), len(picked)), np.float32)
@@ -192,7 +193,8 @@ def _heat(generation: Generation, picked: np.ndarray, cmap: str, masked: np.ndar
             seen = picked[picked <= query]
             weights[k, : len(seen)] = row[seen]
         block = heat[start : start + len(queries)]
-        block[:] = colours(np.clip(weights, 0, 1), bytes=True)[..., :3]
+        block[:] = colours(np.clip(weights, 0, 1), bytes=True)
+        block[..., 3] = 255
         block[picked[None, :] > queries[:, None]] = masked
     return heat
 
