@@ -90,10 +90,7 @@ def read_safetensors(path: Path) -> dict[str, Stored]:
         raise AttnvizError(f"{where}: not a safetensors file (its header is not a JSON object)")
     listed = len(header) - ("__metadata__" in header)
     if listed > MAX_TENSORS:
-        raise AttnvizError(
-            f"{where}: the header lists {listed:,} tensors; attnviz reads at most {MAX_TENSORS:,} "
-            "(no model has more)"
-        )
+        raise AttnvizError(f"{where}: the header lists {listed:,} tensors; attnviz reads at most {MAX_TENSORS:,}")
     data = None if mapped is None else np.frombuffer(mapped, dtype=np.uint8, offset=8 + header_len)
     tensors = {}
     for name, info in header.items():
