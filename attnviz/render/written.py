@@ -22,7 +22,7 @@ STRONGEST = 3
 def shown(text: str) -> str:
     """``text`` as the terminal may print it: its line breaks kept, every other control, format or bidi
     character escaped by :func:`printable` (a tab as ``\\t``, an escape as ``\\x1b``)."""
-    return "\n".join(printable(line) for line in text.split("\n"))
+    return printable(text, keep="\n")
 
 
 def about(generation: Generation) -> str:
