@@ -66,7 +66,7 @@ def film_budget(style: FigureStyle, new: int) -> None:
     if frames * width * height > MAX_FILM_PIXELS:
         raise UsageError(
             f"{frames} frames of {width:,} × {height:,} pixels are {frames * width * height / 1e9:.1f} billion "
-            f"pixels to draw; a film draws at most {MAX_FILM_PIXELS / 1e9:.0f} billion: lower --new or --dpi"
+            f"pixels to draw; a film draws at most {MAX_FILM_PIXELS / 1e9:g} billion: lower --new or --dpi"
         )
 
 
