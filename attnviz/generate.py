@@ -193,17 +193,22 @@ def _finite(model: Decoder, logits: Array, weights: Array, ids: tuple[int, ...])
 
 
 def _damage(model: Decoder, ids: tuple[int, ...]) -> AttnvizError:
-    """The first tensor the pass reads that holds NaN or infinity, with the part of the model it is; else the
-    layer whose output first overflows (heatmap's check, on the same tokens); else the last layer and the head."""
+    """The first tensor the pass reads that holds NaN or infinity (of the embeddings, only the rows of ``ids``),
+    with the part of the model it is; else the layer whose output first overflows (heatmap's check, on the same
+    tokens); else the last layer and the head."""
     from .blocked import NOTHING
     from .models import Encoding, damaged
 
-    names = [m for n in model.expected() for m in (n, n.removesuffix(".weight") + ".bias")]
-    names += ["output_norm.weight", "output_norm.bias", "output.weight"]
-    for name in dict.fromkeys(n for n in names if n in model.weights):
-        load = functools.partial(model.weights.tensor, name)
-        if not np.isfinite(load()).all():
-            return damaged(f"{model.weights.path}: {_part(name)}", -1, {name: load})
+    tensor, rows = model.weights.tensor, np.asarray(ids)
+    layers = [m for n in model.expected() if n != "token_embd.weight" for m in (n, n.removesuffix(".weight") + ".bias")]
+    head = "output.weight" if "output.weight" in model.weights else "token_embd.weight"  # tied: the embeddings
+    read = [("token_embd.weight", "the embeddings", functools.partial(tensor, "token_embd.weight", rows))]
+    read += [(n, _part(n), functools.partial(tensor, n)) for n in layers]
+    read += [(n, "the final norm", functools.partial(tensor, n)) for n in ("output_norm.weight", "output_norm.bias")]
+    read.append((head, "the output matrix", functools.partial(tensor, head)))
+    for name, part, load in read:
+        if name in model.weights and not np.isfinite(load()).all():
+            return damaged(f"{model.weights.path}: {part}", -1, {name: load})
     try:
         model.run(Encoding(tuple(map(str, ids)), ids, (0,) * len(ids)), lambda layer, kept: None,
                   {model.layers - 1: NOTHING})  # fmt: skip
@@ -216,9 +221,5 @@ def _damage(model: Decoder, ids: tuple[int, ...]) -> AttnvizError:
 
 
 def _part(tensor: str) -> str:
-    """The part of a decoder a tensor (by llama.cpp's name) belongs to: ``layer 3``, ``the final norm``."""
-    if tensor.startswith("blk."):
-        return f"layer {tensor.split('.')[1]}"
-    if tensor.startswith("output_norm."):
-        return "the final norm"
-    return "the output matrix" if tensor.startswith("output.") else "the embeddings"
+    """The part of a decoder a tensor of its layers (by llama.cpp's name) belongs to: ``layer 3``."""
+    return f"layer {tensor.split('.')[1]}" if tensor.startswith("blk.") else "the embeddings"
