@@ -326,3 +326,47 @@ def test_ctrl_c_in_a_batch_leaves_no_partial_film(cli, tiny: Path, tmp_path: Pat
     run = cli("batch", str(plan), "-o", str(tmp_path / "out"))
     assert run.code == 130 and "Traceback" not in run.err
     assert [p.name for p in (tmp_path / "out").rglob("*.gif")] == []
+
+
+class _Frames:
+    """A film of ``count`` small frames, each a row longer, in eight colours (the last frame has them all,
+    as a film's whole map has every colour of the film)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def frame(self, step: int):  # type: ignore[no-untyped-def]
+        from PIL import Image
+
+        pixels = np.zeros((48, 64, 3), np.uint8)
+        pixels[: step + 1, :, 0] = 40 + 25 * (np.arange(step + 1)[:, None] % 8)
+        return Image.fromarray(pixels)
+
+
+@pytest.mark.parametrize("fmt", ["gif", "png"])
+def test_a_film_holds_a_few_frames_at_a_time(monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """Every frame reduced to the palette is let go once it is written (PIL's save_all kept them all)."""
+    import weakref
+
+    from PIL import Image, ImageSequence
+
+    from attnviz.render.film import write_film
+
+    quantize, alive, most = Image.Image.quantize, set(), [0]
+
+    def tracked(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        image = quantize(self, *args, **kwargs)
+        alive.add(id(image))
+        weakref.finalize(image, alive.discard, id(image))
+        most[0] = max(most[0], len(alive))
+        return image
+
+    monkeypatch.setattr(Image.Image, "quantize", tracked)
+    out = io.BytesIO()
+    write_film(_Frames(40), fmt, 10, out)  # type: ignore[arg-type]
+    assert most[0] <= 4
+    with Image.open(io.BytesIO(out.getvalue())) as film:
+        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(film)]
+    assert len(frames) == 40
+    for step in (0, 17, 38):
+        assert (frames[step] == np.asarray(_Frames(40).frame(step))).all()

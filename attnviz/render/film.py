@@ -10,7 +10,6 @@ memory holds a frame or two, never the film. What a film may cost is checked bef
 
 from __future__ import annotations
 
-import io
 import shutil
 import struct
 import subprocess
@@ -304,17 +303,16 @@ def _chunk(out: _Counted, kind: bytes, data: bytes) -> None:
 
 
 def _image_data(frame: Image.Image) -> bytes:
-    """The compressed scan lines of an 8-bit palette image, as PIL writes them into a PNG's IDAT chunks."""
-    buffer = io.BytesIO()
-    frame.save(buffer, format="PNG", bits=8)
-    png, pos, data = buffer.getvalue(), 8, []
-    while pos < len(png):
-        (length,), kind = struct.unpack(">I", png[pos : pos + 4]), png[pos + 4 : pos + 8]
-        if kind == b"IHDR" and png[pos + 16 : pos + 18] != b"\x08\x03":
-            raise AttnvizError("the film's frames came out of PIL not as 8-bit palette images")
-        if kind == b"IDAT":
-            data.append(png[pos + 8 : pos + 8 + length])
-        pos += 12 + length
+    """The zlib stream of an 8-bit palette image's scan lines, each of filter type 0 (none, as palette images
+    are best stored), compressed a block of lines at a time."""
+    pixels = np.asarray(frame)
+    packer, data = zlib.compressobj(6), []
+    for start in range(0, len(pixels), HEAT_ROWS):
+        block = pixels[start : start + HEAT_ROWS]
+        lines = np.zeros((len(block), block.shape[1] + 1), np.uint8)
+        lines[:, 1:] = block
+        data.append(packer.compress(lines.tobytes()))
+    data.append(packer.flush())
     return b"".join(data)
 
 
