@@ -113,7 +113,7 @@ def open_regular(path: Path | str, limit: int, what: str = "") -> BinaryIO:
             raise AttnvizError(f"{name}: is {_kind(info.st_mode)}, not a regular file; attnviz reads only files")
         if info.st_size > limit:
             raise AttnvizError(
-                f"{name}: {_size(info.st_size)}, more than the {_size(limit)} attnviz reads of "
+                f"{name}: {info.st_size:,} bytes, more than the {_size(limit)} attnviz reads of "
                 f"{what or 'an input file'}"
             )
         os.set_blocking(descriptor, True)
