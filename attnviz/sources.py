@@ -249,6 +249,10 @@ def model_stack(
     model = load_model(name, model_dir, model_file)
     if repeat == "random":
         words = sorted(model.words())
+        if not words:
+            raise AttnvizError(
+                f"--repeat random: {printable(model.name)}'s vocabulary has no whole-word tokens to draw from"
+            )
         text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), RANDOM_WORDS))
     if repeat is not None:
         text = f"{text} {text}"

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
@@ -86,6 +86,7 @@ class Bert:
     def __init__(self, name: str, weights: Tensors, config: BertConfig, tokenizer: Tokenizer, family: str) -> None:
         self.name, self.weights, self.config, self.tokenizer, self.family = name, weights, config, tokenizer, family
         self.layers, self.heads = config.layers, config.heads
+        tokenizer.template.check_types(config.type_vocab, f"{weights.path}: config.json's type_vocab_size")
         for tensor, shape in self.expected().items():
             if tensor not in weights:
                 raise AttnvizError(f"{weights.path}: not a {family} checkpoint: no tensor {tensor!r}")
@@ -140,6 +141,8 @@ class Bert:
         if len(text) + len(pair or "") > self.longest * MAX_WORD_CHARS:
             raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.longest} tokens")
         tokens, ids, type_ids = self.tokenizer.encode(text, pair)
+        if not ids:
+            raise AttnvizError(f"no tokens: {printable(self.name)}'s tokenizer makes nothing of this text")
         if len(tokens) > self.longest:
             raise AttnvizError(f"{len(tokens)} tokens, but {self.name} takes at most {self.longest}")
         vocabulary = self.weights.shape("embeddings.word_embeddings.weight")[0]

@@ -12,8 +12,13 @@ views show. Every component a tokenizer.json may name that attnviz does not impl
 from __future__ import annotations
 
 import heapq
+import time
 import unicodedata
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -99,32 +104,135 @@ def byte_values() -> dict[str, int]:
     return {ch: byte for byte, ch in byte_alphabet().items()}
 
 
+MAX_PATTERN_PARTS = 100_000  # what the regex module compiles them to: ~300 bytes each, 30 MB and 0.05 s in all
+
+
 @lru_cache(maxsize=64)
 def compiled(pattern: str) -> Any:
-    """A regex with Unicode classes (``\\p{L}``), which the standard library's ``re`` cannot express."""
+    """A regex with Unicode classes (``\\p{L}``), which the standard library's ``re`` cannot express; a pattern
+    whose compiled form would be too big is refused before it is compiled (compiling has no timeout)."""
     import regex  # type: ignore[import-untyped]
 
+    shown = printable(repr(pattern))[:60]
+    if pattern_parts(pattern) > MAX_PATTERN_PARTS:
+        raise TokenizerError(f"the pattern {shown} compiles to more than {MAX_PATTERN_PARTS:,} parts")
     try:
         return regex.compile(pattern)
     except regex.error as err:
-        raise TokenizerError(
-            f"the pattern {printable(repr(pattern))[:60]} is not a regex attnviz can read ({err})"
-        ) from None
+        raise TokenizerError(f"the pattern {shown} is not a regex attnviz can read ({err})") from None
+    except RecursionError:
+        raise TokenizerError(f"the pattern {shown} nests too deeply") from None
 
 
-PATTERN_SECONDS = 20.0
+@lru_cache(maxsize=64)
+def pattern_parts(pattern: str) -> int:
+    """About how many nodes the regex module compiles ``pattern`` to (counted up to just past the limit):
+    a repeat holds its body once per required repetition and once more, so ``(?:x{65535}){65535}``, nineteen
+    characters, is four billion nodes (2.8 GB in 2 s, then out of memory). Read with the module's own parser,
+    so that the structure counted is the one compiled; a version whose parser is elsewhere gets a cruder
+    bound (the pattern's length times every repeat's count)."""
+    if len(pattern) > MAX_PATTERN_PARTS:
+        return len(pattern)
+    import regex
+
+    try:
+        from regex import _regex_core as core
+
+        flags = 0
+        while True:  # a global flag inside the pattern makes the module parse again from the start with it
+            source = core.Source(pattern)
+            info = core.Info(flags, source.char_type, {})
+            info.guess_encoding = core.UNICODE
+            source.ignore_space = bool(info.flags & core.VERBOSE)
+            try:
+                parsed = core._parse_pattern(source, info)
+                break
+            except core._UnscopedFlagSet:
+                flags = info.global_flags
+        node_type = core.RegexBase
+    except (ImportError, AttributeError, TypeError):
+        total = len(pattern)
+        for count in regex.findall(r"\{(\d+)", pattern):
+            total *= min(int(count[:9]), MAX_PATTERN_PARTS) + 1
+            if total > MAX_PATTERN_PARTS:
+                break
+        return total
+    except regex.error:
+        return 0  # compiling says what is wrong with it
+    except RecursionError:
+        return MAX_PATTERN_PARTS + 1
+    total, stack, seen = 0, [(parsed, 1)], set()
+    while stack and total <= MAX_PATTERN_PARTS:
+        node, copies = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        total += copies
+        count = getattr(node, "min_count", None)
+        if type(count) is int:
+            copies *= count + 1
+        for value in vars(node).values():
+            stack += [(child, copies) for child in (value if isinstance(value, list | tuple) else [value])
+                      if isinstance(child, node_type)]  # fmt: skip
+    return total
+
+
+PATTERN_SECONDS = 20.0  # for the patterns of one text, all pieces together
+_deadline: ContextVar[float | None] = ContextVar("deadline", default=None)
+
+
+@contextmanager
+def one_budget() -> Iterator[None]:
+    """One time budget (PATTERN_SECONDS) for all that is done within: the patterns of one text share it,
+    as a limit per piece would let ten pieces take ten times as long."""
+    if _deadline.get() is not None:
+        yield
+        return
+    token = _deadline.set(time.monotonic() + PATTERN_SECONDS)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _remaining() -> float:
+    deadline = _deadline.get()
+    return PATTERN_SECONDS if deadline is None else deadline - time.monotonic()
+
+
+def on_time(what: str) -> None:
+    """Refuse to go on once the text's budget is spent (for loops a hostile tokenizer.json can make long)."""
+    if _remaining() <= 0:
+        raise AttnvizError(f"the tokenizer's {what} found no end on this text within {PATTERN_SECONDS:g} s")
 
 
 def matches(regex: Any, text: str) -> list[tuple[int, int]]:
     """The spans ``regex`` matches in ``text``; a pattern of a tokenizer.json that backtracks without end
-    (``(a+)+$``) is stopped rather than left to hang."""
+    (``(a+)+$``) is stopped, in the time the text has left, rather than left to hang."""
     try:
-        return [m.span() for m in regex.finditer(text, timeout=PATTERN_SECONDS)]
+        return [m.span() for m in regex.finditer(text, timeout=max(_remaining(), 1e-3))]
     except TimeoutError:
         raise AttnvizError(
             f"the tokenizer's pattern {printable(repr(regex.pattern))[:60]} found no end on this text "
             f"within {PATTERN_SECONDS:g} s"
         ) from None
+
+
+GROWTH, SLACK = 8, 16  # a normaliser, pre-tokeniser or decoder makes at most GROWTH × its input + SLACK
+
+
+def room(size: int) -> int:
+    """The most characters a normaliser, a pre-tokeniser or a decoder may make of ``size``: enough for
+    every Unicode form and BERT's spacing of CJK (at most 3× outside a text made of ligatures like ﷺ),
+    not for forty Replace a → aa in a row (2⁴⁰ times the text)."""
+    return GROWTH * size + SLACK
+
+
+def multiplies(what: str) -> AttnvizError:
+    return AttnvizError(
+        f"the tokenizer's {what} makes more than {GROWTH} times the text it is given; "
+        "attnviz refuses a tokenizer that multiplies text"
+    )
 
 
 def split(text: str, matches: Iterable[tuple[int, int]], behaviour: str, invert: bool = False) -> list[str]:
@@ -232,40 +340,92 @@ def _pattern(spec: Any, where: str) -> Callable[[str], list[tuple[int, int]]]:
     raise TokenizerError(f"{where}: pattern {printable(repr(spec))[:60]} is neither a String nor a Regex")
 
 
+Step = Callable[[str, int], str]  # (text, the most characters it may become) -> text
+
+
+def _bounded(step: Step, what: str) -> Normalizer:
+    """A normaliser (or decoder) that may make at most ``room(len(text))`` characters of a text."""
+
+    def bounded(text: str) -> str:
+        limit = room(len(text))
+        out = step(text, limit)
+        if len(out) > limit:
+            raise multiplies(what)
+        return out
+
+    return bounded
+
+
+def _sequence(steps: list[tuple[str, Step]], what: str) -> Step:
+    """The steps one after another, each held to the room the sequence's own input has (not to its own
+    input's, which would let forty doublings through one at a time)."""
+
+    def sequence(text: str, limit: int) -> str:
+        for kind, step in steps:
+            text = step(text, limit)
+            if len(text) > limit:
+                raise multiplies(f"{what} {kind}")
+        return text
+
+    return sequence
+
+
+def _replacing(spec: dict[str, Any], what: str) -> Step:
+    """Hugging Face's Replace: every match of the pattern becomes ``content``; the size is known, and
+    checked, before the text is built."""
+    find, content = _pattern(spec.get("pattern"), "Replace"), _string(spec, "content")
+
+    def replace(text: str, limit: int) -> str:
+        found = find(text)
+        if len(text) + len(content) * len(found) - sum(e - s for s, e in found) > limit:
+            raise multiplies(f"{what} Replace")
+        return "".join(p if not m else content for p, m in _pieces(text, found))
+
+    return replace
+
+
 def normalizer(spec: Any) -> Normalizer | None:
+    step = _normalizer(spec)
+    return None if step is None else _bounded(step, f"normalizer {_kind(spec, 'normalizer')}")
+
+
+def _normalizer(spec: Any) -> Step | None:
     if spec is None:
         return None
     kind = _kind(spec, "normalizer")
     if kind == "Sequence":
-        steps = [n for n in map(normalizer, _list(spec, "normalizers")) if n is not None]
-        return lambda text: _chain(text, steps)
+        specs = _list(spec, "normalizers")
+        steps = [(_kind(s, "normalizer"), n) for s, n in zip(specs, map(_normalizer, specs), strict=True) if n]
+        return _sequence(steps, "normalizer")
     if kind == "BertNormalizer":
-        return bert_normalizer(
+        bert = bert_normalizer(
             bool(spec.get("clean_text", True)),
             bool(spec.get("handle_chinese_chars", True)),
             spec.get("strip_accents"),
             bool(spec.get("lowercase", True)),
         )
+        return lambda text, limit: bert(text)
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
         form: Any = kind
-        return lambda text: unicodedata.normalize(form, text)
+        return lambda text, limit: unicodedata.normalize(form, text)
     if kind == "Lowercase":
-        return lower
+        return lambda text, limit: lower(text)
     if kind == "StripAccents":
-        return lambda text: "".join(c for c in text if unicodedata.category(c)[0] != "M")
+        return lambda text, limit: "".join(c for c in text if unicodedata.category(c)[0] != "M")
     if kind == "Strip":
         left, right = bool(spec.get("strip_left", True)), bool(spec.get("strip_right", True))
-        return lambda text: _strip(text, left, right)
+        return lambda text, limit: _strip(text, left, right)
     if kind == "Prepend":
         prefix = _string(spec, "prepend")
-        return lambda text: prefix + text if text else text
+
+        def prepend(text: str, limit: int) -> str:
+            if text and len(prefix) + len(text) > limit:
+                raise multiplies("normalizer Prepend")
+            return prefix + text if text else text
+
+        return prepend
     if kind == "Replace":
-        find, content = _pattern(spec.get("pattern"), "Replace"), _string(spec, "content")
-
-        def replace(text: str) -> str:
-            return "".join(p if not m else content for p, m in _pieces(text, find(text)))
-
-        return replace
+        return _replacing(spec, "normalizer")
     raise TokenizerError(f"normalizer {kind!r} is not supported")
 
 
@@ -289,12 +449,6 @@ def _pieces(text: str, matches: list[tuple[int, int]]) -> list[tuple[str, bool]]
     if at < len(text):
         out.append((text[at:], False))
     return out
-
-
-def _chain(text: str, steps: list[Normalizer]) -> str:
-    for step in steps:
-        text = step(text)
-    return text
 
 
 # ---------------------------------------------------------------------------------------------- pre-tokenizers
@@ -335,12 +489,15 @@ def pre_tokenizer(spec: Any) -> PreTokenizer:
         return lambda text, first: [text] if text else []
     kind = _kind(spec, "pre_tokenizer")
     if kind == "Sequence":
-        steps = [pre_tokenizer(s) for s in _list(spec, "pretokenizers")]
+        steps = [(pre_tokenizer(s), s) for s in _list(spec, "pretokenizers")]
+        named = [(_kind(s, "pre_tokenizer") if s is not None else "None", step) for step, s in steps]
 
         def sequence(text: str, first: bool) -> list[str]:
-            pieces = [text]
-            for step in steps:
+            pieces, limit = [text], room(len(text))
+            for name, step in named:
                 pieces = [p for piece in pieces for p in step(piece, first)]
+                if sum(map(len, pieces)) > limit:  # ByteLevel after ByteLevel doubles, forty of them 2⁴⁰
+                    raise multiplies(f"pre_tokenizer {name}")
             return pieces
 
         return sequence
@@ -368,7 +525,7 @@ def pre_tokenizer(spec: Any) -> PreTokenizer:
         invert = bool(spec.get("invert", False))
         return lambda text, first: split(text, find(text), behaviour, invert)
     if kind == "Metaspace":
-        replacement = _string(spec, "replacement")
+        replacement = _replacement(spec)
         scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
         if scheme not in ("always", "first", "never"):
             raise TokenizerError(f"Metaspace prepend_scheme {printable(repr(scheme))[:40]} is not one attnviz knows")
@@ -384,25 +541,32 @@ def _whitespace_split(text: str) -> list[str]:
 
 
 class WordPiece:
-    """Greedy longest-match-first pieces, continuations marked (``##``); a word that cannot be cut is unknown."""
+    """Greedy longest-match-first pieces, continuations marked (``##``); a word that cannot be cut is unknown.
+    At each position only the lengths the vocabulary has are tried, longest first: linear in the word for a
+    vocabulary of short pieces, whatever ``max_input_chars_per_word`` says (trying every end was cubic: a
+    30,000-character word took minutes)."""
 
     def __init__(self, vocab: dict[str, int], unknown: str, prefix: str = "##", longest: int = 100) -> None:
         if unknown not in vocab:
             raise TokenizerError(f"the WordPiece unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
         self.vocab, self.unknown, self.prefix, self.longest = vocab, unknown, prefix, longest
+        self.lengths = sorted({len(t) for t in vocab})  # of a word's first piece; of the rest, without the prefix:
+        self.continued = sorted({len(t) - len(prefix) for t in vocab if t.startswith(prefix) and len(t) > len(prefix)})
 
     def __call__(self, word: str) -> list[str]:
         if len(word) > self.longest:
             return [self.unknown]
-        pieces, start = [], 0
-        while start < len(word):
-            end = len(word)
-            while end > start:
+        pieces, start, n = [], 0, len(word)
+        while start < n:
+            if n > 1024:
+                on_time("WordPiece model")
+            lengths = self.continued if start else self.lengths
+            for index in range(bisect_right(lengths, n - start) - 1, -1, -1):
+                end = start + lengths[index]
                 piece = word[start:end] if start == 0 else self.prefix + word[start:end]
                 if piece in self.vocab:
                     pieces.append(piece)
                     break
-                end -= 1
             else:
                 return [self.unknown]
             start = end
@@ -619,6 +783,14 @@ class Template:
             types += [part.type_id] * len(taken)
         return tokens, types
 
+    def check_types(self, count: int, what: str) -> None:
+        """Every type id of the template is below ``count``, the model's token types (0: it has none, and
+        ignores them; one: it takes no pair, so only the single template counts)."""
+        parts = [*self.single, *self.pair] if count > 1 else list(self.single)
+        highest = max((p.type_id for p in parts), default=0)
+        if count and highest >= count:
+            raise AttnvizError(f"the tokenizer's template uses token type {highest}; {what} is {count}")
+
 
 def template(spec: Any, vocab: dict[str, int]) -> Template:
     if spec is None:
@@ -702,27 +874,97 @@ def decoder(spec: Any) -> Display:
     as its byte. Decoders that act on the whole sequence (Fuse, Strip) have nothing to do per token."""
     if spec is None:
         return lambda token: token
+    return _bounded(_decoder(spec), f"decoder {_kind(spec, 'decoder')}")
+
+
+def _decoder(spec: Any) -> Step:
     kind = _kind(spec, "decoder")
     if kind == "Sequence":
-        steps = [decoder(s) for s in _list(spec, "decoders")]
-        return lambda token: _chain(token, steps)
+        specs = _list(spec, "decoders")
+        return _sequence([(_kind(s, "decoder"), _decoder(s)) for s in specs], "decoder")
     if kind == "ByteLevel":
         values = byte_values()
-        return lambda token: shown_bytes(bytes(values[c] for c in token)) if all(c in values for c in token) else token
+        return lambda t, limit: shown_bytes(bytes(values[c] for c in t)) if all(c in values for c in t) else t
     if kind == "ByteFallback":
-        return lambda t: shown_bytes(bytes([int(t[3:5], 16)])) if len(t) == 6 and t[:3] == "<0x" and t[5] == ">" else t
+        return lambda token, limit: _byte(token)
     if kind == "Replace":
-        find, content = _pattern(spec.get("pattern"), "Replace"), _string(spec, "content")
-        return lambda token: "".join(p if not m else content for p, m in _pieces(token, find(token)))
+        return _replacing(spec, "decoder")
     if kind == "Metaspace":
-        replacement = _string(spec, "replacement")
-        return lambda token: token.replace(replacement, " ")
+        replacement = _replacement(spec)
+        return lambda token, limit: token.replace(replacement, " ")
     if kind in ("WordPiece", "Fuse", "Strip"):
-        return lambda token: token  # WordPiece names ("##ing") say more than the text; the others join tokens
+        return lambda token, limit: token  # WordPiece names ("##ing") say more than the text; the others join tokens
     raise TokenizerError(f"decoder {kind!r} is not supported")
 
 
+HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _byte(token: str) -> str:
+    """A byte token ``<0xE2>`` as its byte; anything else, ``<0xZZ>`` too, as it is (as Hugging Face does)."""
+    if len(token) == 6 and token[:3] == "<0x" and token[5] == ">" and token[3] in HEX and token[4] in HEX:
+        return shown_bytes(bytes([int(token[3:5], 16)]))
+    return token
+
+
+def _replacement(spec: dict[str, Any]) -> str:
+    """Metaspace's replacement, one character (as Hugging Face requires: a longer one multiplies text)."""
+    replacement = _string(spec, "replacement")
+    if len(replacement) != 1:
+        raise TokenizerError(f"Metaspace replacement {printable(repr(replacement))[:40]} is not one character")
+    return replacement
+
+
 # ---------------------------------------------------------------------------------------------- the pipeline
+
+
+MAX_ADDED_CHARACTERS = 2**20  # Gemma 3's 6,384 added tokens hold 75,289
+
+
+class Matcher:
+    """The leftmost-longest occurrences of a set of strings, in time linear in the text however many lengths
+    they have (a loop per length took 58 s on 8 KB for added tokens of 8,000 lengths): an Aho–Corasick
+    automaton of the reversed strings, run backwards over the text, finds at each position the longest of
+    them that starts there (the longest that ends there, in the reversed text)."""
+
+    def __init__(self, words: Iterable[str]) -> None:
+        children: list[dict[str, int]] = [{}]
+        ending = [0]  # the length of the word that ends at a node (0: none)
+        for word in words:
+            node = 0
+            for ch in reversed(word):
+                following = children[node].get(ch)
+                if following is None:
+                    following = children[node][ch] = len(children)
+                    children.append({})
+                    ending.append(0)
+                node = following
+            ending[node] = len(word)
+        fail, best = [0] * len(children), list(ending)  # best: the longest word ending at a node or its suffixes
+        queue = deque(children[0].values())
+        while queue:
+            node = queue.popleft()
+            for ch, child in children[node].items():
+                back = fail[node]
+                while back and ch not in children[back]:
+                    back = fail[back]
+                fail[child] = children[back].get(ch, 0)
+                best[child] = best[child] or best[fail[child]]
+                queue.append(child)
+        self.children, self.fail, self.best = children, fail, best
+
+    def longest(self, text: str) -> list[int]:
+        """For each position of ``text``, the length of the longest string that starts there (0: none)."""
+        children, fail, best = self.children, self.fail, self.best
+        out = [0] * len(text)
+        node = 0
+        for i in range(len(text) - 1, -1, -1):
+            ch = text[i]
+            while node and ch not in children[node]:
+                node = fail[node]
+            node = children[node].get(ch, 0)
+            out[i] = best[node]
+        return out
 
 
 @dataclass(frozen=True)
@@ -751,10 +993,15 @@ class Tokenizer:
     def __post_init__(self) -> None:
         for token in self.added:
             self.vocab.setdefault(token.content, token.id)
+        characters = sum(len(t.content) for t in self.added)
+        if characters > MAX_ADDED_CHARACTERS:
+            raise TokenizerError(
+                f"the added tokens hold {characters:,} characters; attnviz reads at most {MAX_ADDED_CHARACTERS:,}"
+            )
         self.special = {t.content for t in self.added if t.special}
         self._raw = {t.content: t for t in self.added if not t.normalized and t.content}
         self._normalised = {t.content: t for t in self.added if t.normalized and t.content}
-        self._by_first: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._matchers: dict[int, Matcher] = {}
         self._tokens: list[str] | None = None
 
     @property
@@ -770,30 +1017,37 @@ class Tokenizer:
     def _cut(self, text: str, added: dict[str, AddedToken]) -> list[tuple[str, bool]]:
         """``text`` cut around the added tokens it holds: (segment, is an added token). The leftmost match
         wins, the longest among those starting there (as Hugging Face matches them); lstrip and rstrip take
-        the whitespace beside a token with it, single_word tokens match only between non-word characters."""
+        the whitespace beside a token with it, single_word tokens match only between non-word characters
+        (one that does not is passed over, as Hugging Face does). Linear in the text, however many lengths
+        the added tokens have."""
         if not added or not text:
             return [(text, False)] if text else []
-        lengths = self._lengths(added)
-        out: list[tuple[str, bool]] = []
-        at = i = 0
+        if id(added) not in self._matchers:
+            self._matchers[id(added)] = Matcher(added)
+        longest = self._matchers[id(added)].longest(text)
+        found: list[tuple[int, AddedToken]] = []
+        i = 0
         while i < len(text):
-            found = next(
-                (added[c] for c in (text[i : i + k] for k in lengths.get(text[i], ())) if c in added and
-                 self._alone(text, i, i + len(c), added[c])),
-                None,
-            )  # fmt: skip
-            if found is None:
+            if not longest[i]:
                 i += 1
                 continue
-            start, end = i, i + len(found.content)
-            while found.lstrip and start > at and is_whitespace(text[start - 1]):
+            token = added[text[i : i + longest[i]]]
+            if self._alone(text, i, i + longest[i], token):
+                found.append((i, token))
+            i += longest[i]
+        out: list[tuple[str, bool]] = []
+        at = 0
+        for k, (start, token) in enumerate(found):
+            end = start + len(token.content)
+            following = found[k + 1][0] if k + 1 < len(found) else len(text)
+            while token.lstrip and start > at and is_whitespace(text[start - 1]):
                 start -= 1
-            while found.rstrip and end < len(text) and is_whitespace(text[end]):
+            while token.rstrip and end < following and is_whitespace(text[end]):
                 end += 1
             if at < start:
                 out.append((text[at:start], False))
-            out.append((found.content, True))
-            at = i = end
+            out.append((token.content, True))
+            at = end
         if at < len(text):
             out.append((text[at:], False))
         return out
@@ -805,18 +1059,12 @@ class Tokenizer:
         word = compiled(r"\w")
         return not (start > 0 and word.match(text[start - 1])) and not (end < len(text) and word.match(text[end]))
 
-    def _lengths(self, added: dict[str, AddedToken]) -> dict[str, tuple[int, ...]]:
-        """For each first character of an added token, the lengths of those starting with it, longest first."""
-        key = id(added)
-        if key not in self._by_first:
-            lengths: dict[str, set[int]] = {}
-            for content in added:
-                lengths.setdefault(content[0], set()).add(len(content))
-            self._by_first[key] = {c: tuple(sorted(ks, reverse=True)) for c, ks in lengths.items()}
-        return self._by_first[key]
-
     def tokenize(self, text: str) -> list[str]:
         """The tokens of ``text`` as the vocabulary names them (``Ġcat``, ``##ing``)."""
+        with one_budget():
+            return self._tokenize(text)
+
+    def _tokenize(self, text: str) -> list[str]:
         tokens: list[str] = []
         first = True
         for segment, added in self._cut(text, self._raw):
@@ -835,8 +1083,9 @@ class Tokenizer:
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[str], list[int], list[int]]:
         """Tokens as the views show them, ids, type ids: the template's special tokens included."""
-        first = self.tokenize(text)
-        names, types = self.template.apply(first, self.tokenize(pair) if pair is not None else None)
+        with one_budget():
+            first = self.tokenize(text)
+            names, types = self.template.apply(first, self.tokenize(pair) if pair is not None else None)
         missing = next((t for t in names if t not in self.vocab), None)
         if missing is not None:
             raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
@@ -871,10 +1120,15 @@ def read_tokenizer_json(path: Path) -> Tokenizer:
 def from_spec(raw: Any) -> Tokenizer:
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
         raise TokenizerError("not a tokenizer.json (no model)")
+    parts = 0
+    for pattern in set(_regexes([raw.get(k) for k in ("normalizer", "pre_tokenizer", "decoder")])):
+        parts += pattern_parts(pattern)
+        if parts > MAX_PATTERN_PARTS:
+            raise TokenizerError(f"the tokenizer's patterns compile to more than {MAX_PATTERN_PARTS:,} parts in all")
     the_model, vocab = model(raw["model"])
     vocab = dict(vocab)
     added = tuple(_added(entry) for entry in _list(raw, "added_tokens", required=False))
-    return Tokenizer(
+    tokenizer = Tokenizer(
         vocab,
         the_model,
         normalizer(raw.get("normalizer")),
@@ -883,11 +1137,37 @@ def from_spec(raw: Any) -> Tokenizer:
         decoder(raw.get("decoder")),
         added,
     )
+    ids = set(tokenizer.vocab.values())  # the vocabulary's and the added tokens': a list of names by id is made
+    if ids and max(ids) >= len(ids):
+        gap = next(i for i in range(len(ids)) if i not in ids)
+        raise TokenizerError(
+            f"no token has the id {gap:,} though the ids run to {max(ids):,} (ids are 0 to the vocabulary's size)"
+        )
+    return tokenizer
+
+
+def _regexes(specs: list[Any]) -> Iterator[str]:
+    """Every ``{"Regex": …}`` pattern in the components (whose sizes are limited together: each compiled
+    pattern is kept for the tokenizer's life)."""
+    stack, seen = list(specs), set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
+            if isinstance(item.get("Regex"), str):
+                yield item["Regex"]
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
 
 
 def _added(entry: Any) -> AddedToken:
     if not (isinstance(entry, dict) and isinstance(entry.get("content"), str) and type(entry.get("id")) is int):
         raise TokenizerError(f"added token {printable(repr(entry))[:60]} has no content or id")
+    if entry["id"] < 0:
+        raise TokenizerError(f"added token {printable(repr(entry['content']))[:40]} has the id {entry['id']}")
     flags = {k: bool(entry.get(k, False)) for k in ("lstrip", "rstrip", "single_word")}
     special = bool(entry.get("special", False))
     return AddedToken(entry["content"], entry["id"], special, bool(entry.get("normalized", not special)), **flags)

@@ -16,6 +16,7 @@ from .tokenizer import (
     ScoredMerges,
     Template,
     Tokenizer,
+    TokenizerError,
     WordPiece,
     bert_normalizer,
     decoder,
@@ -36,6 +37,13 @@ def _strings(value: object) -> TypeGuard[list[str]]:
 def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
     """A GGUF's vocabulary: byte-level BPE (``gpt2``) or SentencePiece scores (``llama``), every field checked;
     control and user-defined pieces are taken whole from the text, <bos> put first when the file says so."""
+    try:
+        return _from_gguf(meta, path)
+    except TokenizerError as err:
+        raise AttnvizError(f"{path}: {err}") from None
+
+
+def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
     import numpy as np
 
     kind = meta.get("tokenizer.ggml.model")
@@ -79,6 +87,8 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
     scores = meta.get("tokenizer.ggml.scores")
     if not isinstance(scores, np.ndarray) or scores.dtype.kind != "f" or len(scores) != len(tokens):
         raise AttnvizError(f"{path}: tokenizer.ggml.scores is not one number per token")
+    if np.isnan(scores).any():  # NaN compares false with every score: the merges would follow no order
+        raise AttnvizError(f"{path}: tokenizer.ggml.scores holds NaN (token {int(np.isnan(scores).argmax()):,})")
     unknown = token("tokenizer.ggml.unknown_token_id") or 0
     mergeable = {
         t: float(s) for t, s, k in zip(tokens, scores.tolist(), kinds, strict=True) if k not in (CONTROL, UNUSED)
