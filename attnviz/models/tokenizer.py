@@ -1086,10 +1086,10 @@ class Tokenizer:
         with one_budget():
             first = self.tokenize(text)
             names, types = self.template.apply(first, self.tokenize(pair) if pair is not None else None)
-        missing = next((t for t in names if t not in self.vocab), None)
-        if missing is not None:
-            raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
-        return [self.readable(t) for t in names], [self.vocab[t] for t in names], types
+            missing = next((t for t in names if t not in self.vocab), None)
+            if missing is not None:
+                raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
+            return [self.readable(t) for t in names], [self.vocab[t] for t in names], types
 
     def readable(self, token: str) -> str:
         return token if token in self.special else self.display(token)
@@ -1098,7 +1098,8 @@ class Tokenizer:
         """Whole ASCII words that are single tokens (for random repeated text): the tokens shown as a space and
         letters where the vocabulary marks the start of a word (``Ġcat``, ``▁cat``), else (WordPiece, whose
         pieces inside a word carry the mark instead) the tokens of letters alone."""
-        shown = [(t, self.display(t)) for t in self.vocab if t not in self.special]
+        with one_budget():
+            shown = [(t, self.display(t)) for t in self.vocab if t not in self.special]
         starts = [s[1:] for _, s in shown if s.startswith(" ") and s[1:].isascii() and s[1:].isalpha()]
         return starts or [t for t, _ in shown if t.isascii() and t.isalpha()]
 
