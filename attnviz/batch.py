@@ -299,7 +299,7 @@ def configuration_key(entry: Entry) -> str:
 def file_limits() -> dict[str, tuple[int, str]]:
     """The files a plan may name (model_dir is a folder), each with the limit its reader applies."""
     from .inputs import MAX_INPUT
-    from .models.gguf import MAX_FILE_BYTES
+    from .models.metadata import MAX_FILE_BYTES
     from .sources import MAX_ATTENTION_ARRAY
 
     text = (MAX_INPUT, "a token file")

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
 from . import bert, gemma3, gpt2, llama
-from .metadata import Settings
+from .metadata import MAX_CONFIG_BYTES, Settings
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
 from .weights import FolderTensors
@@ -25,7 +25,6 @@ from .weights import FolderTensors
 if TYPE_CHECKING:
     from . import Model
 
-MAX_CONFIG_BYTES = 4 * 2**20  # config.json, generation_config.json: a few KiB in every real checkpoint
 
 LLAMA_NAMES = {
     "embed_tokens.weight": "token_embd.weight",

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular
+from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
 MAGIC = b"GGUF"
 TYPE_NAMES = {
@@ -34,11 +35,8 @@ BLOCKS = {
 READ = ", ".join(TYPE_NAMES[k] for k in sorted(BLOCKS))
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
-MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be a regular file
 MAX_KEYS = 2**16  # metadata entries: llama.cpp writes a few dozen
-MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
 MAX_STRINGS = 2**22  # strings in all metadata arrays: a vocabulary and its merges (Gemma 3: 262,144 tokens)
-MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
 # The types GGUF's specification gives the keys attnviz reads as flags, names and lists (docs/gguf.md): a
 # file that says otherwise is refused as it is read (the hyperparameters are checked where they are used).
 KNOWN = {

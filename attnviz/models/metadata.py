@@ -7,6 +7,13 @@ from collections.abc import Mapping
 
 from ..errors import AttnvizError, printable
 
+# The most attnviz takes from any model file, whatever its header says (the GGUF and safetensors readers,
+# a checkpoint folder's JSON files): past these a file is refused before anything is allocated.
+MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be a regular file
+MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
+MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
+MAX_CONFIG_BYTES = 4 * 2**20  # config.json and its neighbours: a few KiB in every real checkpoint
+
 
 class Settings:
     """``{prefix}{key}`` values of a mapping, each checked for type and range before use; errors name

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json
+from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
 DTYPES = {
     "F64": "<f8",
@@ -30,11 +31,8 @@ DTYPES = {
     "U8": "u1",
     "BOOL": "?",
 }
-MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be a regular file
 MAX_HEADER = 32 * 2**20  # bytes of JSON: 250,000 tensors of long names; parsed, some eight times as much memory
-MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
 MAX_DIMENSIONS = 8
-MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import parse_json, read_file
-from .safetensors import MAX_TENSORS, Stored, read_safetensors
+from .metadata import MAX_TENSORS
+from .safetensors import Stored, read_safetensors
 
 INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 32 * 2**20  # the shard index's JSON: every tensor's name and shard, MAX_TENSORS of them fit
