@@ -550,7 +550,7 @@ class WordPiece:
         if unknown not in vocab:
             raise TokenizerError(f"the WordPiece unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
         self.vocab, self.unknown, self.prefix, self.longest = vocab, unknown, prefix, longest
-        self.lengths = sorted({len(t) for t in vocab})  # of a word's first piece; of the rest, without the prefix:
+        self.lengths = sorted({len(t) for t in vocab})  # what a word's first piece may be; the others, sans prefix
         self.continued = sorted({len(t) - len(prefix) for t in vocab if t.startswith(prefix) and len(t) > len(prefix)})
 
     def __call__(self, word: str) -> list[str]:

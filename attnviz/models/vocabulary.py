@@ -40,7 +40,7 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
     try:
         return _from_gguf(meta, path)
     except TokenizerError as err:
-        raise AttnvizError(f"{path}: {err}") from None
+        raise AttnvizError(f"{printable(str(path))}: {err}") from None
 
 
 def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
