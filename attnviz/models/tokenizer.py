@@ -161,12 +161,9 @@ def pattern_parts(pattern: str) -> int:
         return 0  # compiling says what is wrong with it
     except RecursionError:
         return MAX_PATTERN_PARTS + 1
-    total, stack, seen = 0, [(parsed, 1)], set()
-    while stack and total <= MAX_PATTERN_PARTS:
+    total, stack = 0, [(parsed, 1)]
+    while stack and total <= MAX_PATTERN_PARTS:  # every node adds at least one: the walk ends
         node, copies = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
         total += copies
         count = getattr(node, "min_count", None)
         if type(count) is int:
