@@ -252,13 +252,14 @@ def test_wordpiece_is_linear_in_the_word(word: str, pieces: list[str]) -> None:
     assert time.perf_counter() - start < 1.5
 
 
-def test_a_wordpiece_vocabulary_of_many_lengths_is_stopped_by_the_budget(monkeypatch) -> None:
+@pytest.mark.parametrize("text", ["a" * 30_000, " ".join(["a" * 1000] * 40)])
+def test_a_wordpiece_vocabulary_of_many_lengths_is_stopped_by_the_budget(monkeypatch, text: str) -> None:
     monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.2)
     vocab = {"[UNK]": 0, "a": 1, "##a": 2, **{"##" + "a" * k + "b": k + 1 for k in range(2, 1500)}}
     tokenizer = from_spec(spec(model=model(vocab=vocab, max_input_chars_per_word=10**9), post_processor=None))
     start = time.perf_counter()
     with pytest.raises(AttnvizError, match="WordPiece model found no end"):
-        tokenizer.tokenize("a" * 30_000)
+        tokenizer.tokenize(text)
     assert time.perf_counter() - start < 2
 
 

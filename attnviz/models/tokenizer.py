@@ -549,13 +549,14 @@ class WordPiece:
         self.vocab, self.unknown, self.prefix, self.longest = vocab, unknown, prefix, longest
         self.lengths = sorted({len(t) for t in vocab})  # what a word's first piece may be; the others, sans prefix
         self.continued = sorted({len(t) - len(prefix) for t in vocab if t.startswith(prefix) and len(t) > len(prefix)})
+        self.many = max(len(self.lengths), len(self.continued)) > 64  # real ones have 18 (BERT's) to 31 (Gemma's)
 
     def __call__(self, word: str) -> list[str]:
         if len(word) > self.longest:
             return [self.unknown]
         pieces, start, n = [], 0, len(word)
         while start < n:
-            if n > 1024:
+            if self.many or n > 1024:
                 on_time("WordPiece model")
             lengths = self.continued if start else self.lengths
             for index in range(bisect_right(lengths, n - start) - 1, -1, -1):
