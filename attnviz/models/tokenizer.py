@@ -7,6 +7,11 @@ punctuation, GPT-2's regex, a Split pattern, SentencePiece's ``▁``), and each 
 the model (WordPiece, or BPE merges by rank, with byte fallback); the post-processor adds [CLS], <bos>
 and the like from its template; the decoder says what text each token stands for, which is what the
 views show. Every component a tokenizer.json may name that attnviz does not implement is refused by name.
+
+A tokenizer.json is a small program a stranger wrote, so each step is bounded: a normaliser, pre-tokeniser or
+decoder makes at most GROWTH times its input, patterns are sized before they are compiled and the patterns of
+one text share one time budget, WordPiece and the added tokens take time linear in the text, and ids run from 0
+without a gap.
 """
 
 from __future__ import annotations
