@@ -4,11 +4,13 @@ describes, with the components llama.cpp and Hugging Face use for those vocabula
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import AttnvizError, printable
-from ..inputs import parse_json, read_file
+from ..inputs import decode, parse_json, read_file
+from .metadata import MAX_CONFIG_BYTES
 from .tokenizer import (
     BPE,
     AddedToken,
@@ -24,7 +26,7 @@ from .tokenizer import (
     pre_tokenizer,
 )
 
-MAX_CONFIG_BYTES = 4 * 2**20
+MAX_VOCAB_BYTES = 16 * 2**20  # vocab.txt: 70 times BERT's
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # GGUF token types
 SINGLE_DIGITS = ("smollm", "llama3", "deepseek-llm", "qwen2")  # pre-tokenisers that cut digits one by one
 BERT_SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -116,19 +118,16 @@ def from_vocab_txt(directory: Path) -> Tokenizer:
     """BERT's WordPiece from ``vocab.txt``, lower-casing and accents as tokenizer_config.json says (uncased by
     default): what Hugging Face's BertTokenizerFast builds from the same two files."""
     path = directory / "vocab.txt"
-    try:
-        lines = read_file(path, 16 * 2**20, "a vocab.txt").decode("utf-8").splitlines()  # 16 MiB: 70 times BERT's
-    except FileNotFoundError:
-        raise AttnvizError(f"{directory}: no tokenizer.json or vocab.txt: the checkpoint has no tokenizer") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise AttnvizError(f"{path}: cannot read the vocabulary ({err})") from None
+    lines = decode(read_file(path, MAX_VOCAB_BYTES, "a vocab.txt"), str(path)).splitlines()
     vocab = {token: index for index, token in enumerate(lines)}
     missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocab]
     if missing:
         raise AttnvizError(f"{path}: the vocabulary has no {', '.join(missing)}")
     options_path = directory / "tokenizer_config.json"
     options = (
-        parse_json(read_file(options_path, limit=MAX_CONFIG_BYTES), str(options_path)) if options_path.is_file() else {}
+        parse_json(read_file(options_path, MAX_CONFIG_BYTES, "a tokenizer_config.json"), str(options_path))
+        if os.path.lexists(options_path)
+        else {}
     )
     if not isinstance(options, dict):
         raise AttnvizError(f"{options_path}: not a tokenizer configuration (not a JSON object)")
