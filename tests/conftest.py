@@ -16,6 +16,20 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the test workers start (pytest -n): Gemma 3's file joined from its chunk packages, once. The
+    package writes it in place, so two workers joining it at once would read each other's half-written file."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    from attnviz.errors import AttnvizError
+    from attnviz.models import model_location
+
+    try:
+        model_location("gemma3", None, None)
+    except AttnvizError:
+        pass  # not installed: the tests that need it say so
+
+
 @dataclass
 class Run:
     code: int

@@ -24,7 +24,7 @@ from capped import _limited as capped_limits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_bert import write_safetensors, write_tiny_bert
-from tiny_gguf import F32, _string, _value, write_tiny_llama
+from tiny_gguf import F32, _string, write_gguf, write_tiny_llama
 
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model
@@ -355,22 +355,6 @@ def _gguf_tensors(path: Path) -> dict[str, tuple[int, tuple[int, ...], bytes]]:
     return tensors
 
 
-def _write_raw_gguf(path: Path, metadata: dict[str, object], tensors: dict, alignment: int = 32) -> Path:
-    """tiny_gguf.write_gguf, but a metadata value may be raw bytes (its type and payload, as the file has it)."""
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
-    head += b"".join(_string(k) + (v if isinstance(v, bytes) else _value(v)) for k, v in metadata.items())
-    data, offsets = b"", []
-    for _, _, raw in tensors.values():
-        data += b"\0" * (-len(data) % alignment)
-        offsets.append(len(data))
-        data += raw
-    for (name, (kind, shape, _)), offset in zip(tensors.items(), offsets, strict=True):
-        head += _string(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", s) for s in reversed(shape))
-        head += struct.pack("<IQ", kind, offset)
-    path.write_bytes(head + b"\0" * (-len(head) % alignment) + data)
-    return path
-
-
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], dict]:
     """The tiny Llama GGUF's metadata (as written) and tensors."""
@@ -399,7 +383,8 @@ def test_gguf_tensors_of_the_wrong_shape_are_refused(tmp_path: Path, tiny_gguf, 
         del changed[name]
     else:
         changed[name] = tensor
-    path = _write_raw_gguf(tmp_path / "bad.gguf", metadata, changed)
+    path = tmp_path / "bad.gguf"
+    write_gguf(path, metadata, changed)
     with pytest.raises(AttnvizError, match=message) as refused:
         load_model(None, model_file=path)
     _one_line(refused.value)
@@ -608,7 +593,8 @@ def test_damaged_gguf_metadata_loads_or_gets_one_line(tmp_path: Path, tiny_gguf,
     changed = dict(metadata)
     for key, value in changes:
         changed[key] = value
-    path = _write_raw_gguf(tmp_path / "fuzz.gguf", changed, tensors)
+    path = tmp_path / "fuzz.gguf"
+    write_gguf(path, changed, tensors)
     try:
         model = load_model(None, model_file=path)
         all_attention(model, model.encode("the cat"))

@@ -18,6 +18,9 @@ def _string(text: str) -> bytes:
 
 
 def _value(value: object) -> bytes:
+    """A metadata value with its type; bytes are written as they are (a type and payload made by hand)."""
+    if isinstance(value, bytes):
+        return value
     if isinstance(value, bool):
         return struct.pack("<I?", 7, value)
     if isinstance(value, int):
