@@ -36,6 +36,5 @@ def printable(text: str, keep: str = "") -> str:
         return text
     hidden = ("Cc", "Cf", "Cs", "Zl", "Zp")
     return "".join(
-        c.encode("unicode_escape").decode() if c not in keep and unicodedata.category(c) in hidden else c
-        for c in text
+        c.encode("unicode_escape").decode() if c not in keep and unicodedata.category(c) in hidden else c for c in text
     )
