@@ -85,3 +85,18 @@ def test_model_folder_and_file_names_are_shown_escaped(cli, tmp_path: Path, atta
     missing = cli("check", str(tmp_path / f"gone{attack}.npy"))
     assert missing.code == 1
     assert_inert(missing.err)
+
+
+MARKUP = ["[/]", "[blink]sat", "[u]x[/u]", "[link=http://x]y", "[bold red on white]z"]
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask", "explain", "permute", "lines", "diff"])
+@pytest.mark.parametrize("color", [False, True], ids=["plain", "colour"])
+def test_tokens_are_never_read_as_markup(cli, monkeypatch, command: str, color: bool) -> None:
+    if color:
+        monkeypatch.setenv("FORCE_COLOR", "1")
+    run = cli(command, "the", *MARKUP, "cat", *(["--b", "--causal"] if command == "diff" else []))
+    assert run.code == 0, run.err
+    assert "[/]" in run.out and "[blink]" in run.out  # shown literally, cut to fit or not
+    assert "\x1b[5m" not in run.out and "\x1b[4m" not in run.out  # no blink, no underline
+    assert_inert(run.out + run.err)

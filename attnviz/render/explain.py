@@ -96,7 +96,7 @@ def render_explain(
         weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
         scores.add_row(
             str(j),
-            key,
+            Text(key),
             vector_text(e.keys[j], in_table),
             f"{e.dots[j]:.3f}",
             f"{e.dots[j] * e.scale:.3f}",
@@ -115,7 +115,7 @@ def render_explain(
         shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
         values.add_row(
             str(j),
-            key,
+            Text(key),
             shown_weight,
             vector_text(e.values[j], in_values),
             vector_text(e.weighted[j], in_values),
