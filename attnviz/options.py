@@ -556,7 +556,7 @@ def parse_side(text: str, name: str) -> dict[str, Any]:
     side.command()(SIDE)
     command = typer.main.get_command(side)
     try:
-        ctx = command.make_context(name, shlex.split(text))
+        ctx = command.make_context(name, shlex.split(text), help_option_names=[])  # --a "--help" is no option
     except ValueError as err:
         raise UsageError(f"{name} {text!r}: {err}") from None
     except typer.TyperException as err:

@@ -395,3 +395,18 @@ def test_a_worker_killed_mid_write_leaves_no_temporary(cli, shared: Path, monkey
     out = shared / "build" / "plan"
     assert not (out / "fig.png").exists() and "fig.png" not in json.loads((out / plans.MANIFEST).read_text())["figures"]
     figures(out)  # no temporary left
+
+
+@pytest.mark.parametrize("value", ["--help", "-h", "--seed 1 --help", "--version"])
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_side_of_diff_cannot_print_help_into_the_output(cli, shared: Path, side: str, value: str) -> None:
+    (shared / "sides.toml").write_text(f'[[figure]]\nname = "c"\ncommand = "diff"\n{side} = "{value}"\ntokens = "x y"\n')
+    for args in (["--json"], ["--check"]):
+        run = cli("batch", "sides.toml", "-j", "1", "-o", "out", *args)
+        assert run.code == (2 if "--check" in args else 1)
+        if "--json" in args:  # stdout holds the manifest, nothing else
+            assert [f["status"] for f in json.loads(run.out)["figures"]] != ["drawn"]
+        assert "Usage" not in run.out + run.err
+        assert len(errors(run.err)) == 1 and f"--{side} " in run.err
+    direct = cli("diff", "x", "y", f"--{side}", value, "-o", str(shared / "d.png"))
+    assert direct.code == 2 and direct.out == "" and len(direct.err.splitlines()) == 1

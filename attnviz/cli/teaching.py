@@ -243,16 +243,34 @@ def permute(
     )
 
 
+def _checked_side(text: str, name: str) -> str:
+    """A side of diff, parsed as the command line is (so batch --check finds what is wrong with it)."""
+    opt.parse_side(text, name)
+    return text
+
+
 @app.command()
 @opt.with_options(layer=opt.RANDOM_LAYER.variant(hidden=("keys", "keys_file")), figure=opt.FIGURE)
 def diff(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
     a: Annotated[
-        str, typer.Option("--a", help='Options of configuration A, e.g. "--scale none".', rich_help_panel=opt.P_OUT)
+        str,
+        typer.Option(
+            "--a",
+            help='Options of configuration A, e.g. "--scale none".',
+            rich_help_panel=opt.P_OUT,
+            callback=lambda text: _checked_side(text, "--a"),
+        ),
     ] = "",
     b: Annotated[
-        str, typer.Option("--b", help='Options of configuration B, e.g. "--head 1".', rich_help_panel=opt.P_OUT)
+        str,
+        typer.Option(
+            "--b",
+            help='Options of configuration B, e.g. "--head 1".',
+            rich_help_panel=opt.P_OUT,
+            callback=lambda text: _checked_side(text, "--b"),
+        ),
     ] = "",
     head: opt.Head = None,
     mean: opt.Mean = False,
