@@ -45,10 +45,14 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
         for item in chosen:
             work(item)
         return
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
 
+    def in_callers_context(item: T, context: contextvars.Context) -> None:
+        context.run(work, item)  # NumPy's errstate is a context variable: the caller's holds in the workers
+
     with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
-        for _ in pool.map(work, chosen):
+        for _ in pool.map(in_callers_context, chosen, [contextvars.copy_context() for _ in chosen]):
             pass
 
 

@@ -400,7 +400,8 @@ def test_a_worker_killed_mid_write_leaves_no_temporary(cli, shared: Path, monkey
 @pytest.mark.parametrize("value", ["--help", "-h", "--seed 1 --help", "--version"])
 @pytest.mark.parametrize("side", ["a", "b"])
 def test_a_side_of_diff_cannot_print_help_into_the_output(cli, shared: Path, side: str, value: str) -> None:
-    (shared / "sides.toml").write_text(f'[[figure]]\nname = "c"\ncommand = "diff"\n{side} = "{value}"\ntokens = "x y"\n')
+    plan = f'[[figure]]\nname = "c"\ncommand = "diff"\n{side} = "{value}"\ntokens = "x y"\n'
+    (shared / "sides.toml").write_text(plan)
     for args in (["--json"], ["--check"]):
         run = cli("batch", "sides.toml", "-j", "1", "-o", "out", *args)
         assert run.code == (2 if "--check" in args else 1)

@@ -94,7 +94,8 @@ def damaged(where: object, layer: int, tensors: dict[str, Callable[[], Array]]) 
     for name, load in tensors.items():
         if not np.isfinite(load()).all():
             return AttnvizError(f"{where}: tensor {name!r} holds NaN or infinity (a damaged file?)")
-    return AttnvizError(f"{where}: layer {layer} gives NaN or infinity (damaged or overflowing weights)")
+    part = "the embeddings give" if layer < 0 else f"layer {layer} gives"
+    return AttnvizError(f"{where}: {part} NaN or infinity (damaged or overflowing weights)")
 
 
 @dataclass(frozen=True)

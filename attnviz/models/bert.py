@@ -21,7 +21,7 @@ from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
-from .parts import ACTIVATIONS, layer_norm
+from .parts import ACTIVATIONS, layer_norm, overflow_checked
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -157,13 +157,14 @@ class Bert:
         """The encoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says."""
         c = self.config
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
-        x = self.weights.tensor("embeddings.word_embeddings.weight", rows=np.asarray(encoding.ids))
-        x = x + self.w("embeddings.position_embeddings.weight")[c.position_offset : c.position_offset + n]
-        if c.type_vocab:
-            x = x + self.w("embeddings.token_type_embeddings.weight")[np.asarray(encoding.type_ids)]
-        x = layer_norm(x, self.w("embeddings.LayerNorm.weight"), self.w("embeddings.LayerNorm.bias"), c.eps)
         activation = ACTIVATIONS[c.activation]
-        with one_blas_thread():  # the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
+        # one BLAS thread: the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
+        with one_blas_thread(), overflow_checked():
+            x = self.weights.tensor("embeddings.word_embeddings.weight", rows=np.asarray(encoding.ids))
+            x = x + self.w("embeddings.position_embeddings.weight")[c.position_offset : c.position_offset + n]
+            if c.type_vocab:
+                x = x + self.w("embeddings.token_type_embeddings.weight")[np.asarray(encoding.type_ids)]
+            x = layer_norm(x, self.w("embeddings.LayerNorm.weight"), self.w("embeddings.LayerNorm.bias"), c.eps)
             last = max(keep)
             for layer in range(last + 1):
                 p = f"encoder.layer.{layer}."

@@ -15,7 +15,7 @@ from ..core import Array
 from ..errors import AttnvizError, UsageError
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
-from .parts import Rope, rms_norm, shared_heads
+from .parts import Rope, overflow_checked, rms_norm, shared_heads
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -195,7 +195,7 @@ class Decoder:
             raise ValueError("after the prompt, tokens are fed one at a time")
         x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
-        with one_blas_thread():
+        with one_blas_thread(), overflow_checked():
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
@@ -236,7 +236,7 @@ class Decoder:
         """
         n = len(encoding.ids)
         x = self.embed(np.asarray(encoding.ids))
-        with one_blas_thread():
+        with one_blas_thread(), overflow_checked():
             last = max(keep)
             for layer in range(last + 1):
                 self.finite(x, layer - 1)

@@ -12,15 +12,29 @@ from ..core import Array
 
 
 def layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
+    """A variance that overflows float32 gives NaN rows, not a silent 0 (see :func:`overflowed`)."""
     mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    var = overflowed(((x - mean) ** 2).mean(axis=-1, keepdims=True))
     result: Array = (x - mean) / np.sqrt(var + eps) * weight + bias
     return result
 
 
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
-    normed: Array = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+    """A mean square that overflows float32 gives NaN rows, not a silent 0 (see :func:`overflowed`)."""
+    normed: Array = x / np.sqrt(overflowed(np.mean(x * x, axis=-1, keepdims=True)) + eps) * weight
     return normed
+
+
+def overflow_checked() -> np.errstate:
+    """NumPy's overflow warnings off for a forward pass: it checks each layer's output and attention with
+    np.isfinite and refuses in one line naming the layer, so the warnings would only add noise on stderr."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def overflowed(spread: Array) -> Array:
+    """A norm's per-row statistic, NaN where it is infinite: x / sqrt(inf) would be 0, a finite row of
+    overflowed values passed on as data, where NaN reaches the forward pass's check of the layer."""
+    return np.where(np.isfinite(spread), spread, np.float32(np.nan))
 
 
 def erf(x: Array) -> Array:
