@@ -564,3 +564,35 @@ def test_any_tree_of_components_loads_and_encodes_or_gets_attnvizs_error(texts: 
         except AttnvizError as err:
             assert "\n" not in str(err)
     assert time.perf_counter() - start < 5
+
+
+def _nested(key: str, step: dict, count: int, depth: int) -> dict:
+    """``count`` copies of ``step`` as a Sequence, nested ``depth`` deep (a tree of steps)."""
+    tree: dict = step
+    for _ in range(depth):
+        tree = {"type": "Sequence", key: [copy.deepcopy(tree) for _ in range(count)]}
+    return tree
+
+
+LONG_PIPELINES = {
+    "a million lowercases": ("normalizer", _nested("normalizers", {"type": "Lowercase"}, 10**6, 1)),
+    "nested normalizers": ("normalizer", _nested("normalizers", {"type": "NFC"}, 8, 3)),
+    "many pre-tokenizers": ("pre_tokenizer", _nested("pretokenizers", {"type": "Whitespace"}, 300, 1)),
+    "nested decoders": ("decoder", _nested("decoders", {"type": "Fuse"}, 20, 2)),
+}
+
+
+@pytest.mark.parametrize("name", LONG_PIPELINES)
+def test_a_pipeline_of_too_many_steps_is_refused_before_any_runs(name: str) -> None:
+    """Steps that are plain Python loops (Lowercase on accents, BertNormalizer) have no regex timeout: a Sequence
+    of a million took minutes. A pipeline has at most MAX_STEPS steps, counted as it is read."""
+    component, tree = LONG_PIPELINES[name]
+    started = time.monotonic()
+    with pytest.raises(AttnvizError, match="steps; attnviz runs at most"):
+        from_spec(spec(**{component: tree}))
+    assert time.monotonic() - started < 30  # refused as read, never run
+
+
+def test_a_pipeline_of_a_few_nested_steps_still_runs() -> None:
+    tokens, _, _ = from_spec(spec(normalizer=_nested("normalizers", {"type": "Lowercase"}, 4, 2))).encode("The CAT")
+    assert tokens[1:-1] == ["the", "cat"]

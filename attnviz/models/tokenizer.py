@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import AttnvizError, printable
 
 MAX_TOKENIZER_BYTES = 256 * 2**20
+MAX_STEPS = 256  # components of a tokenizer's pipeline, nested Sequences' steps included
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
@@ -1147,8 +1148,15 @@ def read_tokenizer_json(path: Path) -> Tokenizer:
 def from_spec(raw: Any) -> Tokenizer:
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
         raise TokenizerError("not a tokenizer.json (no model)")
+    found = list(_components([raw.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder")]))
+    steps = sum("type" in item for item in found)
+    if steps > MAX_STEPS:
+        raise TokenizerError(
+            f"its normalizer, pre-tokenizer, post-processor and decoder have {steps:,} steps; attnviz runs at most "
+            f"{MAX_STEPS} (each step is a pass over the text; real tokenizers have a few)"
+        )
     parts = 0
-    for pattern in set(_regexes([raw.get(k) for k in ("normalizer", "pre_tokenizer", "decoder")])):
+    for pattern in {item["Regex"] for item in found if isinstance(item.get("Regex"), str)}:
         parts += pattern_parts(pattern)
         if parts > MAX_PATTERN_PARTS:
             raise TokenizerError(f"the tokenizer's patterns compile to more than {MAX_PATTERN_PARTS:,} parts in all")
@@ -1173,9 +1181,8 @@ def from_spec(raw: Any) -> Tokenizer:
     return tokenizer
 
 
-def _regexes(specs: list[Any]) -> Iterator[str]:
-    """Every ``{"Regex": …}`` pattern in the components (whose sizes are limited together: each compiled
-    pattern is kept for the tokenizer's life)."""
+def _components(specs: list[Any]) -> Iterator[dict[str, Any]]:
+    """Every object inside the components, nested Sequences' steps and ``{"Regex": …}`` patterns included."""
     stack, seen = list(specs), set()
     while stack:
         item = stack.pop()
@@ -1183,8 +1190,7 @@ def _regexes(specs: list[Any]) -> Iterator[str]:
             continue
         seen.add(id(item))
         if isinstance(item, dict):
-            if isinstance(item.get("Regex"), str):
-                yield item["Regex"]
+            yield item
             stack += item.values()
         elif isinstance(item, list):
             stack += item
