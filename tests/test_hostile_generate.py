@@ -370,3 +370,10 @@ def test_a_film_holds_a_few_frames_at_a_time(monkeypatch: pytest.MonkeyPatch, fm
     assert len(frames) == 40
     for step in (0, 17, 38):
         assert (frames[step] == np.asarray(_Frames(40).frame(step))).all()
+
+
+@pytest.mark.parametrize("temperature", ["nan", "inf", "-1", "-0.5", "101"])
+def test_a_temperature_that_is_no_temperature_is_one_line(cli, tiny: Path, temperature: str) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--temperature", temperature)
+    assert run.code == 2 and run.out == ""
+    assert run.err.splitlines() == [f"attnviz: error: --temperature must be from 0 (greedy) to 100, got {temperature}"]

@@ -48,9 +48,7 @@ def generate(
     ] = 16,
     temperature: Annotated[
         float,
-        typer.Option(
-            "--temperature", min=0.0, help="0: greedy (the likeliest token); above: sample.", rich_help_panel=P_WRITE
-        ),
+        typer.Option("--temperature", help="0: greedy (the likeliest token); above: sample.", rich_help_panel=P_WRITE),
     ] = 0.0,
     top_k: Annotated[
         int | None,
