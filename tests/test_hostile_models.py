@@ -429,6 +429,23 @@ def test_qwen2_slides_as_qwen2config_says(changes: dict, layers: int, windows: t
     assert sliding_windows(Settings(config, "config.json"), layers, "qwen2") == windows
 
 
+@pytest.mark.parametrize(
+    ("family", "changes", "windows"),
+    [
+        ("mistral", {"sliding_window": 4}, (4, 4)),
+        ("mistral", {}, (4096, 4096)),  # MistralConfig's default
+        ("mistral", {"sliding_window": None}, (None, None)),
+        ("mistral", {"sliding_window": 4, "layer_types": ["full_attention", "sliding_attention"]}, (None, 4)),
+        ("llama", {"sliding_window": 4}, (None, None)),  # LlamaConfig has none: transformers' Llama never slides
+        ("llama", {"sliding_window": 4, "use_sliding_window": True}, (None, None)),
+        ("llama", {"sliding_window": 4, "layer_types": ["sliding_attention"] * 2}, (None, None)),
+    ],
+)  # fmt: skip
+def test_mistral_and_llama_slide_as_transformers_does(family: str, changes: dict, windows: tuple) -> None:
+    config = {"model_type": family, "num_hidden_layers": 2} | changes
+    assert sliding_windows(Settings(config, "config.json"), 2, family) == windows
+
+
 def test_a_qwen2_folder_slides_only_its_upper_layers(tmp_path: Path) -> None:
     folder = write_checkpoint(tmp_path / "qwen2", "qwen2")  # use_sliding_window, sliding_window 2, max_window_layers 1
     model = load_model(None, folder)

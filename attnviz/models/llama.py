@@ -104,7 +104,8 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
 
     Qwen2 slides only with use_sliding_window, and then the layers from max_window_layers on (Qwen2Config's
     layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
-    by sliding_window, or those layer_types names sliding_attention.
+    by sliding_window (4,096 when the config does not say; null: none), or those layer_types names
+    sliding_attention. Llama never slides, whatever its config holds, as in transformers.
     """
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
@@ -116,10 +117,12 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
         if types is None:
             start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
             return tuple(size if i >= start else None for i in range(layers))
+    elif family == "llama":
+        return (None,) * layers  # LlamaConfig has no window: transformers' Llama attends to every earlier token
     else:
-        if config.get("use_sliding_window") is False or config.get("sliding_window") is None:
+        if config.get("use_sliding_window") is False or config.get("sliding_window", 4096) is None:
             return (None,) * layers
-        size = config.count("sliding_window", high=2**24)
+        size = config.count("sliding_window", 4096, high=2**24)  # MistralConfig's default
     sliding = [t == "sliding_attention" for t in types] if types is not None else [True] * layers
     return tuple(size if s else None for s in sliding)
 
