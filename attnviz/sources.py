@@ -344,7 +344,9 @@ def file_stack(
         raise AttnvizError(f"--from {path}: the weights hold NaN or infinity (attnviz check {path} says where)")
     if (weights < 0).any():
         raise AttnvizError(f"--from {path}: some weights are negative (attnviz check {path} says where)")
-    if not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-3):
+    with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
+        sums = weights.sum(axis=-1)
+    if not np.allclose(sums, 1.0, atol=1e-3):
         raise AttnvizError(
             f"--from {path}: some rows do not sum to 1, so these are not attention weights "
             f"(attnviz check {path} says where)"
@@ -481,7 +483,9 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
         raise AttnvizError(f"{path}: the weights are {array.dtype}, not numbers")
     if array.size == 0:
         raise AttnvizError(f"{path}: holds no attention (shape {tuple(array.shape)})")
-    return np.asarray(array, dtype=np.float64).reshape((1,) * (4 - array.ndim) + array.shape)
+    with np.errstate(over="ignore"):  # a long double past float64's range becomes inf, refused as not finite
+        weights = np.asarray(array, dtype=np.float64)
+    return weights.reshape((1,) * (4 - array.ndim) + array.shape)
 
 
 def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: bool = False) -> None:

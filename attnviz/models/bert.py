@@ -182,6 +182,7 @@ class Bert:
                 )  # (h, n, d_k)
                 output, kept = attend(q, k, v, scale=1 / math.sqrt(d_k), keep=keep.get(layer, NOTHING))
                 assert output is not None
+                self._finite(output, layer)  # what a layer that keeps nothing is checked by
                 self._finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)

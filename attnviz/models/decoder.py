@@ -247,6 +247,7 @@ class Decoder:
                     keep=keep.get(layer, NOTHING),
                 )  # fmt: skip
                 assert output is not None
+                self.finite(output, layer)  # what a layer that keeps nothing is checked by
                 self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
