@@ -73,8 +73,8 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         raise AttnvizError(
             f"{where}: 'weights' is {list(weights.shape)}, but {len(heads)} heads of {n} queries × {m} keys are named"
         )
-    if not np.isfinite(weights).all() or (weights < 0).any():
-        raise AttnvizError(f"{where}: the weights hold NaN, infinity or negative numbers")
+    if not np.isfinite(weights).all() or (weights < 0).any() or (weights > 1 + 1e-6).any():
+        raise AttnvizError(f"{where}: the weights hold NaN, infinity, negative numbers or numbers above 1")
     mask = body.get("mask")
     allowed = None if mask is None else nested_array(mask, "mask", where, bool)
     if allowed is not None and allowed.shape != (n, m):
