@@ -16,21 +16,26 @@ _TAGS = "".join(map(chr, range(0xE0020, 0xE0080)))
 WHITE_SPACE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}
 
 
-def visible_token(token: str) -> str:
+def visible_token(token: str, limit: int | None = None) -> str:
     """The token with control, format (zero-width, bidi) and odd space characters shown as escapes,
-    newlines and tabs as ↵ and ⇥, and a token of white space only as a sign per character (␣).
+    newlines and tabs as ↵ and ⇥, and a token of white space only as a sign per character (␣);
+    with ``limit``, only its first ``limit`` characters.
 
     Tokens come from other people's files; shown raw they could restyle or corrupt a terminal,
     and a decoder's tokens include lone spaces and newlines that would otherwise be blank labels.
     """
+    end = len(token) if limit is None else min(len(token), limit)
     if token and token.isspace():  # a token that is only white space: a sign for each character
-        return "".join(WHITE_SPACE.get(ch, f"\\u{ord(ch):04x}") for ch in token)
+        return "".join(WHITE_SPACE.get(ch, f"\\u{ord(ch):04x}") for ch in token[:end])
     out = []
-    for k, ch in enumerate(token):
+    after_flag = False  # whether the last character that is not a tag is a black flag
+    for k in range(end):
+        ch = token[k]
         category = unicodedata.category(ch)
+        is_tag = 0xE0020 <= ord(ch) <= 0xE007F
         if ch == "\u200d" and 0 < k < len(token) - 1 and _joins(token[k - 1], token[k + 1]):
             out.append(ch)  # a zero-width joiner inside an emoji sequence (👩‍🔬): one picture, kept whole
-        elif 0xE0020 <= ord(ch) <= 0xE007F and token[:k].rstrip(_TAGS).endswith("\U0001f3f4"):
+        elif is_tag and after_flag:
             out.append(ch)  # a tag sequence after a black flag: a subdivision's flag (🏴󠁧󠁢󠁳󠁣󠁴󠁿)
         elif ch in "\n\t":
             out.append(WHITE_SPACE[ch])
@@ -39,6 +44,8 @@ def visible_token(token: str) -> str:
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
         else:
             out.append(ch)
+        if not is_tag:
+            after_flag = ch == "\U0001f3f4"
     return "".join(out) if token else '""'
 
 
@@ -61,10 +68,24 @@ def cell_len(text: str) -> int:
     return sum(_cluster_cells(g) for g in graphemes(text))
 
 
+def label_chars(width: int) -> int:
+    """The characters of a token that a label of ``width`` cells is made from: a few per cell, for the
+    combining marks and joiners of one grapheme, so a label of a megabyte token costs what a short one does."""
+    return 8 * max(width, 0) + 64
+
+
+def visible_cells(token: str, width: int) -> int:
+    """Terminal cells of the visible token, or more than ``width`` if it is too long to be shown whole in that."""
+    if len(token) > label_chars(width):
+        return width + 1
+    return cell_len(visible_token(token))
+
+
 def abbreviate(token: str, width: int) -> str:
     """The visible token cut to ``width`` terminal cells between graphemes, with an ellipsis when cut."""
-    text = visible_token(token)
-    if cell_len(text) <= width:
+    limit = label_chars(width)
+    text = visible_token(token, limit)
+    if len(token) <= limit and cell_len(text) <= width:
         return text
     kept, used = [], 0
     for cluster in graphemes(text):

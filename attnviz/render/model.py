@@ -34,7 +34,7 @@ from .heatmap import (
 )
 from .labels import abbreviate, cell_len, describe_parts, wrap_parts
 from .outlines import draw_texts, text_path
-from .terminal import cell_style, render_heatmap, terminal_bins
+from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -322,13 +322,17 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     return fig
 
 
+BAR_WIDTH = 2 * TERMINAL_BINS  # the longest bar, as wide as the widest pooled map, however wide the terminal says it is
+
+
 def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: int) -> Iterator[RenderableType]:
+    """The rollout map as the heatmap view draws one, then a bar per token of what flows into one position."""
     yield from render_heatmap(rollout_attention(stack, result, bins=terminal_bins(width)), color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield Text(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)
     label_w = max(cell_len(name) for name, _ in shown)
-    bar_w = max(10, width - label_w - 10)
+    bar_w = max(10, min(BAR_WIDTH, width - label_w - 10))
     for name, value in shown:
         line = Text(" " * (label_w - cell_len(name)) + name + " ")
         line.append("█" * max(1, round(bar_w * value / peak)) if value > 0 else "", style="cyan" if color else "")

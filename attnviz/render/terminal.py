@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..saturation import STATISTICS, Saturation
-from .labels import abbreviate, cell_len, describe_parts, score_label, visible_token, wrap_parts
+from .labels import abbreviate, cell_len, describe_parts, score_label, visible_cells, visible_token, wrap_parts
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -268,19 +268,28 @@ def table_width(att: Attention, cell: int, labels: int = LABEL_WIDTH) -> int:
 
 def label_width(att: Attention, cell: int, width: int) -> int:
     """The widest token labels (whole tokens when they fit, at most MAX_LABEL) with which the table fits ``width``."""
-    longest = max(cell_len(visible_token(t)) for t in (*att.tokens, *att.keys))
+    longest = max(visible_cells(t, MAX_LABEL) for t in (*att.tokens, *att.keys))
     for labels in range(min(longest, MAX_LABEL), LABEL_WIDTH, -1):
         if table_width(att, cell, labels) <= width:
             return labels
     return LABEL_WIDTH
 
 
+CUT_TOKEN_CHARS = 1000  # a cut token longer than this is written out to here, and its length said
+
+
 def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
-    """The tokens a table had to cut, written out whole once (index → token), so nothing is lost."""
-    cut = [(i, t) for i, t in enumerate(att.keys) if cell_len(visible_token(t)) > labels]
+    """The tokens a table had to cut, written out whole once (index → token), so nothing is lost;
+    one of more than CUT_TOKEN_CHARS characters to there, with its length (--json has it whole)."""
+    cut = [(i, t) for i, t in enumerate(att.keys) if visible_cells(t, labels) > labels]
     if not cut:
         return None
-    entries = [f"{i} {visible_token(t)}" for i, t in cut]
+    entries = [
+        f"{i} {visible_token(t)}"
+        if len(t) <= CUT_TOKEN_CHARS
+        else f"{i} {visible_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
+        for i, t in cut
+    ]
     return Text("cut to fit: " + " · ".join(entries), style="dim", overflow="fold")
 
 
