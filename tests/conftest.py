@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import resource
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,25 @@ from attnviz.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
+
+
+@pytest.fixture(autouse=True)
+def _memory_cap(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked memory_cap (the fuzzers) runs with 2 GiB of address space beyond what the process
+    already has: an input that makes attnviz allocate without bound fails the test as a MemoryError,
+    as it would fail a user under `ulimit -v`, instead of taking the machine's memory."""
+    if request.node.get_closest_marker("memory_cap") is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = used + 2 * 2**30
+    resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -383,6 +383,7 @@ def _places(value: object, at: tuple = ()) -> list[tuple]:
     return [p for key, item in inner for p in [(*at, key), *_places(item, (*at, key))]]
 
 
+@pytest.mark.memory_cap
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(_places(FUZZ_BASE)), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3))
 def test_a_damaged_tokenizer_json_loads_or_gets_attnvizs_error(changes: list) -> None:

@@ -179,6 +179,15 @@ def test_a_broken_model_checkpoint(cli, tmp_path: Path) -> None:
 # Fuzzing: every parser either loads or raises attnviz's own error.
 
 
+@pytest.mark.memory_cap
+def test_the_fuzzers_run_under_a_memory_cap() -> None:
+    """A fuzzed input that makes attnviz allocate without bound fails its test; it cannot take the machine."""
+    with pytest.raises(MemoryError):
+        bytearray(3 * 2**30)
+    bytearray(2**28)  # what a parser may use is still there
+
+
+@pytest.mark.memory_cap
 @FUZZ
 @given(st.text())
 def test_fuzz_token_text(text: str) -> None:
@@ -189,6 +198,7 @@ def test_fuzz_token_text(text: str) -> None:
     assert isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(
     st.recursive(
@@ -207,6 +217,7 @@ def test_fuzz_attention_json(tmp_path: Path, document: object) -> None:
     assert stack.weights.ndim == 4
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(st.binary(max_size=300))
 def test_fuzz_numpy_files(tmp_path: Path, data: bytes) -> None:
@@ -219,6 +230,7 @@ def test_fuzz_numpy_files(tmp_path: Path, data: bytes) -> None:
             pass
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(st.integers(0, 2**64 - 1), st.binary(max_size=200))
 def test_fuzz_safetensors_headers(tmp_path: Path, claimed: int, data: bytes) -> None:
@@ -230,6 +242,7 @@ def test_fuzz_safetensors_headers(tmp_path: Path, claimed: int, data: bytes) -> 
         pass
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(
     st.dictionaries(
@@ -248,6 +261,7 @@ def test_fuzz_safetensors_entries(tmp_path: Path, entry: dict) -> None:
         pass
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(st.text(max_size=300))
 def test_fuzz_plans(tmp_path: Path, text: str) -> None:

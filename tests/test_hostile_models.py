@@ -558,6 +558,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
     return read
 
 
+@pytest.mark.memory_cap
 @pytest.mark.parametrize("family", BASES)
 @FUZZ
 @given(changes=st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3))
@@ -603,6 +604,7 @@ GGUF_VALUES = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.memory_cap
 @FUZZ
 @given(changes=st.lists(st.tuples(st.sampled_from(GGUF_KEYS), GGUF_VALUES), min_size=1, max_size=3))
 def test_damaged_gguf_metadata_loads_or_gets_one_line(tmp_path: Path, tiny_gguf, changes: list) -> None:

@@ -542,6 +542,7 @@ TEXTS = st.lists(st.sampled_from([*"ab tehcd.1 ▁Ġ中ﷺİ\x00\u200b<>[]#", "[
 )
 
 
+@pytest.mark.memory_cap
 @settings(max_examples=150, deadline=None)
 @given(normalizer=sequences(NORMALIZERS, "normalizers"), pre_tokenizer=sequences(PRE_TOKENIZERS, "pretokenizers"),
        decoder=sequences(DECODERS, "decoders"), added_tokens=ADDED, post_processor=TEMPLATES,

@@ -183,6 +183,7 @@ def test_every_truncation_of_a_gguf_is_refused(tmp_path: Path) -> None:
             all_attention(load_model(None, model_file=cut), load_model(None, model_file=cut).encode("the cat"))
 
 
+@pytest.mark.memory_cap
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), min_size=1, max_size=8))
 def test_corrupted_gguf_loads_or_raises_attnvizs_error(tmp_path: Path, flips: list[tuple[int, int]]) -> None:
