@@ -223,13 +223,10 @@ def _covered_code_points() -> frozenset[int]:
 def missing_glyphs(texts: Iterable[str]) -> list[str]:
     """The characters of ``texts`` that no font here can draw (they would show as boxes)."""
     covered = _covered_code_points()
-    seen = dict.fromkeys(
-        ch
-        for text in texts
-        for ch in text
-        if not ch.isspace() and ord(ch) not in covered and unicodedata.category(ch)[0] not in "CZ"
-    )
-    return list(seen)
+    distinct = dict.fromkeys(ch for text in texts for ch in dict.fromkeys(text))  # each character once, in order
+    return [
+        ch for ch in distinct if not ch.isspace() and ord(ch) not in covered and unicodedata.category(ch)[0] not in "CZ"
+    ]
 
 
 @functools.cache
