@@ -86,10 +86,12 @@ def write_tiny_llama(
     nan_in: str | None = None,
     architecture: str = "llama",
     biases: float = 0.0,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
 
-    ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN.
+    ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN; ``extra``
+    adds F32 tensors (rope_freqs.weight, say).
     ``architecture="qwen2"`` writes the same model as Qwen2 files hold it: Q and K rows in Hugging Face's
     rotate-half order (llama.cpp permutes Llama's into pairs, not Qwen2's), with q/k/v biases of scale
     ``biases`` (0: zero biases, the same attention as the Llama file).
@@ -152,6 +154,8 @@ def write_tiny_llama(
                 bias = (biases * rng.normal(size=width)).astype(np.float32)
                 tensors[f"blk.{i}.{name}.bias"] = (F32, (width,), bias.tobytes())
     meta |= meta_changes or {}
+    for name, array in (extra or {}).items():
+        tensors[name] = (F32, array.shape, np.ascontiguousarray(array, dtype="<f4").tobytes())
     if nan_in is not None:
         kind, shape, raw = tensors[nan_in]
         tensors[nan_in] = (kind, shape, np.float32(np.nan).tobytes() + raw[4:])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..core import Array
 from ..errors import AttnvizError
 from ..threads import product
@@ -149,17 +151,21 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Llama(name, weights, shape_from_config(config, family), tokenizer, family)
 
 
-def shape_from_gguf(meta: Settings, architecture: str) -> Shape:
+def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shape:
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
     if hidden % heads:
         raise AttnvizError(f"{meta.where}: {hidden} dimensions do not split into {heads} heads")
     d_head = hidden // heads
+    for key in ("attention.key_length", "attention.value_length"):
+        if meta.get(key) is not None and meta.get(key) != d_head:
+            wanted = f"{d_head} (embedding_length / head_count): attnviz runs no other head size"
+            raise meta.fail(key, meta.get(key), wanted)
     dims = meta.count("rope.dimension_count", d_head, high=d_head)
     if dims % 2:
         raise meta.fail("rope.dimension_count", dims, "even")
-    rope = Rope(float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims)
+    rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights)
     return Shape(
         layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,
         float(meta.number("attention.layer_norm_rms_epsilon", low=1e-30, high=1)),
@@ -168,7 +174,34 @@ def shape_from_gguf(meta: Settings, architecture: str) -> Shape:
     )  # fmt: skip
 
 
+def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
+    """The rotary embedding a GGUF file describes, as llama.cpp applies it: its frequency factors
+    (rope_freqs.weight, how converted Llama 3.1-3.3 files carry their scaling: each frequency divided by its
+    factor) and linear scaling (rope.scaling.factor). Any other scaling changes the attention in ways attnviz
+    does not run, so the file is refused naming the key, never shown without it."""
+    kind = meta.get("rope.scaling.type", "none")
+    if kind not in ("none", "linear"):
+        raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
+    for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier"):
+        if meta.get(key) not in (None, 1, 1.0, 0, 0.0):
+            raise meta.fail(key, meta.get(key), "absent (attnviz does not scale attention)")
+    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+        if name in weights:
+            raise AttnvizError(f"{meta.where}: tensor {name!r} (LongRoPE) is not run by attnviz")
+    divisors = None
+    if "rope_freqs.weight" in weights:
+        factors = weights.tensor("rope_freqs.weight")
+        if factors.shape != (dims // 2,) or not np.all(np.isfinite(factors)) or not np.all(factors > 0):
+            raise AttnvizError(
+                f"{meta.where}: tensor 'rope_freqs.weight' must hold {dims // 2} positive factors, "
+                f"one for each rotated pair; it has shape {list(factors.shape)}"
+            )
+        divisors = tuple(float(f) for f in factors)
+    factor = float(meta.number("rope.scaling.factor", 1.0, low=1e-3, high=1e6)) if kind == "linear" else 1.0
+    return Rope(base, dims, "linear" if factor != 1.0 else "default", factor, divisors=divisors)
+
+
 def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> Llama:
     architecture = str(metadata.get("general.architecture"))
-    shape = shape_from_gguf(gguf_settings(metadata, path, architecture), architecture)
+    shape = shape_from_gguf(gguf_settings(metadata, path, architecture), architecture, weights)
     return Llama(name, weights, shape, tokenizer, family=architecture)

@@ -78,6 +78,7 @@ class Rope:
     low: float = 1.0  # llama3: low_freq_factor
     high: float = 4.0  # llama3: high_freq_factor
     original: int = 8192  # llama3: original_max_position_embeddings
+    divisors: tuple[float, ...] | None = None  # a GGUF's rope_freqs.weight: each frequency divided by its own
 
     def frequencies(self) -> Array:
         inverse = self.base ** (-np.arange(0, self.dims, 2) / self.dims)
@@ -99,6 +100,8 @@ class Rope:
                 slow,
                 np.where(wavelength < self.original / self.high, inverse, mixed),
             )
+        if self.divisors is not None:  # llama.cpp's frequency factors: how Llama 3 files carry their scaling
+            inverse = inverse / np.asarray(self.divisors, dtype=np.float64)
         return inverse
 
     def angles(self, n: int, start: int = 0) -> tuple[Array, Array]:
