@@ -4,7 +4,7 @@ order-blindness without positions, differences between two settings, and attenti
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -243,10 +243,18 @@ def permute(
     )
 
 
-def _checked_side(text: str, name: str) -> str:
-    """A side of diff, parsed as the command line is (so batch --check finds what is wrong with it)."""
-    opt.parse_side(text, name)
-    return text
+def _side(name: str, example: str) -> Any:
+    """The option --a or --b: a side of diff, parsed as the command line is when it is given (so batch
+    --check finds what is wrong with it, and '--help' in it is no option)."""
+
+    def checked(text: str) -> str:
+        opt.parse_side(text, name)
+        return text
+
+    which = name[-1].upper()
+    return typer.Option(
+        name, help=f'Options of configuration {which}, e.g. "{example}".', rich_help_panel=opt.P_OUT, callback=checked
+    )
 
 
 @app.command()
@@ -254,24 +262,8 @@ def _checked_side(text: str, name: str) -> str:
 def diff(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
-    a: Annotated[
-        str,
-        typer.Option(
-            "--a",
-            help='Options of configuration A, e.g. "--scale none".',
-            rich_help_panel=opt.P_OUT,
-            callback=lambda text: _checked_side(text, "--a"),
-        ),
-    ] = "",
-    b: Annotated[
-        str,
-        typer.Option(
-            "--b",
-            help='Options of configuration B, e.g. "--head 1".',
-            rich_help_panel=opt.P_OUT,
-            callback=lambda text: _checked_side(text, "--b"),
-        ),
-    ] = "",
+    a: Annotated[str, _side("--a", "--scale none")] = "",
+    b: Annotated[str, _side("--b", "--head 1")] = "",
     head: opt.Head = None,
     mean: opt.Mean = False,
     as_json: opt.Json = False,
