@@ -208,9 +208,14 @@ def _within(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(real == root or real.is_relative_to(root) for root in roots)
 
 
+def plain_name(name: str) -> bool:
+    """A name that stays one entry of the folder it is joined to: not blank, not . or .., no separator."""
+    return bool(name.strip()) and name not in (".", "..") and "/" not in name and "\\" not in name
+
+
 def safe_name(name: str) -> str:
     """One file name inside the output directory: no path separators, no controls, at most 255 bytes."""
-    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or name.startswith("~"):
+    if not plain_name(name) or name.startswith("~"):
         raise UsageError(f"the name {printable(repr(name))} would leave the output directory")
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):
         raise UsageError(f"the name {printable(repr(name))} holds control characters")
@@ -440,7 +445,7 @@ def output_directory(plan: Path, given: Path | None) -> Path:
     if given is not None:
         return given
     stem = plan.stem
-    if not stem.strip() or stem in (".", "..") or "/" in stem or "\\" in stem:
+    if not plain_name(stem):
         raise UsageError(
             f"the plan {printable(repr(plan.name))} has no name to give its output folder "
             f"(build/{printable(stem)}); name the folder with -o"
