@@ -129,6 +129,9 @@ def write_checkpoint(folder: Path, family: str, changes: dict[str, object] | Non
     if family in ("bert", "roberta", "distilbert"):
         write_tiny_bert(folder, config_changes=BASES[family] | (changes or {}),
                         tensor_changes=_distil if family == "distilbert" else None)  # fmt: skip
+        if family == "distilbert":  # DistilBERT's config.json has its own names, none of BERT's
+            sizes = {"vocab_size": json.loads((folder / "config.json").read_text())["vocab_size"]}
+            (folder / "config.json").write_text(json.dumps(BASES[family] | sizes | (changes or {})))
         (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
         if family != "bert":  # RoBERTa's and DistilBERT's tokenizers are tokenizer.json files
             vocab = {t: i for i, t in enumerate((folder / "vocab.txt").read_text().split())}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..errors import AttnvizError, UsageError, printable
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
+    from .weights import Tensors
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,28 @@ def damaged(where: object, layer: int, tensors: dict[str, Callable[[], Array]]) 
             return AttnvizError(f"{where}: tensor {name!r} holds NaN or infinity (a damaged file?)")
     part = "the embeddings give" if layer < 0 else f"layer {layer} gives"
     return AttnvizError(f"{where}: {part} NaN or infinity (damaged or overflowing weights)")
+
+
+# Tensors a checkpoint may hold that no forward pass needs: buffers older transformers saved (RoPE's inverse
+# frequencies, GPT-2's causal mask, position ids) and the heads of other tasks (BERT's pooler and masked-LM head,
+# a tied output matrix stored again).
+INERT_TENSORS = re.compile(
+    r"(.+\.)?(rotary_emb\.inv_freq|position_ids|attn\.(masked_)?bias)"
+    r"|((bert|roberta|distilbert)\.)?(pooler|cls|lm_head|vocab_transform|vocab_layer_norm|vocab_projector)\..+"
+)
+
+
+def refuse_unused(model: object, weights: Tensors) -> None:
+    """The file refused, naming the first tensor the forward pass would not read and that is not known inert:
+    a tensor attnviz does not run may change the attention (a norm, a bias, frequency factors)."""
+    reads = model.reads()  # type: ignore[attr-defined]
+    for name in weights.names():
+        if name not in reads and not INERT_TENSORS.fullmatch(name):
+            family = printable(str(getattr(model, "family", "")))
+            raise AttnvizError(
+                f"{weights.path}: tensor {printable(repr(name))[:80]} is not one attnviz runs for {family}; "
+                "it may change the attention, so the file is refused rather than shown without it"
+            )
 
 
 @dataclass(frozen=True)
@@ -198,6 +222,7 @@ def load_gguf(path: Path, name: str) -> Model:
     """A GGUF file's model: its family from ``general.architecture``, its tokenizer from its metadata."""
     from . import gemma3, gpt2, llama
     from .gguf import GGUF
+    from .metadata import INERT_GGUF_KEYS, gguf_settings, refuse_unread
     from .vocabulary import from_gguf
 
     file = GGUF(path)
@@ -208,7 +233,10 @@ def load_gguf(path: Path, name: str) -> Model:
             f"{path}: architecture {printable(repr(architecture))[:40]}; "
             f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
         )
-    model = loaders[str(architecture)](path, name, file, file.metadata, from_gguf(file.metadata, path))
+    meta = gguf_settings(file.metadata, path, str(architecture))
+    model = loaders[str(architecture)](name, file, meta, from_gguf(file.metadata, path), str(architecture))
+    refuse_unread(meta, INERT_GGUF_KEYS, str(architecture))
+    refuse_unused(model, file)
     ends = (file.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot", "eom"))
     model.stops = frozenset(i for i in ends if type(i) is int)
     return model

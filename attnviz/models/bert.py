@@ -51,6 +51,12 @@ class BertConfig:
         activation = config.get(key["act"], "gelu")
         if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise config.fail(key["act"], activation, f"one of {', '.join(ACTIVATIONS)}")
+        if not distil:
+            config.choice("position_embedding_type", "absolute", ("absolute",), " (relative positions are not run)")
+            config.choice("is_decoder", False, (False,), " (attnviz runs BERT as an encoder)")
+            config.choice("add_cross_attention", False, (False,), " (an encoder-decoder BERT is not supported)")
+        else:
+            config.get("sinusoidal_pos_embds")  # the sinusoids are stored as the position embeddings' weights
         offset = config.count("pad_token_id", 1, high=2**20) + 1 if family in ("roberta", "xlm-roberta") else 0
         made = cls(
             config.count(key["layers"], high=MAX_LAYERS),
@@ -127,6 +133,10 @@ class Bert:
             for name in norms:
                 shapes[p + name + ".weight"] = shapes[p + name + ".bias"] = (h,)
         return shapes
+
+    def reads(self) -> set[str]:
+        """Every tensor the forward pass may read: any other a file holds is refused, never passed over."""
+        return set(self.expected())
 
     def w(self, name: str) -> Array:
         return self.weights.tensor(name)

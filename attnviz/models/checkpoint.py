@@ -16,8 +16,8 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma3, gpt2, llama
-from .metadata import MAX_CONFIG_BYTES, Settings
+from . import bert, gemma3, gpt2, llama, refuse_unused
+from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
 from .weights import FolderTensors
@@ -171,7 +171,10 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
     spec = FAMILIES[family]
     tokenizer = tokenizer or folder_tokenizer(directory, family)
     weights = FolderTensors(directory, renamer(spec.names, spec.prefixes), spec.transposed, spec.adjust)
-    model = spec.make(name, weights, Settings(raw, path), tokenizer, family)
+    config = Settings(raw, path, label="config.json key ")
+    model = spec.make(name, weights, config, tokenizer, family)
+    refuse_unread(config, INERT_CONFIG_KEYS, family)
+    refuse_unused(model, weights)
     model.origin = origin
     model.stops = frozenset(_end_ids(raw) | _end_ids(_generation_config(directory)))  # type: ignore[attr-defined]
     return model

@@ -49,6 +49,9 @@ class Resident:
     def __contains__(self, name: str) -> bool:
         return name in self.inner
 
+    def names(self) -> list[str]:
+        return self.inner.names()
+
     def shape(self, name: str) -> tuple[int, ...]:
         return self.inner.shape(name)
 
@@ -115,6 +118,14 @@ class Decoder:
         if "output.weight" in self.weights:
             shapes["output.weight"] = (vocabulary, self.shape.hidden)
         return shapes
+
+    def optional(self) -> set[str]:
+        """Tensors the forward pass reads where the file has them (biases, frequency factors)."""
+        return set()
+
+    def reads(self) -> set[str]:
+        """Every tensor the forward pass may read: any other a file holds is refused, never passed over."""
+        return set(self.expected()) | set(self.head()) | self.optional()
 
     def check_shapes(self) -> None:
         for name, shape in (self.expected() | self.head()).items():

@@ -11,7 +11,6 @@ base. Norm weights are applied as 1 + w (GGUF stores them already offset; a fold
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from ..core import Array
 from ..threads import product
 from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, rope_of, rope_parameters
-from .metadata import Settings, gguf_settings
+from .metadata import Settings
 from .parts import Rope, gelu_tanh, rms_norm
 from .tokenizer import Tokenizer
 from .weights import Tensors
@@ -51,7 +50,7 @@ class Gemma3(Llama):
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
-        x = x + rms_norm(product(attended, t(p + "attn_output.weight").T), t(p + "post_attention_norm.weight"), eps)
+        x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
         f = rms_norm(x, t(p + "ffn_norm.weight"), eps)
         gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
         fed = product(gelu_tanh(gate) * up, t(p + "ffn_down.weight").T)
@@ -72,6 +71,12 @@ def shape_from_config(config: Settings) -> Shape:
     d_head = config.count("head_dim", 256, high=4096)
     window = config.count("sliding_window", 4096, high=2**24)
     types = config.get("layer_types")
+    config.get("_sliding_window_pattern")  # layer_types says it, where there are both
+    config.choice("hidden_activation", "gelu_pytorch_tanh", ("gelu_pytorch_tanh",), " (Gemma's gated GELU)")
+    config.choice("use_bidirectional_attention", False, (False,), " (attnviz runs Gemma 3 as a causal decoder)")
+    config.choice("attn_logit_softcapping", None, (None,), " (Gemma 3 caps no attention scores)")
+    config.choice("final_logit_softcapping", None, (None,), " (Gemma 3 caps no output scores)")
+    config.get("attention_bias")  # the projections' biases are applied where the checkpoint has them
     if isinstance(types, list) and len(types) == layers:
         sliding = [t == "sliding_attention" for t in types]
     else:
@@ -101,12 +106,12 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Gemma3(name, weights, shape_from_config(config), tokenizer, family)
 
 
-def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> Gemma3:
-    meta = gguf_settings(metadata, path, "gemma3")
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Gemma3:
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
     d_head = meta.count("attention.key_length", hidden // heads, high=4096)
+    meta.choice("attention.value_length", d_head, (d_head,), " (values as long as keys: attention.key_length)")
     window = meta.count("attention.sliding_window", 512, high=2**24)
     sliding = [(i + 1) % GLOBAL_EVERY != 0 for i in range(layers)]
     ropes = {

@@ -168,6 +168,9 @@ class GGUF:
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
 
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
     def shape(self, name: str) -> tuple[int, ...]:
         return self.tensors[name].shape
 

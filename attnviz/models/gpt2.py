@@ -4,12 +4,11 @@ feed-forward. Hugging Face stores its matrices in × out (Conv1D); they are read
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from ..core import Array
 from ..errors import AttnvizError
 from .decoder import Decoder, Shape
-from .metadata import Settings, gguf_settings
+from .metadata import Settings
 from .parts import ACTIVATIONS, Rope, layer_norm
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
@@ -94,6 +93,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
         config.count("n_positions", 1024, high=2**24),
         config.get("scale_attn_weights", True) is not False,
     )  # fmt: skip
+    config.get("reorder_and_upcast_attn")  # float32 arithmetic already: the same attention
     inner = config.get("n_inner")
     return GPT2(
         name, weights, shape, tokenizer, inner=4 * hidden if inner is None else config.count("n_inner", high=2**20),
@@ -101,8 +101,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     )  # fmt: skip
 
 
-def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> GPT2:
-    meta = gguf_settings(metadata, path, "gpt2")
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> GPT2:
     hidden = meta.count("embedding_length")
     shape = _shape(
         meta.count("block_count", high=MAX_LAYERS), meta.count("attention.head_count", high=1024), hidden,

@@ -9,7 +9,6 @@ rows permuted for RoPE on adjacent pairs; Hugging Face checkpoints (and GGUF's Q
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from ..core import Array
 from ..errors import AttnvizError
 from ..threads import product
 from .decoder import Decoder, Shape
-from .metadata import Settings, gguf_settings
+from .metadata import Settings
 from .parts import Rope, rms_norm, silu
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
@@ -38,6 +37,13 @@ class Llama(Decoder):
         layer = {"attn_norm": (h,), "attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h), "attn_output": (h, q)}
         layer |= {"ffn_norm": (h,), "ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn)}
         return self._tensors(layer)
+
+    def optional(self) -> set[str]:
+        """Biases of the attention's projections (Qwen2's q, k, v; attention_bias: all four) and a GGUF's RoPE
+        frequency factors."""
+        projections = ("attn_q", "attn_k", "attn_v", "attn_output")
+        factors = {"rope_freqs.weight"} if any(r.divisors is not None for r in self.shape.ropes) else set()
+        return {f"blk.{i}.{w}.bias" for i in range(self.layers) for w in projections} | factors
 
     def _tensors(self, layer: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
         vocabulary = rows(self.weights, "token_embd.weight")
@@ -63,7 +69,7 @@ class Llama(Decoder):
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
-        x = x + product(attended, t(p + "attn_output.weight").T)
+        x = x + self.linear(attended, p + "attn_output")
         return x + self.feed_forward(rms_norm(x, t(p + "ffn_norm.weight"), eps), layer)
 
 
@@ -112,6 +118,7 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise config.fail("layer_types", types, f"a list of {layers} layer types")
+    config.get("max_window_layers"), config.get("sliding_window")  # read below where they apply
     if family == "qwen2":
         if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
             return (None,) * layers
@@ -140,6 +147,9 @@ def shape_from_config(config: Settings, family: str = "llama") -> Shape:
     base, scaling = rope_parameters(config)
     rope = rope_of(config, d_head, base, scaling)
     windows = sliding_windows(config, layers, family)
+    config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
+    config.choice("mlp_bias", False, (False,), " (attnviz runs the feed-forward without biases)")
+    config.get("attention_bias")  # the projections' biases are applied where the checkpoint has them
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
         float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
@@ -162,6 +172,8 @@ def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shap
         if meta.get(key) is not None and meta.get(key) != d_head:
             wanted = f"{d_head} (embedding_length / head_count): attnviz runs no other head size"
             raise meta.fail(key, meta.get(key), wanted)
+    for key in ("expert_count", "expert_used_count"):  # Mixtral's files are architecture llama too
+        meta.choice(key, 0, (0,), " (attnviz runs no mixture of experts)")
     dims = meta.count("rope.dimension_count", d_head, high=d_head)
     if dims % 2:
         raise meta.fail("rope.dimension_count", dims, "even")
@@ -180,6 +192,7 @@ def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
     factor) and linear scaling (rope.scaling.factor). Any other scaling changes the attention in ways attnviz
     does not run, so the file is refused naming the key, never shown without it."""
     kind = meta.get("rope.scaling.type", "none")
+    meta.get("rope.scaling.original_context_length"), meta.get("rope.scaling.finetuned")  # no part in these two
     if kind not in ("none", "linear"):
         raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
     for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier"):
@@ -201,7 +214,5 @@ def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
     return Rope(base, dims, "linear" if factor != 1.0 else "default", factor, divisors=divisors)
 
 
-def load_gguf(path: Path, name: str, weights: Tensors, metadata: dict[str, object], tokenizer: Tokenizer) -> Llama:
-    architecture = str(metadata.get("general.architecture"))
-    shape = shape_from_gguf(gguf_settings(metadata, path, architecture), architecture, weights)
-    return Llama(name, weights, shape, tokenizer, family=architecture)
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Llama:
+    return Llama(name, weights, shape_from_gguf(meta, architecture, weights), tokenizer, family=architecture)

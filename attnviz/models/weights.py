@@ -26,6 +26,10 @@ class Tensors(Protocol):
 
     def __contains__(self, name: str) -> bool: ...
 
+    def names(self) -> list[str]:
+        """Every tensor the file holds: a folder's under the forward pass's names, those it has none for as stored."""
+        ...
+
     def shape(self, name: str) -> tuple[int, ...]: ...
 
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
@@ -57,15 +61,21 @@ class FolderTensors:
     ) -> None:
         self.path = path
         self.stored: dict[str, Stored] = {}
+        self.unnamed: list[str] = []  # stored names the family has no name for: refused unless known inert
         self.transposed = transposed
         self.adjust = adjust
         for name, stored in checkpoint_tensors(path).items():
             renamed = rename(name)
-            if renamed is not None:
+            if renamed is None:
+                self.unnamed.append(name)
+            else:
                 self.stored[renamed] = stored
 
     def __contains__(self, name: str) -> bool:
         return name in self.stored
+
+    def names(self) -> list[str]:
+        return [*self.stored, *self.unnamed]
 
     def shape(self, name: str) -> tuple[int, ...]:
         shape = self.stored[name].shape
