@@ -213,8 +213,8 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command("models")
-def list_models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
+@app.command()
+def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
     """The models attnviz can find: its own packages, Ollama's and the Hugging Face cache's.
 
     Each as --model names it (minilm, ollama:NAME:TAG, hf:ORG/NAME), with its format, its family
