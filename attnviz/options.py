@@ -71,7 +71,8 @@ ModelName = Annotated[
         "--model",
         help="A pretrained model instead of the random layer: minilm (encoder, 6 layers × 12 heads), "
         "smollm2 (causal decoder, 30 layers × 9 heads) or gemma3 (Gemma 3 270M, 18 layers × 4 heads, "
-        "sliding windows).",
+        "sliding windows); or one already on this machine: ollama:NAME[:TAG] (Ollama's store), hf:ORG/NAME "
+        "(the Hugging Face cache). attnviz models lists them.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

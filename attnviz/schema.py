@@ -19,6 +19,7 @@ from .resources import ensure_fits
 if TYPE_CHECKING:
     from .explain import QueryExplanation
     from .generate import Generation
+    from .models.locate import Found
     from .saturation import Saturation
     from .sources import AttentionStack
 
@@ -296,4 +297,32 @@ def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[
         "stopped": generation.stopped,
         "steps": [_step(generation, k) for k in range(1, len(generation.rows) + 1)],
         "attention": attention_document(generation.attention()),
+    }
+
+
+MODELS_SCHEMA = "attnviz.models/1"
+
+
+def models_document(
+    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]]
+) -> dict[str, Any]:
+    """What `attnviz models` found: each model as --model names it, with its format, family, size and whether
+    attnviz runs it; where it looked, and the families it runs of each format."""
+    return {
+        "schema": MODELS_SCHEMA,
+        "models": [
+            {
+                "model": f.model,
+                "source": f.source,
+                "format": f.format,
+                "family": f.family,
+                "bytes": f.size,
+                "runs": f.runs,
+                "path": None if f.path is None else str(f.path),
+                "note": f.note,
+            }
+            for f in found
+        ],
+        "looked_in": looked_in,
+        "families": families,
     }

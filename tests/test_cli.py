@@ -230,6 +230,7 @@ COMMAND_NAMES = [
     "rollout",
     "heads",
     "check",
+    "models",
     "generate",
     "batch",
 ]

@@ -1,8 +1,9 @@
-"""Views of a whole model: attention rollout, the heads that follow known patterns, and the
-check of attnviz's models against the reference attention."""
+"""Views of a whole model: attention rollout, the heads that follow known patterns, the check of
+attention files, and the models attnviz can find on this machine."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,12 +15,16 @@ from ..errors import UsageError, printable
 from .entry import app
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from ..blocked import Kept
     from ..core import Array
+    from ..models.locate import Found
 from .output import (
     emit,
     one_output,
     plural,
+    print_view,
     stack_figure_description,
     stack_of,
     views,
@@ -206,3 +211,70 @@ def check(
                 print(f"       … and {result.count - len(result.failures)} more")
     if any(result.count for result in checks):
         raise typer.Exit(1)
+
+
+@app.command()
+def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
+    """The models attnviz can find: its own packages, Ollama's and the Hugging Face cache's.
+
+    Each as --model names it (minilm, ollama:NAME:TAG, hf:ORG/NAME), with its format, its family
+    (config.json's model_type or the GGUF file's general.architecture), its size on disk and
+    whether attnviz runs it. Only this machine's files are read: nothing is downloaded.
+
+    [bold]Examples[/bold]
+
+      attnviz models
+
+      attnviz models --json
+    """
+    from .. import schema
+    from ..models import supported
+    from ..models.locate import available, hf_cache, ollama_roots
+
+    found = available()
+    looked_in = {"ollama": [str(root) for root in ollama_roots()], "hf": [str(hf_cache())]}
+    families = {"gguf": supported("gguf"), "folder": supported("folder")}
+    if as_json:
+        write_json([schema.models_document(found, looked_in, families)])
+        return
+    print_view(lambda color, width: _models_view(found, looked_in, families, color), no_color)
+
+
+def _models_view(
+    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]], color: bool
+) -> Iterator[RenderableType]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("model", "format", "family", "size", "runs"):
+        table.add_column(column, justify="right" if column == "size" else "left")
+    for f in found:
+        runs = "yes" if f.runs else "not installed" if f.source == "package" and f.path is None else "no"
+        shown = Text(runs, style=("green" if f.runs else "red") if color else "")
+        table.add_row(f.model, f.format or "—", f.family or "—", "—" if f.size is None else _bytes(f.size), shown)
+    yield table
+    for f in found:
+        if not f.runs and f.note:
+            yield Text(f"{f.model}: {f.note}", style="dim")
+    ollama = " and ".join(map(_home, looked_in["ollama"]))
+    yield Text(f"looked in: Ollama {ollama} · Hugging Face {_home(looked_in['hf'][0])}", style="dim")
+    yield Text(
+        f"attnviz runs GGUF files of {', '.join(families['gguf'])} and folders of model_type "
+        f"{', '.join(families['folder'])}",
+        style="dim",
+    )
+
+
+def _bytes(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def _home(path: str) -> str:
+    """A path under the home folder as ~/…, as people write it."""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path == home or path.startswith(home.rstrip("/") + "/") else path

@@ -22,6 +22,7 @@ from ..errors import AttnvizError, UsageError, printable
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
+    from .decoder import Decoder
     from .weights import Tensors
 
 
@@ -164,7 +165,8 @@ MODELS = {
 
 
 def model_location(name: str | None, model_dir: Path | None = None, model_file: Path | None = None) -> tuple[Path, str]:
-    """Where the model is and its architecture: --model-dir, --model-file, the environment, the package."""
+    """Where the model is and its architecture: --model-dir, --model-file, an ``ollama:`` or ``hf:`` name (see
+    :mod:`.locate`), the environment, the package."""
     if model_dir is not None:
         if not model_dir.is_dir():
             raise AttnvizError(f"--model-dir {model_dir}: not a directory")
@@ -173,9 +175,14 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
         if not model_file.is_file():
             raise AttnvizError(f"--model-file {model_file}: not a file")
         return model_file, "gguf"
+    if name is not None and name.startswith(("ollama:", "hf:")):
+        from .locate import locate
+
+        return locate(name)
     if name not in MODELS:
         raise UsageError(
-            f"--model must be one of {', '.join(MODELS)} (or give --model-dir or --model-file), got {name!r}"
+            f"--model must be one of {', '.join(MODELS)}, ollama:NAME[:TAG] or hf:ORG/NAME "
+            f"(or give --model-dir or --model-file), got {printable(repr(name))[:80]}"
         )
     spec = MODELS[name]
     exists = Path.is_dir if spec.architecture == "folder" else Path.is_file
@@ -220,13 +227,12 @@ def load_model(name: str | None, model_dir: Path | None = None, model_file: Path
 
 def load_gguf(path: Path, name: str) -> Model:
     """A GGUF file's model: its family from ``general.architecture``, its tokenizer from its metadata."""
-    from . import gemma3, gpt2, llama
     from .gguf import GGUF
     from .metadata import INERT_GGUF_KEYS, gguf_settings, refuse_unread
     from .vocabulary import from_gguf
 
     file = GGUF(path)
-    loaders = {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf}
+    loaders = gguf_loaders()
     architecture = file.metadata.get("general.architecture")
     if architecture not in loaders:
         raise AttnvizError(
@@ -240,3 +246,20 @@ def load_gguf(path: Path, name: str) -> Model:
     ends = (file.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot", "eom"))
     model.stops = frozenset(i for i in ends if type(i) is int)
     return model
+
+
+def gguf_loaders() -> dict[str, Callable[..., Decoder]]:
+    """The GGUF architectures attnviz runs (``general.architecture``), each with its family's loader."""
+    from . import gemma3, gpt2, llama
+
+    return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf}
+
+
+def supported(architecture: str) -> list[str]:
+    """The families attnviz runs, sorted: GGUF ``general.architecture`` values (``architecture`` "gguf") or
+    config.json ``model_type`` values ("folder"), read from the loaders' own tables so a listing never disagrees."""
+    if architecture == "gguf":
+        return sorted(gguf_loaders())
+    from .checkpoint import FAMILIES
+
+    return sorted(FAMILIES)

@@ -13,6 +13,7 @@ MAX_FILE_BYTES = 2**40  # 1 TiB: a weights file has no small cap, but it must be
 MAX_TENSORS = 2**18  # 1,024 layers (the most attnviz runs) of 256 tensors each
 MAX_ELEMENTS = 2**48  # a tensor's elements (its dimensions, a zero-length one aside): more than any file holds
 MAX_CONFIG_BYTES = 4 * 2**20  # config.json and its neighbours: a few KiB in every real checkpoint
+MAX_MANIFEST_BYTES = 2**20  # an Ollama manifest or a Hugging Face cache's ref: under a KiB each
 
 
 class Settings:
