@@ -56,7 +56,7 @@ class BertConfig:
             config.choice("is_decoder", False, (False,), " (attnviz runs BERT as an encoder)")
             config.choice("add_cross_attention", False, (False,), " (an encoder-decoder BERT is not supported)")
         else:
-            config.get("sinusoidal_pos_embds")  # the sinusoids are stored as the position embeddings' weights
+            config.known("sinusoidal_pos_embds")  # the sinusoids are stored as the position embeddings' weights
         offset = config.count("pad_token_id", 1, high=2**20) + 1 if family in ("roberta", "xlm-roberta") else 0
         made = cls(
             config.count(key["layers"], high=MAX_LAYERS),

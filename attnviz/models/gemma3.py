@@ -71,12 +71,12 @@ def shape_from_config(config: Settings) -> Shape:
     d_head = config.count("head_dim", 256, high=4096)
     window = config.count("sliding_window", 4096, high=2**24)
     types = config.get("layer_types")
-    config.get("_sliding_window_pattern")  # layer_types says it, where there are both
+    config.known("_sliding_window_pattern")  # layer_types says it, where there are both
     config.choice("hidden_activation", "gelu_pytorch_tanh", ("gelu_pytorch_tanh",), " (Gemma's gated GELU)")
     config.choice("use_bidirectional_attention", False, (False,), " (attnviz runs Gemma 3 as a causal decoder)")
     config.choice("attn_logit_softcapping", None, (None,), " (Gemma 3 caps no attention scores)")
     config.choice("final_logit_softcapping", None, (None,), " (Gemma 3 caps no output scores)")
-    config.get("attention_bias")  # the projections' biases are applied where the checkpoint has them
+    config.known("attention_bias")  # the projections' biases are applied where the checkpoint has them
     if isinstance(types, list) and len(types) == layers:
         sliding = [t == "sliding_attention" for t in types]
     else:

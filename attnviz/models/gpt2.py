@@ -93,7 +93,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
         config.count("n_positions", 1024, high=2**24),
         config.get("scale_attn_weights", True) is not False,
     )  # fmt: skip
-    config.get("reorder_and_upcast_attn")  # float32 arithmetic already: the same attention
+    config.known("reorder_and_upcast_attn")  # float32 arithmetic already: the same attention
     inner = config.get("n_inner")
     return GPT2(
         name, weights, shape, tokenizer, inner=4 * hidden if inner is None else config.count("n_inner", high=2**20),

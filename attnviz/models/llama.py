@@ -118,7 +118,7 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise config.fail("layer_types", types, f"a list of {layers} layer types")
-    config.get("max_window_layers"), config.get("sliding_window")  # read below where they apply
+    config.known("max_window_layers", "sliding_window")  # read below where they apply
     if family == "qwen2":
         if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
             return (None,) * layers
@@ -149,7 +149,7 @@ def shape_from_config(config: Settings, family: str = "llama") -> Shape:
     windows = sliding_windows(config, layers, family)
     config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
     config.choice("mlp_bias", False, (False,), " (attnviz runs the feed-forward without biases)")
-    config.get("attention_bias")  # the projections' biases are applied where the checkpoint has them
+    config.known("attention_bias")  # the projections' biases are applied where the checkpoint has them
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
         float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
@@ -192,7 +192,7 @@ def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
     factor) and linear scaling (rope.scaling.factor). Any other scaling changes the attention in ways attnviz
     does not run, so the file is refused naming the key, never shown without it."""
     kind = meta.get("rope.scaling.type", "none")
-    meta.get("rope.scaling.original_context_length"), meta.get("rope.scaling.finetuned")  # no part in these two
+    meta.known("rope.scaling.original_context_length", "rope.scaling.finetuned")  # no part in these two
     if kind not in ("none", "linear"):
         raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
     for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier"):

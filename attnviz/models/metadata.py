@@ -35,6 +35,10 @@ class Settings:
         self.asked.add(key)
         return self.prefix + key in self.values
 
+    def known(self, *keys: str) -> None:
+        """Keys whose values change nothing this family computes (the caller says why): asked about, not read."""
+        self.asked.update(keys)
+
     def unread(self) -> list[str]:
         """The file's keys (under the prefix, without it) that nothing asked about."""
         keys = (k[len(self.prefix) :] for k in self.values if k.startswith(self.prefix))
