@@ -81,7 +81,7 @@ def typed(value: object, kind: list[int]) -> bytes:
 def texts(name: str, source: str = "hf") -> list[tuple[str, list[int], np.ndarray]]:
     """Each text, its ids and transformers' attention [layer, head, query, key]; ``source="gguf"`` gives the
     attention the GGUF should give where it differs from the folder's (Gemma 2: the converter drops
-    query_pre_attn_scalar, llama.cpp scales by 1/sqrt(key_length))."""
+    query_pre_attn_scalar, llama.cpp scales by 1/sqrt(key_length); Mistral: the converter writes no sliding window)."""
     z = load(name)
     out = []
     for i, text in enumerate(z["texts"]):

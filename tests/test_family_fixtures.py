@@ -18,7 +18,7 @@ from attnviz.models.vocabulary import from_gguf
 
 
 def test_every_family_has_its_fixture() -> None:
-    assert set(families.names()) >= {"qwen3"}
+    assert set(families.names()) >= {"qwen3", "smollm3", "olmo2", "gemma2", "phi3", "phi3-longrope", "mistral"}
 
 
 @pytest.mark.parametrize("name", families.names())
