@@ -5,6 +5,7 @@ the reference uses), and a tokenizer.json where one can be had without ../shared
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,25 +23,40 @@ def reference(name: str) -> dict[str, np.ndarray]:
 
 def rebuild(name: str, folder: Path, tokenizer: dict | None = None) -> Path:
     """The checkpoint ``name`` written to ``folder``."""
-    z = np.load(HF_TINY / f"{name}.npz")
+    return write_folder(np.load(HF_TINY / f"{name}.npz"), folder, tokenizer)
+
+
+def write_folder(z: Mapping[str, np.ndarray], folder: Path, tokenizer: dict | None = None) -> Path:
+    """A checkpoint folder from its compact copy: config.json, model.safetensors in the dtypes stored, each
+    ``file:<name>`` kept beside them (a tokenizer_config.json, say), and ``tokenizer`` as tokenizer.json."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(str(z["config"]))
     kinds = json.loads(str(z["dtypes"]))
-    tensors = {}
-    for key in z.files:
-        if not key.startswith("tensor:"):
-            continue
-        tensor = key.removeprefix("tensor:")
-        values = z[key]
-        if "rows:" + tensor in z.files:
-            full = np.zeros(tuple(z["shape:" + tensor]), dtype=values.dtype)
-            full[z["rows:" + tensor]] = values
-            values = full
-        tensors[tensor] = values.astype(NUMPY[kinds[tensor]])
+    tensors = {name: values.astype(NUMPY[kinds[name]]) for name, values in expanded(z).items()}
     write_safetensors(folder / "model.safetensors", tensors, kinds)
+    for key in z:
+        if key.startswith("file:"):
+            (folder / key.removeprefix("file:")).write_text(str(z[key]))
     if tokenizer is not None:
         (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
     return folder
+
+
+def expanded(z: Mapping[str, np.ndarray], prefix: str = "", rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The tensors stored as ``<prefix>tensor:<name>``, in order; one kept only at some rows (``<prefix>rows:<name>``,
+    else ``rows``) put back in a zero matrix of ``<prefix>shape:<name>``."""
+    tensors = {}
+    for key in z:
+        if not key.startswith(prefix + "tensor:"):
+            continue
+        name = key.removeprefix(prefix + "tensor:")
+        values = z[key]
+        if prefix + "shape:" + name in z:
+            full = np.zeros(tuple(z[prefix + "shape:" + name]), dtype=values.dtype)
+            full[z[prefix + "rows:" + name] if prefix + "rows:" + name in z else rows] = values
+            values = full
+        tensors[name] = values
+    return tensors
 
 
 def smollm2_tokenizer_json() -> dict:

@@ -1,0 +1,48 @@
+"""The decoder families' fixtures (fixtures/make_families.py) hold together: the folder and the GGUF rebuild, their
+tensors are the ones the config and metadata describe, and attnviz's tokenizer gives the stored ids from both.
+The model comparisons are in each family's tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import families
+import numpy as np
+import pytest
+
+from attnviz.models.checkpoint import folder_tokenizer
+from attnviz.models.gguf import GGUF
+from attnviz.models.safetensors import read_safetensors
+from attnviz.models.vocabulary import from_gguf
+
+
+def test_every_family_has_its_fixture() -> None:
+    assert set(families.names()) >= {"qwen3", "smollm3", "olmo2", "gemma2", "phi3", "phi3-longrope", "mistral"}
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_a_familys_folder_and_gguf_rebuild_with_the_stored_ids_and_attention_shapes(name: str, tmp_path: Path) -> None:
+    directory = families.folder(name, tmp_path / name)
+    config = json.loads((directory / "config.json").read_text())
+    path = families.gguf(name, tmp_path / f"{name}.gguf")
+    file = GGUF(path)
+    arch = str(file.metadata["general.architecture"])
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    assert file.metadata[f"{arch}.block_count"] == layers
+    assert file.metadata[f"{arch}.attention.head_count"] == heads
+    assert file.metadata[f"{arch}.embedding_length"] == config["hidden_size"]
+    assert file.shape("token_embd.weight") == (config["vocab_size"], config["hidden_size"])
+    assert {n.split(".")[1] for n in file.tensors if n.startswith("blk.")} == {str(i) for i in range(layers)}
+    embeddings = read_safetensors(directory / "model.safetensors")["model.embed_tokens.weight"]
+    by_folder, by_file = folder_tokenizer(directory, ""), from_gguf(file.metadata, path)
+    texts = families.texts(name)
+    assert len(texts) == 3 and len(texts[2][1]) > 40
+    for (text, ids, attentions), (_, _, from_gguf_attentions) in zip(texts, families.texts(name, "gguf"), strict=True):
+        assert by_folder.encode(text)[1] == ids == by_file.encode(text)[1]
+        assert attentions.shape == from_gguf_attentions.shape == (layers, heads, len(ids), len(ids))
+        np.testing.assert_allclose(attentions.sum(-1), 1, atol=1e-5)
+        assert not np.triu(attentions, 1).any()  # causal
+        rows = file.tensor("token_embd.weight", np.array(ids))
+        assert np.abs(rows).sum(axis=1).all()  # the texts' rows were kept
+        np.testing.assert_array_equal(rows, embeddings.float32(np.array(ids)))
