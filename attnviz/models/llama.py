@@ -110,24 +110,24 @@ def rope_parameters(config: Settings, key: str | None = None) -> tuple[float, ob
 def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | None, ...]:
     """Each layer's sliding window (None: it attends to every earlier token), as transformers reads config.json.
 
-    Qwen2 slides only with use_sliding_window, and then the layers from max_window_layers on (Qwen2Config's
-    layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
+    Qwen2 and Qwen3 slide only with use_sliding_window, and then the layers from max_window_layers on (their
+    configs' layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
     by sliding_window (4,096 when the config does not say; null: none), or those layer_types names
-    sliding_attention. Llama never slides, whatever its config holds, as in transformers.
+    sliding_attention. Llama and OLMo 2 never slide, whatever their configs hold, as in transformers.
     """
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise config.fail("layer_types", types, f"a list of {layers} layer types")
     config.known("max_window_layers", "sliding_window")  # read below where they apply
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
             return (None,) * layers
         size = config.count("sliding_window", high=2**24)
         if types is None:
             start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
             return tuple(size if i >= start else None for i in range(layers))
-    elif family == "llama":
-        return (None,) * layers  # LlamaConfig has no window: transformers' Llama attends to every earlier token
+    elif family in ("llama", "olmo2"):
+        return (None,) * layers  # their configs have no window: transformers attends to every earlier token
     else:
         if config.get("use_sliding_window") is False or config.get("sliding_window", 4096) is None:
             return (None,) * layers
@@ -136,14 +136,16 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
     return tuple(size if s else None for s in sliding)
 
 
-def shape_from_config(config: Settings, family: str = "llama") -> Shape:
-    """A config.json of model_type llama, mistral or qwen2."""
+def shape_from_config(config: Settings, family: str = "llama", head_dim: int | None = None) -> Shape:
+    """A config.json of model_type llama, mistral or qwen2 (or a family built on them); ``head_dim``: the
+    config class's head size where config.json gives none (None: hidden_size / num_attention_heads)."""
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
     hidden = config.count("hidden_size")
-    if config.get("head_dim") is None and hidden % heads:
+    given = config.get("head_dim", head_dim) is not None
+    if not given and hidden % heads:
         raise config.fail("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (there is no head_dim)")
-    d_head = config.count("head_dim", high=4096) if config.get("head_dim") is not None else hidden // heads
+    d_head = config.count("head_dim", head_dim, high=4096) if given else hidden // heads
     base, scaling = rope_parameters(config)
     rope = rope_of(config, d_head, base, scaling)
     windows = sliding_windows(config, layers, family)
@@ -165,13 +167,13 @@ def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shap
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
-    if hidden % heads:
+    if "attention.key_length" not in meta and hidden % heads:
         raise AttnvizError(f"{meta.where}: {hidden} dimensions do not split into {heads} heads")
-    d_head = hidden // heads
-    for key in ("attention.key_length", "attention.value_length"):
-        if meta.get(key) is not None and meta.get(key) != d_head:
-            wanted = f"{d_head} (embedding_length / head_count): attnviz runs no other head size"
-            raise meta.fail(key, meta.get(key), wanted)
+    d_head = meta.count("attention.key_length", hidden // heads, high=4096)
+    if d_head % 2:
+        raise meta.fail("attention.key_length", d_head, "even (RoPE turns pairs of a head's dimensions)")
+    values = hidden // heads if hidden % heads == 0 else None  # llama.cpp's default, whatever key_length says
+    meta.choice("attention.value_length", values, (d_head,), " (attnviz runs values as long as the keys)")
     for key in ("expert_count", "expert_used_count"):  # Mixtral's files are architecture llama too
         meta.choice(key, 0, (0,), " (attnviz runs no mixture of experts)")
     dims = meta.count("rope.dimension_count", d_head, high=d_head)
