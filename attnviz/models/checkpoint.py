@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma3, gpt2, llama, refuse_unused
+from . import bert, gemma3, gpt2, llama, refuse_unused, smollm3
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -114,6 +114,7 @@ FAMILIES = {
     "llama": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "qwen2": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "smollm3": Family(LLAMA_NAMES, ("model.",), smollm3.from_config),
     "gemma3_text": Family(GEMMA3_NAMES, ("model.",), gemma3.from_config, adjust=gemma3.offset_norms),
 }  # fmt: skip
 
@@ -131,6 +132,7 @@ def read_config(directory: Path) -> tuple[dict[str, object], Path]:
 ARCHITECTURE_FAMILIES = {
     "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
     "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text",
+    "SmolLM3": "smollm3",
 }  # fmt: skip
 
 
