@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma3, gpt2, llama, olmo2, qwen3, refuse_unused
+from . import bert, gemma3, gpt2, llama, olmo2, qwen3, refuse_unused, smollm3
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -122,6 +122,7 @@ FAMILIES = {
     "llama": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "qwen2": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "smollm3": Family(LLAMA_NAMES, ("model.",), smollm3.from_config),
     "gemma3_text": Family(GEMMA3_NAMES, ("model.",), gemma3.from_config, adjust=gemma3.offset_norms),
     "qwen3": Family(QWEN3_NAMES, ("model.",), qwen3.from_config),
     "olmo2": Family(OLMO2_NAMES, ("model.",), olmo2.from_config),
@@ -141,7 +142,7 @@ def read_config(directory: Path) -> tuple[dict[str, object], Path]:
 ARCHITECTURE_FAMILIES = {
     "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
     "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text", "Qwen3": "qwen3",
-    "Olmo2": "olmo2",
+    "Olmo2": "olmo2", "SmolLM3": "smollm3",
 }  # fmt: skip
 
 

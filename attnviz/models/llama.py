@@ -95,16 +95,17 @@ def rope_of(config: Settings, dims: int, base: float, scaling: object) -> Rope:
     raise config.fail("rope_type", kind, "one attnviz implements (default, linear, llama3)")
 
 
-def rope_parameters(config: Settings, key: str | None = None) -> tuple[float, object]:
+def rope_parameters(config: Settings, key: str | None = None, base: float = 10000.0) -> tuple[float, object]:
     """The rotary base and scaling of a config.json: ``rope_parameters`` (newer transformers, per layer type
-    under ``key`` when there are several) or ``rope_theta`` with ``rope_scaling`` (older checkpoints)."""
+    under ``key`` when there are several) or ``rope_theta`` with ``rope_scaling`` (older checkpoints); ``base``
+    where it says none (the config class's default_theta)."""
     parameters = config.get("rope_parameters")
     if isinstance(parameters, dict) and key is not None and isinstance(parameters.get(key), dict):
         parameters = parameters[key]
     if isinstance(parameters, dict) and "rope_theta" in parameters:
         base = Settings(parameters, config.where, label="rope_parameters.").number("rope_theta", low=1, high=1e12)
         return float(base), parameters
-    return float(config.number("rope_theta", 10000.0, low=1, high=1e12)), config.get("rope_scaling")
+    return float(config.number("rope_theta", base, low=1, high=1e12)), config.get("rope_scaling")
 
 
 def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | None, ...]:
@@ -136,9 +137,12 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
     return tuple(size if s else None for s in sliding)
 
 
-def shape_from_config(config: Settings, family: str = "llama", head_dim: int | None = None) -> Shape:
+def shape_from_config(
+    config: Settings, family: str = "llama", head_dim: int | None = None, base: float = 10000.0
+) -> Shape:
     """A config.json of model_type llama, mistral or qwen2 (or a family built on them); ``head_dim``: the
-    config class's head size where config.json gives none (None: hidden_size / num_attention_heads)."""
+    config class's head size where config.json gives none (None: hidden_size / num_attention_heads); ``base``:
+    the rotary base where it says none."""
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
     hidden = config.count("hidden_size")
@@ -146,7 +150,7 @@ def shape_from_config(config: Settings, family: str = "llama", head_dim: int | N
     if not given and hidden % heads:
         raise config.fail("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (there is no head_dim)")
     d_head = config.count("head_dim", head_dim, high=4096) if given else hidden // heads
-    base, scaling = rope_parameters(config)
+    base, scaling = rope_parameters(config, base=base)
     rope = rope_of(config, d_head, base, scaling)
     windows = sliding_windows(config, layers, family)
     config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
@@ -180,12 +184,23 @@ def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shap
     if dims % 2:
         raise meta.fail("rope.dimension_count", dims, "even")
     rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights)
+    window = gguf_window(meta) if architecture == "llama" else None
     return Shape(
         layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,
         float(meta.number("attention.layer_norm_rms_epsilon", low=1e-30, high=1)),
-        meta.count("context_length", 2048, high=2**24), (rope,) * layers, (None,) * layers, 1 / math.sqrt(d_head),
+        meta.count("context_length", 2048, high=2**24), (rope,) * layers, (window,) * layers, 1 / math.sqrt(d_head),
         pairs=architecture == "llama",  # Qwen2's Q and K keep Hugging Face's rotate-half layout in GGUF
     )  # fmt: skip
+
+
+def gguf_window(meta: Settings) -> int | None:
+    """Mistral's sliding window, on every layer, where a ``llama`` file says one (attention.sliding_window; 0:
+    none), as transformers' Mistral slides. llama.cpp's converter writes no window for Mistral and llama.cpp's
+    llama graph reads none: a file that says one is shown as its model attends — transformers' map of the same
+    checkpoint — where llama.cpp would let every token see every earlier one."""
+    if meta.get("attention.sliding_window", 0) == 0:
+        return None
+    return meta.count("attention.sliding_window", high=2**24)
 
 
 def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:

@@ -125,6 +125,9 @@ class Rope:
         return np.concatenate([first * cos - second * sin, second * cos + first * sin, rest], axis=-1)
 
 
+NO_ROPE = Rope(1.0, 0)  # a layer without position embedding (SmolLM3's NoPE layers): it rotates no dimension
+
+
 def shared_heads(k: Array, v: Array, heads: int) -> tuple[Array, Array]:
     """Grouped-query attention: key/value head j serves query heads j·g … j·g + g − 1 (g = heads / kv heads)."""
     group = heads // k.shape[0]
