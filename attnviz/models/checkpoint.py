@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma3, gpt2, llama, refuse_unused
+from . import bert, gemma3, gpt2, llama, phi3, refuse_unused
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -46,6 +46,12 @@ GEMMA3_NAMES = LLAMA_NAMES | {
     "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
     "layers.{i}.pre_feedforward_layernorm.weight": "blk.{i}.ffn_norm.weight",
     "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
+PHI3_NAMES = {k: v for k, v in LLAMA_NAMES.items() if "_proj" not in k} | {
+    "layers.{i}.self_attn.qkv_proj.weight": "blk.{i}.attn_qkv.weight",
+    "layers.{i}.self_attn.o_proj.weight": "blk.{i}.attn_output.weight",
+    "layers.{i}.mlp.gate_up_proj.weight": "blk.{i}.ffn_up.weight",
+    "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
 }
 GPT2_NAMES = {
     "wte.weight": "token_embd.weight",
@@ -115,6 +121,7 @@ FAMILIES = {
     "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "qwen2": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "gemma3_text": Family(GEMMA3_NAMES, ("model.",), gemma3.from_config, adjust=gemma3.offset_norms),
+    "phi3": Family(PHI3_NAMES, ("model.",), phi3.from_config),
 }  # fmt: skip
 
 
@@ -130,7 +137,7 @@ def read_config(directory: Path) -> tuple[dict[str, object], Path]:
 
 ARCHITECTURE_FAMILIES = {
     "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
-    "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text",
+    "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text", "Phi3": "phi3",
 }  # fmt: skip
 
 
