@@ -168,3 +168,13 @@ def test_a_gguf_with_half_of_longropes_factors_is_refused(
     meta = gguf_settings(file.metadata, "phi3.gguf", "phi3")
     with pytest.raises(AttnvizError, match=r"no tensor 'rope_factors_short.weight'"):
         load_gguf("phi3", file, meta, models["phi3-longrope", "gguf"].tokenizer, "phi3")
+
+
+def test_remote_code_keys_load_where_they_change_nothing(
+    models: dict[tuple[str, str], Phi3], files: dict[tuple[str, str], Path]
+) -> None:
+    """Microsoft's Phi-3 folders name their remote code (auto_map) and Phi-4-mini's say it has no biases."""
+    config = config_of(files, "phi3") | {"auto_map": {"AutoConfig": "configuration_phi3.Phi3Config"}}
+    loaded_config(models["phi3", "hf"], config | {"attention_bias": False, "mlp_bias": False, "lm_head_bias": False})
+    with pytest.raises(AttnvizError, match=r"config.json key attention_bias = True is not False"):
+        loaded_config(models["phi3", "hf"], config | {"attention_bias": True})

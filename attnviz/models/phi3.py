@@ -67,8 +67,8 @@ def rope_from_config(config: Settings, d_head: int, context: int) -> Rope:
     partial_rotary_factor from either level; LongRoPE's original length is the top-level
     original_max_position_embeddings (which transformers prefers to the one inside), its attention factor
     sqrt(1 + ln(factor) / ln(original)), factor defaulting to max_position_embeddings / original."""
-    scaling = config.get("rope_scaling")
-    parameters = scaling or config.get("rope_parameters") or {}
+    scaling, newer = config.get("rope_scaling"), config.get("rope_parameters")
+    parameters = scaling or newer or {}  # transformers: rope_scaling, where there is one, replaces rope_parameters
     key = "rope_scaling" if scaling else "rope_parameters"
     if not isinstance(parameters, dict):
         raise config.fail(key, parameters, "a mapping")
@@ -119,6 +119,9 @@ def shape_from_config(config: Settings) -> Shape:
     context = config.count("max_position_embeddings", 4096, high=2**24)
     rope = rope_from_config(config, d_head, context)
     config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
+    for key in ("attention_bias", "mlp_bias", "lm_head_bias"):  # remote code's keys (Phi-4-mini): no biases
+        config.choice(key, False, (False,), " (transformers' Phi-3 has no biases)")
+    config.known("auto_map")  # remote code's classes: transformers' own Phi-3 runs, as it does by default
     window = config.count("sliding_window", high=2**24) if config.get("sliding_window") is not None else None
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
