@@ -108,7 +108,7 @@ class Rope:
                 np.where(wavelength < self.original / self.high, inverse, mixed),
             )
         divisors = self.long if self.long is not None and length > self.original else self.divisors
-        if divisors is not None:  # llama.cpp's frequency factors: how Llama 3 files carry their scaling
+        if divisors is not None:  # frequency factors: Llama 3's rope_freqs.weight, LongRoPE's short or long ones
             inverse = inverse / np.asarray(divisors, dtype=np.float64)
         return inverse
 
