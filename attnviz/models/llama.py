@@ -167,7 +167,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Llama(name, weights, shape_from_config(config, family), tokenizer, family)
 
 
-def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shape:
+def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors, longrope: bool = False) -> Shape:
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
@@ -183,7 +183,7 @@ def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shap
     dims = meta.count("rope.dimension_count", d_head, high=d_head)
     if dims % 2:
         raise meta.fail("rope.dimension_count", dims, "even")
-    rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights)
+    rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights, longrope)
     window = gguf_window(meta) if architecture == "llama" else None
     return Shape(
         layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,
@@ -203,32 +203,48 @@ def gguf_window(meta: Settings) -> int | None:
     return meta.count("attention.sliding_window", high=2**24)
 
 
-def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
+def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors, longrope: bool = False) -> Rope:
     """The rotary embedding a GGUF file describes, as llama.cpp applies it: its frequency factors
     (rope_freqs.weight, how converted Llama 3.1-3.3 files carry their scaling: each frequency divided by its
-    factor) and linear scaling (rope.scaling.factor). Any other scaling changes the attention in ways attnviz
-    does not run, so the file is refused naming the key, never shown without it."""
+    factor), linear scaling (rope.scaling.factor) and cos and sin scaled by rope.scaling.attn_factor; for a family
+    that has them (``longrope``: Phi-3), LongRoPE's rope_factors_long/short.weight, the long ones for a sequence
+    longer than rope.scaling.original_context_length (as transformers picks them: see :class:`Rope`). Any other
+    scaling changes the attention in ways attnviz does not run, so the file is refused naming the key, never
+    shown without it."""
     kind = meta.get("rope.scaling.type", "none")
-    meta.known("rope.scaling.original_context_length", "rope.scaling.finetuned")  # no part in these two
+    meta.known("rope.scaling.finetuned", "rope.scaling.original_context_length")  # the latter: LongRoPE's alone
     if kind not in ("none", "linear"):
         raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
-    for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier"):
-        if meta.get(key) not in (None, 1, 1.0, 0, 0.0):
-            raise meta.fail(key, meta.get(key), "absent (attnviz does not scale attention)")
-    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
-        if name in weights:
-            raise AttnvizError(f"{meta.where}: tensor {name!r} (LongRoPE) is not run by attnviz")
-    divisors = None
-    if "rope_freqs.weight" in weights:
-        factors = weights.tensor("rope_freqs.weight")
-        if factors.shape != (dims // 2,) or not np.all(np.isfinite(factors)) or not np.all(factors > 0):
-            raise AttnvizError(
-                f"{meta.where}: tensor 'rope_freqs.weight' must hold {dims // 2} positive factors, "
-                f"one for each rotated pair; it has shape {list(factors.shape)}"
-            )
-        divisors = tuple(float(f) for f in factors)
+    if meta.get("rope.scaling.yarn_log_multiplier") not in (None, 1, 1.0, 0, 0.0):
+        raise meta.fail("rope.scaling.yarn_log_multiplier", meta.get("rope.scaling.yarn_log_multiplier"), "absent")
+    attention = float(meta.number("rope.scaling.attn_factor", 1.0, low=1e-3, high=1e3))
+    lengths = ("rope_factors_long.weight", "rope_factors_short.weight")
+    for name in lengths:
+        if name in weights and not longrope:
+            raise AttnvizError(f"{meta.where}: tensor {name!r} (LongRoPE) is not run by attnviz for this architecture")
+    divisors, long, original = None, None, Rope.original
+    if any(name in weights for name in lengths):
+        long, divisors = (factors(meta, weights, name, dims) for name in lengths)
+        trained = meta.count("context_length", 2048, high=2**24)  # llama.cpp's n_ctx_orig where the file says none
+        original = meta.count("rope.scaling.original_context_length", trained, high=2**24)
+    elif "rope_freqs.weight" in weights:
+        divisors = factors(meta, weights, "rope_freqs.weight", dims)
     factor = float(meta.number("rope.scaling.factor", 1.0, low=1e-3, high=1e6)) if kind == "linear" else 1.0
-    return Rope(base, dims, "linear" if factor != 1.0 else "default", factor, divisors=divisors)
+    kind = "linear" if factor != 1.0 else "default"
+    return Rope(base, dims, kind, factor, original=original, divisors=divisors, long=long, attention=attention)
+
+
+def factors(meta: Settings, weights: Tensors, name: str, dims: int) -> tuple[float, ...]:
+    """A GGUF's frequency factors: one positive divisor for each rotated pair."""
+    if name not in weights:
+        raise AttnvizError(f"{meta.where}: no tensor {name!r}: LongRoPE needs both long and short factors")
+    values = weights.tensor(name)
+    if values.shape != (dims // 2,) or not np.all(np.isfinite(values)) or not np.all(values > 0):
+        raise AttnvizError(
+            f"{meta.where}: tensor {name!r} must hold {dims // 2} positive factors, "
+            f"one for each rotated pair; it has shape {list(values.shape)}"
+        )
+    return tuple(float(f) for f in values)
 
 
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Llama:
