@@ -210,13 +210,13 @@ class Decoder:
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
-                window = self.windows[layer]
+                window, cap = self.windows[layer], self.softcap(layer)
                 if start == 0:
-                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 else:
                     seen = None if window is None else np.arange(start + 1) > start - window
-                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 assert output is not None
                 if layer == keep[0]:
@@ -232,6 +232,10 @@ class Decoder:
 
     def scale(self, layer: int) -> float:
         return self.shape.scale
+
+    def softcap(self, layer: int) -> float | None:
+        """The layer's attention logit soft-cap (see :func:`attnviz.blocked.attend`); None: scores uncapped."""
+        return None
 
     def start(self, capacity: int) -> Cache:
         """An empty key/value cache for ``capacity`` tokens."""
@@ -255,7 +259,7 @@ class Decoder:
                 k, v = shared_heads(k, v, self.heads)
                 output, kept = attend(
                     q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
-                    keep=keep.get(layer, NOTHING),
+                    softcap=self.softcap(layer), keep=keep.get(layer, NOTHING),
                 )  # fmt: skip
                 assert output is not None
                 self.finite(output, layer)  # what a layer that keeps nothing is checked by
