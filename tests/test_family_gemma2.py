@@ -159,3 +159,22 @@ def test_the_keys_of_the_folder_are_asked_about(models: dict[str, Gemma2], tmp_p
         (folder / "config.json").write_text(json.dumps(config | {key: value}))
         with pytest.raises(AttnvizError, match=key):
             load(folder)
+
+
+def test_explain_shows_the_capped_scores_of_the_real_pass(cli, models: dict[str, Gemma2], tmp_path: Path) -> None:
+    """explain --model-file: the layer's own q, k and v, a capped column between the scale and the mask, weights that
+    are the forward pass's (and transformers'), the cap in the heading and the JSON."""
+    path = families.gguf("gemma2", tmp_path / "g.gguf")
+    text, _, reference = families.texts("gemma2", "gguf")[2]
+    args = ("explain", "--model-file", str(path), text, "--layer", "2", "--head", "3", "--query", "20")
+    doc = json.loads(cli(*args, "--json").out)
+    assert doc["softcap"] == 3.0 and doc["config"]["softcap"] == 3.0 and doc["config"]["window"] == 4
+    np.testing.assert_allclose(doc["weights"], reference[2, 3, 20], atol=1e-5)
+    capped = np.array(doc["capped"])
+    np.testing.assert_allclose(capped, 3 * np.tanh(np.array(doc["dots"]) * doc["scale"] / 3), atol=1e-5)
+    allowed = np.array(doc["allowed"])
+    assert allowed.sum() == 4 and np.allclose(np.array(doc["scores"], dtype=float)[allowed], capped[allowed])
+    shown = cli(*args, "--no-color")
+    assert shown.code == 0 and "capped" in shown.out and "soft-capped at ±3 (tanh)" in shown.out
+    plain = cli("explain", "the cat sat", "--no-color")
+    assert plain.code == 0 and "capped" not in plain.out

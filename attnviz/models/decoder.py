@@ -243,6 +243,23 @@ class Decoder:
         return Cache([np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)],
                      [np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)])  # fmt: skip
 
+    def layer_inputs(self, ids: tuple[int, ...], layer: int) -> tuple[Array, Array, Array]:
+        """Layer ``layer``'s queries, keys and values of the tokens ``ids``, each (heads, n, d) (a key/value head
+        repeated for each query head it serves): the numbers ``attnviz explain`` shows step by step."""
+        x = self.embed(np.asarray(ids))
+        with one_blas_thread(), overflow_checked():
+            for i in range(layer + 1):
+                self.finite(x, i - 1)
+                q, k, v = self.attention_inputs(x, i)
+                k, v = shared_heads(k, v, self.heads)
+                if i == layer:
+                    break
+                output, _ = attend(q, k, v, scale=self.scale(i), causal=True, window=self.windows[i],
+                                   softcap=self.softcap(i), keep=NOTHING)  # fmt: skip
+                assert output is not None
+                x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
+        return q, k, v
+
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
 
