@@ -153,8 +153,10 @@ def explain(
     """One query through one head, every number of the computation in order.
 
     q, the keys, q·k_j, the scale, the mask, the softmax, each value weighted, their sum,
-    and the layer's output row. A decoder (--model, --model-dir, --model-file) shows its own
-    queries, keys and values of --layer, and the soft-capping of its scores where it has one.
+    and the layer's output row.
+
+    A decoder (--model, --model-dir, --model-file) shows its own q, k and v of --layer,
+    and its scores soft-capped where it caps them (Gemma 2).
 
     [bold]Examples[/bold]
 

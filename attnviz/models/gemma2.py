@@ -26,6 +26,9 @@ LAYERS_27B = 46  # the one size llama.cpp scales by width / heads rather than ke
 
 
 class Gemma2(Gemma):
+    """Gemma with its attention scores and its next-token scores soft-capped (``caps``: attention, output; None
+    caps nothing)."""
+
     FAMILY = "gemma2"
 
     def __init__(
