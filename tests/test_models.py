@@ -170,7 +170,7 @@ def test_all_layers_model_view(cli, tiny: str, tmp_path: Path) -> None:
         (["heatmap", "a", "--layer", "1"], "--layer goes with --model or --from"),
         (["heatmap", "a", "--pair", "b"], "--pair goes with --model"),
         (["heatmap", "--model-dir", "MODEL", "   "], "no text"),
-        (["explain", "--model", "minilm", "a"], "No such option: --model"),
+        (["explain", "--model-dir", "MODEL", "a"], "explain runs on the random layer and on decoders"),
         (["mask", "--model-dir", "MODEL", "cat", "--compare"], "--compare"),
     ],
 )
