@@ -144,7 +144,8 @@ def test_the_keys_of_the_folder_are_asked_about(models: dict[str, Gemma2], tmp_p
     config = json.loads((folder / "config.json").read_text())
     sizes = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "head_dim", "layer_types"}  # fmt: skip
-    older = {"hidden_act": "gelu_pytorch_tanh", "cache_implementation": "hybrid", "rope_theta": 10000.0}
+    older = {"hidden_act": "gelu_pytorch_tanh", "cache_implementation": "hybrid", "rope_theta": 10000.0,
+             "sliding_window_size": 4}  # Gemma 2 9B's config.json, transformers 4.42  # fmt: skip
     for changes in ({k: v for k, v in defaults.items() if k not in sizes}, older):
         (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "rope_parameters"}
                                                        | changes))  # fmt: skip
@@ -153,8 +154,14 @@ def test_the_keys_of_the_folder_are_asked_about(models: dict[str, Gemma2], tmp_p
     (folder / "config.json").write_text(json.dumps(config | nothing))
     uncapped = load(folder)
     assert isinstance(uncapped, Gemma2) and uncapped.attention_cap is None and uncapped.output_cap is None
-    refused = {"hidden_activation": "gelu", "use_bidirectional_attention": True, "new_idea": 1,
-               "layer_types": ["full_attention"] * 2, "attn_logit_softcapping": -1}  # fmt: skip
+    refused = {
+        "hidden_activation": "gelu",
+        "use_bidirectional_attention": True,
+        "new_idea": 1,
+        "sliding_window_size": 8,
+        "layer_types": ["full_attention"] * 2,
+        "attn_logit_softcapping": -1,
+    }
     for key, value in refused.items():
         (folder / "config.json").write_text(json.dumps(config | {key: value}))
         with pytest.raises(AttnvizError, match=key):

@@ -61,6 +61,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     heads = config.count("num_attention_heads", high=1024)
     d_head = config.count("head_dim", 256, high=4096)
     window = config.count("sliding_window", 4096, high=2**24)
+    config.choice("sliding_window_size", window, (window,), " (sliding_window: early Gemma 2 configs say it twice)")
     slides = sliding_layers(config, layers) or sliding(layers)
     config.choice("hidden_activation", "gelu_pytorch_tanh", ("gelu_pytorch_tanh",), " (Gemma's gated GELU)")
     config.choice("use_bidirectional_attention", None, (None, False), " (attnviz runs Gemma 2 as a causal decoder)")
