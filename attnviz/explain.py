@@ -22,6 +22,8 @@ from .threads import one_blas_thread
 if TYPE_CHECKING:
     from .models.decoder import Decoder
 
+MODEL_TOKENS = 512  # a model's text: every key of the query is a row, and its mask every cell (as the mask view's)
+
 
 @dataclass(frozen=True)
 class QueryExplanation:
@@ -70,6 +72,9 @@ def explain_decoder(
 
     encoding = model.encode(text)
     n = len(encoding.ids)
+    if n > MODEL_TOKENS:
+        raise UsageError(f"explain shows every key of one query: {n:,} tokens are more than {MODEL_TOKENS} (heatmap "
+                         "shows long maps, pooled)")  # fmt: skip
     if not 0 <= layer < model.layers:
         raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
     query = n - 1 if query is None else query
