@@ -175,9 +175,10 @@ def _bars(
     ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
     ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     ax.tick_params(labelsize=style.scaled(0.7))
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", min_n_ticks=2))
+    # weights: ticks of [0, 1] only, the room past 1 being for the numbers beside the bars
+    ax.xaxis.set_major_locator(FixedLocator([0, 0.5, 1]) if weights else MaxNLocator(nbins="auto", min_n_ticks=2))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
