@@ -5,6 +5,7 @@ model's Hugging Face tokenizer gives, in ../shared/fixtures/llamacpp-vocab), the
 from __future__ import annotations
 
 import dataclasses
+import json
 import unicodedata
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from awkward_texts import awkward_texts
 from attnviz.errors import AttnvizError
 from attnviz.models.gguf import GGUF
 from attnviz.models.pretokenizers import GPT2, LLAMA3, PRE_TYPES, REGEXES, Splitter, cutter
-from attnviz.models.tokenizer import byte_alphabet
+from attnviz.models.tokenizer import byte_alphabet, from_spec
 from attnviz.models.vocabulary import USER_DEFINED, from_gguf
 
 SUITE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamacpp-vocab"  # beside the checkout
@@ -266,3 +267,44 @@ def test_inert_tokenizer_keys_change_nothing(tmp_path: Path) -> None:
         == plain
     )
     assert from_gguf(bpe(add_space_prefix=False, remove_extra_whitespaces=False), tmp_path).encode("the the") == plain
+
+
+def _llama2_tokenizer_json(metadata: dict) -> dict:
+    """Llama 2's tokenizer.json as transformers writes it from the same vocabulary (LlamaConverter: merges by
+    generate_merges in the order of the pieces' scores, Prepend and Replace as its normaliser, byte fallback,
+    <unk> fused)."""
+    tokens, scores = list(metadata["tokenizer.ggml.tokens"]), metadata["tokenizer.ggml.scores"].tolist()
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for merged, score in zip(tokens, scores, strict=True):  # generate_merges(vocab, vocab_scores)
+        halves = [(merged[:k], merged[k:]) for k in range(1, len(merged))]
+        local = [(a, b, score) for a, b in halves if a in vocab and b in vocab]
+        merges += sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]]))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(tokens[:3])]  # fmt: skip
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[a, b] for a, b, _ in merges]},
+    }  # fmt: skip
+
+
+@pytest.mark.skipif("ggml-vocab-llama-spm.gguf" not in VOCABULARIES, reason="no llama-spm vocabulary here")
+def test_llama2_as_tokenizer_json_and_as_gguf_give_the_suites_ids() -> None:
+    """The same vocabulary as a tokenizer.json (Prepend: the dummy prefix always) and as a GGUF: attnviz's two
+    roads, Hugging Face's tokenizers and the suite agree on every text."""
+    path = SUITE / "ggml-vocab-llama-spm.gguf"
+    metadata = GGUF(path).metadata
+    by_file, spec = from_gguf(metadata, path), json.dumps(_llama2_tokenizer_json(metadata))
+    by_json, oracle = from_spec(json.loads(spec)), pytest.importorskip("tokenizers").Tokenizer.from_str(spec)
+    for text, ids in suite("ggml-vocab-llama-spm.gguf"):
+        got = [by_json.vocab[t] for t in by_json.tokenize(text)]
+        assert got == oracle.encode(text, add_special_tokens=False).ids == ids, repr(text)
+        assert [by_file.vocab[t] for t in by_file.tokenize(text)] == ids, repr(text)
