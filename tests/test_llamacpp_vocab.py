@@ -15,7 +15,7 @@ from awkward_texts import awkward_texts
 
 from attnviz.errors import AttnvizError
 from attnviz.models.gguf import GGUF
-from attnviz.models.pretokenizers import GPT2, LLAMA3, PRE_TYPES, REGEXES, Splitter, cutter
+from attnviz.models.pretokenizers import GPT2, LLAMA3, PRE_TYPES, REGEXES, THOUSANDS, Splitter, cutter
 from attnviz.models.tokenizer import byte_alphabet, from_spec
 from attnviz.models.vocabulary import USER_DEFINED, from_gguf
 
@@ -308,3 +308,32 @@ def test_llama2_as_tokenizer_json_and_as_gguf_give_the_suites_ids() -> None:
         got = [by_json.vocab[t] for t in by_json.tokenize(text)]
         assert got == oracle.encode(text, add_special_tokens=False).ids == ids, repr(text)
         assert [by_file.vocab[t] for t in by_file.tokenize(text)] == ids, repr(text)
+
+
+def test_phi3s_special_tokens_take_the_space_after_them_as_in_llamacpp(tmp_path: Path) -> None:
+    """llama.cpp strips the white space after a Phi-3's special tokens (by the model's name), not Llama's."""
+    text = "</s>  a<s> b"
+    phi3 = from_gguf({**spm(add_bos_token=False), "general.name": "Phi-3 mini"}, tmp_path).encode(text)[1]
+    assert phi3 == [2, 6, 1, 3, 7]  # <s> is not stripped
+    assert from_gguf(spm(add_bos_token=False), tmp_path).encode(text)[1] == [2, 8, 6, 1, 3, 7]
+
+
+def test_a_tokenizer_key_of_the_wrong_kind_is_one_line(tmp_path: Path) -> None:
+    for meta in (bpe(remove_extra_whitespaces=np.arange(3)), spm(**{"normalizer.lowercase": np.arange(3)})):
+        with pytest.raises(AttnvizError, match="is a tokenizer setting attnviz does not run"):
+            from_gguf(meta, tmp_path / "v.gguf")
+    with pytest.raises(AttnvizError, match="remove_extra_whitespaces 'yes' is not true or false"):
+        from_gguf(spm(remove_extra_whitespaces="yes"), tmp_path / "v.gguf")
+
+
+def test_superbpes_thousands_are_cut_where_its_regex_would_cut_them() -> None:
+    """attnviz cuts superbpe's digits in one pass; the regex (as std::regex runs it) is quadratic in a run."""
+    import random
+
+    import regex
+
+    slow, rng = regex.compile(r"(?=(\d{3})+(?!\d))", regex.ASCII), random.Random(0)
+    for _ in range(500):
+        text = "".join(rng.choice("0123456789a ½") for _ in range(rng.randint(0, 14)))
+        cuts = [0, *(m.start() for m in slow.finditer(text) if m.start()), len(text)]
+        assert cutter(THOUSANDS)(text) == [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a], text

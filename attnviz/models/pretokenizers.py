@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .tokenizer import byte_alphabet, matches
+
 _CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -55,6 +57,7 @@ DEEPSEEK_LETTERS = (  # keep the file's code points: Ω is U+2126, K U+212A, ώ 
 DEEPSEEK_CJK = "[一-龥ࠀ-一가-퟿]+"
 AFMOE_DIGITS = r"\p{AFMoE_digits}"
 HAN = r"\p{Han}+"
+THOUSANDS = r"(?=(\d{3})+(?!\d))"
 LINES = r"[^\n]+|[\n]+"
 SPACE_RUNS = "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}"
 
@@ -88,7 +91,7 @@ REGEXES: dict[str, tuple[str, ...]] = {
     "tiny-aya": (r"\d{1,3}(?=(?:\d{3})*\b)",
                  CATEGORY_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
     "kimi-k2": (HAN,),
-    "superbpe": (r"\p{N}+", r"(?=(\d{3})+(?!\d))"),
+    "superbpe": (r"\p{N}+", THOUSANDS),
     "bailingmoe": (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",),
     "seed-coder": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
@@ -248,11 +251,10 @@ def _ecmascript(regex: str) -> str:
     return "".join(out)
 
 
-def _pieces(piece: str, found: Any) -> list[str]:
+def _pieces(piece: str, found: list[tuple[int, int]]) -> list[str]:
     """Matches and the text between them, as llama.cpp keeps both (an empty match still cuts there)."""
     pieces, at = [], 0
-    for m in found:
-        start, end = m.span()
+    for start, end in found:
         if start > at:
             pieces.append(piece[at:start])
         if end > start:
@@ -273,12 +275,15 @@ def cutter(regex: str) -> Cut:
     if regex in (HAN, AFMOE_DIGITS):
         custom = _kimi_k2 if regex == HAN else _afmoe_digits
         return lambda piece: [piece[s:e] for s, e in custom(piece)]
+    if regex == THOUSANDS:  # the same cuts in one pass (as a regex, quadratic in a run of digits)
+        return _thousands
     classes = any(f"\\p{{{name}}}" in regex for name in PROPERTIES)
     if classes and not regex.isascii():
         raise ValueError("llama.cpp refuses a regex with both \\p{…} classes and characters above ASCII")
     ecma = re.compile(_ecmascript(collapse_regex(regex) if classes else regex), re.ASCII | re.V0)
     form = collapsed if classes else widened
-    return lambda piece: _pieces(piece, ecma.finditer(form(piece)))
+    # within the text's time budget: superbpe's lookahead is quadratic in a run of digits, in llama.cpp too
+    return lambda piece: _pieces(piece, matches(ecma, form(piece)))
 
 
 class Splitter:
@@ -317,8 +322,6 @@ def split(text: str, regexes: tuple[str, ...]) -> list[str]:
 def llamacpp(pre: PreType) -> Callable[[str, bool], list[str]]:
     """The pre-tokeniser llama.cpp runs for ``pre``: spaces as ``▁`` where it escapes them, the text cut by
     its regexes, each piece spelt in GPT-2's byte alphabet where it encodes bytes."""
-    from .tokenizer import byte_alphabet
-
     alphabet = byte_alphabet()
 
     def spelled(piece: str) -> str:
@@ -456,6 +459,19 @@ def _kimi_k2(piece: str) -> list[tuple[int, int]]:
         pos += 1
         add(pos)
     return spans
+
+
+def _thousands(piece: str) -> list[str]:
+    """Where ``(?=(\\d{3})+(?!\\d))`` matches (empty matches: cuts): before every third ASCII digit counted
+    from the end of a run of them."""
+    import regex as re
+
+    edges = [0]
+    for run in re.finditer(r"[0-9]+", piece):
+        start, end = run.span()
+        edges += [cut for cut in range(end - (end - start) // 3 * 3, end, 3) if cut > 0]
+    edges.append(len(piece))
+    return [piece[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
 
 def _afmoe_digits(piece: str) -> list[tuple[int, int]]:

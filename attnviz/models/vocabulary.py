@@ -86,11 +86,12 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         return value
 
     for key in ("precompiled_charsmap", "normalizer.lowercase", "normalizer.strip_accents"):
-        if settings.get(key):  # llama.cpp reads them for T5's and BERT's vocabularies only
+        if _said(settings.get(key)):  # llama.cpp reads them for T5's and BERT's vocabularies only
             raise _unrun(path, key, f"a {kind} vocabulary")
     pre = _pre_type(settings, path) if kind == "gpt2" else None
     vocab = {t: i for i, t in enumerate(tokens)}
-    added = tuple(AddedToken(t, i) for i, t in enumerate(tokens) if kinds[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t)
+    special = [i for i, t in enumerate(tokens) if kinds[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t]
+    added = _stripping(meta, tokens, special, str(settings.get("pre", "")))
     add_bos = settings.get("add_bos_token", kind == "llama" or (pre is not None and pre.add_bos))
     add_eos = settings.get("add_eos_token", False)
     bos = token("bos_token_id", DEFAULT_BOS[kind] if pre is None or pre.bos else None) if add_bos else None
@@ -107,6 +108,22 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         tokenizer = _sentencepiece(settings, path, tokens, vocab, single, added, token("unknown_token_id", 0))
     _refuse_unread(settings, path, kind)
     return tokenizer
+
+
+def _stripping(meta: dict[str, Any], tokens: list[str], special: list[int], pre: str) -> tuple[AddedToken, ...]:
+    """The special pieces, with the white space beside them that llama.cpp's per-model attributes take along
+    (llama_vocab::impl::load, by the model's name and pre-tokeniser): after every special token of a Phi-3
+    but <unk>, <s> and <|endoftext|> (and after </s>), before Jina's <mask> and ModernBERT's [MASK]."""
+    name = str(meta.get("general.name", "")).lower()
+    rstrip: set[str] = set()
+    lstrip: set[str] = set()
+    if any(k in pre for k in ("jina-v2-de", "jina-v2-es", "jina-v2-code")):
+        lstrip = {"<mask>"}
+    elif "phi-3" in name or "phi3" in name:
+        rstrip = ({tokens[i] for i in special} | {"</s>"}) - {"<unk>", "<s>", "<|endoftext|>"}
+    elif "modern-bert" in name:
+        lstrip = {"[MASK]"}
+    return tuple(AddedToken(tokens[i], i, lstrip=tokens[i] in lstrip, rstrip=tokens[i] in rstrip) for i in special)
 
 
 def _special(tokens: list[str], index: int | None) -> tuple[Part, ...]:
@@ -142,7 +159,7 @@ def _bpe(
     if not _strings(merges):
         raise AttnvizError(f"{path}: tokenizer.ggml.merges is missing or not a list of strings")
     for key in ("add_space_prefix", "remove_extra_whitespaces"):
-        if settings.get(key):  # byte-level BPE: llama.cpp never reads them, Hugging Face's tokenizer would
+        if _said(settings.get(key)):  # byte-level BPE: llama.cpp never reads them, Hugging Face's would
             raise _unrun(path, key, "a gpt2 vocabulary")
     settings.known("scores", "unknown_token_id")  # llama.cpp's BPE reads neither
     pairs = [(m[:at], m[at + 1 :]) for m in merges if (at := m.find(" ", 1)) > 0]  # as llama.cpp splits them
@@ -153,9 +170,18 @@ def _bpe(
         else decoder({"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}]})
     )  # fmt: skip
-    whole = (lambda piece: [piece] if piece in vocab and not piece.strip("\n") else model(piece)) if (
-        pre.whole_newlines) else model  # fmt: skip
-    return Tokenizer(vocab, whole, pre_tokenizer=llamacpp(pre), template=single, display=display, added=added)
+
+    def newlines_whole(piece: str) -> list[str]:  # Gemma 4: a run of newlines that is a token is that token
+        return [piece] if piece in vocab and not piece.strip("\n") else model(piece)
+
+    return Tokenizer(
+        vocab,
+        newlines_whole if pre.whole_newlines else model,
+        pre_tokenizer=llamacpp(pre),
+        template=single,
+        display=display,
+        added=added,
+    )
 
 
 def _sentencepiece(
@@ -199,9 +225,11 @@ def _sentencepiece(
 
 
 def sentencepiece_normalizer(dummy_prefix: bool, remove_extra_whitespaces: bool) -> Callable[[str], str]:
-    """What SentencePiece does to a text before its merges, as llama.cpp does it between special tokens: runs
-    of spaces made one and the ends stripped (``remove_extra_whitespaces``, as SentencePiece's normaliser
-    does it), a space put in front whatever the text starts with (the dummy prefix), every space a ``▁``."""
+    """What SentencePiece does to a text before its merges: runs of spaces made one and the ends stripped
+    (``remove_extra_whitespaces``, as SentencePiece's normaliser does it; llama.cpp's converter writes the key
+    for T5's vocabularies only, and llama.cpp reads it only there), a space put in front whatever the text
+    starts with (the dummy prefix, as llama.cpp and Hugging Face put it: before each text between special
+    tokens), every space a ``▁``."""
 
     def normalise(text: str) -> str:
         if remove_extra_whitespaces:
@@ -211,6 +239,11 @@ def sentencepiece_normalizer(dummy_prefix: bool, remove_extra_whitespaces: bool)
         return text.replace(" ", "▁")
 
     return normalise
+
+
+def _said(value: object) -> bool:
+    """Whether a key asks for something (is there, and not false): an array is not a truth value."""
+    return value is not None and value is not False
 
 
 def _unrun(path: Path, key: str, what: str) -> AttnvizError:
