@@ -391,3 +391,30 @@ def test_a_word_that_is_a_token_is_taken_whole_where_llamacpp_ignores_merges(tmp
     meta["tokenizer.ggml.token_type"] = np.asarray([*meta["tokenizer.ggml.token_type"], 1], dtype=np.int32)
     ids = from_gguf(meta, tmp_path).encode(" cat")[1]
     assert ids == ([260] if whole else [32, 99, 97, 116])
+
+
+# tokenizer.ggml.* as gguf-py's Keys.Tokenizer names them (llama.cpp's gguf/constants.py), and cls_token_id, which
+# older converters wrote (the BGE vocabulary of llama.cpp's suite holds it)
+TOKENIZER_KEYS = """model pre tokens token_type token_type_count scores merges bos_token_id eos_token_id eot_token_id
+eom_token_id unknown_token_id seperator_token_id padding_token_id mask_token_id add_bos_token add_eos_token
+add_sep_token add_space_prefix remove_extra_whitespaces precompiled_charsmap suppress_tokens normalizer.lowercase
+normalizer.strip_accents fim_pre_token_id fim_suf_token_id fim_mid_token_id fim_pad_token_id fim_rep_token_id
+fim_sep_token_id prefix_token_id suffix_token_id middle_token_id cls_token_id""".split()
+
+
+@pytest.mark.parametrize("vocabulary", [bpe, spm])
+def test_every_tokenizer_key_llamacpp_writes_is_run_refused_or_inert(tmp_path: Path, vocabulary) -> None:
+    from attnviz.models.vocabulary import INERT_TOKENIZER_KEYS
+
+    assert INERT_TOKENIZER_KEYS <= set(TOKENIZER_KEYS)
+    refused = []
+    for key in TOKENIZER_KEYS:
+        if f"tokenizer.ggml.{key}" in vocabulary():
+            continue
+        try:
+            from_gguf(vocabulary(**{key: 7}), tmp_path / "v.gguf")
+        except AttnvizError as err:
+            assert f"tokenizer.ggml.{key}" in str(err) and "\n" not in str(err), (key, str(err))
+            refused.append(key)
+    kept = {"precompiled_charsmap", "normalizer.lowercase", "normalizer.strip_accents"}
+    assert kept <= set(refused) and not set(refused) & INERT_TOKENIZER_KEYS
