@@ -146,6 +146,30 @@ def test_explain_terminal_shows_every_step(cli) -> None:
     assert all(len(line) <= 80 for line in run.out.splitlines())
 
 
+@pytest.mark.parametrize("width", [40, 80, 200])
+@pytest.mark.parametrize("text", ["the cat sat on the mat", "internationalization transformers attention heads"])
+def test_explain_never_cuts_a_number(cli, monkeypatch, width: int, text: str) -> None:
+    """A narrow terminal loses the vectors' components, then the vector columns; every score, scaled score,
+    mask and weight stays whole."""
+    import re
+
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    args = ("explain", text, "--causal", "--query", "2")
+    run, doc = cli(*args, "--no-color"), json.loads(cli(*args, "--json").out)
+    assert run.code == 0, run.err
+    assert all(cell_len(line) <= width for line in run.out.splitlines()), run.out
+    assert not re.search(r"[\d.]…", run.out), run.out
+    table = run.out.split("2  keys, scores and weights", 1)[1].split("3  values", 1)[0]
+    assert "mask" in table and table.count("−∞") == len(doc["keys"]) - 3
+    for dot, weight, allowed in zip(doc["dots"], doc["weights"], doc["allowed"], strict=True):
+        assert f"{dot:.3f}" in table and f"{dot * doc['scale']:.3f}" in table
+        assert f"{weight:.3f}" in table or not allowed
+    assert f"{sum(doc['weights']):.3f}" in table
+    assert ("k_j: left out to fit" in run.out) == (width == 40)
+
+
 def test_explain_json_and_figure(cli, tmp_path: Path) -> None:
     doc = json.loads(cli("explain", "le chat", "--keys", "the cat sat", "--json").out)
     assert doc["schema"] == "attnviz.explain/1" and doc["query"] == 1 and doc["query_token"] == "chat"

@@ -7,12 +7,13 @@ same steps out as matrices and bars, in the manner of bertviz's neuron view.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -56,21 +57,52 @@ def _heading(step: str, title: str, note: str = "") -> Text:
     return text
 
 
+Build = Callable[[str | None, int, int, bool], Table]
+
+
+def _fitted(build: Build, width: int, d: int, variants: tuple[str, ...]) -> tuple[Table, str | None, int]:
+    """``build(variant, components, key_width, compact)`` as it fits ``width``: each of ``variants`` (which
+    vectors to show) with the most components that fit, at least two; else no vectors (None); then narrower
+    gaps (``compact``), then shorter keys. Components go first, a number is never cut."""
+    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+
+    def fits(table: Table) -> bool:
+        return console.measure(table).maximum <= width
+
+    for variant in variants:
+        low, high = 2, d  # the most components that fit: a table only widens with more
+        if not fits(build(variant, low, 8, False)):
+            continue
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(build(variant, middle, 8, False)) else (low, middle - 1)
+        return build(variant, low, 8, False), variant, low
+    table = build(None, 0, 8, False)
+    for compact, key_width in ((False, 8), (True, 8), (True, 6), (True, 4), (True, 3)):
+        table = build(None, 0, key_width, compact)
+        if fits(table):
+            break
+    return table, None, 0
+
+
+def _table(compact: bool) -> Table:
+    """Columns apart by three spaces, or by two where the terminal is narrow."""
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0, 0, 1) if compact else (0, 1))
+
+
 def render_explain(
     e: QueryExplanation, att: Attention, *, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
-    """The computation of one row of the heatmap, as a worked example."""
+    """The computation of one row of the heatmap, as a worked example. Where the terminal is narrow the
+    vectors show fewer components, then none; a number is never cut."""
     i, h = e.query, e.head
     token = abbreviate(att.tokens[i], 16)
     d_k, d_model = len(e.q), len(e.output)
     shown = components_shown(width, d_k, used=6)
-    in_table = components_shown(width, d_k, used=48)
-    in_values = components_shown(width, d_k, used=22, vectors=2)
 
     def cut(k: int, d: int = d_k) -> str:
         return f"first {k} of {d} shown" if k < d else ""
 
-    keys = distinct_labels(att.keys, 8)
     yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
 
     yield _heading(
@@ -78,51 +110,49 @@ def render_explain(
     )
     yield Text(f"   q  {vector_text(e.q, shown)}")
 
-    yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; k_j: {cut(in_table)}".rstrip(": ;k_j"))
+    def scores_table(variant: str | None, components: int, key_width: int, compact: bool) -> Table:
+        table = _table(compact)
+        names = ["j", "key", *(["k_j"] if variant else []), "q·k_j", "× scale", "mask", "w_j"]
+        for name in names:
+            table.add_column(name, justify="left" if name in ("key", "k_j") else "right", no_wrap=True)
+        for j, key in enumerate(distinct_labels(att.keys, key_width)):
+            ok = bool(e.allowed[j])
+            weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
+            vector = [vector_text(e.keys[j], components)] if variant else []
+            dots = (f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}", "0" if ok else "−∞")
+            table.add_row(str(j), Text(key), *vector, *dots, weight, style="" if ok else "dim")
+        table.add_row(*[""] * (len(names) - 2), "Σ", f"{e.weights.sum():.3f}", style="bold")
+        return table
+
+    scores, with_keys, in_table = _fitted(scores_table, width, d_k, ("k_j",))
+    key_note = f"k_j: {cut(in_table)}" if with_keys else "k_j: left out to fit"
+    yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; {key_note}".rstrip(": ;k_j"))
     yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
-    scores = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    for name, justify in (
-        ("j", "right"),
-        ("key", "left"),
-        ("k_j", "left"),
-        ("q·k_j", "right"),
-        ("× scale", "right"),
-        ("mask", "right"),
-        ("w_j", "right"),
-    ):
-        scores.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for j, key in enumerate(keys):
-        ok = bool(e.allowed[j])
-        weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
-        scores.add_row(
-            str(j),
-            Text(key),
-            vector_text(e.keys[j], in_table),
-            f"{e.dots[j]:.3f}",
-            f"{e.dots[j] * e.scale:.3f}",
-            "0" if ok else "−∞",
-            weight,
-            style="" if ok else "dim",
-        )
-    scores.add_row("", "", "", "", "", "Σ", f"{e.weights.sum():.3f}", style="bold")
     yield scores
 
-    yield _heading("3", "values weighted and summed   o = Σ_j w_j v_j", f"d_v = {d_k}; {cut(in_values)}".rstrip("; "))
-    values = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    for name in ("j", "key", "w_j", "v_j", "w_j v_j"):
-        values.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
-    for j, key in enumerate(keys):
-        shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
-        values.add_row(
-            str(j),
-            Text(key),
-            shown_weight,
-            vector_text(e.values[j], in_values),
-            vector_text(e.weighted[j], in_values),
-            style="" if e.allowed[j] else "dim",
-        )
-    values.add_row("", "o", "", "Σ of the column →", vector_text(e.head_output, in_values), style="bold")
+    def values_table(variant: str | None, components: int, key_width: int, compact: bool) -> Table:
+        table = _table(compact)
+        vectors = {"both": ("v_j", "w_j v_j"), "weighted": ("w_j v_j",)}.get(variant or "", ())
+        for name in ("j", "key", "w_j", *vectors):
+            table.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
+        for j, key in enumerate(distinct_labels(att.keys, key_width)):
+            rows = {"v_j": e.values[j], "w_j v_j": e.weighted[j]}
+            shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
+            table.add_row(str(j), Text(key), shown_weight, *(vector_text(rows[v], components) for v in vectors),
+                          style="" if e.allowed[j] else "dim")  # fmt: skip
+        if vectors:
+            total = vector_text(e.head_output, components)
+            table.add_row("", "o", *(("", "Σ of the column →") if len(vectors) == 2 else ("Σ →",)), total, style="bold")
+        return table
+
+    values, with_values, in_values = _fitted(values_table, width, d_k, ("both", "weighted"))
+    left_out = {"weighted": "v_j left out to fit", None: "vectors left out to fit"}.get(with_values, "")
+    notes = [f"d_v = {d_k}", cut(in_values) if with_values else "", left_out]
+    yield _heading("3", "values weighted and summed   o = Σ_j w_j v_j", "; ".join(n for n in notes if n))
     yield values
+    if with_values is None:
+        o_shown = components_shown(width, d_k, used=6)
+        yield Text(f"   o  {vector_text(e.head_output, o_shown)}", style="bold")
 
     heads = len(e.head_outputs)
     joined = "; ".join(f"o{str(k).translate(SUBSCRIPTS)}" for k in range(min(heads, 4))) + ("; …" if heads > 4 else "")
