@@ -116,7 +116,11 @@ def describe_parts(att: Attention) -> list[str]:
     c = att.config
     if "strongest" in c:
         strongest = c["strongest"]
-        parts = [f"the {strongest['links']} strongest links of {strongest['tokens']:,} tokens"]
+        each = strongest.get("per_head") if len(att.head_labels) > 1 else None
+        links = f"{strongest['links']} strongest links"
+        if isinstance(each, int):
+            links = f"{each} strongest links of each head"
+        parts = [f"the {links} of {strongest['tokens']:,} tokens"]
         if strongest["sinks"]:
             parts.append("not to the sink" + ("s" if len(strongest["sinks"]) > 1 else "") + f" {strongest['sinks']}")
     elif att.key_tokens is not None:
