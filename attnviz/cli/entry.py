@@ -52,8 +52,18 @@ def _root(
 
 
 def say(message: str) -> None:
-    """One message on stderr, with any control or bidi characters it quotes shown escaped."""
-    print(printable(message), file=sys.stderr)
+    """One message on stderr, with any control or bidi characters it quotes shown escaped. On a terminal
+    it is folded at spaces to the terminal's width (never inside a word or an option such as --chars,
+    as the terminal itself would); in a pipe or a log it stays one line."""
+    text = printable(message)
+    if sys.stderr.isatty():
+        import shutil
+
+        from ..render.labels import wrap_parts
+
+        width = max(20, shutil.get_terminal_size().columns)
+        text = "\n".join(wrap_parts(text.split(" "), width, " "))
+    print(text, file=sys.stderr)
 
 
 def _fail(message: str, code: int) -> int:

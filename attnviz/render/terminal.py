@@ -19,7 +19,16 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..saturation import STATISTICS, Saturation
-from .labels import abbreviate, cell_len, describe_parts, score_label, visible_cells, visible_token, wrap_parts
+from .labels import (
+    abbreviate,
+    cell_len,
+    describe_parts,
+    folded,
+    score_label,
+    visible_cells,
+    visible_token,
+    wrap_parts,
+)
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -41,7 +50,8 @@ _VIRIDIS = np.array(
 _SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
 _MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
 LABEL_WIDTH = 8  # token labels are cut to this when nothing wider fits
-MAX_LABEL = 24
+MAX_LABEL = 64  # the longest label a table shows whole, when it fits
+BLOCK_LABEL = LABEL_WIDTH + 3  # the row labels of the block view
 
 
 def _weight_rgb(w: float) -> np.ndarray:
@@ -167,7 +177,7 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
-    rows = [f"{i:>{digits}} {abbreviate(t, LABEL_WIDTH + 3)}" for i, t in enumerate(att.tokens)]
+    rows = [f"{i:>{digits}} {abbreviate(t, BLOCK_LABEL)}" for i, t in enumerate(att.tokens)]
     label_w = max(cell_len(r) for r in rows)
     shown = max(1, min(m, (width - label_w - 1) // cell))
     maxima = _row_maxima(weights, allowed)
@@ -278,10 +288,12 @@ def label_width(att: Attention, cell: int, width: int) -> int:
 CUT_TOKEN_CHARS = 1000  # a cut token longer than this is written out to here, and its length said
 
 
-def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
-    """The tokens a table had to cut, written out whole once (index → token), so nothing is lost;
-    one of more than CUT_TOKEN_CHARS characters to there, with its length (--json has it whole)."""
-    cut = [(i, t) for i, t in enumerate(att.keys) if visible_cells(t, labels) > labels]
+def cut_tokens(att: Attention, labels: int, width: int, *, queries: bool = False) -> Text | None:
+    """The tokens a table had to cut (its keys, or its ``queries``: the rows of the block view), written
+    out whole once (index → token), so nothing is lost; one of more than CUT_TOKEN_CHARS characters to
+    there, with its length (--json has it whole)."""
+    tokens = att.tokens if queries else att.keys
+    cut = [(i, t) for i, t in enumerate(tokens) if visible_cells(t, labels) > labels]
     if not cut:
         return None
     entries = [
@@ -290,7 +302,8 @@ def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
         else f"{i} {visible_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
         for i, t in cut
     ]
-    return Text("cut to fit: " + " · ".join(entries), style="dim", overflow="fold")
+    lines = wrap_parts([f"cut to fit: {entries[0]}", *entries[1:]], width)  # an index stays with its token
+    return Text("\n".join(piece for line in lines for piece in folded(line, max(1, width))), style="dim")
 
 
 def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
@@ -304,7 +317,7 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
         else:
             body = number_table(att, head, color=color, labels=labels)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
-    cut = None if blocks else cut_tokens(att, labels, width)
+    cut = cut_tokens(att, BLOCK_LABEL, width, queries=True) if blocks else cut_tokens(att, labels, width)
     if cut is not None:
         yield cut
     yield legend(att, color=color, blocks=blocks)
