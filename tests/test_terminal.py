@@ -230,6 +230,8 @@ def test_every_token_is_whole_in_the_table_or_below_it(cli, monkeypatch, width: 
             assert f"{index} {token}" in listed, run.out
     if width == 200:
         assert "cut to fit" not in run.out and "…" not in run.out
+    entries = ["░░ .05", "▒▒ .2", "▓▓ .4", "██ ≥"] if "██" in run.out else ["*: row maximum"]
+    assert all(any(entry in line for line in run.out.splitlines()) for entry in entries), run.out  # legend whole
 
 
 @pytest.mark.parametrize("width", [40, 80, 200])

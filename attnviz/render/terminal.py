@@ -219,8 +219,9 @@ def shades(att: Attention, head: int) -> np.ndarray:
     return colour_values(att.weights[head], scale_in(att.config), colour_floor(att.config, len(att.keys)))
 
 
-def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None) -> Text:
-    """What the cells mean: the colour scale, the shades, the markers."""
+def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None, width: int = 0) -> Text:
+    """What the cells mean: the colour scale, the shades, the markers; within ``width`` columns (when given),
+    broken only between the entries."""
     from ..structure import colour_floor, scale_in
 
     out = Text(style="dim")
@@ -241,12 +242,19 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-    elif blocks:
-        out.append("   " + shade_legend(scale, colour_floor(att.config, len(att.keys))))
+        if masked:
+            out.append("   · masked")
+        return out
+    if blocks:  # each shade beside the weights it stands for, on one line
+        entries = ["   " + shade_legend(scale, colour_floor(att.config, len(att.keys))).replace("  ", "\0")]
+        separator = "  "
     else:
-        out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
+        entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
+        separator = " · "
     if masked:
-        out.append("   · masked" if blocks else " · ·: masked")
+        entries.append(" · masked" if blocks else "·: masked")
+    parts = [part for entry in entries for part in entry.split("\0")]
+    out.append("\n".join(wrap_parts(parts, width, separator)) if width else separator.join(parts))
     return out
 
 
@@ -320,7 +328,7 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
     cut = cut_tokens(att, BLOCK_LABEL, width, queries=True) if blocks else cut_tokens(att, labels, width)
     if cut is not None:
         yield cut
-    yield legend(att, color=color, blocks=blocks)
+    yield legend(att, color=color, blocks=blocks, width=width)
 
 
 def _section(title: str, body: RenderableType) -> Group:
@@ -352,7 +360,7 @@ def render_mask(
             yield _section(
                 f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
             )
-    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True)
+    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True, width=width)
 
 
 SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
