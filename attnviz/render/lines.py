@@ -257,7 +257,8 @@ def render_lines_figure(
     parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
     per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
-    for cols in range(min(panels, 6), 0, -1):  # fewer panels to a row where labels leave the lines too little
+
+    def arranged(cols: int) -> tuple[int, int, float, str, float, float, float, LinesLayout]:
         rows = -(-panels // cols)
         height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * tall * font / 10 + 1.2) + 1.0
         title = wrapped_title(parts, width, font)
@@ -269,8 +270,23 @@ def render_lines_figure(
             if lay.step == 1:
                 break
             title = wrapped_title([*parts, *labelled(lay.step)], width, font)
-        if panel_w - 2 * lay.side >= LINES_SHARE * panel_w:
-            break
+        return cols, rows, height, title, head, panel_w, panel_h, lay
+
+    # a long map's labels (with positions) can leave the lines no room: fewer panels to a row, as many as
+    # leave the lines LINES_SHARE of each panel and label the most tokens
+    counts = range(min(panels, 6), 0, -1) if "strongest" in att.config else [min(panels, 6)]
+    options = [arranged(cols) for cols in counts]
+
+    def worth(option: tuple[int, int, float, str, float, float, float, LinesLayout]) -> float:
+        from .audit import MIN_FILL
+
+        _, _, tall_in, _, _, panel_w, panel_h, lay = option
+        lines_w = max(panel_w - 2 * lay.side, 0.0)
+        fill = panels * lines_w * max(panel_h, 0.0) / (width * 72 * tall_in * 72)
+        return min(lines_w / panel_w / LINES_SHARE, 1.0) * min(fill / MIN_FILL, 1.0) / lay.step
+
+    chosen = max(options, key=worth)  # the first (most panels to a row) of the best
+    cols, rows, height, title, head, panel_w, panel_h, lay = chosen
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)
     for index in range(panels):
