@@ -172,6 +172,32 @@ def test_explain_never_cuts_a_number(cli, monkeypatch, width: int, text: str) ->
     assert ("k_j: left out to fit" in run.out) == (width == 40)
 
 
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_explain_of_capped_scores_never_cuts_a_number(width: int) -> None:
+    """Seven columns of numbers, scores in the tens, two-digit positions: at 40 columns the vectors go, then
+    the gaps narrow and the keys (j names them); every number stays whole."""
+    from dataclasses import replace
+
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from attnviz.render.explain import render_explain
+
+    tokens = [f" word{k}" for k in range(24)]
+    layer, att = prepare(tokens, LayerConfig(causal=True))
+    e = explain_query(layer, att, 20, 1)
+    dots = e.dots * 25
+    e = replace(e, dots=dots, capped=3 * np.tanh(dots * e.scale / 3), softcap=3.0)
+    console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
+    for part in render_explain(e, att, color=False, width=width):
+        console.print(part)
+    out = console.export_text()
+    assert all(cell_len(line) <= width for line in out.splitlines()) and not re.search(r"[\d.]…", out), out
+    table = out.split("3  values", 1)[0]
+    for dot, capped in zip(e.dots, e.capped, strict=True):
+        assert f"{dot:.3f}" in table and f"{dot * e.scale:.3f}" in table and f"{capped:.3f}" in table
+
+
 def test_explain_json_and_figure(cli, tmp_path: Path) -> None:
     doc = json.loads(cli("explain", "le chat", "--keys", "the cat sat", "--json").out)
     assert doc["schema"] == "attnviz.explain/1" and doc["query"] == 1 and doc["query_token"] == "chat"

@@ -57,13 +57,14 @@ def _heading(step: str, title: str, note: str = "") -> Text:
     return text
 
 
-Build = Callable[[str | None, int, int, bool], Table]
+Build = Callable[[str | None, int, int, int], Table]
 
 
 def _fitted(build: Build, width: int, d: int, variants: tuple[str, ...]) -> tuple[Table, str | None, int]:
-    """``build(variant, components, key_width, compact)`` as it fits ``width``: each of ``variants`` (which
+    """``build(variant, components, key_width, gap)`` as it fits ``width``: each of ``variants`` (which
     vectors to show) with the most components that fit, at least two; else no vectors (None); then narrower
-    gaps (``compact``), then shorter keys. Components go first, a number is never cut."""
+    gaps between the columns, then shorter keys, then none (j names them). Components go first, a number
+    is never cut."""
     console = Console(width=10_000, file=io.StringIO(), color_system=None)
 
     def fits(table: Table) -> bool:
@@ -71,23 +72,31 @@ def _fitted(build: Build, width: int, d: int, variants: tuple[str, ...]) -> tupl
 
     for variant in variants:
         low, high = 2, d  # the most components that fit: a table only widens with more
-        if not fits(build(variant, low, 8, False)):
+        if not fits(build(variant, low, 8, 3)):
             continue
         while low < high:
             middle = (low + high + 1) // 2
-            low, high = (middle, high) if fits(build(variant, middle, 8, False)) else (low, middle - 1)
-        return build(variant, low, 8, False), variant, low
-    table = build(None, 0, 8, False)
-    for compact, key_width in ((False, 8), (True, 8), (True, 6), (True, 4), (True, 3)):
-        table = build(None, 0, key_width, compact)
+            low, high = (middle, high) if fits(build(variant, middle, 8, 3)) else (low, middle - 1)
+        return build(variant, low, 8, 3), variant, low
+    table = build(None, 0, 8, 3)
+    for gap, key_width in ((3, 8), (2, 8), (2, 6), (1, 6), (1, 4), (1, 3), (1, 0)):  # 0: the keys by j alone
+        table = build(None, 0, key_width, gap)
         if fits(table):
             break
     return table, None, 0
 
 
-def _table(compact: bool) -> Table:
-    """Columns apart by three spaces, or by two where the terminal is narrow."""
-    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0, 0, 1) if compact else (0, 1))
+def _table(gap: int) -> Table:
+    """Columns ``gap`` spaces apart (three, or down to one where the terminal is narrow)."""
+    padding: tuple[int, int] | tuple[int, int, int, int] = (0, 1) if gap >= 3 else (0, 0, 0, 1) if gap == 2 else (0, 0)
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=padding)
+
+
+def _key_column(att: Attention, key_width: int) -> tuple[list[str], list[list[Text]]]:
+    """The key column's heading and cells: the keys cut to ``key_width``, or none at all (0)."""
+    if not key_width:
+        return [], [[] for _ in att.keys]
+    return ["key"], [[Text(key)] for key in distinct_labels(att.keys, key_width)]
 
 
 def render_explain(
@@ -105,44 +114,55 @@ def render_explain(
 
     yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
 
-    yield _heading(
-        "1", f"the query   q = x{str(i).translate(SUBSCRIPTS)} W_Q", f"d_k = {d_k}; {cut(shown)}".rstrip("; ")
-    )
+    model = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
+    query_is = "q, the layer's own" if model else f"q = x{str(i).translate(SUBSCRIPTS)} W_Q"
+    yield _heading("1", f"the query   {query_is}", f"d_k = {d_k}; {cut(shown)}".rstrip("; "))
     yield Text(f"   q  {vector_text(e.q, shown)}")
 
-    def scores_table(variant: str | None, components: int, key_width: int, compact: bool) -> Table:
-        table = _table(compact)
-        names = ["j", "key", *(["k_j"] if variant else []), "q·k_j", "× scale", "mask", "w_j"]
+    capped = e.capped is not None and e.softcap is not None
+
+    def scores_table(variant: str | None, components: int, key_width: int, gap: int) -> Table:
+        table = _table(gap)
+        key_name, key_cells = _key_column(att, key_width)
+        names = ["j", *key_name, *(["k_j"] if variant else []), "q·k_j", "× scale", *(["capped"] if capped else [])]
+        names += ["mask", "w_j"]
         for name in names:
             table.add_column(name, justify="left" if name in ("key", "k_j") else "right", no_wrap=True)
-        for j, key in enumerate(distinct_labels(att.keys, key_width)):
+        for j, key in enumerate(key_cells):
             ok = bool(e.allowed[j])
             weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
             vector = [vector_text(e.keys[j], components)] if variant else []
-            dots = (f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}", "0" if ok else "−∞")
-            table.add_row(str(j), Text(key), *vector, *dots, weight, style="" if ok else "dim")
+            steps = [f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}"]
+            if capped and e.capped is not None:
+                steps.append(f"{e.capped[j]:.3f}")
+            table.add_row(str(j), *key, *vector, *steps, "0" if ok else "−∞", weight, style="" if ok else "dim")
         table.add_row(*[""] * (len(names) - 2), "Σ", f"{e.weights.sum():.3f}", style="bold")
         return table
 
     scores, with_keys, in_table = _fitted(scores_table, width, d_k, ("k_j",))
     key_note = f"k_j: {cut(in_table)}" if with_keys else "k_j: left out to fit"
     yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; {key_note}".rstrip(": ;k_j"))
-    yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
+    if capped:
+        yield Text(f"   w_j = softmax_j(c·tanh(q·k_j × scale / c) + mask), soft-capped: c = {e.softcap:g}")
+    else:
+        yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
     yield scores
 
-    def values_table(variant: str | None, components: int, key_width: int, compact: bool) -> Table:
-        table = _table(compact)
+    def values_table(variant: str | None, components: int, key_width: int, gap: int) -> Table:
+        table = _table(gap)
         vectors = {"both": ("v_j", "w_j v_j"), "weighted": ("w_j v_j",)}.get(variant or "", ())
-        for name in ("j", "key", "w_j", *vectors):
+        key_name, key_cells = _key_column(att, key_width)
+        for name in ("j", *key_name, "w_j", *vectors):
             table.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
-        for j, key in enumerate(distinct_labels(att.keys, key_width)):
+        for j, key in enumerate(key_cells):
             rows = {"v_j": e.values[j], "w_j v_j": e.weighted[j]}
             shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
-            table.add_row(str(j), Text(key), shown_weight, *(vector_text(rows[v], components) for v in vectors),
+            table.add_row(str(j), *key, shown_weight, *(vector_text(rows[v], components) for v in vectors),
                           style="" if e.allowed[j] else "dim")  # fmt: skip
         if vectors:
             total = vector_text(e.head_output, components)
-            table.add_row("", "o", *(("", "Σ of the column →") if len(vectors) == 2 else ("Σ →",)), total, style="bold")
+            start = ["", "o"] if key_name else ["o"]
+            table.add_row(*start, *(("", "Σ of the column →") if len(vectors) == 2 else ("Σ →",)), total, style="bold")
         return table
 
     values, with_values, in_values = _fitted(values_table, width, d_k, ("both", "weighted"))
@@ -241,13 +261,20 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     cut = f" (first {shown} of {len(e.q)})" if shown < len(e.q) else ""
     i = e.query
     query = abbreviate(att.tokens[i], 16).replace("$", r"\$")  # literal in a title that holds mathematics
-    _strip(axes["q"], e.q[:shown], limit, f"$q = x_{{{i}}} W_Q$, the query '{query}'{cut}", style)
+    own = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
+    q_is, k_is, v_is = ("$q$", "$k_j$", "$v_j$") if own else (f"$q = x_{{{i}}} W_Q$", "$k_j = {c}_j W_K$",
+                                                               "$v_j = {c}_j W_V$")  # fmt: skip
     c = "x" if att.key_tokens is None else "c"  # a key's input vector: the same sequence's x_j, or the other's c_j
-    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys $k_j = {c}_j W_K$", keys, style, step)
+    _strip(axes["q"], e.q[:shown], limit, f"{q_is}, the query '{query}'{cut}", style)
+    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys {k_is.format(c=c)}", keys, style, step)
     _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style, step=step)
-    _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
+    if e.capped is not None and e.softcap is not None:
+        cap = f"{e.softcap:g}"
+        _bars(axes["scores"], e.capped, e.allowed, f"× {e.scale:.3g}, {cap}·tanh(·/{cap}) + mask", style, step=step)
+    else:
+        _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
     _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True, step=step)
-    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values $v_j = {c}_j W_V$", keys, style, step)
+    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values {v_is.format(c=c)}", keys, style, step)
     _matrix(axes["wv"], e.weighted[:, :shown], limit, "$w_j v_j$", [""] * m, style)
     _strip(axes["o"], e.head_output[:shown], limit, "$o = \\sum_j w_j v_j$, the sums of the columns above", style)
     heads = len(e.head_outputs)
