@@ -86,9 +86,8 @@ def _hex(rgb: np.ndarray) -> str:
 
 def strongest(att: Attention, count: int = STRONGEST) -> Attention:
     """A map too long to draw whole, cut to the strongest links of each head shown (``count`` shared among
-    the heads, at least PER_HEAD each): the queries and keys they join, in
-    order, each labelled with its position; the other weights 0. Chosen per head, so that no head's panel
-    is left empty by a stronger head.
+    the heads, at least PER_HEAD each): the queries and keys they join, in order, each labelled with its
+    position; the other weights 0. Chosen per head, so that no head's panel is left empty by a stronger one.
 
     Links to attention sinks are left out (they would be all the strongest links of a decoder).
     """
@@ -154,6 +153,30 @@ class LinesLayout:
     chars: int
     side: float
     title: float  # the size of the column titles ('queries', 'keys')
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """Panels ``cols`` to a row in ``rows`` rows, in a figure ``height`` inches tall under its ``title``
+    (``head`` points), each ``panel_w`` × ``panel_h`` points with labels laid out as ``lay``."""
+
+    cols: int
+    rows: int
+    height: float
+    title: str
+    head: float
+    panel_w: float
+    panel_h: float
+    lay: LinesLayout
+
+    def worth(self, panels: int, width: float) -> float:
+        """How well the lines read: their share of a panel (LINES_SHARE is enough), the panels' share of the
+        canvas (the audit's MIN_FILL is enough), and the tokens labelled (all: 1, every k-th: 1/k)."""
+        from .audit import MIN_FILL
+
+        lines_w = max(self.panel_w - 2 * self.lay.side, 0.0)
+        fill = panels * lines_w * max(self.panel_h, 0.0) / (width * 72 * self.height * 72)
+        return min(lines_w / self.panel_w / LINES_SHARE, 1.0) * min(fill / MIN_FILL, 1.0) / self.lay.step
 
 
 def _cut(label: str, chars: int) -> str:
@@ -258,7 +281,7 @@ def render_lines_figure(
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
     per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
 
-    def arranged(cols: int) -> tuple[int, int, float, str, float, float, float, LinesLayout]:
+    def arranged(cols: int) -> Arrangement:
         rows = -(-panels // cols)
         height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * tall * font / 10 + 1.2) + 1.0
         title = wrapped_title(parts, width, font)
@@ -270,23 +293,14 @@ def render_lines_figure(
             if lay.step == 1:
                 break
             title = wrapped_title([*parts, *labelled(lay.step)], width, font)
-        return cols, rows, height, title, head, panel_w, panel_h, lay
+        return Arrangement(cols, rows, height, title, head, panel_w, panel_h, lay)
 
     # a long map's labels (with positions) can leave the lines no room: fewer panels to a row, as many as
-    # leave the lines LINES_SHARE of each panel and label the most tokens
+    # leave the lines LINES_SHARE of each panel, fill the canvas as the audit asks and label the most tokens
     counts = range(min(panels, 6), 0, -1) if "strongest" in att.config else [min(panels, 6)]
-    options = [arranged(cols) for cols in counts]
-
-    def worth(option: tuple[int, int, float, str, float, float, float, LinesLayout]) -> float:
-        from .audit import MIN_FILL
-
-        _, _, tall_in, _, _, panel_w, panel_h, lay = option
-        lines_w = max(panel_w - 2 * lay.side, 0.0)
-        fill = panels * lines_w * max(panel_h, 0.0) / (width * 72 * tall_in * 72)
-        return min(lines_w / panel_w / LINES_SHARE, 1.0) * min(fill / MIN_FILL, 1.0) / lay.step
-
-    chosen = max(options, key=worth)  # the first (most panels to a row) of the best
-    cols, rows, height, title, head, panel_w, panel_h, lay = chosen
+    chosen = max((arranged(cols) for cols in counts), key=lambda a: a.worth(panels, width))  # first of the best
+    cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay
+    panel_w, panel_h = chosen.panel_w, chosen.panel_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)
     for index in range(panels):
