@@ -334,11 +334,10 @@ def file_stack(
     """
     from .documents import read_json_source, stack_source
 
-    where = "stdin" if str(path) == "-" else str(path)
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
     weights, file_tokens = load_attention_array(path, document)
-    source = stack_source(document, where) or {"from": str(path)}
+    source = stack_source(document, "stdin" if str(path) == "-" else str(path)) or {"from": str(path)}
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")

@@ -246,20 +246,25 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
             out.append("   · masked")
         return out
     if blocks:  # each shade beside the weights it stands for, on one line
-        entries = ["   " + shade_legend(scale, colour_floor(att.config, len(att.keys))).replace("  ", "\0")]
+        entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
+        entries[0] = "   " + entries[0]
         separator = "  "
     else:
         entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
         separator = " · "
     if masked:
         entries.append(" · masked" if blocks else "·: masked")
-    parts = [part for entry in entries for part in entry.split("\0")]
-    out.append("\n".join(wrap_parts(parts, width, separator)) if width else separator.join(parts))
+    out.append("\n".join(wrap_parts(entries, width, separator)) if width else separator.join(entries))
     return out
 
 
 def shade_legend(scale: str, floor: float) -> str:
     """The weights each shade stands for, on the scale the map is drawn with ('<.05  ░░ .05–.2 …' when linear)."""
+    return "  ".join(shade_entries(scale, floor))
+
+
+def shade_entries(scale: str, floor: float) -> list[str]:
+    """Each shade with the weights it stands for: '<.05', '░░ .05–.2', …"""
     from ..structure import weight_at
 
     def number(p: float) -> str:
@@ -270,7 +275,7 @@ def shade_legend(scale: str, floor: float) -> str:
     parts = [f"<{limits[0]}"]
     for (_, glyphs), low, high in zip(_SHADES[1:-1], limits[:-1], limits[1:], strict=True):
         parts.append(f"{glyphs} {low}–{high}")
-    return "  ".join([*parts, f"{_SHADES[-1][1]} ≥{limits[-1]}"])
+    return [*parts, f"{_SHADES[-1][1]} ≥{limits[-1]}"]
 
 
 def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
