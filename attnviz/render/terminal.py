@@ -343,8 +343,10 @@ def _section(title: str, body: RenderableType) -> Group:
 def render_mask(
     att: Attention, *, compare: Attention | None = None, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
-    """One head's additive mask, masked scores and weights; with ``compare``, unmasked first."""
+    """One head's additive mask, masked scores and weights; with ``compare``, unmasked first; the tokens
+    the tables cut listed whole below them."""
     yield Text("\n".join(wrap_parts([att.head_labels[0], *describe_parts(att)], width)), style="dim")
+    cut: Text | None = None
     for row in [compare, att] if compare is not None else [att]:
         which = "with" if row.config.get("causal") else "without"
         prefix = f"{which} the causal mask: " if compare is not None else ""
@@ -356,6 +358,7 @@ def render_mask(
             scores = scores_table(row, 0, color=color, labels=labels)
             yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
             yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels))
+            cut = cut_tokens(row, labels, width)
         else:
             note = Text(
                 f"mask and score tables need {table_width(row, score_width)} columns: widen the "
@@ -365,6 +368,9 @@ def render_mask(
             yield _section(
                 f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
             )
+            cut = cut_tokens(row, BLOCK_LABEL, width, queries=True)
+    if cut is not None:
+        yield cut
     yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True, width=width)
 
 
