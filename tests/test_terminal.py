@@ -212,15 +212,16 @@ def test_the_shade_legend_names_the_weights_each_shade_stands_for(scale: str) ->
 GERMAN = "Donaudampfschifffahrtsgesellschaftskapitän Kraftfahrzeughaftpflichtversicherung ist lang"
 
 
+@pytest.mark.parametrize("command", ["heatmap", "mask"])
 @pytest.mark.parametrize("width", [40, 80, 200])
 @pytest.mark.parametrize("text", [GERMAN, "internationalization transformers attention heads"])
-def test_every_token_is_whole_in_the_table_or_below_it(cli, monkeypatch, width: int, text: str) -> None:
+def test_every_token_is_whole_in_the_table_or_below_it(cli, monkeypatch, command: str, width: int, text: str) -> None:
     """Whole labels while the table fits (at 200 columns these compounds do); cut only as the width needs,
     in the number table or the shaded view, with each cut token listed whole below, its index beside it."""
     from rich.cells import cell_len
 
     monkeypatch.setenv("COLUMNS", str(width))
-    run = cli("heatmap", text, "--head", "0", "--no-color")
+    run = cli(command, text, "--head", "0", "--no-color")
     assert run.code == 0, run.err
     assert all(cell_len(line) <= width for line in run.out.splitlines()), run.out
     shown = run.out.split("head 0", 1)[1]
