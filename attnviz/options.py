@@ -47,6 +47,18 @@ File = Annotated[
         rich_help_panel=P_LAYER,
     ),
 ]
+TextFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--file",
+        "-f",
+        help="Read the text from a file, exactly as it is (its last newline too).",
+        show_default=False,
+    ),
+]
+Stdin = Annotated[
+    bool, typer.Option("--stdin", help="Read the text from stdin, exactly as it is (its last newline too).")
+]
 Keys = Annotated[
     str | None,
     typer.Option(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
     from .decoder import Decoder
+    from .tokenizer import Tokenizer
     from .weights import Tensors
 
 
@@ -225,6 +226,28 @@ def load_model(name: str | None, model_dir: Path | None = None, model_file: Path
     return load_folder(path, label, origin=path.resolve().name if model_dir is not None else None)
 
 
+def load_tokenizer(
+    name: str | None, model_dir: Path | None = None, model_file: Path | None = None
+) -> tuple[Tokenizer, str]:
+    """The tokenizer of the model :func:`load_model` would load, and its name, without the weights: a GGUF's
+    metadata (a vocabulary-only file is enough), a folder's tokenizer.json (or a BERT's vocab.txt)."""
+    path, architecture = model_location(name, model_dir, model_file)
+    label = name or path.stem
+    if architecture == "gguf":
+        from .gguf import GGUF
+        from .vocabulary import from_gguf
+
+        return from_gguf(GGUF(path).metadata, path), label
+    from .checkpoint import folder_tokenizer, read_config
+    from .tokenizer import read_tokenizer_json
+
+    if os.path.lexists(path / "tokenizer.json"):
+        return read_tokenizer_json(path / "tokenizer.json"), label
+    raw, _ = read_config(path)
+    family = raw.get("model_type")
+    return folder_tokenizer(path, family if isinstance(family, str) else "bert"), label
+
+
 def load_gguf(path: Path, name: str) -> Model:
     """A GGUF file's model: its family from ``general.architecture``, its tokenizer from its metadata."""
     from .gguf import GGUF
@@ -232,6 +255,11 @@ def load_gguf(path: Path, name: str) -> Model:
     from .vocabulary import from_gguf
 
     file = GGUF(path)
+    if not file.tensors:
+        raise AttnvizError(
+            f"{printable(str(path))}: a vocabulary-only GGUF (no tensors): `attnviz tokenize` reads it, "
+            "but this needs the model's weights"
+        )
     loaders = gguf_loaders()
     architecture = file.metadata.get("general.architecture")
     if architecture not in loaders:
