@@ -142,11 +142,10 @@ def suite(name: str) -> list[tuple[str, list[int]]]:
     return [(t, [int(i) for i in line.split()]) for t, line in zip(texts, ids, strict=False)]
 
 
-DIFFER = {  # issue #26: the vocabularies whose tokenizers are not yet llama.cpp's (parts 1-3)
+DIFFER = {  # issue #26: the vocabularies whose tokenizers are not yet llama.cpp's (parts 1 and 2)
     "llama-spm": "the dummy prefix before leading spaces (part 1)",
     "falcon": "Falcon's pre-tokenizer (part 2)",
     "starcoder": "StarCoder's digits (part 2)",
-    "bert-bge": "WordPiece GGUF vocabularies (part 3)",
 }
 
 
@@ -169,7 +168,8 @@ def test_llamacpps_suite_through_the_command(cli, name: str) -> None:
         doc = json.loads(run.out)
         if doc["ids"] != expected:
             wrong.append(text)
-        assert rejoined(text, tuple(map(tuple, doc["offsets"]))).strip() == text.strip() or name == "bert-bge"
+        covered = rejoined(text, tuple(map(tuple, doc["offsets"])))
+        assert covered.strip() == text.strip() or name == "bert-bge"  # WordPiece drops the spaces between words
     assert not wrong, f"{len(wrong)} of {len(suite(name))} texts differ, first {wrong[0]!r}"
 
 

@@ -22,7 +22,6 @@ from ..errors import AttnvizError, UsageError, printable
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
-    from .decoder import Decoder
     from .tokenizer import Tokenizer
     from .weights import Tensors
 
@@ -270,17 +269,23 @@ def load_gguf(path: Path, name: str) -> Model:
     meta = gguf_settings(file.metadata, path, str(architecture))
     model = loaders[str(architecture)](name, file, meta, from_gguf(file.metadata, path), str(architecture))
     refuse_unread(meta, INERT_GGUF_KEYS, str(architecture))
-    refuse_unused(model, file)
+    refuse_unused(model, getattr(model, "weights", file))  # a family that renames the tensors reads them so
     ends = (file.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot", "eom"))
-    model.stops = frozenset(i for i in ends if type(i) is int)
+    model.stops = frozenset(i for i in ends if type(i) is int)  # type: ignore[attr-defined]
     return model
 
 
-def gguf_loaders() -> dict[str, Callable[..., Decoder]]:
+def gguf_loaders() -> dict[str, Callable[..., Model]]:
     """The GGUF architectures attnviz runs (``general.architecture``), each with its family's loader."""
-    from . import gemma3, gpt2, llama
+    from . import bert, gemma3, gpt2, llama
 
-    return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf}
+    return {
+        "llama": llama.load_gguf,
+        "qwen2": llama.load_gguf,
+        "gemma3": gemma3.load_gguf,
+        "gpt2": gpt2.load_gguf,
+        "bert": bert.load_gguf,
+    }
 
 
 def supported(architecture: str) -> list[str]:
