@@ -103,8 +103,9 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local GGUF file: Llama, Mistral, Qwen2, Gemma 3, GPT-2 or BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-        "Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a vocabulary-only one.",
+        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, Gemma 3, GPT-2, OLMo 2, SmolLM3, Phi-3 or BERT (F32, "
+        "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a "
+        "vocabulary-only one.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

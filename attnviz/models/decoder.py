@@ -6,7 +6,7 @@ values and what it does with the attention's output (:meth:`Decoder.attention_in
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ class Cache:
     keys: list[Array]
     values: list[Array]
     length: int = 0
+    ids: list[int] = field(default_factory=list)  # the tokens whose keys and values these are
 
     def extend(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
         """The layer's keys and values with ``k`` and ``v`` (of the tokens after ``length``) appended."""
@@ -204,6 +205,9 @@ class Decoder:
         start, n = cache.length, len(ids)
         if start and n != 1:
             raise ValueError("after the prompt, tokens are fed one at a time")
+        if start and any(rope.switches(start) for rope in self.shape.ropes):
+            return self.rotated_again(ids, cache, keep)
+        cache.ids[start:] = [int(i) for i in ids]
         x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
         with one_blas_thread(), overflow_checked():
@@ -225,6 +229,15 @@ class Decoder:
             assert shown is not None
             cache.length += n
             return self.logits(x[-1:])[0], shown
+
+    def rotated_again(self, ids: Array, cache: Cache, keep: tuple[int, Keep]) -> tuple[Array, Kept]:
+        """The step whose token takes the sequence past a LongRoPE's original length: every token so far runs again,
+        rotated with the long factors, as transformers' Phi-3 generation drops its cache there; the new token's row."""
+        every = np.asarray([*cache.ids, *(int(i) for i in ids)])
+        cache.length = 0
+        logits, kept = self.forward(every, cache, keep)
+        scores = None if kept.scores is None else kept.scores[:, -1:]
+        return logits, Kept(kept.weights[:, -1:], scores, np.arange(2), kept.cols)
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""

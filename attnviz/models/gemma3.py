@@ -17,9 +17,10 @@ import numpy as np
 from ..core import Array
 from ..threads import product
 from .decoder import Shape
-from .llama import MAX_LAYERS, Llama, rope_of, rope_parameters
+from .llama import MAX_LAYERS, rope_of, rope_parameters
 from .metadata import Settings
 from .parts import Rope, gelu_tanh, rms_norm
+from .qwen3 import Qwen3
 from .tokenizer import Tokenizer
 from .weights import Tensors
 
@@ -28,25 +29,20 @@ GLOBAL_EVERY = 6  # layers 5, 11, 17, …: global attention; the others slide
 NORMS = ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm", "output_norm")
 
 
-class Gemma3(Llama):
+class Gemma3(Qwen3):
+    """Qwen3's per-head q/k norms (their weights offset), with Gemma's embedding scale and post norms."""
+
     FAMILY = "gemma3"
 
     def expected(self) -> dict[str, tuple[int, ...]]:
         shapes = super().expected()
-        d, h = self.shape.d_head, self.shape.hidden
-        extra = {"attn_q_norm": (d,), "attn_k_norm": (d,), "post_attention_norm": (h,), "post_ffw_norm": (h,)}
+        h = self.shape.hidden
+        extra = {"post_attention_norm": (h,), "post_ffw_norm": (h,)}
         return shapes | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in extra.items()}
 
     def embed(self, ids: Array, start: int = 0) -> Array:
         scaled: Array = super().embed(ids) * np.float32(math.sqrt(self.shape.hidden))
         return scaled
-
-    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
-        q, k, v = self.project(x, layer)
-        t, eps = self.weights.tensor, self.shape.eps
-        q = rms_norm(q, t(f"blk.{layer}.attn_q_norm.weight"), eps)
-        k = rms_norm(k, t(f"blk.{layer}.attn_k_norm.weight"), eps)
-        return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
