@@ -296,3 +296,18 @@ def test_read_tokenizer_json_is_what_the_command_reads() -> None:
     tokenizer, name = load_tokenizer(None, SMOLLM2_TOKENIZER)
     direct = read_tokenizer_json(SMOLLM2_TOKENIZER / "tokenizer.json")
     assert name == "llama-tiny" and tokenizer.encode("a b c") == direct.encode("a b c")
+
+
+@needs_shared
+def test_in_colour_only_what_the_template_adds_is_dim(cli, monkeypatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    rows = cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "Hello world").out.splitlines()[3:7]
+    assert [row.startswith("\x1b[2m") for row in rows] == [True, False, False, True], rows
+
+
+@needs_shared
+def test_an_empty_text_has_no_tokens_but_the_templates(cli) -> None:
+    bare = cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "--no-special", "", "--no-color")
+    assert bare.code == 0 and bare.out.splitlines()[0] == "0 tokens · bert-tiny · 0 characters"
+    assert "#" not in bare.out  # no table of nothing
+    assert json.loads(cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "--json", "").out)["ids"] == [101, 102]

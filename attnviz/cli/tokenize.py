@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -96,43 +97,81 @@ def shown_piece(token: str) -> str:
 
 def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Iterator[RenderableType]:
     """The tokens as rows: position, id, token, the text it came from (when some differ: lower-cased, a dummy
-    prefix, a byte piece's character; left out when it does not fit) and its offsets."""
-    from rich import box
-    from rich.table import Table
+    prefix, a byte piece's character; left out when it does not fit) and its offsets. Laid out here, not by
+    rich's Table, which takes half a minute over the 40,000 rows of a long document."""
     from rich.text import Text
-
-    from ..render.labels import cell_len
 
     shown = [shown_piece(t) for t in pieces.tokens]
     slices = [
         "" if span is None or span[0] == span[1] else shown_piece(text[span[0] : span[1]]) for span in pieces.offsets
     ]
-    numbers = [len(str(len(shown) - 1)), max((len(str(i)) for i in pieces.ids), default=2)]
     chars = ["—" if span is None else f"{span[0]}–{span[1]}" for span in pieces.offsets]
-    widest = [max(map(cell_len, column), default=0) for column in (shown, slices, chars)]
+    columns = [[str(k) for k in range(len(shown))], [str(i) for i in pieces.ids], shown, slices, chars]
+    headings = ["#", "id", "token", "text", "chars"]
+    widths = [max([cell_len(h), *map(cell_len, c)]) for h, c in zip(headings, columns, strict=True)]
     differs = any(t != s for t, s, o in zip(shown, slices, pieces.offsets, strict=True) if o and o[0] < o[1])
-    fixed = sum(numbers) + max(widest[2], 5) + 2 * 3
-    with_text = differs and fixed + 2 + max(widest[0], 5) + max(widest[1], 4) <= width
+    fixed = widths[0] + widths[1] + widths[4] + 2 * 3
+    keep = [0, 1, 2, 3, 4] if differs and fixed + widths[2] + widths[3] + 2 <= width else [0, 1, 2, 4]
+    if keep == [0, 1, 2, 4]:
+        widths[2] = max(5, min(widths[2], width - fixed))  # a longer token folds onto the next lines
     yield Text(f"{plural(len(shown), 'token')} · {name} · {plural(len(text), 'character')}")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    table.add_column("#", justify="right", no_wrap=True, min_width=numbers[0])
-    table.add_column("id", justify="right", no_wrap=True, min_width=numbers[1])
-    table.add_column("token", overflow="fold", min_width=min(max(widest[0], 5), max(width - fixed, 5)))
-    if with_text:
-        table.add_column("text", overflow="fold")
-    table.add_column("chars", justify="right", no_wrap=True, min_width=widest[2])
-    for k, id_ in enumerate(pieces.ids):
-        cells: list[str | Text] = [
-            str(k),
-            str(id_),
-            Text(shown[k], style="dim" if color and pieces.template[k] else ""),
-        ]
-        table.add_row(*cells, *([slices[k]] if with_text else []), chars[k])
-    yield table
-    spaced = any("␣" in cell for cell in (*shown, *(slices if with_text else [])))
+    if shown:
+        yield Text(_row([headings[c] for c in keep], [widths[c] for c in keep], keep), "bold" if color else "")
+        yield Text("─" * (sum(widths[c] for c in keep) + 2 * (len(keep) - 1)), no_wrap=True)
+        lines: list[str] = []  # printed a few hundred at a time: one print a row is most of the time
+        for k in range(len(shown)):
+            row = _row([columns[c][k] for c in keep], [widths[c] for c in keep], keep)
+            if color and pieces.template[k]:
+                yield from [Text("\n".join(lines), no_wrap=True)] if lines else []
+                yield Text(row, style="dim", no_wrap=True)
+                lines = []
+                continue
+            lines.append(row)
+            if len(lines) == ROWS_AT_ONCE or k == len(shown) - 1:
+                yield Text("\n".join(lines), no_wrap=True)
+                lines = []
+    spaced = any("␣" in cell for cell in (*shown, *(slices if 3 in keep else [])))
     notes = [*(["␣: a space"] if spaced else []), "chars: start–end in the text (end excluded)"]
     if any(pieces.template):
         notes.append("—: added by the template, from no text (--no-special leaves it out)")
-    if differs and not with_text:
+    if differs and 3 not in keep:
         notes.append("the text of each token: a wider terminal, or --json")
     yield Text(" · ".join(notes), style="dim")
+
+
+def _row(cells: list[str], widths: list[int], columns: list[int]) -> str:
+    """One row: numbers to the right, text to the left, two spaces between; a cell wider than its column folds
+    onto lines of its own below (the other columns blank there)."""
+    parts = [_folded(cell, width) for cell, width in zip(cells, widths, strict=True)]
+    lines = []
+    for depth in range(max(map(len, parts))):
+        line = []
+        for part, width, column in zip(parts, widths, columns, strict=True):
+            cell = part[depth] if depth < len(part) else ""
+            pad = " " * (width - cell_len(cell))
+            line.append(pad + cell if column in (0, 1, 4) else cell + pad)
+        lines.append("  ".join(line).rstrip())
+    return "\n".join(lines)
+
+
+ROWS_AT_ONCE = 256
+
+
+@functools.lru_cache(maxsize=65536)
+def cell_len(text: str) -> int:
+    """Terminal cells of a cell's text (an emoji two, a combining mark none)."""
+    from ..render.labels import cell_len as cells
+
+    return len(text) if text.isascii() else cells(text)
+
+
+def _folded(cell: str, width: int) -> list[str]:
+    if cell_len(cell) <= width:
+        return [cell]
+    lines, current = [], ""
+    for ch in cell:
+        if current and cell_len(current + ch) > width:
+            lines.append(current)
+            current = ""
+        current += ch
+    return [*lines, current]
