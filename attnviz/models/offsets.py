@@ -19,9 +19,13 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from ..errors import AttnvizError, printable
 from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, one_budget
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Span = tuple[int, int]
 MAX_ALIGNED = 20_000  # characters a normaliser's output is aligned over by difflib (quadratic at worst)
@@ -70,16 +74,15 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Spa
     at = 0
     for segment, added in tokenizer._cut(text, tokenizer._raw):
         start = text.find(segment, at)
-        normal, mapped = (segment, None) if added else _normalised(tokenizer.normalizer, segment)
+        normal, mapped = (segment, _one_each(len(segment))) if added else _normalised(tokenizer.normalizer, segment)
         parts.append(normal if byte_level else normal.replace("▁", " "))
-        here = np.arange(start, start + len(segment))
-        froms.append(np.stack([here, here + 1], 1) if mapped is None else np.array(mapped).reshape(-1, 2) + start)
+        froms.append(mapped + start)
         at = start + len(segment)
     seen = "".join(parts)
-    origins = np.concatenate([*froms, [[len(text), len(text)]]]).tolist()  # and one for the end
+    origins = np.concatenate([*froms, [[len(text), len(text)]]])  # and one for the end
     flat = seen.encode("utf-8", "surrogatepass")
     leading = (np.frombuffer(flat, np.uint8) & 0xC0) != 0x80
-    char_of = (np.cumsum(leading) - 1).tolist() + [len(seen)]  # each byte's character, and the end's
+    char_of = np.append(np.cumsum(leading, dtype=np.int32) - 1, len(seen))  # each byte's character, and the end's
     unknown = getattr(tokenizer.model, "unknown", None)
     known: dict[str, tuple[bytes, ...]] = {}
     surfaces = [
@@ -88,14 +91,19 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Spa
     ends = list(accumulate(len(part.encode("utf-8", "surrogatepass")) for part in parts))  # of the segments
     cut = tokenizer.pre_tokenizer
     words = (lambda at: _word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
-    spans = []
-    for start, end in _lay(surfaces, flat, words):
-        first = char_of[start]
-        if end > start:
-            spans.append((origins[first][0], origins[char_of[end - 1]][1]))
-        else:
-            spans.append((origins[first][0], origins[first][0]))
-    return spans
+    laid = np.array(_lay(surfaces, flat, words), dtype=np.int64).reshape(-1, 2)
+    first = origins[char_of[laid[:, 0]], 0]
+    last = origins[char_of[np.maximum(laid[:, 1] - 1, 0)], 1]
+    ends_at = np.where(laid[:, 1] > laid[:, 0], last, first)  # an empty span stays empty, where it is
+    return list(zip(first.tolist(), ends_at.tolist(), strict=True))
+
+
+def _one_each(count: int) -> np.ndarray:
+    """(count, 2) spans of one character each: 0–1, 1–2, …"""
+    import numpy as np
+
+    here = np.arange(count, dtype=np.int32)  # a text is at most 16 MiB (inputs.MAX_INPUT)
+    return np.stack([here, here + 1], 1)
 
 
 def _byte_level(tokenizer: Tokenizer) -> bool:
@@ -235,16 +243,18 @@ def _between(flat: bytes, start: int, end: int) -> Span:
     return start, end
 
 
-def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, list[Span]]:
-    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from."""
+def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray]:
+    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2)."""
+    import numpy as np
+
     out = segment if normalise is None else normalise(segment)
     if out == segment:
-        return out, [(i, i + 1) for i in range(len(segment))]
+        return out, _one_each(len(segment))
     assert normalise is not None
     for pieces in (_each(normalise, segment), _each_after(normalise, segment)):
         if pieces is not None and "".join(pieces) == out:
-            return out, [(i, i + 1) for i, piece in enumerate(pieces) for _ in piece]
-    return out, _aligned(segment, out)
+            return out, _one_each(len(segment)).repeat([len(p) for p in pieces], axis=0)
+    return out, np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
 
 
 def _each(normalise: Normalizer, segment: str) -> list[str]:
