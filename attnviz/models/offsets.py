@@ -182,7 +182,7 @@ def _divided(flat: bytes, span: Span, count: int) -> list[Span]:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-WORD_WINDOW = 4096  # bytes the pre-tokeniser is shown to find the word at a place (doubled while it fills them)
+WORD_WINDOW = 64  # bytes the pre-tokeniser is shown to find the word at a place (doubled while the word fills them)
 
 
 def _word_at(flat: bytes, at: int, cut: Callable[[str, bool], list[str]], ends: list[int]) -> Span:
