@@ -311,3 +311,10 @@ def test_an_empty_text_has_no_tokens_but_the_templates(cli) -> None:
     assert bare.code == 0 and bare.out.splitlines()[0] == "0 tokens · bert-tiny · 0 characters"
     assert "#" not in bare.out  # no table of nothing
     assert json.loads(cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "--json", "").out)["ids"] == [101, 102]
+
+
+@needs_shared
+def test_an_unknown_word_is_its_whole_word_however_long(cli) -> None:
+    text = "a " + "x" * 3000 + " b"  # past max_input_chars_per_word: one [UNK] for the word
+    doc = json.loads(cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "--json", "--no-special", text).out)
+    assert doc["tokens"] == ["a", "[UNK]", "b"] and doc["offsets"] == [[0, 1], [2, 3002], [3003, 3004]]
