@@ -12,6 +12,7 @@ from hf_checkpoints import SHARED
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_checkpoints import offsets_agree
+from test_llamacpp_vocab import suite
 
 from attnviz.models import load_tokenizer
 from attnviz.models.offsets import Pieces, tokenize
@@ -135,34 +136,14 @@ def _tokenizers_read_once(monkeypatch) -> None:
     monkeypatch.setattr(attnviz.models, "load_tokenizer", cache(attnviz.models.load_tokenizer))
 
 
-def suite(name: str) -> list[tuple[str, list[int]]]:
-    """llama.cpp's test-tokenizer-0 texts with the ids the model's own Hugging Face tokenizer gives them."""
-    texts = (VOCABULARIES / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
-    ids = (VOCABULARIES / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").split("\n")
-    return [(t, [int(i) for i in line.split()]) for t, line in zip(texts, ids, strict=False)]
-
-
-DIFFER = {  # issue #26: the vocabularies whose tokenizers are not yet llama.cpp's (parts 1 and 2)
-    "llama-spm": "the dummy prefix before leading spaces (part 1)",
-    "falcon": "Falcon's pre-tokenizer (part 2)",
-    "starcoder": "StarCoder's digits (part 2)",
-}
-
-
 @needs_shared
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=DIFFER[n], run=False)) if n in DIFFER else n
-        for n in ["gpt-2", *DIFFER]
-    ],
-)
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "falcon", "starcoder", "bert-bge"])
 def test_llamacpps_suite_through_the_command(cli, name: str) -> None:
     """As llama.cpp's test-tokenizer-0 reads it: no BOS, special-token text not parsed (none of the texts holds
     one), ids exactly; the vocabulary read once for all 46 texts."""
     vocab = str(VOCABULARIES / f"ggml-vocab-{name}.gguf")
     wrong = []
-    for text, expected in suite(name):
+    for text, expected in suite(f"ggml-vocab-{name}.gguf"):
         run = cli("tokenize", "--model-file", vocab, "--json", "--no-special", "--stdin", stdin=text.encode())
         assert run.code == 0, run.err
         doc = json.loads(run.out)
@@ -170,7 +151,7 @@ def test_llamacpps_suite_through_the_command(cli, name: str) -> None:
             wrong.append(text)
         covered = rejoined(text, tuple(map(tuple, doc["offsets"])))
         assert covered.strip() == text.strip() or name == "bert-bge"  # WordPiece drops the spaces between words
-    assert not wrong, f"{len(wrong)} of {len(suite(name))} texts differ, first {wrong[0]!r}"
+    assert not wrong, f"{len(wrong)} of 46 texts differ, first {wrong[0]!r}"
 
 
 @needs_shared

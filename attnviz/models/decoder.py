@@ -214,13 +214,13 @@ class Decoder:
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
-                window = self.windows[layer]
+                window, cap = self.windows[layer], self.softcap(layer)
                 if start == 0:
-                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 else:
                     seen = None if window is None else np.arange(start + 1) > start - window
-                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 assert output is not None
                 if layer == keep[0]:
@@ -246,11 +246,32 @@ class Decoder:
     def scale(self, layer: int) -> float:
         return self.shape.scale
 
+    def softcap(self, layer: int) -> float | None:
+        """The layer's attention logit soft-cap (see :func:`attnviz.blocked.attend`); None: scores uncapped."""
+        return None
+
     def start(self, capacity: int) -> Cache:
         """An empty key/value cache for ``capacity`` tokens."""
         d = self.shape.d_head
         return Cache([np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)],
                      [np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)])  # fmt: skip
+
+    def layer_inputs(self, ids: tuple[int, ...], layer: int) -> tuple[Array, Array, Array]:
+        """Layer ``layer``'s queries, keys and values of the tokens ``ids``, each (heads, n, d) (a key/value head
+        repeated for each query head it serves): the numbers ``attnviz explain`` shows step by step."""
+        x = self.embed(np.asarray(ids))
+        with one_blas_thread(), overflow_checked():
+            for i in range(layer + 1):
+                self.finite(x, i - 1)
+                q, k, v = self.attention_inputs(x, i)
+                k, v = shared_heads(k, v, self.heads)
+                if i == layer:
+                    break
+                output, _ = attend(q, k, v, scale=self.scale(i), causal=True, window=self.windows[i],
+                                   softcap=self.softcap(i), keep=NOTHING)  # fmt: skip
+                assert output is not None
+                x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
+        return q, k, v
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
@@ -268,7 +289,7 @@ class Decoder:
                 k, v = shared_heads(k, v, self.heads)
                 output, kept = attend(
                     q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
-                    keep=keep.get(layer, NOTHING),
+                    softcap=self.softcap(layer), keep=keep.get(layer, NOTHING),
                 )  # fmt: skip
                 assert output is not None
                 self.finite(output, layer)  # what a layer that keeps nothing is checked by
