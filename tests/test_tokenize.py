@@ -62,7 +62,7 @@ def folder(name: str) -> tuple[Tokenizer, object, dict]:
 
 
 @needs_shared
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(text=TEXT, name=st.sampled_from(["bert-tiny", "llama-tiny"]))
 def test_offsets_are_hugging_faces_on_any_text(text: str, name: str) -> None:
     ours, oracle, spec = folder(name)
@@ -83,7 +83,7 @@ def vocabulary(name: str) -> Tokenizer:
 
 
 @needs_shared
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(text=TEXT, name=st.sampled_from(["gpt-2", "llama-spm"]))
 def test_a_vocabularys_offsets_cover_the_text_and_each_token_its_own(text: str, name: str) -> None:
     tokenizer = vocabulary(name)
@@ -137,10 +137,11 @@ def _tokenizers_read_once(monkeypatch) -> None:
 
 
 @needs_shared
-@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "falcon", "starcoder", "bert-bge"])
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "bert-bge"])
 def test_llamacpps_suite_through_the_command(cli, name: str) -> None:
     """As llama.cpp's test-tokenizer-0 reads it: no BOS, special-token text not parsed (none of the texts holds
-    one), ids exactly; the vocabulary read once for all 46 texts."""
+    one), ids exactly; the vocabulary read once for all 46 texts. One vocabulary of each kind (byte-level BPE,
+    SentencePiece, WordPiece): test_llamacpp_vocab runs every vocabulary's tokenizer on the suite."""
     vocab = str(VOCABULARIES / f"ggml-vocab-{name}.gguf")
     wrong = []
     for text, expected in suite(f"ggml-vocab-{name}.gguf"):
@@ -226,9 +227,9 @@ def test_text_from_a_file_or_stdin_is_taken_exactly(cli, tmp_path: Path) -> None
 
 @needs_shared
 def test_a_vocabulary_only_gguf_tokenizes_and_the_views_refuse_it_in_one_line(cli) -> None:
-    vocab = str(VOCABULARIES / "ggml-vocab-gpt-2.gguf")
+    vocab = str(VOCABULARIES / "ggml-vocab-llama-spm.gguf")
     run = cli("tokenize", "--model-file", vocab, "--json", "--no-special", "Hello world")
-    assert json.loads(run.out)["ids"] == [15496, 995]
+    assert json.loads(run.out)["ids"] == [15043, 3186]
     for command in (["heatmap"], ["heads"], ["generate"]):
         refused = cli(*command, "--model-file", vocab, "Hello world")
         assert refused.code == 1 and refused.out == ""
@@ -274,9 +275,9 @@ def test_a_hostile_token_reaches_the_terminal_escaped(cli, tmp_path: Path) -> No
 
 @needs_shared
 def test_read_tokenizer_json_is_what_the_command_reads() -> None:
-    tokenizer, name = load_tokenizer(None, SMOLLM2_TOKENIZER)
-    direct = read_tokenizer_json(SMOLLM2_TOKENIZER / "tokenizer.json")
-    assert name == "llama-tiny" and tokenizer.encode("a b c") == direct.encode("a b c")
+    tokenizer, name = load_tokenizer(None, BERT_TOKENIZER)
+    direct = read_tokenizer_json(BERT_TOKENIZER / "tokenizer.json")
+    assert name == "bert-tiny" and tokenizer.encode("a b c") == direct.encode("a b c")
 
 
 @needs_shared
