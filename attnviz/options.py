@@ -47,6 +47,18 @@ File = Annotated[
         rich_help_panel=P_LAYER,
     ),
 ]
+TextFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--file",
+        "-f",
+        help="Read the text from a file, exactly as it is (its last newline too).",
+        show_default=False,
+    ),
+]
+Stdin = Annotated[
+    bool, typer.Option("--stdin", help="Read the text from stdin, exactly as it is (its last newline too).")
+]
 Keys = Annotated[
     str | None,
     typer.Option(
@@ -91,8 +103,9 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3 or GPT-2 "
-        "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights).",
+        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3, GPT-2 or "
+        "BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a "
+        "vocabulary-only one.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
