@@ -563,7 +563,7 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
             todo.append(entry)
             manifest.pop(entry.filename, None)  # redrawn or failed: the entries of other plans and shards stay
     with contextlib.ExitStack() as stack:
-        steps = stack.enter_context(bar("figure", "drawing", after=0)) if progress else no_progress
+        steps = stack.enter_context(bar("figure", "drawing", after=0)) if progress and todo else no_progress
         steps(len(outcomes), len(entries))
         try:
             for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):

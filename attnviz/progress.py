@@ -161,7 +161,8 @@ class _Bar:
 
     def fields(self) -> dict[str, Any]:
         done, total = self.latest
-        return {"completed": done, "total": total or None, "unit": self.unit, "began": self.phase_began}
+        return {"completed": done, "total": total or None, "unit": self.unit, "began": self.phase_began,
+                "updated": time.monotonic()}  # fmt: skip
 
     def start(self) -> None:
         from rich.console import Console
@@ -212,16 +213,16 @@ def _columns() -> tuple[type[ProgressColumn], type[ProgressColumn]]:
 
     class Times(ProgressColumn):
         """'0:05 · ≈0:12 left' ('0:05 ≈0:12' when narrow): the whole run's time so far, and what the present
-        phase's rate leaves."""
+        phase's rate, as of its last unit, leaves (counting down until the next)."""
 
         def render(self, task: Task) -> Text:
             now = time.monotonic()
             elapsed = _clock(now - float(task.fields.get("run", now)))
             done, total = task.completed, task.total
-            began = float(task.fields.get("began", now))
+            began, updated = float(task.fields.get("began", now)), float(task.fields.get("updated", now))
             if not done or not total:
                 return Text(elapsed, style="progress.elapsed", no_wrap=True)
-            left = _clock((now - began) / done * max(total - done, 0))
+            left = _clock(max(0.0, (updated - began) / done * max(total - done, 0) - (now - updated)))
             said = f"{elapsed} ≈{left}" if task.fields.get("narrow") else f"{elapsed} · ≈{left} left"
             return Text(said, style="progress.remaining", no_wrap=True)
 
