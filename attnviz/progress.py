@@ -50,9 +50,9 @@ _shown: list[_Bar] = []
 
 @contextlib.contextmanager
 def quiet(silenced: bool) -> Iterator[None]:
-    """-q: no bar and no estimate while the command runs."""
+    """-q: no bar and no estimate while the command runs (nor while the commands it runs do: a batch's figures)."""
     saved = _allowed[0]
-    _allowed[0] = not silenced
+    _allowed[0] = saved and not silenced
     try:
         yield
     finally:

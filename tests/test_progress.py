@@ -152,8 +152,8 @@ def test_the_bar_waits_for_a_run_that_will_be_long(monkeypatch) -> None:
     with progress.bar("layer") as steps:
         steps(1, 30)
         assert progress._shown[0].progress is None  # a short run shows nothing
-    with progress.quiet(True), progress.bar("layer") as steps:
-        assert steps is progress.no_progress
+    with progress.quiet(True), progress.quiet(False), progress.bar("layer") as steps:
+        assert steps is progress.no_progress  # a batch's -q holds for the figures it draws
     monkeypatch.setenv("ATTNVIZ_PROGRESS_AFTER", "0")
     with progress.bar("figure") as outer, progress.bar("layer") as inner:
         assert outer is not progress.no_progress and inner is progress.no_progress  # one bar at a time
