@@ -23,6 +23,7 @@ from .config import Pool
 from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, printable
 from .inputs import decode, open_regular, read_file, tokens_from_text
+from .progress import bar, duration
 from .resources import ensure_fits, human_bytes
 
 if TYPE_CHECKING:
@@ -272,7 +273,8 @@ def model_stack(
             else:
                 kept[layer] = result
 
-    model.run(encoding, take, dict.fromkeys(layers, keep))
+    with bar("layer", f"{model.name}: {n:,} tokens", estimate=run_estimate(n, layers, model.layers)) as progress:
+        model.run(encoding, take, dict.fromkeys(layers, keep), progress)
     source = model_source(model, text, pair, encoding.ids)
     if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
         shown = 1 if keep.mean else len(keep.chosen(model.heads))
@@ -280,6 +282,21 @@ def model_stack(
     return kept_stack(
         encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
     )
+
+
+def run_estimate(n: int, layers: tuple[int, ...], count: int) -> Callable[[float], str]:
+    """The line before a long pass, from the first layer's time: how long it will take, and (for the last
+    layer alone, the default) how long one halfway would."""
+    run = max(layers) + 1
+
+    def line(per_layer: float) -> str:
+        said = f"≈ {duration(per_layer * run)} for {n:,} tokens through {run} layer{'s' if run > 1 else ''}"
+        earlier = run // 2 - 1
+        if len(layers) == 1 and run == count and earlier > 0:
+            said += f"; --layer {earlier} takes ≈ {duration(per_layer * (earlier + 1))}"
+        return said
+
+    return line
 
 
 def model_source(model: Model, text: str, pair: str | None, ids: tuple[int, ...] | list[int]) -> dict[str, Any]:

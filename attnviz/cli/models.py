@@ -149,6 +149,7 @@ def heads(
 
 
 @app.command()
+@opt.with_options()
 def check(
     file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
@@ -214,6 +215,7 @@ def check(
 
 
 @app.command()
+@opt.with_options()
 def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
     """The models attnviz can find: its own packages, Ollama's and the Hugging Face cache's.
 

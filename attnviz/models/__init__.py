@@ -22,6 +22,7 @@ from ..errors import AttnvizError, UsageError, printable
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
+    from ..progress import Steps
     from .tokenizer import Tokenizer
     from .weights import Tensors
 
@@ -66,9 +67,10 @@ class Model(Protocol):
         """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
         ...
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The forward pass up to the last layer in ``keep``; ``consume(layer, kept)`` after each of those,
-        keeping what its :class:`Keep` says (the layers between keep nothing)."""
+        keeping what its :class:`Keep` says (the layers between keep nothing); ``progress(done, layers)``
+        after every layer run, for the caller to say how far it is."""
         ...
 
 

@@ -13,6 +13,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
+
+if TYPE_CHECKING:
+    from ..progress import Steps
 
 MAX_LAYERS = 1024
 MAX_WORD_CHARS = 100  # WordPiece's longest word: longer ones become [UNK]
@@ -234,7 +238,7 @@ class Bert:
     def words(self) -> list[str]:
         return self.tokenizer.words()
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The encoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says."""
         c = self.config
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
@@ -267,6 +271,8 @@ class Bert:
                 self._finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
+                if progress is not None:
+                    progress(layer + 1, last + 1)
                 if layer == last:
                     return
                 context = output.transpose(1, 0, 2).reshape(n, c.hidden)
