@@ -18,7 +18,7 @@ import numpy as np
 
 from .blocked import Keep, Kept
 from .core import Array
-from .errors import AttnvizError, UsageError
+from .errors import AttnvizError, UsageError, out_of_range
 from .progress import Steps, no_progress
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def generate(
     if not isinstance(model, Decoder):
         raise UsageError(f"{getattr(model, 'name', 'the model')} is an encoder: it does not write text")
     if not 0 <= layer < model.layers:
-        raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+        raise out_of_range("--layer", layer, model.layers, "layer")
     encoding = model.encode(prompt)
     if len(encoding.ids) + new > model.context:
         raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")

@@ -21,7 +21,7 @@ from .attention import Attention
 from .blocked import Keep, Kept
 from .config import Pool
 from .core import Array, BoolArray, causal_mask
-from .errors import AttnvizError, UsageError, printable
+from .errors import AttnvizError, UsageError, out_of_range, printable
 from .inputs import decode, open_regular, read_file, tokens_from_text
 from .progress import bar, duration
 from .resources import ensure_fits, human_bytes
@@ -72,13 +72,13 @@ class Want:
         chosen = tuple(range(count)) if self.layers is None else tuple(i + count if i < 0 else i for i in self.layers)
         for given, index in zip(self.layers or chosen, chosen, strict=True):
             if not 0 <= index < count:
-                raise UsageError(f"--layer {given} is out of range: there are {count} layers (0 to {count - 1})")
+                raise out_of_range("--layer", given, count, "layer")
         return chosen
 
     def check_heads(self, count: int) -> None:
         for head in self.heads or ():
             if not 0 <= head < count:
-                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+                raise out_of_range("--head", head, count, "head")
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class AttentionStack:
         count = self.layers
         chosen = self.kept_layers[-1] if index is None else index
         if not 0 <= chosen < count:
-            raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
+            raise out_of_range("--layer", chosen, count, "layer")
         position = self.kept_layers.index(chosen)
         config = {**self.source, "layer": chosen, "layers": count, "heads": self.heads}
         if self.window(chosen) is not None:

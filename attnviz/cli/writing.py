@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from .. import options as opt
-from ..errors import UsageError
+from ..errors import UsageError, out_of_range
 from .entry import app, say
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def generate(
     model = load_model(layer.model, layer.model_dir, layer.model_file)
     chosen = model.layers - 1 if layer.layer is None else layer.layer  # generate() checks the layer, and the model
     if head is not None and head >= model.heads:
-        raise UsageError(f"--head {head} is out of range: there are {model.heads} heads (0 to {model.heads - 1})")
+        raise out_of_range("--head", head, model.heads, "head")
     keep = Keep(mean=True) if mean else Keep() if all_heads else Keep(heads=(head or 0,))
     described = sampling.describe()
     run: Writing = functools.partial(write, model, layer.text, new, chosen, keep, sampling)

@@ -46,7 +46,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     kept = stack.kept_layers
     parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
-        layers = f"{stack.layers} layers"
+        layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif kept == tuple(range(kept[0], kept[-1] + 1)):
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
