@@ -154,7 +154,13 @@ DModel = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.", rich_help_panel=P_LAYER)]
 EmbedOption = Annotated[
-    Embed, typer.Option("--embed", help="How input vectors X are made (see README).", rich_help_panel=P_LAYER)
+    Embed,
+    typer.Option(
+        "--embed",
+        metavar="<mode>",
+        help="How input vectors X are made: token, position or textbook (see README).",
+        rich_help_panel=P_LAYER,
+    ),
 ]
 PositionsOption = Annotated[
     Positions | None,
@@ -209,7 +215,8 @@ ColourScaleOption = Annotated[
     typer.Option(
         "--color-scale",
         help="Colours of the weights: linear, log (from a tenth of uniform to 1) or power (square roots). "
-        "Default (auto): log for pooled maps and maps with attention sinks, else linear.",
+        "Default (auto): log for pooled maps, maps of more than 64 keys and maps with attention sinks, "
+        "else linear.",
         rich_help_panel=P_OUT,
     ),
 ]
