@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .core import Array, BoolArray
 
@@ -245,8 +246,14 @@ class HeadScores:
         return names, values
 
 
-def detection_patterns(identity: tuple[object, ...]) -> dict[str, Array]:
-    """TransformerLens's detection patterns (n, n) for tokens of this identity (ids, or texts when none).
+Positions = npt.NDArray[np.intp]
+Pairs = dict[str, tuple[Positions, Positions]]
+PAIRS_AT_ONCE = 1 << 20  # (query, key) pairs gathered per step: a head's weights on them, a few MB
+
+
+def pattern_pairs(identity: tuple[object, ...]) -> Pairs:
+    """TransformerLens's detection patterns as the (query, key) pairs where D is 1, for tokens of this
+    identity (ids, or texts when there are none): no (n, n) array, however long the text.
 
     previous_token: key i − 1 for query i. duplicate_token: every earlier key with the query's token.
     induction: the key after each earlier copy of the query's token (the duplicate pattern shifted one
@@ -254,33 +261,56 @@ def detection_patterns(identity: tuple[object, ...]) -> dict[str, Array]:
     """
     n = len(identity)
     ids = np.unique(np.array(identity, dtype=object), return_inverse=True)[1].reshape(-1)
-    duplicate = np.tril(ids[:, None] == ids[None, :], k=-1)
-    induction = np.zeros((n, n), dtype=bool)
-    induction[:, 1:] = duplicate[:, :-1]
+    order = np.argsort(ids, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(ids[order])) + 1)
+    queries, keys = [], []
+    for positions in groups:
+        later, earlier = np.tril_indices(len(positions), k=-1)
+        queries.append(positions[later])
+        keys.append(positions[earlier])
+    rows = np.concatenate(queries) if queries else np.zeros(0, np.int64)
+    cols = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    previous = np.arange(1, n)
     return {
-        "previous_token": np.eye(n, k=-1, dtype=np.float32),
-        "duplicate_token": duplicate.astype(np.float32),
-        "induction": np.tril(induction).astype(np.float32),
+        "previous_token": (previous, previous - 1),
+        "duplicate_token": (rows, cols),
+        "induction": (rows, cols + 1),
     }
 
 
-def layer_head_scores(weights: Array, identity: tuple[object, ...]) -> HeadScores:
-    """The scores of one layer's heads (heads, n, n), without a copy of the maps as large as they are."""
+def detection_patterns(identity: tuple[object, ...]) -> dict[str, Array]:
+    """The patterns of :func:`pattern_pairs` as (n, n) arrays of 0 and 1, as TransformerLens holds them."""
+    n = len(identity)
+    patterns: dict[str, Array] = {}
+    for name, (rows, cols) in pattern_pairs(identity).items():
+        pattern = np.zeros((n, n))
+        pattern[rows, cols] = 1
+        patterns[name] = pattern
+    return patterns
+
+
+def layer_head_scores(weights: Array, pairs: Pairs) -> HeadScores:
+    """The scores of one layer's heads (heads, n, n) for the pattern ``pairs`` of its tokens, without a
+    copy of the maps."""
     heads, n, _ = weights.shape
-    flat = weights.reshape(heads, n * n)
     total = weights.sum(axis=(1, 2), dtype=np.float64)
     row_sums = weights.sum(axis=2, dtype=np.float64)
     detected: dict[str, Array] = {}
     on_pattern: dict[str, Array | None] = {}
-    for name, pattern in detection_patterns(identity).items():
-        hit = (flat @ pattern.reshape(-1)).astype(np.float64)  # Σ A ⊙ D per head, one pass over the maps
+    for name, (rows, cols) in pairs.items():
+        hit = np.zeros(heads)
+        for at in range(0, len(rows), PAIRS_AT_ONCE):
+            step = slice(at, at + PAIRS_AT_ONCE)
+            hit += weights[:, rows[step], cols[step]].sum(axis=1, dtype=np.float64)
         detected[name] = hit / total
-        queried = pattern.any(axis=1)
-        on_pattern[name] = hit / row_sums[:, queried].sum(axis=1) if queried.any() else None
+        queried = np.unique(rows)
+        on_pattern[name] = hit / row_sums[:, queried].sum(axis=1) if len(queried) else None
     entropy = np.empty(heads)
-    for head in range(heads):  # one (n, n) temporary at a time
+    logs = np.zeros((n, n), weights.dtype)  # one (n, n) temporary for all the heads; where p is 0, any finite log
+    for head in range(heads):
         p = weights[head]
-        entropy[head] = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=-1, dtype=np.float64).mean()
+        np.log(p, out=logs, where=p > 0)
+        entropy[head] = -float(np.vdot(p.reshape(-1), logs.reshape(-1))) / n
     rows = np.arange(min(LOCAL_KEYS, n - 1) if n > 1 else 0, n)  # queries that see more than the last few keys
     local = sum(weights[:, rows, rows - k].sum(axis=-1, dtype=np.float64) for k in range(LOCAL_KEYS) if k <= rows[0])
     return HeadScores(

@@ -20,6 +20,7 @@ from attnviz.analysis import (
     PATTERN_THRESHOLD,
     detection_patterns,
     layer_head_scores,
+    pattern_pairs,
     sink_share,
     stacked_scores,
 )
@@ -59,7 +60,7 @@ def test_scores_equal_transformerlens_formula_on_random_maps_and_repeated_tokens
     rng = np.random.default_rng(3)
     tokens = rng.integers(0, 6, 23)  # a small vocabulary: many duplicates, a token twice in a row too
     weights = causal_rows(rng, 3, len(tokens))
-    scores = layer_head_scores(weights, tuple(int(t) for t in tokens))
+    scores = layer_head_scores(weights, pattern_pairs(tuple(int(t) for t in tokens)))
     for name, detection in tl_patterns(tokens).items():
         expected = [tl_score(weights[h].astype(np.float64), detection) for h in range(3)]
         np.testing.assert_allclose(scores.detected[name], expected, rtol=1e-6, atol=1e-7)
@@ -72,7 +73,7 @@ def test_a_previous_token_head_scores_exactly() -> None:
     weights = np.zeros((1, n, n), np.float32)
     weights[0, 0, 0] = 1
     weights[0, np.arange(1, n), np.arange(n - 1)] = 1
-    s = layer_head_scores(weights, tuple(range(n)))  # no token repeats
+    s = layer_head_scores(weights, pattern_pairs(tuple(range(n))))  # no token repeats
     assert s.detected["previous_token"][0] == pytest.approx((n - 1) / n)  # row 0 counts in Σ A, has no previous
     assert s.on_pattern["previous_token"] is not None and s.on_pattern["previous_token"][0] == pytest.approx(1)
     assert s.detected["duplicate_token"][0] == 0 and s.on_pattern["duplicate_token"] is None
@@ -86,7 +87,7 @@ def test_an_induction_head_on_a_repeated_sequence_scores_exactly() -> None:
     weights[0, :4, 0] = 1  # the first copy parks on the first token
     for k in range(4):
         weights[0, 4 + k, k + 1] = 1  # the second: the token after the earlier copy
-    s = layer_head_scores(weights, tokens)
+    s = layer_head_scores(weights, pattern_pairs(tokens))
     assert s.detected["induction"][0] == pytest.approx(0.5)  # TransformerLens: half the queries can copy
     assert s.on_pattern["induction"] is not None and s.on_pattern["induction"][0] == pytest.approx(1)
     assert s.detected["duplicate_token"][0] == 0
@@ -98,7 +99,7 @@ def test_an_induction_head_on_a_repeated_sequence_scores_exactly() -> None:
 def test_a_uniform_head_is_broad_and_its_entropy_and_sink_rate_are_exact() -> None:
     n = 40
     weights = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
-    s = layer_head_scores(weights[None].astype(np.float32), tuple(range(n)))
+    s = layer_head_scores(weights[None].astype(np.float32), pattern_pairs(tuple(range(n))))
     assert s.alpha1[0] == pytest.approx(sum(1 / (i + 1) for i in range(n)) / n)
     assert s.entropy[0] == pytest.approx(sum(math.log(i + 1) for i in range(n)) / n)
     assert s.detected["previous_token"][0] == pytest.approx(sum(1 / (i + 1) for i in range(1, n)) / n)

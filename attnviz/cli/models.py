@@ -128,7 +128,16 @@ def heads(
     import numpy as np
 
     from .. import schema
-    from ..analysis import HeadScores, head_patterns, layer_head_scores, ranking, sink_share, stacked_scores
+    from ..analysis import (
+        HeadScores,
+        Pairs,
+        head_patterns,
+        layer_head_scores,
+        pattern_pairs,
+        ranking,
+        sink_share,
+        stacked_scores,
+    )
     from ..sources import RANDOM_WORDS, Want
 
     one_output(figure.output, as_json, False)
@@ -140,9 +149,12 @@ def heads(
     if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
         tables: list[dict[str, Array]] = []
 
+        pairs: list[Pairs] = []
+
         def score(index: int, kept: Kept, tokens: tuple[str, ...], ids: tuple[int, ...] | None) -> None:
             tables.append(head_patterns(kept.weights[None], tokens))
-            per_layer.append(layer_head_scores(kept.weights, tuple(ids) if ids is not None else tokens))
+            pairs[:] = pairs or [pattern_pairs(tuple(ids) if ids is not None else tokens)]  # one text: made once
+            per_layer.append(layer_head_scores(kept.weights, pairs[0]))
 
         stack = layer.stack(Want(), consume=score)
         scores = {
@@ -151,7 +163,7 @@ def heads(
     else:
         stack = stack_of(layer)
         scores = head_patterns(stack.weights, stack.tokens)
-        per_layer = [layer_head_scores(weights, stack.tokens) for weights in stack.weights]
+        per_layer = [layer_head_scores(weights, pattern_pairs(stack.tokens)) for weights in stack.weights]
     standard = stacked_scores(per_layer, len(stack.tokens))
     classes, values = standard.classes(sink_threshold)
     n = len(stack.tokens)
