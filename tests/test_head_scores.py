@@ -139,6 +139,17 @@ def test_heads_json_carries_every_score_for_every_head(cli, llama: Path, tmp_pat
     assert {c for row in doc["classes"]["class"] for c in row} <= set(CLASS_COLOURS)
     assert doc["schema"] == "attnviz.heads/1" and "induction" in doc["scores"] and doc["ranking"]
     assert doc["sequence"] == {"tokens": len(doc["tokens"]), "repeat": None}
+    replayed = json.loads(
+        cli("heads", "--from", str(saved), "--json", "--sink-threshold", "0.2").out
+    )  # the same maps read back: the same scores
+    assert replayed["classes"]["class"] == doc["classes"]["class"]
+    for got, want in [
+        *((replayed[k][name], doc[k][name]) for k in ("transformerlens", "on_pattern") for name in doc[k]),
+        (replayed["entropy"], doc["entropy"]),
+        (replayed["local"], doc["local"]),
+        (replayed["sink"]["alpha1"], doc["sink"]["alpha1"]),
+    ]:
+        np.testing.assert_allclose(np.array(got, dtype=float), np.array(want, dtype=float), atol=1e-6)
 
 
 def test_repeat_random_states_its_words_and_seed(cli, llama: Path) -> None:
