@@ -17,6 +17,7 @@ from .core import Array
 from .resources import ensure_fits
 
 if TYPE_CHECKING:
+    from .analysis import HeadScores
     from .explain import QueryExplanation
     from .generate import Generation
     from .models.locate import Found
@@ -215,13 +216,39 @@ def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
     }
 
 
-def heads_document(stack: AttentionStack, scores: dict[str, Array], ranked: list[Any]) -> dict[str, Any]:
+def heads_document(
+    stack: AttentionStack,
+    scores: dict[str, Array],
+    ranked: list[Any],
+    standard: HeadScores,
+    classes: tuple[list[list[str]], Array],
+    sink_threshold: float,
+    sequence: dict[str, Any],
+) -> dict[str, Any]:
+    """attnviz's patterns (``scores``, ``ranking``) and the field's scores, each a [layer][head] table:
+    ``transformerlens`` (its detect_head scores), ``on_pattern`` (the same over the queries the pattern
+    has a key for; null when it has none), ``sink`` (Gu et al.'s α₁ and Sink₁ at the threshold),
+    ``entropy`` (nats), ``local`` and the portrait's ``classes``."""
+    from .analysis import sink_share
+
+    names, values = classes
     return {
         "schema": HEADS_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
         "scores": {name: table.tolist() for name, table in scores.items()},
         "ranking": [{"pattern": p, "layer": layer, "head": h, "score": score} for p, layer, h, score in ranked],
+        "sequence": sequence,
+        "transformerlens": {name: table.tolist() for name, table in standard.detected.items()},
+        "on_pattern": {name: None if t is None else t.tolist() for name, t in standard.on_pattern.items()},
+        "sink": {
+            "alpha1": standard.alpha1.tolist(),
+            "threshold": sink_threshold,
+            "sink1": sink_share(standard.alpha1, sink_threshold),
+        },
+        "entropy": standard.entropy.tolist(),
+        "local": standard.local.tolist(),
+        "classes": {"class": names, "score": values.tolist()},
     }
 
 

@@ -35,7 +35,8 @@ JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array m
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 
-Layers = Callable[[int, Kept, tuple[str, ...]], None]  # each layer's kept attention, with the tokens, as it is made
+# each layer's kept attention, with the tokens and (a model's) their ids, as it is made
+Layers = Callable[[int, Kept, tuple[str, ...], tuple[int, ...] | None], None]
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def model_stack(
     def take(layer: int, result: Kept) -> None:
         if layer in layers:
             if consume is not None:
-                consume(layer, result, encoding.tokens)
+                consume(layer, result, encoding.tokens, encoding.ids)
             else:
                 kept[layer] = result
 
@@ -386,7 +387,7 @@ def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
     if consume is not None:
         for position, index in enumerate(stack.kept_layers):
             scores = None if stack.scores is None else stack.scores[position]
-            consume(index, Kept(stack.weights[position], scores, np.arange(0), np.arange(0)), stack.tokens)
+            consume(index, Kept(stack.weights[position], scores, np.arange(0), np.arange(0)), stack.tokens, None)
     return stack
 
 

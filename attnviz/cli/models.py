@@ -62,7 +62,7 @@ def rollout(
     if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
         product: list[Array] = []
 
-        def step(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+        def step(index: int, kept: Kept, tokens: tuple[str, ...], ids: tuple[int, ...] | None) -> None:
             product[:] = [rollout_step(product[0] if product else np.eye(kept.weights.shape[-1]), kept.weights)]
 
         stack = layer.stack(Want(mean=True), consume=step)
@@ -96,39 +96,65 @@ def heads(
             rich_help_panel=opt.P_SOURCE,
         ),
     ] = None,
+    sink_threshold: Annotated[
+        float,
+        typer.Option(
+            "--sink-threshold",
+            min=0.0,
+            max=1.0,
+            help="A head is a sink when its first token's mean weight α₁ is above this (Gu et al.: 0.3).",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = 0.3,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
-    """Rank every layer and head by recognisable patterns.
+    """Score every layer and head: what kind of head it is.
 
-    Previous token, next token (encoders), first token (the attention sink), [SEP], self,
-    the same token elsewhere, and induction (the token after an earlier copy of this one),
-    each scored by the mean weight a head gives to it.
+    TransformerLens's previous-token, duplicate-token and induction scores, Σ(A ⊙ D) / Σ A over a
+    detection pattern D; Gu et al.'s sink rate α₁ (the first token's mean weight) and Sink₁ (the share
+    of heads with α₁ above --sink-threshold); each head's mean row entropy; and attnviz's patterns
+    (previous, next, first token, [SEP], self, same token elsewhere, induction), each the mean weight a
+    head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class.
 
     [bold]Examples[/bold]
 
       attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
 
-      attnviz heads --model smollm2 --repeat random -o heads.png
+      attnviz heads --model smollm2 --repeat random -o atlas.png
     """
     import dataclasses
 
     import numpy as np
 
     from .. import schema
-    from ..analysis import head_patterns, ranking
-    from ..sources import Want
+    from ..analysis import (
+        HeadScores,
+        Pairs,
+        head_patterns,
+        layer_head_scores,
+        pattern_pairs,
+        ranking,
+        sink_share,
+        stacked_scores,
+    )
+    from ..sources import RANDOM_WORDS, Want
 
     one_output(figure.output, as_json, False)
     if repeat is not None:
         if layer.model is None and layer.model_dir is None and layer.model_file is None:
             raise UsageError("--repeat goes with --model, --model-dir or --model-file")
         layer = dataclasses.replace(layer, repeat=repeat)
+    per_layer: list[HeadScores] = []
     if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
         tables: list[dict[str, Array]] = []
 
-        def score(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+        pairs: list[Pairs] = []
+
+        def score(index: int, kept: Kept, tokens: tuple[str, ...], ids: tuple[int, ...] | None) -> None:
             tables.append(head_patterns(kept.weights[None], tokens))
+            pairs[:] = pairs or [pattern_pairs(tuple(ids) if ids is not None else tokens)]  # one text: made once
+            per_layer.append(layer_head_scores(kept.weights, pairs[0]))
 
         stack = layer.stack(Want(), consume=score)
         scores = {
@@ -137,14 +163,34 @@ def heads(
     else:
         stack = stack_of(layer)
         scores = head_patterns(stack.weights, stack.tokens)
+        per_layer = [layer_head_scores(weights, pattern_pairs(stack.tokens)) for weights in stack.weights]
+    standard = stacked_scores(per_layer, len(stack.tokens))
+    classes, values = standard.classes(sink_threshold)
+    n = len(stack.tokens)
+    sequence: dict[str, object] = {"tokens": n, "repeat": repeat}
+    said = ""
+    if repeat == "random":
+        sequence.update(words=RANDOM_WORDS, seed=0)
+        said = f"{RANDOM_WORDS} random words of the vocabulary (seed 0), twice"
+    elif repeat is not None:
+        said = "the text twice"
+    sink = f"Sink₁ {sink_share(standard.alpha1, sink_threshold):.0%} (α₁ > {sink_threshold:g})"
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_heads_figure(stack, scores, figure.style),
+        draw=lambda: views.model.render_heads_figure(
+            stack, classes, values, figure.style, subtitle=said, notes=(sink,)
+        ),
         description=lambda: stack_figure_description("heads", stack, figure.style),
-        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
-        show=lambda color, width: views.model.render_heads(stack, scores, top=top, color=color, width=width),
+        documents=lambda: [
+            schema.heads_document(
+                stack, scores, ranking(scores, top), standard, (classes, values), sink_threshold, sequence
+            )
+        ],
+        show=lambda color, width: views.model.render_heads(
+            stack, scores, standard, sink_threshold, top=top, color=color, width=width, said=said
+        ),
     )
 
 

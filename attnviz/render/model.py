@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import PATTERNS, ranking
+from ..analysis import PATTERNS, HeadScores, ranking
 from ..attention import Attention
 from ..core import Array, BoolArray
 from ..sources import AttentionStack
@@ -362,68 +362,248 @@ def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: 
 
 
 def render_heads(
-    stack: AttentionStack, scores: dict[str, Array], *, top: int, color: bool, width: int
+    stack: AttentionStack,
+    scores: dict[str, Array],
+    standard: HeadScores,
+    sink_threshold: float,
+    *,
+    top: int,
+    color: bool,
+    width: int,
+    said: str = "",
 ) -> Iterator[RenderableType]:
-    """For each pattern, the heads that follow it most."""
-    yield Text("\n".join(wrap_parts(stack_parts(stack), width)), style="dim")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("pattern")
-    for rank in range(top):
-        table.add_column(f"#{rank + 1}", justify="right")
-    by_pattern: dict[str, list[tuple[int, int, float]]] = {}
-    ranked = ranking(scores, top)
-    for name, layer, head, score in ranked:
-        by_pattern.setdefault(name, []).append((layer, head, score))
-    for name, label in PATTERNS.items():
-        if name not in scores:
-            continue
-        cells: list[Text | str] = [label]
-        for layer, head, score in by_pattern[name]:
-            cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
-        table.add_row(*cells)
-    yield Group(Text(""), table)
-    layer, head, _ = next((by_pattern[n][0] for n in PATTERNS if n in by_pattern), (0, 0, 0.0))  # the first cell
+    """For each pattern, the heads that follow it most; then the field's scores and the sink share."""
+    from ..analysis import sink_share
+
+    yield Text("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
+
+    def ranked_table(title: str, tables: dict[str, tuple[str, Array]]) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column(title)
+        for rank in range(top):
+            table.add_column(f"#{rank + 1}", justify="right")
+        by_pattern: dict[str, list[tuple[int, int, float]]] = {}
+        for name, layer, head, score in ranking({k: v for k, (_, v) in tables.items()}, top):
+            by_pattern.setdefault(name, []).append((layer, head, score))
+        for name, (label, _) in tables.items():
+            cells: list[Text | str] = [label]
+            for layer, head, score in by_pattern[name]:
+                cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
+            table.add_row(*cells)
+        return table
+
+    yield Group(
+        Text(""), ranked_table("pattern", {n: (label, scores[n]) for n, label in PATTERNS.items() if n in scores})
+    )
+    first = next((n for n in PATTERNS if n in scores), None)
+    layer, head = (0, 0) if first is None else np.unravel_index(int(np.argmax(scores[first])), scores[first].shape)
     yield Text(
         f"L{layer} H{head}: layer {layer}, head {head} · score: mean weight on the pattern (1: all of it)", style="dim"
+    )
+    field = {
+        "previous_token": ("previous token (TL)", standard.detected["previous_token"]),
+        "duplicate_token": ("duplicate token (TL)", standard.detected["duplicate_token"]),
+        "induction": ("induction (TL)", standard.detected["induction"]),
+        "alpha1": ("sink rate α₁", standard.alpha1),
+    }
+    yield Group(Text(""), ranked_table("standard score", field))
+    share = sink_share(standard.alpha1, sink_threshold)
+    count = int((standard.alpha1 > sink_threshold).sum())
+    yield Text(
+        f"Sink₁ {share:.1%}: {count} of {standard.alpha1.size} heads have α₁ > {sink_threshold:g} · "
+        f"mean row entropy {float(standard.entropy.mean()):.2f} nats",
+        style="bold",
+    )
+    yield Text(
+        "TL: TransformerLens's Σ(A ⊙ D) / Σ A over the whole map · α₁: the first token's mean weight (Gu et al.)",
+        style="dim",
     )
     if stack.source.get("kv_heads"):
         yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
 
 
-@styled
-def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """A layers × heads map of each pattern's score, the best head of each marked."""
-    from matplotlib.patches import Rectangle
-    from matplotlib.ticker import MaxNLocator
+def describe_layers(positions: list[int], stack: AttentionStack) -> str:
+    """'layer 4' or 'layers 17, 18 and 23': the model's layer numbers of these rows."""
+    named = [str(stack.kept_layers[i]) for i in positions]
+    if len(named) == 1:
+        return f"layer {named[0]}"
+    return f"layers {', '.join(named[:-1])} and {named[-1]}"
 
-    layers, heads = stack.weights.shape[:2]
-    fig = new_figure(style, 0.55, wide=True)
-    shown = [(name, label) for name, label in PATTERNS.items() if name in scores]
-    axes = fig.subplots(2, -(-len(shown) // 2), squeeze=False)
-    for ax in axes.flat[len(shown) :]:
-        ax.set_axis_off()
-    cmap = colormap(style.cmap)
-    image = None
-    for ax, (name, label) in zip(axes.flat, shown, strict=False):
-        table = scores[name]
-        image = ax.imshow(table, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-        layer, head = np.unravel_index(int(np.argmax(table)), table.shape)
-        ax.add_patch(
-            Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"], linewidth=2)
+
+CELL_GAP, GROUP_GAP = 0.08, 0.4  # the portrait's gaps between cells and between key/value groups, in cells
+CLASS_COLOURS = {  # the portrait's classes: induction and previous stand out, the sink stays grey
+    "sink": "#8c8c8c",
+    "previous": "#1f77b4",
+    "induction": "#d62728",
+    "duplicate": "#9467bd",
+    "local": "#2ca02c",
+    "broad": "#e6b422",
+}
+
+
+def portrait_colours(classes: list[list[str]], values: Array, background: str) -> Array:
+    """(layers, heads, 4) colours: each class's colour, from pale (score 0) to full (score 1)."""
+    from matplotlib.colors import to_rgba
+
+    base = np.array(to_rgba(background))
+    colours = np.array([[to_rgba(CLASS_COLOURS[name]) for name in row] for row in classes])
+    strength = (0.25 + 0.75 * np.clip(values, 0.0, 1.0))[..., None]
+    mixed: Array = base + (colours - base) * strength
+    return mixed
+
+
+@styled
+def render_heads_figure(
+    stack: AttentionStack,
+    classes: list[list[str]],
+    values: Array,
+    style: FigureStyle = DEFAULT_STYLE,
+    *,
+    subtitle: str = "",
+    notes: tuple[str, ...] = (),
+) -> Figure:
+    """The model's head portrait: layers × heads, each cell coloured by its head's strongest class
+    (``analysis.HeadScores.classes``), its score written in it when the cells are large enough.
+
+    Laid out by hand as the model view is: layers across when that gives larger cells, query heads that
+    share a key/value head side by side with a wider gap between groups.
+    """
+    from matplotlib.collections import PatchCollection
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import blended_transform_factory
+
+    from ..analysis import CLASS_NAMES, CLASSES
+    from .heatmap import annotation_font, luminance
+
+    layers, heads = len(classes), len(classes[0]) if classes else 0
+    font, label = style.font_size, style.scaled(0.8)
+    width = style.figure_size(0.5, wide=True)[0]
+    fixed = style.size is not None or style.preset == "slide"
+    box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
+    found = [
+        f"{name} heads in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
+        for name in ("induction", "previous")
+        if any(name in row for row in classes)
+    ]
+    parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
+    title = wrapped_title(parts, width, font)
+    pad = font * 0.8
+    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    present = [name for name in CLASSES if any(name in row for row in classes)]
+    entries = [f"{CLASS_NAMES[name]}" for name in present]
+    swatch = label * 1.1
+    entry_w = [swatch + label * 0.4 + text_extent(e, label)[0] + label * 1.2 for e in entries]
+    legend_rows: list[list[int]] = [[]]
+    used = 0.0
+    for k, w in enumerate(entry_w):
+        if legend_rows[-1] and used + w > width * 72 - 2 * pad:
+            legend_rows.append([])
+            used = 0.0
+        legend_rows[-1].append(k)
+        used += w
+    line = text_extent("Hg", label)[1] * 1.5
+    legend_h = line * len(legend_rows) + label * 0.5
+    room = text_extent("L00", label)[0] + LABEL_PAD
+
+    shared = stack.source.get("kv_heads")
+    group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
+
+    def starts(count: int, grouped: bool) -> list[float]:
+        """Where each cell starts, in cells: a small gap after each, a wider one after each group."""
+        every = group if grouped and 0 < group < count else 0
+        return [i * (1 + CELL_GAP) + (i // every if every else 0) * GROUP_GAP for i in range(count)]
+
+    def pitch_for(across: int, down: int, head_across: bool) -> float:
+        cols = starts(across, head_across)[-1] + 1 + CELL_GAP if across else 1
+        rows = starts(down, not head_across)[-1] + 1 + CELL_GAP if down else 1
+        return float(
+            min(
+                (width * 72 - 2 * pad - room) / cols,
+                (box_h * 72 - 2 * pad - heading - legend_h - room) / rows,
+                MAX_TILE * 72,
+            )
         )
-        best = f"best: layer {layer}, head {head} ({table[layer, head]:.2f})"  # said, not squeezed into its cell
-        ax.set_title(f"{label}\n{best}", fontsize=style.scaled(0.8))
-        for axis in (ax.xaxis, ax.yaxis):  # as many numbers as fit the axis at this size
-            axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
-        ax.tick_params(labelsize=style.scaled(0.6), length=0)
-        ax.set_xlabel("head", fontsize=style.scaled(0.7))
-        ax.set_ylabel("layer", fontsize=style.scaled(0.7))
-    assert image is not None
-    bar = fig.colorbar(image, ax=axes, shrink=1.0, pad=0.02)
-    bar.set_label("mean weight on the pattern")
-    bar.outline.set_visible(False)
-    fig.suptitle(
-        wrapped_title(["head patterns", *stack_parts(stack)], fig.get_size_inches()[0], style.font_size),
-        fontweight="bold",
-    )
+
+    across_layers = pitch_for(layers, heads, False) > pitch_for(heads, layers, True)
+    cell = pitch_for(layers, heads, False) if across_layers else pitch_for(heads, layers, True)
+    colours = portrait_colours(classes, values, style.colours["background"])
+    if across_layers:
+        colours, shown = colours.transpose(1, 0, 2), values.T
+        xs_at, ys_at = starts(layers, False), starts(heads, True)
+    else:
+        shown = values
+        xs_at, ys_at = starts(heads, True), starts(layers, False)
+    span_x = (xs_at[-1] + 1) if xs_at else 1
+    span_y = (ys_at[-1] + 1) if ys_at else 1
+    grid_w, grid_h = span_x * cell / 72, span_y * cell / 72
+    height = box_h if fixed else (2 * pad + heading + legend_h + room) / 72 + grid_h
+    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    left = (width - room / 72 - grid_w) / 2 + room / 72
+    bottom = (height - (heading + legend_h + room) / 72 - grid_h) / 2
+    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
+    ax.set_xlim(0, span_x)
+    ax.set_ylim(span_y, 0)
+    ax.set_axis_off()
+    cells = [Rectangle((x, y), 1, 1) for y in ys_at for x in xs_at]
+    flat = colours.reshape(-1, 4)
+    ax.add_collection(PatchCollection(cells, facecolors=flat, edgecolors="none", gid="head classes"))
+    value_font = annotation_font(cell / 72, style, ".00")
+    if value_font is not None:
+        light = luminance(flat) > 0.179
+        texts = [f"{v:.2f}".lstrip("0") if v < 1 else "1" for v in shown.reshape(-1)]
+        offsets = [(x + 0.5, y + 0.5) for y in ys_at for x in xs_at]
+        paths = [text_path(t, value_font) for t in texts]
+        tint = ["black" if bright else "white" for bright in light]
+        draw_texts(ax, texts, paths, offsets, ax.transData, tint, "cell values").font_size = value_font
+    text = style.colours["text"]
+    names = {
+        "layer": [f"L{i}" for i in stack.kept_layers][:layers],
+        "head": ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads][:heads],
+    }
+    across, down = ("layer", "head") if across_layers else ("head", "layer")
+    for kind, begins in ((across, xs_at), (down, ys_at)):
+        written = names[kind]
+        step = cell * (1 + CELL_GAP)
+        every = max(1, math.ceil((text_extent(written[-1], label)[0] + label * 0.5) / step)) if kind == across else 1
+        if kind == down:
+            every = max(1, math.ceil(text_extent("H", label)[1] * 1.3 / step))
+        shown_names = [written[i] for i in range(0, len(written), every)]
+        at = [begins[i] + 0.5 for i in range(0, len(written), every)]
+        if kind == across:
+            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+            paths = [text_path(n, label, "above") for n in shown_names]
+            draw_texts(ax, shown_names, paths, [(x, 1) for x in at], where, text, f"{kind} titles")
+        else:
+            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+            paths = [text_path(n, label, "right") for n in shown_names]
+            draw_texts(ax, shown_names, paths, [(0, y) for y in at], where, text, f"{kind} titles")
+    top = bottom + grid_h + (room + legend_h) / 72
+    for r, row in enumerate(legend_rows):
+        row_w = sum(entry_w[k] for k in row) - label * 1.2
+        x = (width * 72 - row_w) / 2
+        y = top * 72 - (r + 0.75) * line
+        for k in row:
+            fig.patches.append(
+                Rectangle(
+                    (x / 72, (y - swatch / 2) / 72),
+                    swatch / 72,
+                    swatch / 72,
+                    transform=fig.dpi_scale_trans,
+                    facecolor=CLASS_COLOURS[present[k]],
+                    edgecolor="none",
+                )
+            )
+            path = text_path(entries[k], label, "left")
+            draw_texts(
+                fig,
+                [entries[k]],
+                [path],
+                [((x + swatch + label * 0.4) / 72, y / 72)],
+                fig.dpi_scale_trans,
+                text,
+                "legend",
+            )
+            x += entry_w[k]
+    draw_heading(fig, title, top + heading / 72 - font * 0.3 / 72, style)
     return fig
