@@ -335,7 +335,8 @@ BREAKAGES = {
                    "no model.safetensors or model.safetensors.index.json .pytorch_model.bin is a PyTorch pickle"),
     "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
     "lying safetensors": (_lie, "tensor 'model.norm.weight' .F32 \\[4096\\]. does not fit the file's data"),
-    "config against tensors": (lambda d: _config(d, hidden_size=64), "the hyperparameters imply"),
+    "config against tensors": (lambda d: _config(d, hidden_size=64),  # named as the folder stores it
+                               r"tensor 'model\.[a-z_.0-9]+' is \[.*\]; the hyperparameters imply"),
     "unknown normalizer": (lambda d: _tokenizer(d, normalizer={"type": "Precompiled", "precompiled_charsmap": ""}),
                            "tokenizer.json: normalizer 'Precompiled' is not supported"),
     "unknown model": (lambda d: _tokenizer(d, model={"type": "Unigram", "vocab": []}),

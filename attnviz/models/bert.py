@@ -152,6 +152,9 @@ class Renamed:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.stored.shape(self.names_[name])
 
+    def stored_name(self, name: str) -> str:
+        return self.stored.stored_name(self.names_.get(name, name))
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         if name not in self.names_:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
@@ -173,7 +176,7 @@ class Bert:
                 raise AttnvizError(f"{weights.path}: not a {family} checkpoint: no tensor {tensor!r}")
             if weights.shape(tensor) != shape:
                 raise AttnvizError(
-                    f"{weights.path}: tensor {tensor!r} is {list(weights.shape(tensor))}; "
+                    f"{weights.path}: tensor {weights.stored_name(tensor)!r} is {list(weights.shape(tensor))}; "
                     f"config.json implies {list(shape)}"
                 )
 

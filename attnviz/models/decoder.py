@@ -60,6 +60,9 @@ class Resident:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.inner.shape(name)
 
+    def stored_name(self, name: str) -> str:
+        return self.inner.stored_name(name)
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         if name not in self.kept:
             self.kept[name] = self.inner.tensor(name)
@@ -139,7 +142,8 @@ class Decoder:
             if self.weights.shape(name) != shape:
                 found = list(self.weights.shape(name))
                 raise AttnvizError(
-                    f"{self.weights.path}: tensor {name!r} is {found}; the hyperparameters imply {list(shape)}"
+                    f"{self.weights.path}: tensor {self.weights.stored_name(name)!r} is {found}; "
+                    f"the hyperparameters imply {list(shape)}"
                 )
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
