@@ -62,7 +62,6 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
 
 
 def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
-    import numpy as np
 
     settings = Settings(meta, printable(str(path)), "tokenizer.ggml.", "metadata ")
     kind = settings.get("model")
@@ -76,13 +75,7 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
             f"{path}: tokenizer {shown}; attnviz reads byte-level BPE (gpt2), SentencePiece (llama) "
             "and WordPiece (bert)"
         )
-    tokens = settings.get("tokens")
-    if not _strings(tokens):
-        raise AttnvizError(f"{path}: tokenizer.ggml.tokens is missing or not a list of strings")
-    types = settings.get("token_type", np.full(len(tokens), NORMAL, dtype=np.int32))
-    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or len(types) != len(tokens):
-        raise AttnvizError(f"{path}: tokenizer.ggml.token_type is not one integer per token")
-    kinds = types.astype(int).tolist()
+    tokens, kinds = _tokens_and_kinds(settings, path)
 
     def token(key: str, default: int | None = None) -> int | None:
         value = settings.get(key)
@@ -231,13 +224,8 @@ def _sentencepiece(
     )
 
 
-def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenizer:
-    """A ``bert`` GGUF vocabulary as Hugging Face's BertTokenizer reads the vocab.txt it came from. llama.cpp's
-    converter writes a word's first piece with ``▁`` before it and a continuation bare (``##ing`` as ``ing``);
-    control tokens ([CLS], [SEP]) stay as they were. Lower-casing and accents as ``tokenizer.ggml.normalizer.*``
-    say (lower case, and so no accents, by default: what llama.cpp does); [CLS] and [SEP] around the text as
-    ``add_bos_token`` and ``add_eos_token`` say (both by default), from the bos or cls and eos or separator ids.
-    llama.cpp cuts every WordPiece vocabulary's words alike, whatever ``tokenizer.ggml.pre`` names."""
+def _tokens_and_kinds(settings: Settings, path: Path) -> tuple[list[str], list[int]]:
+    """The vocabulary's tokens and each one's type (normal where the file gives none)."""
     import numpy as np
 
     tokens = settings.get("tokens")
@@ -246,7 +234,18 @@ def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenize
     types = settings.get("token_type", np.full(len(tokens), NORMAL, dtype=np.int32))
     if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or len(types) != len(tokens):
         raise AttnvizError(f"{path}: tokenizer.ggml.token_type is not one integer per token")
-    kinds = types.astype(int).tolist()
+    return list(tokens), types.astype(int).tolist()
+
+
+def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenizer:
+    """A ``bert`` GGUF vocabulary as Hugging Face's BertTokenizer reads the vocab.txt it came from. llama.cpp's
+    converter writes a word's first piece with ``▁`` before it and a continuation bare (``##ing`` as ``ing``);
+    control tokens ([CLS], [SEP]) stay as they were. Lower-casing and accents as ``tokenizer.ggml.normalizer.*``
+    say (lower case, and so no accents, by default: what llama.cpp does); [CLS] and [SEP] around the text as
+    ``add_bos_token`` and ``add_eos_token`` say (both by default), from the bos or cls and eos or separator ids.
+    llama.cpp cuts every WordPiece vocabulary's words alike, whatever ``tokenizer.ggml.pre`` names."""
+
+    tokens, kinds = _tokens_and_kinds(settings, path)
     names = [
         t if k == CONTROL else t[1:] if t.startswith("▁") else f"##{t}" for t, k in zip(tokens, kinds, strict=True)
     ]
