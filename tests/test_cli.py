@@ -231,6 +231,7 @@ COMMAND_NAMES = [
     "heads",
     "check",
     "models",
+    "ablate",
     "generate",
     "batch",
 ]
