@@ -58,7 +58,7 @@ def ablate(
 
       attnviz ablate --model smollm2 --file doc.txt -o ablation.png
 
-      attnviz ablate --model smollm2 "The capital of France is" --target " Paris" --json
+      attnviz ablate --model smollm2 "Paris is in" --target " France" --json
     """
     from ..ablation import ablate as run_ablation
     from ..models import load_model

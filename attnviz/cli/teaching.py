@@ -183,7 +183,7 @@ def explain(
 
       attnviz explain --model smollm2 "The cat sat on the mat" --layer 3 --head 2
 
-      attnviz explain --model smollm2 "The cat sat on the mat" --layer 3 --importance -o keys.png
+      attnviz explain --model smollm2 "The cat sat" --importance -o keys.png
     """
     from ..explain import explain_decoder, explain_query
 
