@@ -8,6 +8,7 @@ layers before the ablated one run once: each ablation runs only its own layer an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -21,6 +22,7 @@ from .threads import one_blas_thread, run_all
 
 if TYPE_CHECKING:
     from .models.decoder import Decoder
+    from .progress import Steps
 
 Method = Literal["zero", "mean"]
 
@@ -76,10 +78,10 @@ def token_text(model: Decoder, token: int) -> str:
 
 def ablate(
     model: Decoder, text: str, method: Method = "zero", target: str | None = None,
-    only: Iterable[tuple[int, int]] | None = None,
+    only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
 ) -> Ablation:  # fmt: skip
     """Each head of ``model`` removed in turn on ``text`` (``method``: zero or mean ablation); ``only`` (layer, head)
-    pairs: those alone (the others' Δ NaN)."""
+    pairs: those alone (the others' Δ NaN); ``progress`` after each head."""
     encoding = model.encode(text)
     ids = encoding.ids
     if target is None and len(ids) < 2:
@@ -112,9 +114,16 @@ def ablate(
                 return edited
 
             delta[layer, head] = measure(model.through(inputs[layer], layer, {layer: edit})) - baseline
+            if progress is not None:
+                with counted:
+                    done.append(item)
+                    progress(len(done), len(chosen_heads))
 
         every = [(layer, head) for layer in range(model.layers) for head in range(model.heads)]
-        run_all(one, every if only is None else sorted(set(only)))
+        chosen_heads = every if only is None else sorted(set(only))
+        done: list[tuple[int, int]] = []
+        counted = threading.Lock()
+        run_all(one, chosen_heads)
     shown = None if chosen is None else token_text(model, chosen)
     return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .explain import QueryExplanation
     from .generate import Generation
     from .models.locate import Found
+    from .models.offsets import Pieces
     from .saturation import Saturation
     from .sources import AttentionStack
 
@@ -364,4 +365,20 @@ def models_document(
         ],
         "looked_in": looked_in,
         "families": families,
+    }
+
+
+TOKENIZE_SCHEMA = "attnviz.tokenize/1"
+
+
+def tokenize_document(model: str, text: str, pieces: Pieces) -> dict[str, Any]:
+    """How the model splits ``text``: tokens (as the views show them), ids, and each token's [start, end)
+    character offsets into the text (null for what the template adds, which comes from no text)."""
+    return {
+        "schema": TOKENIZE_SCHEMA,
+        "model": model,
+        "text": text,
+        "tokens": list(pieces.tokens),
+        "ids": list(pieces.ids),
+        "offsets": [None if span is None else list(span) for span in pieces.offsets],
     }

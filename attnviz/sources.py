@@ -21,8 +21,9 @@ from .attention import Attention
 from .blocked import Keep, Kept
 from .config import Pool
 from .core import Array, BoolArray, causal_mask
-from .errors import AttnvizError, UsageError, printable
+from .errors import AttnvizError, UsageError, out_of_range, printable
 from .inputs import decode, open_regular, read_file, tokens_from_text
+from .progress import bar, duration
 from .resources import ensure_fits, human_bytes
 
 if TYPE_CHECKING:
@@ -71,13 +72,13 @@ class Want:
         chosen = tuple(range(count)) if self.layers is None else tuple(i + count if i < 0 else i for i in self.layers)
         for given, index in zip(self.layers or chosen, chosen, strict=True):
             if not 0 <= index < count:
-                raise UsageError(f"--layer {given} is out of range: there are {count} layers (0 to {count - 1})")
+                raise out_of_range("--layer", given, count, "layer")
         return chosen
 
     def check_heads(self, count: int) -> None:
         for head in self.heads or ():
             if not 0 <= head < count:
-                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+                raise out_of_range("--head", head, count, "head")
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class AttentionStack:
         count = self.layers
         chosen = self.kept_layers[-1] if index is None else index
         if not 0 <= chosen < count:
-            raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
+            raise out_of_range("--layer", chosen, count, "layer")
         position = self.kept_layers.index(chosen)
         config = {**self.source, "layer": chosen, "layers": count, "heads": self.heads}
         if self.window(chosen) is not None:
@@ -272,7 +273,8 @@ def model_stack(
             else:
                 kept[layer] = result
 
-    model.run(encoding, take, dict.fromkeys(layers, keep))
+    with bar("layer", f"{model.name}: {n:,} tokens", estimate=run_estimate(n, layers, model.layers)) as progress:
+        model.run(encoding, take, dict.fromkeys(layers, keep), progress)
     source = model_source(model, text, pair, encoding.ids)
     if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
         shown = 1 if keep.mean else len(keep.chosen(model.heads))
@@ -280,6 +282,21 @@ def model_stack(
     return kept_stack(
         encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
     )
+
+
+def run_estimate(n: int, layers: tuple[int, ...], count: int) -> Callable[[float], str]:
+    """The line before a long pass, from the first layer's time: how long it will take, and (for the last
+    layer alone, the default) how long one halfway would."""
+    run = max(layers) + 1
+
+    def line(per_layer: float) -> str:
+        said = f"≈ {duration(per_layer * run)} for {n:,} tokens through {run} layer{'s' if run > 1 else ''}"
+        earlier = run // 2 - 1
+        if len(layers) == 1 and run == count and earlier > 0:
+            said += f"; --layer {earlier} takes ≈ {duration(per_layer * (earlier + 1))}"
+        return said
+
+    return line
 
 
 def model_source(model: Model, text: str, pair: str | None, ids: tuple[int, ...] | list[int]) -> dict[str, Any]:
@@ -332,7 +349,12 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
+    from .documents import read_json_source, stack_source
+
+    if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
+        document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
     weights, file_tokens = load_attention_array(path, document)
+    source = stack_source(document, "stdin" if str(path) == "-" else str(path)) or {"from": str(path)}
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
@@ -355,7 +377,8 @@ def file_stack(
             f"--from {path}: some rows do not sum to 1, so these are not attention weights "
             f"(attnviz check {path} says where)"
         )
-    return honour(AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)}), want or Want())
+    stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
+    return honour(stack, want or Want())
 
 
 def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
@@ -449,12 +472,13 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
 
 
-def load_attention_array(path: Path, document: Any = None) -> tuple[Array, list[str] | None]:
+def load_attention_array(path: Path, document: Any = None, *, cross: bool = False) -> tuple[Array, list[str] | None]:
     """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them
-    (``document``: the file's JSON, when it was read already — stdin is read once)."""
+    (``document``: the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's
+    cross-attention documents too, their query tokens)."""
     suffix = ".json" if str(path) == "-" else path.suffix.lower()
     if suffix == ".json":
-        array, tokens = _from_json(path, document)
+        array, tokens = _from_json(path, document, cross)
     elif suffix in (".npy", ".npz"):
         array, tokens = _from_numpy(path, suffix)
     else:
@@ -560,13 +584,21 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
     return array, tokens
 
 
-def _from_json(path: Path, document: Any = None) -> tuple[np.ndarray, list[str] | None]:
-    from .documents import attention_from_document, is_attention_document, nested_array, read_json_source
+def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[np.ndarray, list[str] | None]:
+    from .documents import (
+        attention_from_document,
+        is_attention_document,
+        nested_array,
+        read_json_source,
+        refuse_mapless,
+    )
 
     doc = read_json_source(path, MAX_ATTENTION_JSON) if document is None else document
+    where = "stdin" if str(path) == "-" else str(path)
+    refuse_mapless(doc, where)
     if is_attention_document(doc):  # attnviz's own --json or --jsonl: its weights, whatever the keys
-        att = attention_from_document(doc, str(path))
-        if att.key_tokens is not None:
+        att = attention_from_document(doc, where)
+        if att.key_tokens is not None and not cross:
             raise AttnvizError(
                 f"{path}: cross-attention; `attnviz heatmap --from` shows it, other views need one sequence"
             )

@@ -232,6 +232,7 @@ COMMAND_NAMES = [
     "check",
     "models",
     "ablate",
+    "tokenize",
     "generate",
     "batch",
 ]

@@ -77,7 +77,10 @@ def ablate(
     if len(encoding.ids) > ABLATE_TOKENS:
         raise UsageError(f"ablate takes at most {ABLATE_TOKENS} tokens; the text is {len(encoding.ids):,}")
     model.resident()  # every ablation reads the layers after its own again
-    result = run_ablation(model, layer.text, "mean" if mean else "zero", target)
+    from ..progress import bar
+
+    with bar("head", f"{printable(model.name)}: ablating") as progress:
+        result = run_ablation(model, layer.text, "mean" if mean else "zero", target, progress=progress)
     source = model_source(model, layer.text, None, encoding.ids)
     from .. import schema
 

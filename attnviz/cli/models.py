@@ -149,6 +149,7 @@ def heads(
 
 
 @app.command()
+@opt.with_options()
 def check(
     file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
@@ -188,7 +189,7 @@ def check(
         from ..sources import MAX_ATTENTION_JSON
 
         document = read_json_source(path, MAX_ATTENTION_JSON)
-    array, _ = load_attention_array(path, document)
+    array, _ = load_attention_array(path, document, cross=True)
     first = document[0] if isinstance(document, list) and document else document  # a --jsonl stream's first head
     if isinstance(first, dict):
         pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))
@@ -214,6 +215,7 @@ def check(
 
 
 @app.command()
+@opt.with_options()
 def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
     """The models attnviz can find: its own packages, Ollama's and the Hugging Face cache's.
 

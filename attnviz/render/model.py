@@ -46,7 +46,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     kept = stack.kept_layers
     parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
-        layers = f"{stack.layers} layers"
+        layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif kept == tuple(range(kept[0], kept[-1] + 1)):
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
@@ -61,6 +61,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
 
 
 PAGE_ASPECT = {"screen": 0.75, "paper": 1.3}  # the box a model view fills: a screen, a page (a slide is 16:9)
+MAX_BANDS = 4  # rows of layers a long model's view may be cut into
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
@@ -108,7 +109,8 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     """Every layer and head: bertviz's model view, as one figure with one colour bar.
 
     Layers go down and heads across, or the other way when that gives larger tiles in the box of
-    the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide.
+    the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide, and in two
+    bands of 15 layers on a screen or a page, each band with its own layer titles.
     The panels are tiles of one image in one Axes: hundreds of Axes took seconds to build and lay out.
     """
     from matplotlib.cm import ScalarMappable
@@ -138,20 +140,24 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     shared = stack.source.get("kv_heads")
     group = stack.heads // shared if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
 
-    def cell_for(across: int, down: int) -> float:
-        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box."""
+    def cell_for(across: int, down: int, bands: int = 1) -> float:
+        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box, the ``across`` ones cut
+        into ``bands`` rows of bands, each with its own titles."""
         head_group = (group, 0) if across == heads else (0, group)
-        cols = tile_starts(across, m, gap, head_group[0])[-1] + m
+        cols = tile_starts(math.ceil(across / bands), m, gap, head_group[0])[-1] + m
         rows = tile_starts(down, n, gap, head_group[1])[-1] + n
         return float(
             min(
                 (width * 72 - 2 * pad - room - bar_room) / cols,
-                (box_h * 72 - 2 * pad - heading - room) / rows,
+                (box_h * 72 - 2 * pad - heading - bands * room - (bands - 1) * pad) / (bands * rows),
                 MAX_TILE * 72 / max(n, m),
             )
         )
 
-    across_layers = cell_for(layers, heads) > cell_for(heads, layers)  # 30 layers × 9 heads: layers across
+    # 30 layers × 9 heads: layers across, in bands where that makes the tiles larger (a screen, a page)
+    layouts = [(cell_for(layers, heads, b), -b, True) for b in range(1, min(layers, MAX_BANDS) + 1)]
+    cell, fewer, across_layers = max([*layouts, (cell_for(heads, layers), -1, False)])
+    bands = -fewer
     grid = weights.transpose(1, 0, 2, 3) if across_layers else weights
     image = model_tiles(
         colour_values(grid, chosen, floor),
@@ -161,16 +167,20 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
         gap,
         (group, 0) if across_layers else (0, group),  # query heads of one key/value head side by side
     )
-    rows, cols = image.shape[:2]
-    cell = cell_for(layers, heads) if across_layers else cell_for(heads, layers)
-    grid_w, grid_h = cols * cell / 72, rows * cell / 72
+    across, down = ("layer", "head") if across_layers else ("head", "layer")
+    count = layers if across_layers else heads
+    per_band = math.ceil(count / bands)
+    starts = tile_starts(count, m, gap, 0 if across_layers else group)
+    cuts = [(starts[b * per_band], starts[min((b + 1) * per_band, count) - 1] + m) for b in range(bands)]
+    rows = image.shape[0]
+    cols = max(stop - begin for begin, stop in cuts)
+    grid_w, band_h = cols * cell / 72, rows * cell / 72
+    between = (room + pad) / 72  # a band's titles, and a pad, between bands
+    grid_h = bands * band_h + (bands - 1) * between
     height = box_h if fixed else (2 * pad + heading + room) / 72 + grid_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
     bottom = (height - (heading + room) / 72 - grid_h) / 2
-    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
-    ax.imshow(image, interpolation="nearest", aspect="auto")
-    ax.set_axis_off()
     text = style.colours["text"]
     tile_side = cell * max(n, m)
     size = max(style.smallest, min(label, tile_side * 0.45))  # small tiles get small labels, within reason
@@ -184,25 +194,34 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
         )
     else:
         names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
-    across, down = ("layer", "head") if across_layers else ("head", "layer")
-    for kind, step in ((across, m), (down, n)):
-        long, short = names[kind]
-        starts = tile_starts(len(long), step, gap, group if kind == "head" else 0)
-        written = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
-        pitch = cell * (step + gap)  # points from one tile to the next
-        every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
-        named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
-        shown = [written[i] for i in named]
-        at = [starts[i] + (step - 1) / 2 for i in named]
-        if kind == across:
-            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
-            paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
-        else:
-            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
-            paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
-        draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
-    bar_h = grid_h
-    bar_at = (left + grid_w + font / 72, bottom + grid_h - bar_h, font * 1.2 / 72, bar_h)
+    for band, (begin, stop) in enumerate(cuts):
+        y = bottom + (bands - 1 - band) * (band_h + between)
+        band_w = (stop - begin) * cell / 72
+        ax = fig.add_axes((left / width, y / height, band_w / width, band_h / height))
+        ax.imshow(image[:, begin:stop], interpolation="nearest", aspect="auto")
+        ax.set_axis_off()
+        first = band * per_band
+        for kind, step in ((across, m), (down, n)):
+            long, short = names[kind]
+            if kind == across:
+                long, short = long[first : first + per_band], short[first : first + per_band]
+            at_starts = tile_starts(len(names[kind][0]), step, gap, group if kind == "head" else 0)
+            if kind == across:
+                at_starts = [x - begin for x in at_starts[first : first + per_band]]
+            written = short if text_extent(names[kind][0][-1], size)[0] > tile_side * 0.95 else long
+            pitch = cell * (step + gap)  # points from one tile to the next
+            every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
+            named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
+            shown = [written[i] for i in named]
+            at = [at_starts[i] + (step - 1) / 2 for i in named]
+            if kind == across:
+                where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+                paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
+            else:
+                where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+                paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
+            draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
+    bar_at = (left + grid_w + font / 72, bottom, font * 1.2 / 72, grid_h)
     cax = fig.add_axes(
         (bar_at[0] / width, bar_at[1] / height, bar_at[2] / width, bar_at[3] / height), label="<colorbar>"
     )
@@ -295,7 +314,9 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
     if font is not None:
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
-    panel_title(heat, "attention rollout", label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
+    pooled = att.config.get("pooled")
+    name = "attention rollout" + (f" · max-pooled into {pooled['bins']} × {pooled['bins']} bins" if pooled else "")
+    panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
     ticks, labels = scale_ticks(scale, floor / peak)
