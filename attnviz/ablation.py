@@ -54,10 +54,21 @@ def log_probabilities(logits: Array) -> Array:
     return result
 
 
+def picked_log_probabilities(logits: Array, picks: Array) -> Array:
+    """log softmax of each row of next-token scores (rows, vocabulary) at its token ``picks[row]``: the exponentials
+    in float32, in place (the scores are the caller's to lose), summed in float64."""
+    z = np.asarray(logits, dtype=np.float32)
+    picked = z[np.arange(len(z)), picks].astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    np.subtract(z, peak, out=z)
+    np.exp(z, out=z)
+    result: Array = picked - peak[:, 0] - np.log(z.sum(axis=-1, dtype=np.float64))
+    return result
+
+
 def next_token_loss(model: Decoder, last: Array, ids: tuple[int, ...]) -> float:
     """Mean cross-entropy of each next token of the text, from the last layer's output (n, hidden)."""
-    logp = log_probabilities(model.logits(last[:-1]))
-    return float(-logp[np.arange(len(ids) - 1), np.asarray(ids[1:])].mean())
+    return float(-picked_log_probabilities(model.logits(last[:-1]), np.asarray(ids[1:])).mean())
 
 
 def target_id(model: Decoder, word: str) -> int:
@@ -91,7 +102,7 @@ def ablate(
     def measure(last: Array) -> float:
         if chosen is None:
             return next_token_loss(model, last, ids)
-        return float(log_probabilities(model.logits(last[-1:]))[0, chosen])
+        return float(picked_log_probabilities(model.logits(last[-1:]), np.asarray([chosen]))[0])
 
     inputs: list[Array] = []
     outputs: list[Array] = []
@@ -190,7 +201,8 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
                 return edited
 
             ablated = model.through(inputs[0], layer, {layer: edit})
-            delta[j] = float(-log_probabilities(model.logits(ablated[query : query + 1]))[0, chosen]) - baseline
+            logits = model.logits(ablated[query : query + 1])
+            delta[j] = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0]) - baseline
 
         if open_keys:
             run_all(one, open_keys)
