@@ -17,6 +17,7 @@ from .core import Array
 from .resources import ensure_fits
 
 if TYPE_CHECKING:
+    from .ablation import Ablation, Importance
     from .analysis import HeadScores
     from .explain import QueryExplanation
     from .generate import Generation
@@ -35,6 +36,7 @@ MODEL_SCHEMA = "attnviz.model/1"
 ROLLOUT_SCHEMA = "attnviz.rollout/1"
 HEADS_SCHEMA = "attnviz.heads/1"
 CHECK_SCHEMA = "attnviz.check/1"
+ABLATION_SCHEMA = "attnviz.ablation/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
@@ -118,10 +120,22 @@ def saturation_document(result: Saturation) -> dict[str, Any]:
     }
 
 
-def explain_document(e: QueryExplanation, att: Attention) -> dict[str, Any]:
+def explain_document(e: QueryExplanation, att: Attention, importance: Importance | None = None) -> dict[str, Any]:
     """Every step of one query through one head; masked scores are null; a model that soft-caps its scores adds
-    ``softcap`` and ``capped`` (each scaled score capped, before the mask)."""
+    ``softcap`` and ``capped`` (each scaled score capped, before the mask); ``--importance`` adds ``importance``:
+    per key, the change in the loss of the next token when the query's attention to it is removed (null where it
+    sees no such key, or only that one)."""
     capped = {} if e.capped is None else {"softcap": e.softcap, "capped": e.capped.tolist()}
+    if importance is not None:
+        capped["importance"] = {
+            "layer": importance.layer,
+            "heads": list(importance.heads),
+            "target": importance.target,
+            "target_id": importance.target_id,
+            "target_is_next_token": importance.given,
+            "baseline_loss": importance.baseline,
+            "delta_loss": [v if math.isfinite(v) else None for v in importance.delta.tolist()],
+        }
     return {
         "schema": EXPLAIN_SCHEMA,
         **_common(att),
@@ -249,6 +263,28 @@ def heads_document(
         "entropy": standard.entropy.tolist(),
         "local": standard.local.tolist(),
         "classes": {"class": names, "score": values.tolist()},
+    }
+
+
+def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any]:
+    """Each head removed in turn: ``delta`` (layers × heads) of the measure, the next-token loss (nats) or, with a
+    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated."""
+    from .ablation import strongest
+
+    baseline = "baseline_loss" if result.target is None else "baseline_log_prob"
+    return {
+        "schema": ABLATION_SCHEMA,
+        "tokens": list(result.tokens),
+        "source": source,
+        "method": result.method,
+        "measure": result.measure,
+        "target": result.target,
+        "target_id": result.target_id,
+        baseline: result.baseline,
+        "layers": int(result.delta.shape[0]),
+        "heads": int(result.delta.shape[1]),
+        "delta": result.delta.tolist(),
+        "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(result, 10)],
     }
 
 

@@ -8,7 +8,7 @@ Heavy modules (NumPy, matplotlib) are imported inside the commands that need the
 from .entry import app, main, run
 
 # isort: off
-from . import heatmap, teaching, models, tokenize, writing, plans  # noqa: E402, F401  (they register the commands, in --help's order)
+from . import heatmap, teaching, models, ablation, tokenize, writing, plans  # noqa: E402, F401  (they register the commands, in --help's order)
 # isort: on
 
 __all__ = ["app", "main", "run"]
