@@ -19,6 +19,7 @@ from .resources import ensure_fits
 if TYPE_CHECKING:
     from .ablation import Ablation, Importance
     from .analysis import HeadScores
+    from .config import ColourScale, SinkMode
     from .explain import QueryExplanation
     from .generate import Generation
     from .models.locate import Found
@@ -349,7 +350,9 @@ def _step(generation: Generation, step: int) -> dict[str, Any]:
     }
 
 
-def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[str, Any]:
+def generate_document(
+    generation: Generation, sampling: dict[str, Any], scale: ColourScale = "auto", sinks: SinkMode = "show"
+) -> dict[str, Any]:
     """The whole run: the prompt, what was written, each step's row, why it stopped, and the final causal map
     as an attention document (``attention``: what `attnviz heatmap --from` reads back)."""
     doc = generate_header(generation, sampling)
@@ -363,8 +366,14 @@ def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[
         "ids": list(generation.ids),
         "stopped": generation.stopped,
         "steps": [_step(generation, k) for k in range(1, len(generation.rows) + 1)],
-        "attention": attention_document(generation.attention()),
+        "attention": attention_document(_readable(generation.attention(), scale, sinks)),
     }
+
+
+def _readable(att: Attention, scale: ColourScale, sinks: SinkMode) -> Attention:
+    from .structure import readable
+
+    return readable(att, scale=scale, sinks=sinks)
 
 
 MODELS_SCHEMA = "attnviz.models/1"
