@@ -221,7 +221,8 @@ def test_every_key_transformers_writes_loads_at_its_default(files: Files, tmp_pa
 def test_qwen3s_head_size_is_its_config_classs_where_config_json_gives_none(files: Files, tmp_path: Path) -> None:
     """Qwen3Config's head_dim is 128, not width / heads: without the key the fixture's 16-wide heads are refused."""
     directory = folder(files, "qwen3", tmp_path / "qwen3", {"head_dim": None})
-    with pytest.raises(AttnvizError, match=r"tensor 'blk.0.attn_q.weight' is \[64, 32\]; .* imply \[512, 32\]"):
+    refusal = r"tensor 'model.layers.0.self_attn.q_proj.weight' is \[64, 32\]; .* imply \[512, 32\]"  # as stored
+    with pytest.raises(AttnvizError, match=refusal):
         load_model(None, model_dir=directory)
 
 
