@@ -127,6 +127,7 @@ def heatmap(
         mean=mean,
         scores=scores,
         pool=pool or "max",
+        sinks=sinks,
         bins=(json_fits(scores) if pool is None else json_bins) if as_json or jsonl else shown_bins(figure, pool),
     )
     from ..structure import readable
