@@ -190,7 +190,8 @@ def attend(
         run_all(one_group, range(len(groups) - 1))
     from .structure import keys_to_hide
 
-    key_mass, hidden = None, ()
+    key_mass: Array | None = None
+    hidden: tuple[tuple[int, ...], ...] = ()
     if columns is not None and sums is not None:
         seen = seen_rows(n, m, causal, window, key_mask)
         key_mass = columns / FIXED_POINT / np.maximum(seen, 1)
@@ -236,7 +237,7 @@ def _without_keys(logits: Array, keys: list[int]) -> None:
     nothing = np.isneginf(logits.max(axis=1))
     if nothing.any():
         rows = np.flatnonzero(nothing)
-        logits[np.ix_(rows, keys)] = hidden[rows]
+        logits[np.ix_(rows, np.array(keys))] = hidden[rows]
 
 
 def _groups(rows: np.ndarray, step: int) -> np.ndarray:

@@ -196,6 +196,18 @@ def model_document(stack: AttentionStack) -> dict[str, Any]:
         "layers": stack.layers,
         "heads": int(stack.weights.shape[1]),
         "weights": stack.weights.tolist(),
+        **_stack_sinks(stack),
+    }
+
+
+def _stack_sinks(stack: AttentionStack) -> dict[str, Any]:
+    """Each tile's sinks (per kept layer, per map) and the keys hidden from it, when they were looked for."""
+    if stack.key_mass is None:
+        return {}
+    found = [[stack.sinks(p, k) for k in range(stack.weights.shape[1])] for p in range(len(stack.kept_layers))]
+    return {
+        "sinks": [[tile["sinks"] for tile in layer] for layer in found],
+        "sinks_hidden": [[tile.get("sinks_hidden", []) for tile in layer] for layer in found],
     }
 
 

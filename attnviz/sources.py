@@ -10,7 +10,7 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -156,8 +156,9 @@ class AttentionStack:
         return mask
 
     def sinks(self, position: int, map_index: int | None = None) -> dict[str, Any]:
-        """A pooled layer's (kept layer ``position``) sinks, found at full resolution, and those hidden: of
-        its maps together, or of map ``map_index`` (a tile), as ``config`` says them."""
+        """Kept layer ``position``'s sinks, found at full resolution (:meth:`with_sinks`, or the engine while
+        pooling), and those hidden: of its maps together, or of map ``map_index`` (a tile), as ``config``
+        says them; nothing when they were not looked for."""
         from .structure import described_sinks
 
         if self.key_mass is None:
@@ -166,10 +167,36 @@ class AttentionStack:
         mass = masses.mean(axis=0) if map_index is None else masses[map_index]
         found: dict[str, Any] = {"sinks": described_sinks(mass, len(self.tokens), self.tokens)}
         hidden = self.hidden[position] if self.hidden else ()
-        keys = sorted({j for each in hidden for j in each}) if map_index is None else hidden[map_index] if hidden else ()
+        if map_index is None:
+            keys: tuple[int, ...] | list[int] = sorted({j for each in hidden for j in each})
+        else:
+            keys = hidden[map_index] if hidden else ()
         if keys:
             found["sinks_hidden"] = list(keys)
         return found
+
+    def with_sinks(self, mode: SinkMode) -> AttentionStack:
+        """The stack with each map's sinks found (and hidden with ``mode`` "hide"), each map on its own: the
+        model view's tiles. A pooled stack's source found them while pooling (``Want.sinks``)."""
+        from .structure import key_mass, keys_to_hide, without_keys
+
+        if self.key_mass is not None or not self.weights.size:
+            return self
+        n = int(self.weights.shape[2])
+        masses = np.stack([key_mass(maps, self.allowed(i), own=self.key_tokens is None) for i, maps in self.each()])
+        if mode != "hide":
+            return replace(self, key_mass=masses)
+        keep = Keep(sinks="hide", sinks_each=True)
+        hidden = tuple(keys_to_hide(mass, n, keep, len(mass)) for mass in masses)
+        weights = np.stack(
+            [np.stack([without_keys(w, keys) for w, keys in zip(maps, each, strict=True)]) for (_, maps), each in
+             zip(self.each(), hidden, strict=True)]
+        )  # fmt: skip
+        return replace(self, weights=weights, scores=None, key_mass=masses, hidden=hidden)
+
+    def each(self) -> Iterator[tuple[int, Array]]:
+        """(layer, its kept maps) for each kept layer."""
+        yield from zip(self.kept_layers, self.weights, strict=True)
 
     def layer(self, index: int | None = None) -> Attention:
         """One layer (default: the last) as the views take it."""
@@ -183,7 +210,7 @@ class AttentionStack:
             config["window"] = self.window(chosen)
         if self.pooled is not None:
             config["pooled"] = {"method": self.pooled, "tokens": len(self.tokens), "bins": len(self.labels)}
-            config.update(self.sinks(position))
+        config.update(self.sinks(position))
         if self.mean:
             head_labels: tuple[str, ...] = (f"layer {chosen} · mean of {self.heads} heads",)
         else:
@@ -467,12 +494,13 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
             maps, scores = maps.mean(axis=0, keepdims=True), None
         n, m = maps.shape[-2:]
         rows, cols = np.arange(n + 1), np.arange(m + 1)
-        mass, hidden = None, ()
+        mass: Array | None = None
+        hidden: tuple[tuple[int, ...], ...] = ()
         if keep.bins is not None:  # the sinks are found, and hidden, at full resolution, as the engine does
             mass = key_mass(maps, stack.allowed(index), own=stack.key_tokens is None)
             hidden = keys_to_hide(mass, n, keep, len(maps))
             if any(hidden):
-                maps = np.stack([without_keys(each, keys) for each, keys in zip(maps, hidden, strict=True)])
+                maps = np.stack([without_keys(w, keys) for w, keys in zip(maps, hidden, strict=True)])
             maps, rows, cols = pool_map(maps, keep.bins, keep.pool)
             scores = None
         kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols, key_mass=mass, hidden=hidden)

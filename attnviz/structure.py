@@ -82,7 +82,8 @@ def without_keys(weights: Array, keys: list[int] | tuple[int, ...]) -> Array:
     left = result.copy()
     left[..., list(keys)] = 0.0
     total = left.sum(axis=-1, keepdims=True)
-    return np.divide(left, total, out=result, where=total > 0)
+    renormalised: Array = np.divide(left, total, out=result, where=total > 0)
+    return renormalised
 
 
 def sink_keys(mass: Array, n: int) -> list[int]:

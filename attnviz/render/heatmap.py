@@ -641,12 +641,15 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
 
 
 def outline_sinks(ax: Axes, att: Attention, style: FigureStyle) -> None:
-    """A dashed frame around each sink's column (see attnviz.structure)."""
+    """A dashed frame around each sink's column, or in a pooled map its bin's (see attnviz.structure)."""
     from matplotlib.patches import Rectangle
+
+    from ..structure import sink_column
 
     n = att.weights.shape[1]
     for sink in att.config.get("sinks") or []:
-        frame = Rectangle((sink["key"] - 0.5, -0.5), 1, n, fill=False, linestyle="--", linewidth=1.5)
+        column = sink_column(att.config, sink["key"])
+        frame = Rectangle((column - 0.5, -0.5), 1, n, fill=False, linestyle="--", linewidth=1.5)
         frame.set_edgecolor(style.colours["text"])
         frame.set_gid("sinks")
         ax.add_patch(frame)

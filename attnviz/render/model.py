@@ -37,6 +37,7 @@ from .outlines import draw_texts, text_path
 from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.colors import Colormap
     from matplotlib.figure import Figure
 
@@ -104,12 +105,15 @@ def model_tiles(
 
 
 @styled
-def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto") -> Figure:
+def render_model_figure(
+    stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto", sinks: str = "show"
+) -> Figure:
     """Every layer and head: bertviz's model view, as one figure with one colour bar.
 
     Layers go down and heads across, or the other way when that gives larger tiles in the box of
     the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide.
     The panels are tiles of one image in one Axes: hundreds of Axes took seconds to build and lay out.
+    Each tile's sinks are its own (:meth:`AttentionStack.with_sinks`): ``sinks`` "mark" outlines them.
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -121,6 +125,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     font, label = style.font_size, style.scaled(0.8)
     width = style.figure_size(0.5, wide=True)[0]
     tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
+    tile += [SINK_PARTS[sinks]] if sinks in SINK_PARTS and stack.key_mass is not None and stack.key_mass.any() else []
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
@@ -171,6 +176,10 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
     ax.imshow(image, interpolation="nearest", aspect="auto")
     ax.set_axis_off()
+    if sinks == "mark":
+        groups = (group, 0) if across_layers else (0, group)
+        outline_tile_sinks(ax, stack, across_layers, tile_starts(grid.shape[0], n, gap, groups[0]),
+                           tile_starts(grid.shape[1], m, gap, groups[1]), style)  # fmt: skip
     text = style.colours["text"]
     tile_side = cell * max(n, m)
     size = max(style.smallest, min(label, tile_side * 0.45))  # small tiles get small labels, within reason
@@ -211,6 +220,34 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     label_colour_bar(bar, *scale_ticks(chosen, floor), "attention weight" + SCALE_NAMES[chosen], style)
     draw_heading(fig, title, bottom + grid_h + (room + heading) / 72, style)
     return fig
+
+
+SINK_PARTS = {"mark": "sinks outlined (each tile's own)", "hide": "sinks hidden in each tile: rows renormalised"}
+
+
+def outline_tile_sinks(
+    ax: Axes, stack: AttentionStack, across_layers: bool, rows: list[int], cols: list[int], style: FigureStyle
+) -> None:
+    """A dashed frame around each tile's sink columns (of tiles at ``rows`` × ``cols`` in the image)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    from ..structure import sink_column
+
+    n = int(stack.weights.shape[2])
+    frames = []
+    for position, layer in enumerate(stack.kept_layers):
+        config = stack.layer(layer).config
+        for index in range(stack.weights.shape[1]):
+            r, c = (index, position) if across_layers else (position, index)
+            for sink in stack.sinks(position, index).get("sinks", []):
+                x = cols[c] + sink_column(config, sink["key"])
+                frames.append(Rectangle((x - 0.5, rows[r] - 0.5), 1, n))
+    if frames:
+        collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=0.6)
+        collection.set_linestyle("--")
+        collection.set_gid("sinks")
+        ax.add_collection(collection)
 
 
 def model_scale(stack: AttentionStack, asked: str) -> tuple[str, float]:

@@ -80,7 +80,8 @@ def shade(w: float) -> str:
 
 def _row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """Index of each row's largest allowed weight."""
-    maxima: np.ndarray = np.where(allowed, weights, -np.inf).argmax(axis=1)
+    seen = np.where(allowed, weights, -np.inf)
+    maxima: np.ndarray = np.where(seen.max(axis=1) > 0, seen.argmax(axis=1), -1)  # a row of zeros has none
     return maxima
 
 
