@@ -51,11 +51,17 @@ def key_mass(weights: Array, allowed: BoolArray | None, *, own: bool = True) -> 
     it (``allowed``; with ``own``, not the key's own row: a decoder's first row has nothing else); 0 for a
     key that fewer than half the rows see (a late key of a decoder is no sink)."""
     n, m = weights.shape[-2:]
-    seen = np.ones((n, m), dtype=bool) if allowed is None else allowed.copy()
+    if allowed is None:
+        total = np.asarray(weights).sum(axis=-2, dtype=np.float64)
+        rows = np.full(m, n)
+    else:
+        total = np.stack([np.where(allowed, w, 0).sum(axis=0, dtype=np.float64) for w in weights])  # a map at a time
+        rows = allowed.sum(axis=0)
     if own:
-        seen &= ~np.eye(n, m, dtype=bool)
-    total = np.stack([np.where(seen, w, 0).sum(axis=0, dtype=np.float64) for w in weights])  # a map at a time
-    rows = seen.sum(axis=0)
+        diagonal = np.arange(min(n, m))
+        on = np.ones(len(diagonal), dtype=bool) if allowed is None else allowed[diagonal, diagonal]
+        total[:, diagonal[on]] -= np.asarray(weights)[:, diagonal[on], diagonal[on]]
+        rows[diagonal[on]] -= 1
     mass: Array = total / np.maximum(rows, 1)
     mass[:, rows < n / 2] = 0
     return mass
