@@ -211,8 +211,14 @@ def _stack_sinks(stack: AttentionStack) -> dict[str, Any]:
     }
 
 
-def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
-    return {
+def rollout_document(
+    stack: AttentionStack, result: Array, *, sinks: str = "show", hidden: list[list[int]] | None = None
+) -> dict[str, Any]:
+    """The rollout matrix, its own sinks and, with ``sinks`` "hide", the keys taken out of each layer's map."""
+    from .render.model import rollout_attention
+
+    config = rollout_attention(stack, result, sinks=sinks, hidden=hidden).config
+    doc = {
         "schema": ROLLOUT_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
@@ -220,17 +226,33 @@ def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
         "rollout": result.tolist(),
         "first_row": result[0].tolist(),
         "last_row": result[-1].tolist(),
+        "sinks": config["sinks"],
+        "sink_mode": sinks,
     }
+    if hidden is not None and sinks == "hide":
+        doc["sinks_hidden"] = hidden
+    return doc
 
 
-def heads_document(stack: AttentionStack, scores: dict[str, Array], ranked: list[Any]) -> dict[str, Any]:
-    return {
+def heads_document(
+    stack: AttentionStack,
+    scores: dict[str, Array],
+    ranked: list[Any],
+    *,
+    sinks: list[list[list[dict[str, Any]]]] | None = None,
+    sink_mode: str = "show",
+) -> dict[str, Any]:
+    """The pattern scores and ranking; ``sinks``: each head's own (per layer, per head)."""
+    doc: dict[str, Any] = {
         "schema": HEADS_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
         "scores": {name: table.tolist() for name, table in scores.items()},
         "ranking": [{"pattern": p, "layer": layer, "head": h, "score": score} for p, layer, h, score in ranked],
     }
+    if sinks is not None:
+        doc |= {"sinks": sinks, "sink_mode": sink_mode}
+    return doc
 
 
 def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:

@@ -92,6 +92,31 @@ def without_keys(weights: Array, keys: list[int] | tuple[int, ...]) -> Array:
     return renormalised
 
 
+def without_own_sinks(maps: Array, *, each: bool = False) -> tuple[Array, list[list[int]]]:
+    """A layer's maps (k, n, n) without their sinks — those of the maps together, or with ``each`` each
+    map's own — found as :func:`find_sinks` finds them (maps that give nothing above the diagonal are a
+    decoder's: causal), and the keys hidden from each map."""
+    n = maps.shape[-1]
+    mass = layer_mass(maps)
+    keys = [sink_keys(m, n) for m in mass] if each else [sink_keys(mass.mean(axis=0), n)] * len(maps)
+    if not any(keys):
+        return maps, keys
+    return np.stack([without_keys(m, k) for m, k in zip(maps, keys, strict=True)]), keys
+
+
+def own_sinks(maps: Array, tokens: tuple[str, ...]) -> list[list[dict[str, Any]]]:
+    """Each of a layer's maps' (k, n, n) own sinks, as the JSON lists them (see :func:`without_own_sinks`)."""
+    return [described_sinks(m, maps.shape[-1], tokens) for m in layer_mass(maps)]
+
+
+def layer_mass(maps: Array) -> Array:
+    """:func:`key_mass` of a layer's maps (k, n, n) whose mask is not at hand: maps that give nothing above
+    the diagonal are a decoder's (causal)."""
+    n = maps.shape[-1]
+    causal = n > 1 and not np.triu(maps.sum(axis=0), 1).any()
+    return key_mass(maps, np.tril(np.ones((n, n), dtype=bool)) if causal else None)
+
+
 def sink_keys(mass: Array, n: int) -> list[int]:
     """The keys whose ``mass`` (each key's mean weight over the rows that see it, in a map of ``n`` rows)
     makes them sinks, heaviest first: the one rule for full maps and for the engine's pooled ones."""

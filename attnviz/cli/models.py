@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -38,12 +38,15 @@ def rollout(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
     as_json: opt.Json = False,
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
     """Attention rollout through all the layers (Abnar & Zuidema, 2020).
 
     Per layer the heads are averaged, the identity is added for the residual connection and
-    the rows renormalised; the layers are then multiplied, first to last.
+    the rows renormalised; the layers are then multiplied, first to last. --sinks hide takes each
+    layer's sinks out of its averaged map before it joins the product; --sinks mark outlines the
+    rollout's own.
 
     [bold]Examples[/bold]
 
@@ -54,30 +57,38 @@ def rollout(
     import numpy as np
 
     from .. import schema
-    from ..analysis import rollout as attention_rollout
     from ..analysis import rollout_step
     from ..sources import Want
+    from ..structure import without_own_sinks
 
     one_output(figure.output, as_json, False)
+    product: list[Array] = []
+    hidden: list[list[int]] = []  # per layer, the sinks taken out of its averaged map
+
+    def step(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+        maps = kept.weights
+        if sinks == "hide":
+            maps, keys = without_own_sinks(maps)
+            hidden.append(keys[0])
+        product[:] = [rollout_step(product[0] if product else np.eye(maps.shape[-1]), maps)]
+
     if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
-        product: list[Array] = []
-
-        def step(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
-            product[:] = [rollout_step(product[0] if product else np.eye(kept.weights.shape[-1]), kept.weights)]
-
         stack = layer.stack(Want(mean=True), consume=step)
-        result = product[0]
     else:
         stack = stack_of(layer)
-        result = attention_rollout(stack.weights)
+        for index, maps in stack.each():
+            step(index, Kept(maps.mean(axis=0, keepdims=True), None, np.arange(0), np.arange(0)), stack.tokens)
+    result = product[0]
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style),
+        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style, sinks=sinks, hidden=hidden),
         description=lambda: stack_figure_description("rollout", stack, figure.style),
-        documents=lambda: [schema.rollout_document(stack, result)],
-        show=lambda color, width: views.model.render_rollout(stack, result, color=color, width=width),
+        documents=lambda: [schema.rollout_document(stack, result, sinks=sinks, hidden=hidden)],
+        show=lambda color, width: views.model.render_rollout(
+            stack, result, color=color, width=width, sinks=sinks, hidden=hidden
+        ),
     )
 
 
@@ -97,13 +108,15 @@ def heads(
         ),
     ] = None,
     as_json: opt.Json = False,
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
     """Rank every layer and head by recognisable patterns.
 
     Previous token, next token (encoders), first token (the attention sink), [SEP], self,
     the same token elsewhere, and induction (the token after an earlier copy of this one),
-    each scored by the mean weight a head gives to it.
+    each scored by the mean weight a head gives to it. Each head's own sinks are found and
+    listed; --sinks hide scores the patterns on each head's map without them.
 
     [bold]Examples[/bold]
 
@@ -124,27 +137,35 @@ def heads(
         if layer.model is None and layer.model_dir is None and layer.model_file is None:
             raise UsageError("--repeat goes with --model, --model-dir or --model-file")
         layer = dataclasses.replace(layer, repeat=repeat)
+    from ..structure import own_sinks, without_own_sinks
+
+    tables: list[dict[str, Array]] = []
+    found: list[list[list[dict[str, Any]]]] = []  # per layer, per head: its own sinks
+
+    def score(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
+        maps = kept.weights
+        found.append(own_sinks(maps, tokens))
+        if sinks == "hide":
+            maps = without_own_sinks(maps, each=True)[0]
+        tables.append(head_patterns(maps[None], tokens))
+
     if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
-        tables: list[dict[str, Array]] = []
-
-        def score(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
-            tables.append(head_patterns(kept.weights[None], tokens))
-
         stack = layer.stack(Want(), consume=score)
-        scores = {
-            name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)
-        }
     else:
         stack = stack_of(layer)
-        scores = head_patterns(stack.weights, stack.tokens)
+        for index, maps in stack.each():
+            score(index, Kept(maps, None, np.arange(0), np.arange(0)), stack.tokens)
+    scores = {name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)}
     emit(
         figure,
         as_json,
         no_color,
         draw=lambda: views.model.render_heads_figure(stack, scores, figure.style),
         description=lambda: stack_figure_description("heads", stack, figure.style),
-        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top))],
-        show=lambda color, width: views.model.render_heads(stack, scores, top=top, color=color, width=width),
+        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top), sinks=found, sink_mode=sinks)],
+        show=lambda color, width: views.model.render_heads(
+            stack, scores, top=top, color=color, width=width, sinks=found, sink_mode=sinks
+        ),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
@@ -29,6 +29,7 @@ from .heatmap import (
     draw_matrix,
     label_axes,
     label_colour_bar,
+    outline_sinks,
     panel_title,
     wrapped_title,
 )
@@ -267,18 +268,31 @@ def render_all_layers(stack: AttentionStack, *, color: bool, width: int) -> Iter
         yield from render_heatmap(stack.layer(layer), color=color, width=width)
 
 
-def rollout_attention(stack: AttentionStack, result: Array, bins: int | None = None) -> Attention:
-    """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long)."""
+def rollout_attention(
+    stack: AttentionStack,
+    result: Array,
+    bins: int | None = None,
+    *,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Attention:
+    """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long),
+    its own sinks found before pooling, and the keys ``hidden`` from each layer's map, if any."""
     from ..blocked import pool_map
     from ..sources import bin_labels
+    from ..structure import find_sinks
 
     config = {**stack.source, "layers": stack.layers, "heads": stack.heads, "layer": stack.layers - 1}
+    mask = np.tril(np.ones(result.shape, dtype=bool)) if stack.causal else None
+    whole = Attention(tokens=stack.tokens, weights=result[None], head_labels=("rollout",), config=config, mask=mask)
+    config["sinks"], config["sink_mode"] = find_sinks(whole), sinks
+    if hidden and any(hidden):
+        config["sinks_hidden"] = sorted({j for keys in hidden for j in keys})
     tokens, weights = stack.tokens, result
     if bins is not None and len(tokens) > bins:
         weights, rows, _ = pool_map(result, bins)
         tokens = bin_labels(rows)
         config["pooled"] = {"method": "max", "tokens": len(stack.tokens), "bins": len(tokens)}
-    mask = None
     if stack.causal:
         edges = np.arange(len(stack.tokens) + 1) if "pooled" not in config else rows
         mask = edges[:-1][None, :] <= (edges[1:] - 1)[:, None]
@@ -314,14 +328,22 @@ TOP_TOKENS = 30
 
 
 @styled
-def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position."""
+def render_rollout_figure(
+    stack: AttentionStack,
+    result: Array,
+    style: FigureStyle = DEFAULT_STYLE,
+    *,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Figure:
+    """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
+    ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
     from ..structure import colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
     heat, bars = fig.subplots(1, 2, width_ratios=[1.15, 1])
     panel = fig.get_size_inches()[0] * 0.4
-    att = rollout_attention(stack, result, bins=int(panel * style.resolution()))
+    att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
     n = len(att.tokens)
     scale = "log" if n > 64 or "pooled" in att.config else "linear"
     peak = max(float(att.weights.max()), 1e-9)
@@ -332,6 +354,8 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
     if font is not None:
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
+    if sinks == "mark":
+        outline_sinks(heat, att, style)
     panel_title(heat, "attention rollout", label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
@@ -353,6 +377,8 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
+    if att.config.get("sinks_hidden"):
+        how += f"; each layer's sinks hidden (keys {', '.join(map(str, att.config['sinks_hidden']))})"
     fig.suptitle(
         wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
     )
@@ -362,9 +388,18 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
 BAR_WIDTH = 2 * TERMINAL_BINS  # the longest bar, as wide as the widest pooled map, however wide the terminal says it is
 
 
-def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: int) -> Iterator[RenderableType]:
+def render_rollout(
+    stack: AttentionStack,
+    result: Array,
+    *,
+    color: bool,
+    width: int,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Iterator[RenderableType]:
     """The rollout map as the heatmap view draws one, then a bar per token of what flows into one position."""
-    yield from render_heatmap(rollout_attention(stack, result, bins=terminal_bins(width)), color=color, width=width)
+    att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
+    yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield Text(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)
@@ -378,9 +413,16 @@ def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: 
 
 
 def render_heads(
-    stack: AttentionStack, scores: dict[str, Array], *, top: int, color: bool, width: int
+    stack: AttentionStack,
+    scores: dict[str, Array],
+    *,
+    top: int,
+    color: bool,
+    width: int,
+    sinks: list[list[list[dict[str, Any]]]] | None = None,
+    sink_mode: str = "show",
 ) -> Iterator[RenderableType]:
-    """For each pattern, the heads that follow it most."""
+    """For each pattern, the heads that follow it most; then how many heads have sinks, and which keys."""
     yield Text("\n".join(wrap_parts(stack_parts(stack), width)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("pattern")
@@ -404,6 +446,24 @@ def render_heads(
     )
     if stack.source.get("kv_heads"):
         yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
+    if sinks is not None:
+        yield Text(sinks_summary(sinks, sink_mode), style="dim")
+
+
+def sinks_summary(sinks: list[list[list[dict[str, Any]]]], mode: str) -> str:
+    """'attention sinks in 240 of 270 heads: key 0 '<bos>' in 236, key 5 '.' in 12 …' (each head's own)."""
+    heads = [tile for layer in sinks for tile in layer]
+    keys: dict[tuple[int, str], int] = {}
+    for tile in heads:
+        for sink in tile:
+            keys[sink["key"], sink["token"]] = keys.get((sink["key"], sink["token"]), 0) + 1
+    if not keys:
+        return f"no attention sinks in the {len(heads)} heads"
+    common = sorted(keys.items(), key=lambda item: (-item[1], item[0][0]))[:3]
+    named = ", ".join(f"key {key} '{abbreviate(token, 10)}' in {count}" for (key, token), count in common)
+    more = " …" if len(keys) > 3 else ""
+    hidden = " (hidden: each head's patterns scored without its own)" if mode == "hide" else ""
+    return f"attention sinks in {sum(bool(t) for t in heads)} of {len(heads)} heads: {named}{more}{hidden}"
 
 
 @styled
