@@ -100,10 +100,13 @@ def attend(
     window: int | None = None,
     key_mask: BoolArray | None = None,
     keep: Keep | None = None,
+    softcap: float | None = None,
 ) -> tuple[Array | None, Kept]:
     """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32, keeping of the weights what ``keep`` says.
 
     ``window`` (with ``causal``): query i sees only the keys i − window + 1 … i (a sliding-window layer).
+    ``softcap`` (Gemma 2's logit soft-capping): each scaled score s becomes softcap · tanh(s / softcap) before
+    the mask, so no score leaves (−softcap, softcap); the kept scores are the capped ones.
     ``key_mask`` (m,) is True for keys that may be attended to (False: padding). Returns the
     output (h, n, d_v) — None without ``v`` — and the kept weights. Threads share the work by
     groups of rows (a bin, when pooling), so nothing two threads write overlaps.
@@ -155,6 +158,10 @@ def attend(
                 own = scores is None or kept is None
                 logits = part if own else scores[kept, a:b, lo:used]  # type: ignore[index]
                 np.matmul(q[h, a:b], kt[h, :, lo:used], out=logits)
+                if softcap is not None:
+                    np.multiply(logits, np.float32(1 / softcap), out=logits)
+                    np.tanh(logits, out=logits)
+                    np.multiply(logits, np.float32(softcap), out=logits)
                 if causal:  # only the block's diagonal square holds both allowed and masked keys
                     diagonal = logits[:, a - lo : used - lo]
                     diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf

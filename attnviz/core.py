@@ -34,14 +34,23 @@ def padding_mask(key_is_padding: BoolArray, n_queries: int) -> BoolArray:
     return np.broadcast_to(~np.asarray(key_is_padding, dtype=bool), (n_queries, len(key_is_padding))).copy()
 
 
+def soft_cap(scores: Array, cap: float) -> Array:
+    """cap · tanh(scores / cap): near the scores where they are small, never past ±cap (Gemma 2's soft-capping)."""
+    capped: Array = cap * np.tanh(scores / cap)
+    return capped
+
+
 def scaled_dot_product_attention(
-    q: Array, k: Array, v: Array, *, scale: float, mask: BoolArray | None = None
+    q: Array, k: Array, v: Array, *, scale: float, mask: BoolArray | None = None, softcap: float | None = None
 ) -> tuple[Array, Array, Array]:
-    """softmax(q kᵀ · scale) v over the last two axes, for one head or a stack of heads.
+    """softmax(q kᵀ · scale) v over the last two axes, for one head or a stack of heads; with ``softcap``,
+    the scaled scores are soft-capped (:func:`soft_cap`) before the mask.
 
     Returns (output, weights, scores); masked scores are -inf, masked weights exactly 0.
     """
-    scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    scores: Array = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     weights = softmax(scores, axis=-1)  # (..., n, m), each row a distribution over keys

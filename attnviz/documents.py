@@ -131,6 +131,7 @@ CONFIG_FIELDS: dict[str, Any] = {
     **dict.fromkeys(("sinks_hidden", "token_ids"), lambda v: isinstance(v, list) and all(_count(x) for x in v)),
     "windows": lambda v: isinstance(v, list) and all(x is None or _count(x) for x in v),
     "window": _count,
+    "softcap": lambda v: _number(v) or isinstance(v, list) and all(x is None or _number(x) for x in v),
     "kv_heads": _count,
     "strongest": lambda v: (
         isinstance(v, dict)

@@ -1,21 +1,28 @@
 """One query through one head, every intermediate kept: the numbers behind a row of the heatmap.
 
-q = x_i W_Q, k_j = c_j W_K, v_j = c_j W_V; the dot products q·k_j, scaled; the mask; the
-softmax; each v_j scaled by its weight; their sum, the head's output; and the heads'
-outputs concatenated and multiplied by W_O, the layer's output row. Pure NumPy.
+q = x_i W_Q, k_j = c_j W_K, v_j = c_j W_V; the dot products q·k_j, scaled; soft-capped, where the
+model caps its scores (Gemma 2); the mask; the softmax; each v_j scaled by its weight; their sum,
+the head's output; and the heads' outputs concatenated and multiplied by W_O, the layer's output
+row. A decoder's q, k and v are its own (after its norms and rotary embedding). Pure NumPy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .attention import Attention
-from .core import Array, BoolArray, softmax
+from .core import Array, BoolArray, soft_cap, softmax
 from .errors import UsageError
 from .layer import Layer
 from .threads import one_blas_thread
+
+if TYPE_CHECKING:
+    from .models.decoder import Decoder
+
+MODEL_TOKENS = 512  # a model's text: every key of the query is a row, and its mask every cell (as the mask view's)
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class QueryExplanation:
     q: Array  # (d_k,)
     keys: Array  # (m, d_k)
     dots: Array  # (m,)  q·k_j
-    scores: Array  # (m,)  q·k_j · scale, -inf where masked
+    scores: Array  # (m,)  q·k_j · scale (soft-capped, with ``softcap``), -inf where masked
     allowed: BoolArray  # (m,)
     weights: Array  # (m,)  softmax(scores)
     values: Array  # (m, d_v)
@@ -36,23 +43,61 @@ class QueryExplanation:
     head_output: Array  # (d_v,)  Σ_j w_j v_j
     head_outputs: Array  # (h, d_v)  every head's output for this query
     output: Array  # (d_model,)  [o_1; …; o_h] W_O
+    softcap: float | None = None  # the model's cap of its scores (Gemma 2's attn_logit_softcapping)
+    capped: Array | None = None  # (m,)  softcap · tanh(q·k_j · scale / softcap), unmasked
 
 
-def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryExplanation:
-    """Recompute row ``query`` of head ``head`` step by step from the layer's inputs and weights."""
-    n, m = att.weights.shape[1:]
-    heads = att.weights.shape[0]
+def _check(query: int, head: int, n: int, heads: int) -> None:
     if not 0 <= query < n:
         raise UsageError(f"--query {query} is out of range: there are {n} queries (0 to {n - 1})")
     if not 0 <= head < heads:
         raise UsageError(f"--head {head} is out of range: there are {heads} heads (0 to {heads - 1})")
-    scale = float(att.config["scale"])
-    allowed = att.allowed[query]
+
+
+def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryExplanation:
+    """Recompute row ``query`` of head ``head`` step by step from the layer's inputs and weights."""
+    _check(query, head, att.weights.shape[1], att.weights.shape[0])
     with one_blas_thread():
         q, k, v = layer.projections()  # (h, n, d_k), (h, m, d_k), (h, m, d_v)
-    q_i = q[:, query]  # (h, d_k): this query in every head
+    return explain_heads(q[:, query], k, v, layer.w_o, att.allowed[query], float(att.config["scale"]), query, head)
+
+
+def explain_decoder(
+    model: Decoder, text: str, layer: int, query: int | None, head: int
+) -> tuple[QueryExplanation, Attention]:
+    """Row ``query`` (default: the last) of head ``head`` of a decoder's layer ``layer`` step by step, from that
+    layer's own queries, keys and values, and the layer's attention as the views take it."""
+    from .blocked import Keep, attend
+    from .sources import kept_stack, model_source
+
+    encoding = model.encode(text)
+    n = len(encoding.ids)
+    if n > MODEL_TOKENS:
+        raise UsageError(f"explain shows every key of one query: {n:,} tokens are more than {MODEL_TOKENS} (heatmap "
+                         "shows long maps, pooled)")  # fmt: skip
+    if not 0 <= layer < model.layers:
+        raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+    query = n - 1 if query is None else query
+    _check(query, head, n, model.heads)
+    q, k, v = model.layer_inputs(encoding.ids, layer)
+    scale, cap, keep = model.scale(layer), model.softcap(layer), Keep(heads=(head,), scores=True)
+    _, kept = attend(q, k, v, scale=scale, causal=True, window=model.windows[layer], softcap=cap, keep=keep)
+    source = model_source(model, text, None, encoding.ids)
+    stack = kept_stack(encoding.tokens, {layer: kept}, source, keep=keep, layers=model.layers, heads=model.heads,
+                       causal=True)  # fmt: skip
+    att = stack.layer(layer)
+    w_o = model.weights.tensor(f"blk.{layer}.attn_output.weight").T
+    return explain_heads(q[:, query], k, v, w_o, att.allowed[query], scale, query, head, cap), att
+
+
+def explain_heads(
+    q_i: Array, k: Array, v: Array, w_o: Array, allowed: BoolArray, scale: float, query: int, head: int,
+    softcap: float | None = None,
+) -> QueryExplanation:  # fmt: skip
+    """One query's steps in every head (q_i (h, d_k), k (h, m, d_k), v (h, m, d_v)), kept of head ``head``."""
     dots = np.einsum("hd,hmd->hm", q_i, k)  # q·k_j for every key j
-    scores = np.where(allowed, dots * scale, -np.inf)
+    capped = None if softcap is None else soft_cap(dots * scale, softcap)
+    scores = np.where(allowed, dots * scale if capped is None else capped, -np.inf)
     weights = softmax(scores, axis=-1)  # (h, m)
     head_outputs = np.einsum("hm,hmd->hd", weights, v)  # Σ_j w_j v_j in every head
     return QueryExplanation(
@@ -69,5 +114,7 @@ def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryE
         weighted=weights[head][:, None] * v[head],
         head_output=head_outputs[head],
         head_outputs=head_outputs,
-        output=np.einsum("i,ij->j", head_outputs.reshape(-1), layer.w_o),  # [o_1; …; o_h] W_O
+        output=np.einsum("i,ij->j", head_outputs.reshape(-1), w_o),  # [o_1; …; o_h] W_O
+        softcap=softcap,
+        capped=None if capped is None else capped[head],
     )

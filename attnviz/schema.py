@@ -117,7 +117,9 @@ def saturation_document(result: Saturation) -> dict[str, Any]:
 
 
 def explain_document(e: QueryExplanation, att: Attention) -> dict[str, Any]:
-    """Every step of one query through one head; masked scores are null."""
+    """Every step of one query through one head; masked scores are null; a model that soft-caps its scores adds
+    ``softcap`` and ``capped`` (each scaled score capped, before the mask)."""
+    capped = {} if e.capped is None else {"softcap": e.softcap, "capped": e.capped.tolist()}
     return {
         "schema": EXPLAIN_SCHEMA,
         **_common(att),
@@ -136,6 +138,7 @@ def explain_document(e: QueryExplanation, att: Attention) -> dict[str, Any]:
         "head_output": e.head_output.tolist(),
         "head_outputs": e.head_outputs.tolist(),
         "output": e.output.tolist(),
+        **capped,
     }
 
 

@@ -352,6 +352,10 @@ def model_source(model: Model, text: str, pair: str | None, ids: tuple[int, ...]
     windows = getattr(model, "windows", ())
     if any(w is not None for w in windows):
         source["windows"] = list(windows)  # per layer: a sliding window of keys, or None (global)
+    softcap = getattr(model, "softcap", None)
+    caps = {softcap(i) for i in range(model.layers)} if callable(softcap) else set()
+    if caps - {None}:
+        source["softcap"] = caps.pop() if len(caps) == 1 else [softcap(i) for i in range(model.layers)]  # type: ignore[misc]
     return source
 
 

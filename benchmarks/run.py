@@ -160,6 +160,23 @@ def decoder() -> None:
     )
 
 
+def llama3_rope() -> None:
+    """A Llama-3-shaped GGUF (its RoPE scaling as rope_freqs.weight) costs what the same file without it costs."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_gguf import write_tiny_llama
+
+    with tempfile.TemporaryDirectory() as scratch:
+        plain = write_tiny_llama(Path(scratch) / "llama.gguf")
+        factors = np.array([1.0, 1.5, 4.0, 8.0], np.float32)  # one per rotated pair of the 8-wide heads
+        scaled = write_tiny_llama(Path(scratch) / "llama3.gguf", extra={"rope_freqs.weight": factors})
+        text = "the cat sat on the mat"  # 11 tokens of the tiny vocabulary
+        run = [sys.executable, "-m", "attnviz", "heatmap", text, "--json", "--model-file"]
+        times = processes([[*run, str(scaled)], [*run, str(plain)]], repeats=15)
+        record("llama 3 rope_freqs GGUF vs plain llama, CLI", *times, 1.05, "baseline: the file without rope_freqs")
+
+
 def figures() -> None:
     import matplotlib
 
@@ -251,6 +268,7 @@ def main() -> None:
     long_sequence(8192 if quick else 65536)
     start_up()
     decoder()
+    llama3_rope()
     figures()
     batch(20 if quick else 100)
     from real_lengths import real_lengths

@@ -292,7 +292,7 @@ def _lie(folder: Path) -> None:
 BREAKAGES = {
     "not a checkpoint": (lambda d: (d / "config.json").unlink(), "no config.json: not a Hugging Face checkpoint"),
     "unsupported family": (lambda d: _config(d, model_type="t5"),
-                           "model_type 't5' is not supported; attnviz reads bert, distilbert, gemma3_text, gpt2"),
+                           "model_type 't5' is not supported; attnviz reads bert, distilbert, gemma2, gemma3_text"),
     "no weights": (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"),
                    "no model.safetensors or model.safetensors.index.json .pytorch_model.bin is a PyTorch pickle"),
     "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),

@@ -186,6 +186,30 @@ def test_saturation_figure_plots_the_measured_numbers() -> None:
     assert std_panel.get_xscale() == "log"
 
 
+@pytest.mark.parametrize(
+    ("keys", "dk_max", "claims", "never"),
+    [
+        (1000, 16, "sharpens (largest weight 0.02 → 0.42)", "saturates"),
+        (64, 1024, "peaks at d_k = 16, then collapses", "sharpens"),
+        (64, 1, "at d_k = 1 alone", "saturates"),
+    ],
+)
+def test_the_saturation_headline_says_what_its_numbers_show(keys: int, dk_max: int, claims: str, never: str) -> None:
+    from attnviz.render.saturation import headline
+
+    said = headline(measure_saturation(dk_max=dk_max, keys=keys, trials=200))
+    assert claims in said and never not in said
+
+
+def test_the_uniform_line_is_named_in_a_legend_not_written_over_the_data() -> None:
+    result = measure_saturation(dk_max=16, keys=1000, trials=20)
+    with figure_context(FigureStyle()):
+        fig = render_saturation_figure(result, FigureStyle())
+    largest = next(ax for ax in fig.axes if ax.get_title() == "largest softmax weight")
+    assert not largest.texts
+    assert [t.get_text() for t in largest.get_legend().get_texts()] == ["uniform: 1/1000"]
+
+
 @pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
 def test_files_are_byte_identical_and_record_the_configuration(fmt: str) -> None:
     def draw() -> bytes:

@@ -24,7 +24,7 @@ LLAMA_CPP_KEYS = [
     line for line in (FIXTURES / "llama_cpp_keys.txt").read_text().splitlines() if line and not line.startswith("#")
 ]
 TRANSFORMERS_DEFAULTS = json.loads((FIXTURES / "transformers_config_defaults.json").read_text())
-GGUF_ARCHITECTURES = ["llama", "qwen2"]
+GGUF_ARCHITECTURES = ["llama", "qwen2", "smollm3"]
 
 
 def test_the_inert_keys_are_llama_cpps() -> None:

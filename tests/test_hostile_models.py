@@ -105,6 +105,7 @@ BASES: dict[str, dict[str, object]] = {
 BASES["mistral"] = BASES["llama"] | {"model_type": "mistral", "sliding_window": 2}
 BASES["qwen2"] = BASES["llama"] | {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 2,
                                    "max_window_layers": 1}  # fmt: skip
+BASES["smollm3"] = BASES["llama"] | {"model_type": "smollm3", "no_rope_layers": [1, 0]}
 BASES["gemma3_text"] = BASES["llama"] | {"model_type": "gemma3_text", "head_dim": 4, "sliding_window": 2,
                                          "query_pre_attn_scalar": 4}  # fmt: skip
 

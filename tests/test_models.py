@@ -105,7 +105,7 @@ def test_a_missing_model_names_the_install_command(monkeypatch: pytest.MonkeyPat
         (lambda d: (d / "config.json").write_text("{oops"), "config.json: not valid JSON"),
         (
             lambda d: (d / "config.json").write_text('{"model_type": "t5", "num_hidden_layers": 1}'),
-            r"model_type 't5' is not supported; attnviz reads bert, distilbert, gemma3_text, gpt2, llama",
+            r"model_type 't5' is not supported; attnviz reads bert, distilbert, gemma2, gemma3_text, gpt2, llama",
         ),
         (lambda d: (d / "vocab.txt").unlink() or (d / "config.json").write_text("{}"), "model_type missing is not"),
         (lambda d: (d / "vocab.txt").write_text("a\nb\n"), "the vocabulary has no"),
@@ -170,7 +170,7 @@ def test_all_layers_model_view(cli, tiny: str, tmp_path: Path) -> None:
         (["heatmap", "a", "--layer", "1"], "--layer goes with --model or --from"),
         (["heatmap", "a", "--pair", "b"], "--pair goes with --model"),
         (["heatmap", "--model-dir", "MODEL", "   "], "no text"),
-        (["explain", "--model", "minilm", "a"], "No such option: --model"),
+        (["explain", "--model-dir", "MODEL", "a"], "explain runs on the random layer and on decoders"),
         (["mask", "--model-dir", "MODEL", "cat", "--compare"], "--compare"),
     ],
 )

@@ -81,8 +81,11 @@ def test_a_file_with_frequency_factors_runs_them(tmp_path: Path) -> None:
     [
         ({"llama.rope.scaling.type": "yarn"}, {}, ["rope.scaling.type", "yarn"]),
         ({"llama.rope.scaling.type": "longrope"}, {}, ["rope.scaling.type"]),
-        ({"llama.rope.scaling.attn_factor": 0.5}, {}, ["rope.scaling.attn_factor"]),
-        ({"llama.attention.key_length": 16}, {}, ["attention.key_length", "16"]),
+        ({"llama.rope.scaling.attn_factor": 0.0}, {}, ["rope.scaling.attn_factor"]),
+        ({"llama.rope.scaling.yarn_log_multiplier": 0.1}, {}, ["rope.scaling.yarn_log_multiplier"]),
+        ({"llama.attention.key_length": 16}, {}, ["attention.value_length = 8 is not 16"]),
+        ({"llama.attention.key_length": 16, "llama.attention.value_length": 16}, {}, ["'blk.0.attn_q.weight'"]),
+        ({"llama.attention.key_length": 7}, {}, ["attention.key_length = 7 is not even"]),
         ({"llama.attention.value_length": 4}, {}, ["attention.value_length"]),
         ({}, {"rope_factors_long.weight": np.ones(4, np.float32)}, ["rope_factors_long.weight"]),
         ({}, {"rope_freqs.weight": np.ones(3, np.float32)}, ["rope_freqs.weight", "4 positive factors"]),
@@ -97,6 +100,19 @@ def test_scaling_attnviz_does_not_run_is_refused_by_name(tmp_path: Path, meta: d
     assert "\n" not in str(refused.value)
     for word in words:
         assert word in str(refused.value)
+
+
+def test_the_attention_factor_scales_cos_and_sin(tmp_path: Path) -> None:
+    """llama.cpp multiplies cos and sin by rope.scaling.attn_factor (cparams.yarn_attn_factor): with every
+    dimension rotated, the first layer's scores are the plain file's times its square."""
+    plain, scaled = (
+        load_model(None, model_file=write_tiny_llama(tmp_path / f"{a}.gguf", meta_changes=meta))
+        for a, meta in enumerate([{}, {"llama.rope.scaling.attn_factor": 0.5}])
+    )
+    text = "the cat sat on the mat"
+    a, b = (all_attention(m, m.encode(text)) for m in (plain, scaled))
+    np.testing.assert_allclose(b.scores[0], 0.25 * a.scores[0], rtol=1e-5, atol=1e-6)
+    assert np.abs(b.weights - a.weights).max() > 1e-2
 
 
 def test_linear_scaling_and_the_head_size_the_file_states_are_run(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import typer
 from .. import options as opt
 from .._version import __version__
 from ..config import Positions
-from ..errors import UsageError
+from ..errors import UsageError, printable
 from .entry import app
 from .output import (
     compare_output,
@@ -128,7 +128,10 @@ def saturation(
 
 
 @app.command()
-@opt.with_options(layer=opt.RANDOM_LAYER, figure=opt.FIGURE.variant(hidden=("annotate",)))
+@opt.with_options(
+    layer=opt.LAYER.variant(hidden=("pair", "from_file", "tokens_file")),
+    figure=opt.FIGURE.variant(hidden=("annotate",)),
+)
 def explain(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
@@ -152,6 +155,9 @@ def explain(
     q, the keys, q·k_j, the scale, the mask, the softmax, each value weighted, their sum,
     and the layer's output row.
 
+    A decoder (--model, --model-dir, --model-file) shows its own q, k and v of --layer,
+    and its scores soft-capped where it caps them (Gemma 2).
+
     [bold]Examples[/bold]
 
       attnviz explain "the cat sat on the mat" --query 2 --head 0
@@ -159,14 +165,29 @@ def explain(
       attnviz explain the cat sat --causal -o explain.png
 
       attnviz explain "le chat" --keys "the cat sat" --json | jq '.weights'
+
+      attnviz explain --model smollm2 "The cat sat on the mat" --layer 3 --head 2
     """
-    from ..explain import explain_query
+    from ..explain import explain_decoder, explain_query
 
     one_output(figure.output, as_json, False)
-    built, att = layer.prepare()
-    if query is None:
-        query = len(att.tokens) - 1 - sum(att.padding)
-    e = explain_query(built, att, query, head)
+    if layer.external:
+        from ..models import load_model
+        from ..models.decoder import Decoder
+
+        if not layer.text.strip():
+            raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
+        model = load_model(layer.model, layer.model_dir, layer.model_file)
+        if not isinstance(model, Decoder):
+            raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
+        chosen = model.layers - 1 if layer.layer is None else layer.layer
+        e, att = explain_decoder(model, layer.text, chosen, query, head)
+        query = e.query
+    else:
+        built, att = layer.prepare()
+        if query is None:
+            query = len(att.tokens) - 1 - sum(att.padding)
+        e = explain_query(built, att, query, head)
     from .. import schema
 
     emit(

@@ -1,10 +1,10 @@
 """Pretrained transformers in pure NumPy: tokenise, run, and return attention of every layer and head.
 
 Every model offers the same interface (:class:`Model`): text in, tokens and attention of shape
-(layers, heads, n, n) out, so that every view can show a trained model's heads. Four families —
+(layers, heads, n, n) out, so that every view can show a trained model's heads. The families —
 BERT-style encoders (BERT, RoBERTa, DistilBERT, MiniLM), GPT-2, Llama-style decoders (Llama, Mistral,
-Qwen2, SmolLM2) and Gemma 3 — from a Hugging Face checkpoint folder or a GGUF file, one forward pass
-per family whichever the file.
+Qwen2, SmolLM2) and the families built on them (Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3) — from a
+Hugging Face checkpoint folder or a GGUF file, one forward pass per family whichever the file.
 """
 
 from __future__ import annotations
@@ -250,9 +250,11 @@ def load_gguf(path: Path, name: str) -> Model:
 
 def gguf_loaders() -> dict[str, Callable[..., Decoder]]:
     """The GGUF architectures attnviz runs (``general.architecture``), each with its family's loader."""
-    from . import gemma3, gpt2, llama
+    from . import gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, smollm3
 
-    return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf}
+    return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma2": gemma2.load_gguf,
+            "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf, "qwen3": qwen3.load_gguf, "olmo2": olmo2.load_gguf,
+            "smollm3": smollm3.load_gguf, "phi3": phi3.load_gguf}  # fmt: skip
 
 
 def supported(architecture: str) -> list[str]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma3, gpt2, llama, refuse_unused
+from . import bert, gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, refuse_unused, smollm3
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -40,12 +40,28 @@ LLAMA_NAMES = {
     "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
     "lm_head.weight": "output.weight",  # absent where the embeddings are tied
 }
-GEMMA3_NAMES = LLAMA_NAMES | {
-    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
-    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+GEMMA2_NAMES = LLAMA_NAMES | {
     "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
     "layers.{i}.pre_feedforward_layernorm.weight": "blk.{i}.ffn_norm.weight",
     "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
+GEMMA3_NAMES = GEMMA2_NAMES | {
+    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+}
+QWEN3_NAMES = LLAMA_NAMES | {
+    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+}
+OLMO2_NAMES = {k: v for k, v in QWEN3_NAMES.items() if "layernorm" not in k} | {  # no norm before attention
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
+    "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
+PHI3_NAMES = {k: v for k, v in LLAMA_NAMES.items() if "_proj" not in k} | {
+    "layers.{i}.self_attn.qkv_proj.weight": "blk.{i}.attn_qkv.weight",
+    "layers.{i}.self_attn.o_proj.weight": "blk.{i}.attn_output.weight",
+    "layers.{i}.mlp.gate_up_proj.weight": "blk.{i}.ffn_up.weight",
+    "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
 }
 GPT2_NAMES = {
     "wte.weight": "token_embd.weight",
@@ -114,7 +130,12 @@ FAMILIES = {
     "llama": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "qwen2": Family(LLAMA_NAMES, ("model.",), llama.from_config),
+    "smollm3": Family(LLAMA_NAMES, ("model.",), smollm3.from_config),
+    "gemma2": Family(GEMMA2_NAMES, ("model.",), gemma2.from_config, adjust=gemma3.offset_norms),
     "gemma3_text": Family(GEMMA3_NAMES, ("model.",), gemma3.from_config, adjust=gemma3.offset_norms),
+    "qwen3": Family(QWEN3_NAMES, ("model.",), qwen3.from_config),
+    "olmo2": Family(OLMO2_NAMES, ("model.",), olmo2.from_config),
+    "phi3": Family(PHI3_NAMES, ("model.",), phi3.from_config),
 }  # fmt: skip
 
 
@@ -130,7 +151,8 @@ def read_config(directory: Path) -> tuple[dict[str, object], Path]:
 
 ARCHITECTURE_FAMILIES = {
     "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
-    "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma3": "gemma3_text",
+    "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma2": "gemma2", "Gemma3": "gemma3_text",
+    "Qwen3": "qwen3", "Olmo2": "olmo2", "SmolLM3": "smollm3", "Phi3": "phi3",
 }  # fmt: skip
 
 

@@ -6,7 +6,7 @@ values and what it does with the attention's output (:meth:`Decoder.attention_in
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ class Cache:
     keys: list[Array]
     values: list[Array]
     length: int = 0
+    ids: list[int] = field(default_factory=list)  # the tokens whose keys and values these are
 
     def extend(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
         """The layer's keys and values with ``k`` and ``v`` (of the tokens after ``length``) appended."""
@@ -204,19 +205,22 @@ class Decoder:
         start, n = cache.length, len(ids)
         if start and n != 1:
             raise ValueError("after the prompt, tokens are fed one at a time")
+        if start and any(rope.switches(start) for rope in self.shape.ropes):
+            return self.rotated_again(ids, cache, keep)
+        cache.ids[start:] = [int(i) for i in ids]
         x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
         with one_blas_thread(), overflow_checked():
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
-                window = self.windows[layer]
+                window, cap = self.windows[layer], self.softcap(layer)
                 if start == 0:
-                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 else:
                     seen = None if window is None else np.arange(start + 1) > start - window
-                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen,
+                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap,
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 assert output is not None
                 if layer == keep[0]:
@@ -226,6 +230,15 @@ class Decoder:
             cache.length += n
             return self.logits(x[-1:])[0], shown
 
+    def rotated_again(self, ids: Array, cache: Cache, keep: tuple[int, Keep]) -> tuple[Array, Kept]:
+        """The step whose token takes the sequence past a LongRoPE's original length: every token so far runs again,
+        rotated with the long factors, as transformers' Phi-3 generation drops its cache there; the new token's row."""
+        every = np.asarray([*cache.ids, *(int(i) for i in ids)])
+        cache.length = 0
+        logits, kept = self.forward(every, cache, keep)
+        scores = None if kept.scores is None else kept.scores[:, -1:]
+        return logits, Kept(kept.weights[:, -1:], scores, np.arange(2), kept.cols)
+
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""
         raise NotImplementedError
@@ -233,11 +246,32 @@ class Decoder:
     def scale(self, layer: int) -> float:
         return self.shape.scale
 
+    def softcap(self, layer: int) -> float | None:
+        """The layer's attention logit soft-cap (see :func:`attnviz.blocked.attend`); None: scores uncapped."""
+        return None
+
     def start(self, capacity: int) -> Cache:
         """An empty key/value cache for ``capacity`` tokens."""
         d = self.shape.d_head
         return Cache([np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)],
                      [np.empty((self.kv_heads, capacity, d), np.float32) for _ in range(self.layers)])  # fmt: skip
+
+    def layer_inputs(self, ids: tuple[int, ...], layer: int) -> tuple[Array, Array, Array]:
+        """Layer ``layer``'s queries, keys and values of the tokens ``ids``, each (heads, n, d) (a key/value head
+        repeated for each query head it serves): the numbers ``attnviz explain`` shows step by step."""
+        x = self.embed(np.asarray(ids))
+        with one_blas_thread(), overflow_checked():
+            for i in range(layer + 1):
+                self.finite(x, i - 1)
+                q, k, v = self.attention_inputs(x, i)
+                k, v = shared_heads(k, v, self.heads)
+                if i == layer:
+                    break
+                output, _ = attend(q, k, v, scale=self.scale(i), causal=True, window=self.windows[i],
+                                   softcap=self.softcap(i), keep=NOTHING)  # fmt: skip
+                assert output is not None
+                x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
+        return q, k, v
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
@@ -255,7 +289,7 @@ class Decoder:
                 k, v = shared_heads(k, v, self.heads)
                 output, kept = attend(
                     q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
-                    keep=keep.get(layer, NOTHING),
+                    softcap=self.softcap(layer), keep=keep.get(layer, NOTHING),
                 )  # fmt: skip
                 assert output is not None
                 self.finite(output, layer)  # what a layer that keeps nothing is checked by

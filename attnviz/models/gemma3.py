@@ -20,6 +20,7 @@ from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, rope_of, rope_parameters
 from .metadata import Settings
 from .parts import Rope, gelu_tanh, rms_norm
+from .qwen3 import Qwen3
 from .tokenizer import Tokenizer
 from .weights import Tensors
 
@@ -28,25 +29,18 @@ GLOBAL_EVERY = 6  # layers 5, 11, 17, …: global attention; the others slide
 NORMS = ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm", "output_norm")
 
 
-class Gemma3(Llama):
-    FAMILY = "gemma3"
+class Gemma(Llama):
+    """What Gemma 2 and Gemma 3 share: embeddings times √d_model, the attention's and the feed-forward's outputs
+    normalised again before each residual sum, a GELU(tanh)-gated feed-forward."""
 
     def expected(self) -> dict[str, tuple[int, ...]]:
-        shapes = super().expected()
-        d, h = self.shape.d_head, self.shape.hidden
-        extra = {"attn_q_norm": (d,), "attn_k_norm": (d,), "post_attention_norm": (h,), "post_ffw_norm": (h,)}
-        return shapes | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in extra.items()}
+        h = self.shape.hidden
+        extra = {"post_attention_norm": (h,), "post_ffw_norm": (h,)}
+        return super().expected() | {f"blk.{i}.{w}.weight": s for i in range(self.layers) for w, s in extra.items()}
 
     def embed(self, ids: Array, start: int = 0) -> Array:
         scaled: Array = super().embed(ids) * np.float32(math.sqrt(self.shape.hidden))
         return scaled
-
-    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
-        q, k, v = self.project(x, layer)
-        t, eps = self.weights.tensor, self.shape.eps
-        q = rms_norm(q, t(f"blk.{layer}.attn_q_norm.weight"), eps)
-        k = rms_norm(k, t(f"blk.{layer}.attn_k_norm.weight"), eps)
-        return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
@@ -57,9 +51,28 @@ class Gemma3(Llama):
         return x + rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
 
 
+class Gemma3(Gemma, Qwen3):
+    """Gemma with Qwen3's queries and keys RMS-normalised per head before the rotary embedding (their weights
+    offset, as every Gemma norm's)."""
+
+    FAMILY = "gemma3"
+
+
 def offset_norms(name: str, values: np.ndarray) -> np.ndarray:
     """A Hugging Face Gemma norm weight w as the 1 + w it is applied as (what GGUF stores)."""
     return values + np.float32(1) if name.rsplit(".", 2)[-2] in NORMS else values
+
+
+def sliding_layers(config: Settings, layers: int) -> list[bool] | None:
+    """config.json's layer_types: which layers slide (None where it has none); a list that is not one of
+    sliding_attention or full_attention per layer is refused."""
+    types = config.get("layer_types")
+    if types is None:
+        return None
+    kinds = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != layers or not all(t in kinds for t in types):
+        raise config.fail("layer_types", types, f"a list of {layers} sliding_attention or full_attention")
+    return [t == "sliding_attention" for t in types]
 
 
 def shape_from_config(config: Settings) -> Shape:
@@ -70,16 +83,14 @@ def shape_from_config(config: Settings) -> Shape:
     hidden = config.count("hidden_size")
     d_head = config.count("head_dim", 256, high=4096)
     window = config.count("sliding_window", 4096, high=2**24)
-    types = config.get("layer_types")
     config.known("_sliding_window_pattern")  # layer_types says it, where there are both
     config.choice("hidden_activation", "gelu_pytorch_tanh", ("gelu_pytorch_tanh",), " (Gemma's gated GELU)")
     config.choice("use_bidirectional_attention", False, (False,), " (attnviz runs Gemma 3 as a causal decoder)")
     config.choice("attn_logit_softcapping", None, (None,), " (Gemma 3 caps no attention scores)")
     config.choice("final_logit_softcapping", None, (None,), " (Gemma 3 caps no output scores)")
     config.known("attention_bias")  # the projections' biases are applied where the checkpoint has them
-    if isinstance(types, list) and len(types) == layers:
-        sliding = [t == "sliding_attention" for t in types]
-    else:
+    sliding = sliding_layers(config, layers)
+    if sliding is None:
         older = config.get("_sliding_window_pattern", GLOBAL_EVERY)  # the name transformers 4.5x wrote
         every = config.count("sliding_window_pattern", older if type(older) is int else 0, high=MAX_LAYERS)
         sliding = [(i + 1) % every != 0 for i in range(layers)]

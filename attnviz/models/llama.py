@@ -95,39 +95,40 @@ def rope_of(config: Settings, dims: int, base: float, scaling: object) -> Rope:
     raise config.fail("rope_type", kind, "one attnviz implements (default, linear, llama3)")
 
 
-def rope_parameters(config: Settings, key: str | None = None) -> tuple[float, object]:
+def rope_parameters(config: Settings, key: str | None = None, base: float = 10000.0) -> tuple[float, object]:
     """The rotary base and scaling of a config.json: ``rope_parameters`` (newer transformers, per layer type
-    under ``key`` when there are several) or ``rope_theta`` with ``rope_scaling`` (older checkpoints)."""
+    under ``key`` when there are several) or ``rope_theta`` with ``rope_scaling`` (older checkpoints); ``base``
+    where it says none (the config class's default_theta)."""
     parameters = config.get("rope_parameters")
     if isinstance(parameters, dict) and key is not None and isinstance(parameters.get(key), dict):
         parameters = parameters[key]
     if isinstance(parameters, dict) and "rope_theta" in parameters:
         base = Settings(parameters, config.where, label="rope_parameters.").number("rope_theta", low=1, high=1e12)
         return float(base), parameters
-    return float(config.number("rope_theta", 10000.0, low=1, high=1e12)), config.get("rope_scaling")
+    return float(config.number("rope_theta", base, low=1, high=1e12)), config.get("rope_scaling")
 
 
 def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | None, ...]:
     """Each layer's sliding window (None: it attends to every earlier token), as transformers reads config.json.
 
-    Qwen2 slides only with use_sliding_window, and then the layers from max_window_layers on (Qwen2Config's
-    layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
+    Qwen2 and Qwen3 slide only with use_sliding_window, and then the layers from max_window_layers on (their
+    configs' layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
     by sliding_window (4,096 when the config does not say; null: none), or those layer_types names
-    sliding_attention. Llama never slides, whatever its config holds, as in transformers.
+    sliding_attention. Llama and OLMo 2 never slide, whatever their configs hold, as in transformers.
     """
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise config.fail("layer_types", types, f"a list of {layers} layer types")
     config.known("max_window_layers", "sliding_window")  # read below where they apply
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
             return (None,) * layers
         size = config.count("sliding_window", high=2**24)
         if types is None:
             start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
             return tuple(size if i >= start else None for i in range(layers))
-    elif family == "llama":
-        return (None,) * layers  # LlamaConfig has no window: transformers' Llama attends to every earlier token
+    elif family in ("llama", "olmo2"):
+        return (None,) * layers  # their configs have no window: transformers attends to every earlier token
     else:
         if config.get("use_sliding_window") is False or config.get("sliding_window", 4096) is None:
             return (None,) * layers
@@ -136,15 +137,20 @@ def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | N
     return tuple(size if s else None for s in sliding)
 
 
-def shape_from_config(config: Settings, family: str = "llama") -> Shape:
-    """A config.json of model_type llama, mistral or qwen2."""
+def shape_from_config(
+    config: Settings, family: str = "llama", head_dim: int | None = None, base: float = 10000.0
+) -> Shape:
+    """A config.json of model_type llama, mistral or qwen2 (or a family built on them); ``head_dim``: the
+    config class's head size where config.json gives none (None: hidden_size / num_attention_heads); ``base``:
+    the rotary base where it says none."""
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
     hidden = config.count("hidden_size")
-    if config.get("head_dim") is None and hidden % heads:
+    given = config.get("head_dim", head_dim) is not None
+    if not given and hidden % heads:
         raise config.fail("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (there is no head_dim)")
-    d_head = config.count("head_dim", high=4096) if config.get("head_dim") is not None else hidden // heads
-    base, scaling = rope_parameters(config)
+    d_head = config.count("head_dim", head_dim, high=4096) if given else hidden // heads
+    base, scaling = rope_parameters(config, base=base)
     rope = rope_of(config, d_head, base, scaling)
     windows = sliding_windows(config, layers, family)
     config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
@@ -161,57 +167,84 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Llama(name, weights, shape_from_config(config, family), tokenizer, family)
 
 
-def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors) -> Shape:
+def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors, longrope: bool = False) -> Shape:
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
-    if hidden % heads:
+    if "attention.key_length" not in meta and hidden % heads:
         raise AttnvizError(f"{meta.where}: {hidden} dimensions do not split into {heads} heads")
-    d_head = hidden // heads
-    for key in ("attention.key_length", "attention.value_length"):
-        if meta.get(key) is not None and meta.get(key) != d_head:
-            wanted = f"{d_head} (embedding_length / head_count): attnviz runs no other head size"
-            raise meta.fail(key, meta.get(key), wanted)
+    d_head = meta.count("attention.key_length", hidden // heads, high=4096)
+    if d_head % 2:
+        raise meta.fail("attention.key_length", d_head, "even (RoPE turns pairs of a head's dimensions)")
+    values = hidden // heads if hidden % heads == 0 else None  # llama.cpp's default, whatever key_length says
+    meta.choice("attention.value_length", values, (d_head,), " (attnviz runs values as long as the keys)")
     for key in ("expert_count", "expert_used_count"):  # Mixtral's files are architecture llama too
         meta.choice(key, 0, (0,), " (attnviz runs no mixture of experts)")
     dims = meta.count("rope.dimension_count", d_head, high=d_head)
     if dims % 2:
         raise meta.fail("rope.dimension_count", dims, "even")
-    rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights)
+    rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), dims, weights, longrope)
+    window = gguf_window(meta) if architecture == "llama" else None
     return Shape(
         layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,
         float(meta.number("attention.layer_norm_rms_epsilon", low=1e-30, high=1)),
-        meta.count("context_length", 2048, high=2**24), (rope,) * layers, (None,) * layers, 1 / math.sqrt(d_head),
+        meta.count("context_length", 2048, high=2**24), (rope,) * layers, (window,) * layers, 1 / math.sqrt(d_head),
         pairs=architecture == "llama",  # Qwen2's Q and K keep Hugging Face's rotate-half layout in GGUF
     )  # fmt: skip
 
 
-def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors) -> Rope:
+def gguf_window(meta: Settings) -> int | None:
+    """Mistral's sliding window, on every layer, where a ``llama`` file says one (attention.sliding_window; 0:
+    none), as transformers' Mistral slides. llama.cpp's converter writes no window for Mistral and llama.cpp's
+    llama graph reads none: a file that says one is shown as its model attends — transformers' map of the same
+    checkpoint — where llama.cpp would let every token see every earlier one."""
+    if meta.get("attention.sliding_window", 0) == 0:
+        return None
+    return meta.count("attention.sliding_window", high=2**24)
+
+
+def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors, longrope: bool = False) -> Rope:
     """The rotary embedding a GGUF file describes, as llama.cpp applies it: its frequency factors
     (rope_freqs.weight, how converted Llama 3.1-3.3 files carry their scaling: each frequency divided by its
-    factor) and linear scaling (rope.scaling.factor). Any other scaling changes the attention in ways attnviz
-    does not run, so the file is refused naming the key, never shown without it."""
+    factor), linear scaling (rope.scaling.factor) and cos and sin scaled by rope.scaling.attn_factor; for a family
+    that has them (``longrope``: Phi-3), LongRoPE's rope_factors_long/short.weight, the long ones for a sequence
+    longer than rope.scaling.original_context_length (as transformers picks them: see :class:`Rope`). Any other
+    scaling changes the attention in ways attnviz does not run, so the file is refused naming the key, never
+    shown without it."""
     kind = meta.get("rope.scaling.type", "none")
-    meta.known("rope.scaling.original_context_length", "rope.scaling.finetuned")  # no part in these two
+    meta.known("rope.scaling.finetuned", "rope.scaling.original_context_length")  # the latter: LongRoPE's alone
     if kind not in ("none", "linear"):
         raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
-    for key in ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier"):
-        if meta.get(key) not in (None, 1, 1.0, 0, 0.0):
-            raise meta.fail(key, meta.get(key), "absent (attnviz does not scale attention)")
-    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
-        if name in weights:
-            raise AttnvizError(f"{meta.where}: tensor {name!r} (LongRoPE) is not run by attnviz")
-    divisors = None
-    if "rope_freqs.weight" in weights:
-        factors = weights.tensor("rope_freqs.weight")
-        if factors.shape != (dims // 2,) or not np.all(np.isfinite(factors)) or not np.all(factors > 0):
-            raise AttnvizError(
-                f"{meta.where}: tensor 'rope_freqs.weight' must hold {dims // 2} positive factors, "
-                f"one for each rotated pair; it has shape {list(factors.shape)}"
-            )
-        divisors = tuple(float(f) for f in factors)
+    if meta.get("rope.scaling.yarn_log_multiplier") not in (None, 1, 1.0, 0, 0.0):
+        raise meta.fail("rope.scaling.yarn_log_multiplier", meta.get("rope.scaling.yarn_log_multiplier"), "absent")
+    attention = float(meta.number("rope.scaling.attn_factor", 1.0, low=1e-3, high=1e3))
+    lengths = ("rope_factors_long.weight", "rope_factors_short.weight")
+    for name in lengths:
+        if name in weights and not longrope:
+            raise AttnvizError(f"{meta.where}: tensor {name!r} (LongRoPE) is not run by attnviz for this architecture")
+    divisors, long, original = None, None, Rope.original
+    if any(name in weights for name in lengths):
+        long, divisors = (factors(meta, weights, name, dims) for name in lengths)
+        trained = meta.count("context_length", 2048, high=2**24)  # llama.cpp's n_ctx_orig where the file says none
+        original = meta.count("rope.scaling.original_context_length", trained, high=2**24)
+    elif "rope_freqs.weight" in weights:
+        divisors = factors(meta, weights, "rope_freqs.weight", dims)
     factor = float(meta.number("rope.scaling.factor", 1.0, low=1e-3, high=1e6)) if kind == "linear" else 1.0
-    return Rope(base, dims, "linear" if factor != 1.0 else "default", factor, divisors=divisors)
+    kind = "linear" if factor != 1.0 else "default"
+    return Rope(base, dims, kind, factor, original=original, divisors=divisors, long=long, attention=attention)
+
+
+def factors(meta: Settings, weights: Tensors, name: str, dims: int) -> tuple[float, ...]:
+    """A GGUF's frequency factors: one positive divisor for each rotated pair."""
+    if name not in weights:
+        raise AttnvizError(f"{meta.where}: no tensor {name!r}: LongRoPE needs both long and short factors")
+    values = weights.tensor(name)
+    if values.shape != (dims // 2,) or not np.all(np.isfinite(values)) or not np.all(values > 0):
+        raise AttnvizError(
+            f"{meta.where}: tensor {name!r} must hold {dims // 2} positive factors, "
+            f"one for each rotated pair; it has shape {list(values.shape)}"
+        )
+    return tuple(float(f) for f in values)
 
 
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Llama:

@@ -69,7 +69,11 @@ ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_ta
 @dataclass(frozen=True)
 class Rope:
     """A layer's rotary position embedding: base, rotated dimensions, and the frequency scaling of long-context
-    checkpoints ("linear": positions divided by ``factor``; "llama3": low frequencies slowed, Llama 3.1's)."""
+    checkpoints ("linear": positions divided by ``factor``; "llama3": low frequencies slowed, Llama 3.1's).
+
+    LongRoPE (Phi-3's): each frequency divided by its own factor, the ``long`` ones in a sequence longer than
+    ``original`` tokens and ``divisors`` (the short ones) otherwise, as transformers picks them by the sequence's
+    length; cos and sin are scaled by ``attention``."""
 
     base: float
     dims: int
@@ -77,10 +81,13 @@ class Rope:
     factor: float = 1.0
     low: float = 1.0  # llama3: low_freq_factor
     high: float = 4.0  # llama3: high_freq_factor
-    original: int = 8192  # llama3: original_max_position_embeddings
+    original: int = 8192  # llama3, LongRoPE: original_max_position_embeddings
     divisors: tuple[float, ...] | None = None  # a GGUF's rope_freqs.weight: each frequency divided by its own
+    long: tuple[float, ...] | None = None  # LongRoPE: the divisors of a sequence longer than ``original``
+    attention: float = 1.0  # cos and sin scaled by it (LongRoPE's attention factor, rope.scaling.attn_factor)
 
-    def frequencies(self) -> Array:
+    def frequencies(self, length: int = 0) -> Array:
+        """The inverse frequencies of a sequence of ``length`` tokens (which matters only to LongRoPE)."""
         inverse = self.base ** (-np.arange(0, self.dims, 2) / self.dims)
         if self.kind == "linear":
             inverse = inverse / self.factor
@@ -100,13 +107,20 @@ class Rope:
                 slow,
                 np.where(wavelength < self.original / self.high, inverse, mixed),
             )
-        if self.divisors is not None:  # llama.cpp's frequency factors: how Llama 3 files carry their scaling
-            inverse = inverse / np.asarray(self.divisors, dtype=np.float64)
+        divisors = self.long if self.long is not None and length > self.original else self.divisors
+        if divisors is not None:  # frequency factors: Llama 3's rope_freqs.weight, LongRoPE's short or long ones
+            inverse = inverse / np.asarray(divisors, dtype=np.float64)
         return inverse
 
+    def switches(self, length: int) -> bool:
+        """Whether a sequence of ``length`` tokens growing by one changes every position's frequencies (LongRoPE's
+        long factors take over): the keys written so far must then be rotated again."""
+        return self.long is not None and length == self.original
+
     def angles(self, n: int, start: int = 0) -> tuple[Array, Array]:
-        angles = np.arange(start, start + n)[:, None] * self.frequencies()  # (n, dims/2)
-        return np.cos(angles), np.sin(angles)
+        """cos and sin (n, dims/2) of positions ``start`` … in a sequence of ``start + n`` tokens."""
+        angles = np.arange(start, start + n)[:, None] * self.frequencies(start + n)
+        return np.cos(angles) * self.attention, np.sin(angles) * self.attention
 
     def pairs(self, x: Array, start: int = 0) -> Array:
         """(heads, n, d) rotated as GGUF lays out Llama's Q and K: adjacent pairs (2i, 2i+1)."""
@@ -123,6 +137,9 @@ class Rope:
         half = self.dims // 2
         first, second, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
         return np.concatenate([first * cos - second * sin, second * cos + first * sin, rest], axis=-1)
+
+
+NO_ROPE = Rope(1.0, 0)  # a layer without position embedding (SmolLM3's NoPE layers): it rotates no dimension
 
 
 def shared_heads(k: Array, v: Array, heads: int) -> tuple[Array, Array]:

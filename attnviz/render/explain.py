@@ -73,38 +73,32 @@ def render_explain(
     keys = distinct_labels(att.keys, 8)
     yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
 
-    yield _heading(
-        "1", f"the query   q = x{str(i).translate(SUBSCRIPTS)} W_Q", f"d_k = {d_k}; {cut(shown)}".rstrip("; ")
-    )
+    model = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
+    query_is = "q, the layer's own" if model else f"q = x{str(i).translate(SUBSCRIPTS)} W_Q"
+    yield _heading("1", f"the query   {query_is}", f"d_k = {d_k}; {cut(shown)}".rstrip("; "))
     yield Text(f"   q  {vector_text(e.q, shown)}")
 
+    capped = e.capped is not None and e.softcap is not None
+    if capped:
+        in_table = components_shown(width, d_k, used=56)
     yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; k_j: {cut(in_table)}".rstrip(": ;k_j"))
-    yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
+    if capped:
+        yield Text(f"   w_j = softmax_j(c·tanh(q·k_j × scale / c) + mask), soft-capped: c = {e.softcap:g}")
+    else:
+        yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
     scores = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    for name, justify in (
-        ("j", "right"),
-        ("key", "left"),
-        ("k_j", "left"),
-        ("q·k_j", "right"),
-        ("× scale", "right"),
-        ("mask", "right"),
-        ("w_j", "right"),
-    ):
-        scores.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    columns = ["j", "key", "k_j", "q·k_j", "× scale", *(["capped"] if capped else []), "mask", "w_j"]
+    for name in columns:
+        scores.add_column(name, justify="left" if name in ("key", "k_j") else "right", no_wrap=True)
     for j, key in enumerate(keys):
         ok = bool(e.allowed[j])
         weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
-        scores.add_row(
-            str(j),
-            Text(key),
-            vector_text(e.keys[j], in_table),
-            f"{e.dots[j]:.3f}",
-            f"{e.dots[j] * e.scale:.3f}",
-            "0" if ok else "−∞",
-            weight,
-            style="" if ok else "dim",
-        )
-    scores.add_row("", "", "", "", "", "Σ", f"{e.weights.sum():.3f}", style="bold")
+        steps = [f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}"]
+        if capped and e.capped is not None:
+            steps.append(f"{e.capped[j]:.3f}")
+        scores.add_row(str(j), Text(key), vector_text(e.keys[j], in_table), *steps, "0" if ok else "−∞", weight,
+                       style="" if ok else "dim")  # fmt: skip
+    scores.add_row(*[""] * (len(columns) - 2), "Σ", f"{e.weights.sum():.3f}", style="bold")
     yield scores
 
     yield _heading("3", "values weighted and summed   o = Σ_j w_j v_j", f"d_v = {d_k}; {cut(in_values)}".rstrip("; "))
@@ -211,13 +205,20 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     cut = f" (first {shown} of {len(e.q)})" if shown < len(e.q) else ""
     i = e.query
     query = abbreviate(att.tokens[i], 16).replace("$", r"\$")  # literal in a title that holds mathematics
-    _strip(axes["q"], e.q[:shown], limit, f"$q = x_{{{i}}} W_Q$, the query '{query}'{cut}", style)
+    own = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
+    q_is, k_is, v_is = ("$q$", "$k_j$", "$v_j$") if own else (f"$q = x_{{{i}}} W_Q$", "$k_j = {c}_j W_K$",
+                                                               "$v_j = {c}_j W_V$")  # fmt: skip
     c = "x" if att.key_tokens is None else "c"  # a key's input vector: the same sequence's x_j, or the other's c_j
-    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys $k_j = {c}_j W_K$", keys, style, step)
+    _strip(axes["q"], e.q[:shown], limit, f"{q_is}, the query '{query}'{cut}", style)
+    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys {k_is.format(c=c)}", keys, style, step)
     _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style, step=step)
-    _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
+    if e.capped is not None and e.softcap is not None:
+        cap = f"{e.softcap:g}"
+        _bars(axes["scores"], e.capped, e.allowed, f"× {e.scale:.3g}, {cap}·tanh(·/{cap}) + mask", style, step=step)
+    else:
+        _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
     _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True, step=step)
-    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values $v_j = {c}_j W_V$", keys, style, step)
+    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values {v_is.format(c=c)}", keys, style, step)
     _matrix(axes["wv"], e.weighted[:, :shown], limit, "$w_j v_j$", [""] * m, style)
     _strip(axes["o"], e.head_output[:shown], limit, "$o = \\sum_j w_j v_j$, the sums of the columns above", style)
     heads = len(e.head_outputs)

@@ -150,6 +150,8 @@ def describe_parts(att: Attention) -> list[str]:
             f"{c['heads']} head{'s' if c['heads'] != 1 else ''} × d_k {c['d_k']}",
             f"scale {describe_scale(c)}",
         ]
+    if type(c.get("softcap")) in (int, float):
+        parts.append(f"scores soft-capped at ±{c['softcap']:g} (tanh)")
     if c.get("causal"):
         parts.append("causal" if not c.get("window") else f"causal within a window of {c['window']} keys")
     if "embed" in c:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..saturation import Saturation
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 
@@ -48,15 +50,9 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
             ax.set_yticks(ticks, [str(t) for t in ticks])
             ax.minorticks_off()
         elif name == "max_weight":
-            ax.axhline(1 / result.keys, color=style.colours["muted"], ls=":", lw=1, zorder=0)
-            ax.annotate(
-                f"uniform: 1/{result.keys}",
-                (d_k[0], 1 / result.keys),
-                xytext=(2, 3),
-                textcoords="offset points",
-                color=style.colours["muted"],
-                fontsize=style.scaled(0.7),
-            )
+            uniform = ax.axhline(1 / result.keys, color=style.colours["muted"], ls=":", lw=1, zorder=0)
+            ax.legend([uniform], [f"uniform: 1/{result.keys}"], loc="upper left", frameon=False,
+                      fontsize=style.scaled(0.7), labelcolor=style.colours["muted"])  # fmt: skip
             ax.set_ylim(0, 1.02)
         elif name == "entropy":
             ax.set_ylim(0, 1.02)
@@ -85,13 +81,23 @@ def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_ST
     return fig
 
 
+SATURATED = 0.9  # a softmax whose largest weight is this or more has chosen one key
+LEVEL = 0.25  # scaled, a statistic that moves at most this share of what it moves unscaled stays level
+
+
 def headline(result: Saturation) -> str:
-    """What the panels show, measured: unscaled, the gradient grows, peaks at some d_k, then collapses
-    as the softmax saturates; scaled, every statistic stays level."""
-    gradient = result.unscaled["grad_norm"]
+    """What the panels show, measured at this run's settings: how the unscaled softmax ends (saturated on
+    one key, its gradient peaking and collapsing, or only sharpening), and whether the scaled one stays level."""
+    if len(result.d_k) < 2:
+        return f"Why divide by √d_k: at d_k = {result.d_k[0]} alone the scaling changes nothing (raise --dk-max)"
+    gradient, largest = result.unscaled["grad_norm"], result.unscaled["max_weight"]
     peak = int(gradient.argmax())
-    if 0 < peak < len(gradient) - 1:
-        how = f"its gradient peaks at d_k = {result.d_k[peak]}, then collapses as the softmax saturates"
+    if largest[-1] >= SATURATED:
+        how = f"the softmax saturates on one key (largest weight {largest[-1]:.2f} at d_k = {result.d_k[-1]})"
+        if 0 < peak < len(gradient) - 1:
+            how = f"its gradient peaks at d_k = {result.d_k[peak]}, then collapses as the softmax saturates"
     else:
-        how = "the softmax saturates on one key"
-    return f"Why divide by √d_k: unscaled, the scores spread as √d_k and {how}; scaled, nothing moves"
+        how = f"the softmax sharpens (largest weight {largest[0]:.2f} → {largest[-1]:.2f})"
+    level = all(np.ptp(result.scaled[n]) <= LEVEL * np.ptp(result.unscaled[n]) for n in result.scaled)
+    scaled = "nothing moves" if level else "the statistics still move"
+    return f"Why divide by √d_k: unscaled, the scores spread as √d_k and {how}; scaled, {scaled}"

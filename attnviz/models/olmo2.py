@@ -1,0 +1,55 @@
+"""OLMo 2 in NumPy: a Llama layer with its norms moved (Hugging Face's ``Olmo2DecoderLayer``, llama.cpp's olmo2
+graph). Nothing is normalised before attention or the feed-forward; instead their outputs are RMS-normalised
+before each residual sum (``post_attention_layernorm``, ``post_feedforward_layernorm``), and the queries and
+keys are RMS-normalised over the whole projection, all heads at once, before they are split into heads and
+rotated (``q_norm`` of heads × d, ``k_norm`` of kv heads × d; Qwen3 and Gemma normalise each head alone).
+RoPE rotates halves in folders and GGUF files alike (the converter does not permute OLMo 2's q and k).
+"""
+
+from __future__ import annotations
+
+from ..core import Array
+from .llama import Llama, shape_from_config, shape_from_gguf
+from .metadata import Settings
+from .parts import rms_norm
+from .tokenizer import Tokenizer
+from .weights import Tensors, rows
+
+
+class Olmo2(Llama):
+    FAMILY = "olmo2"
+
+    def expected(self) -> dict[str, tuple[int, ...]]:
+        s = self.shape
+        h, q, kv = s.hidden, s.heads * s.d_head, s.kv_heads * s.d_head
+        ffn = rows(self.weights, "blk.0.ffn_gate.weight")
+        layer: dict[str, tuple[int, ...]] = {"attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h)}
+        layer |= {"attn_output": (h, q), "attn_q_norm": (q,), "attn_k_norm": (kv,)}
+        layer |= {"post_attention_norm": (h,), "post_ffw_norm": (h,)}
+        layer |= {"ffn_gate": (ffn, h), "ffn_up": (ffn, h), "ffn_down": (h, ffn)}
+        return self._tensors(layer)
+
+    def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
+        n, d, p, t, eps = len(x), self.shape.d_head, f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        q = rms_norm(self.linear(x, p + "attn_q"), t(p + "attn_q_norm.weight"), eps)
+        k = rms_norm(self.linear(x, p + "attn_k"), t(p + "attn_k_norm.weight"), eps)
+        q = q.reshape(n, self.heads, d).transpose(1, 0, 2)
+        k = k.reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+        v = self.linear(x, p + "attn_v").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
+        return self.rotate(q, layer, start), self.rotate(k, layer, start), v
+
+    def after(self, x: Array, attended: Array, layer: int) -> Array:
+        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
+        return x + rms_norm(self.feed_forward(x, layer), t(p + "post_ffw_norm.weight"), eps)
+
+
+def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Olmo2:
+    return Olmo2(name, weights, shape_from_config(config, family), tokenizer, family)
+
+
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Olmo2:
+    """OLMo 3's files are architecture olmo2 too, with sliding windows (attention.sliding_window and its
+    pattern, rope.freq_base_swa): refused, never run without them."""
+    meta.choice("attention.sliding_window", 0, (0,), " (OLMo 3's sliding windows are not run by attnviz)")
+    return Olmo2(name, weights, shape_from_gguf(meta, architecture, weights), tokenizer, family=architecture)
