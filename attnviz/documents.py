@@ -16,6 +16,10 @@ from .errors import AttnvizError
 
 SCHEMA = "attnviz.attention/1"
 HEAD_SCHEMA = "attnviz.attention-head/1"
+MASK_SCHEMA = "attnviz.mask/1"  # one head's map, with its mask and scores
+MODEL_SCHEMA = "attnviz.model/1"  # every layer's maps, and the model's source
+GENERATE_SCHEMA = "attnviz.generate/1"
+MAPS = "the --json of heatmap (or its --jsonl), mask, heatmap --all-layers and generate"  # what holds a map
 
 
 def read_json_source(path: Path, limit: int) -> Any:
@@ -39,15 +43,16 @@ def read_json_source(path: Path, limit: int) -> Any:
     if len(lines) > 1 and all(line.lstrip().startswith("{") for line in lines):  # JSON Lines: one head a line
         return [parse_json(line, f"{where}, line {number + 1}") for number, line in enumerate(lines)]
     doc = parse_json(text, where)
-    if isinstance(doc, dict) and doc.get("schema") == "attnviz.generate/1" and isinstance(doc.get("attention"), dict):
+    if isinstance(doc, dict) and doc.get("schema") == GENERATE_SCHEMA and isinstance(doc.get("attention"), dict):
         return doc["attention"]  # `attnviz generate --json`: its final causal map is an attention document
     return doc
 
 
 def is_attention_document(doc: Any) -> bool:
-    """An ``attnviz.attention/1`` document, or a ``--jsonl`` stream of ``attnviz.attention-head/1`` ones."""
+    """An ``attnviz.attention/1`` or ``attnviz.mask/1`` document, or a ``--jsonl`` stream of
+    ``attnviz.attention-head/1`` ones."""
     if isinstance(doc, dict):
-        return doc.get("schema") in (SCHEMA, HEAD_SCHEMA)
+        return doc.get("schema") in (SCHEMA, HEAD_SCHEMA, MASK_SCHEMA)
     return (
         isinstance(doc, list) and bool(doc) and all(isinstance(d, dict) and d.get("schema") == HEAD_SCHEMA for d in doc)
     )
@@ -57,6 +62,8 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     """The Attention an attention document (or head stream) was written from, every field checked."""
     if isinstance(doc, dict) and doc.get("schema") == HEAD_SCHEMA:  # a --jsonl stream of one head
         doc = [doc]
+    if isinstance(doc, dict) and doc.get("schema") == MASK_SCHEMA:  # one head, its mask as written
+        doc = {**doc, "weights": [doc.get("weights")], "heads": [doc.get("head")]}
     if isinstance(doc, list):
         first = doc[0]
         ordered = sorted(doc, key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0)
@@ -100,6 +107,35 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         key_tokens=None if key_tokens is None else tuple(key_tokens),
         key_padding=key_padding,
     )
+
+
+def refuse_mapless(doc: Any, where: str) -> None:
+    """An attnviz document that holds no attention map (rollout, lines, heads, saturation, a generate
+    stream, …) refused by its schema, naming the documents that hold one."""
+    first = doc[0] if isinstance(doc, list) and doc and isinstance(doc[0], dict) else doc
+    schema = first.get("schema") if isinstance(first, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("attnviz."):
+        return
+    if schema in ((SCHEMA, HEAD_SCHEMA, MASK_SCHEMA, MODEL_SCHEMA) if first is doc else (HEAD_SCHEMA,)):
+        return
+    from .errors import printable
+
+    stream = " (a stream of steps)" if first is not doc else ""
+    raise AttnvizError(
+        f"{where}: schema {printable(schema)[:60]}{stream} holds no attention map — --from and check read {MAPS}"
+    )
+
+
+def stack_source(doc: Any, where: str) -> dict[str, Any] | None:
+    """Where an ``attnviz.model/1`` document's maps came from (the model, its text and token ids), checked
+    as a config is, so that the model view read back describes the model; None for other documents."""
+    if not isinstance(doc, dict) or doc.get("schema") != MODEL_SCHEMA:
+        return None
+    source = doc.get("source")
+    if not isinstance(source, dict):
+        raise AttnvizError(f"{where}: 'source' must be an object")
+    _check_fields(source, where, "source")
+    return source
 
 
 def _count(v: Any) -> bool:
@@ -146,9 +182,7 @@ CONFIG_FIELDS: dict[str, Any] = {
 
 def _check_config(config: dict[str, Any], n: int, m: int, where: str) -> None:
     """Each known field of a document's config of the right type (the views print them), keys in range."""
-    for name, valid in CONFIG_FIELDS.items():
-        if name in config and not valid(config[name]):
-            raise AttnvizError(f"{where}: 'config.{name}' is not what attnviz writes there ({config[name]!r:.40})")
+    _check_fields(config, where, "config")
     named = [s["key"] for s in config.get("sinks", [])] + config.get("sinks_hidden", [])
     pooled = pooled_config(config, n, where)
     keys = m if pooled is None else int(pooled["tokens"])  # a pooled map's sinks are tokens, not bins
@@ -160,6 +194,12 @@ def _check_config(config: dict[str, Any], n: int, m: int, where: str) -> None:
         missing = [name for name in ("heads", "d_k", "scale") if "d_model" in config and name not in config]
     if missing:
         raise AttnvizError(f"{where}: 'config' lacks {', '.join(missing)}")
+
+
+def _check_fields(config: dict[str, Any], where: str, name: str) -> None:
+    for field, valid in CONFIG_FIELDS.items():
+        if field in config and not valid(config[field]):
+            raise AttnvizError(f"{where}: '{name}.{field}' is not what attnviz writes there ({config[field]!r:.40})")
 
 
 def pooled_config(config: Any, bins: int, where: str) -> dict[str, Any] | None:

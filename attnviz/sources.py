@@ -384,7 +384,12 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
+    from .documents import read_json_source, stack_source
+
+    if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
+        document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
     weights, file_tokens = load_attention_array(path, document)
+    source = stack_source(document, "stdin" if str(path) == "-" else str(path)) or {"from": str(path)}
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
@@ -407,7 +412,8 @@ def file_stack(
             f"--from {path}: some rows do not sum to 1, so these are not attention weights "
             f"(attnviz check {path} says where)"
         )
-    return honour(AttentionStack(tokens=tuple(chosen), weights=weights, source={"from": str(path)}), want or Want())
+    stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
+    return honour(stack, want or Want())
 
 
 def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
@@ -514,12 +520,13 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
 
 
-def load_attention_array(path: Path, document: Any = None) -> tuple[Array, list[str] | None]:
+def load_attention_array(path: Path, document: Any = None, *, cross: bool = False) -> tuple[Array, list[str] | None]:
     """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them
-    (``document``: the file's JSON, when it was read already — stdin is read once)."""
+    (``document``: the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's
+    cross-attention documents too, their query tokens)."""
     suffix = ".json" if str(path) == "-" else path.suffix.lower()
     if suffix == ".json":
-        array, tokens = _from_json(path, document)
+        array, tokens = _from_json(path, document, cross)
     elif suffix in (".npy", ".npz"):
         array, tokens = _from_numpy(path, suffix)
     else:
@@ -625,13 +632,21 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
     return array, tokens
 
 
-def _from_json(path: Path, document: Any = None) -> tuple[np.ndarray, list[str] | None]:
-    from .documents import attention_from_document, is_attention_document, nested_array, read_json_source
+def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[np.ndarray, list[str] | None]:
+    from .documents import (
+        attention_from_document,
+        is_attention_document,
+        nested_array,
+        read_json_source,
+        refuse_mapless,
+    )
 
     doc = read_json_source(path, MAX_ATTENTION_JSON) if document is None else document
+    where = "stdin" if str(path) == "-" else str(path)
+    refuse_mapless(doc, where)
     if is_attention_document(doc):  # attnviz's own --json or --jsonl: its weights, whatever the keys
-        att = attention_from_document(doc, str(path))
-        if att.key_tokens is not None:
+        att = attention_from_document(doc, where)
+        if att.key_tokens is not None and not cross:
             raise AttnvizError(
                 f"{path}: cross-attention; `attnviz heatmap --from` shows it, other views need one sequence"
             )

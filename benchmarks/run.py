@@ -10,6 +10,7 @@ target). Times are the best of a few repeats; the machine's load moves them, the
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import statistics
@@ -27,6 +28,7 @@ from timing import best  # noqa: E402 - beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = ROOT.parent / "shared" / "bench" / "typer_floor.py"
+VOCABULARIES = ROOT.parent / "shared" / "fixtures" / "llamacpp-vocab"  # llama.cpp's tokenizer suite
 ROWS: list[tuple[str, float, float, float, str, bool, str]] = []
 
 
@@ -242,6 +244,49 @@ def figures() -> None:
     record("4096-token heatmap PNG, against its attention", compute + draw, compute, 1.5)
 
 
+def tokenizers(quick: bool) -> None:
+    """The suite's longest text repeated to 200,000 characters, through GGUF vocabularies (a fresh tokenizer
+    each time, so no piece is remembered from before): within 1.5 s, and linear (against ten times the same
+    text at a tenth of the length)."""
+    from attnviz.models.gguf import GGUF
+    from attnviz.models.vocabulary import from_gguf
+
+    if not VOCABULARIES.is_dir():
+        print(f"(skipping the tokenizers: {VOCABULARIES} not found)")
+        return
+    size = 20_000 if quick else 200_000
+    for name in ("gpt-2", "llama-spm"):
+        path = VOCABULARIES / f"ggml-vocab-{name}.gguf"
+        metadata = GGUF(path).metadata
+        longest = max(
+            path.with_suffix(".gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n"), key=len
+        )
+
+        def encode(n: int, path: Path = path, metadata: dict[str, object] = metadata, longest: str = longest) -> float:
+            text = (longest * (n // len(longest) + 1))[:n]
+            times = []
+            for _ in range(5):
+                tokenizer = from_gguf(metadata, path)
+                gc.collect()
+                start = time.perf_counter()
+                tokenizer.tokenize(text)
+                times.append(time.perf_counter() - start)
+            return min(times)
+
+        ours, tenth = encode(size), encode(size // 10)
+        ROWS.append(
+            (
+                f"tokenize {size:,} characters, {name} GGUF",
+                ours,
+                10 * tenth,
+                ours / (10 * tenth),
+                "≤ 1.5 s",
+                ours <= 1.5 and ours <= 3 * 10 * tenth,
+                "baseline: 10 × a tenth of the text (linear: ≤ 3×; quadratic would be 10×)",
+            )
+        )
+
+
 def batch(count: int) -> None:
     import tempfile
 
@@ -274,6 +319,7 @@ def main() -> None:
     decoder()
     llama3_rope()
     figures()
+    tokenizers(quick)
     batch(20 if quick else 100)
     from real_lengths import real_lengths
 

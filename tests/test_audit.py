@@ -223,3 +223,32 @@ def test_real_models_views_pass_the_audit(cli, tmp_path: Path, model: str, prese
         if preset != "slide" and "--all-layers" not in args and args[0] != "heads":
             continue  # a model's own layouts at every preset; the one-map views at the strictest, a slide
         assert _audited(cli, tmp_path, args, preset) == [], args
+
+
+def test_a_size_that_cuts_the_figure_is_refused_and_writes_nothing(cli, tmp_path: Path) -> None:
+    out = tmp_path / "small.png"
+    run = cli("heatmap", "the", "cat", "sat", "on", "the", "mat", "--size", "3.4x2", "-o", str(out))
+    assert run.code == 2 and not out.exists()
+    assert run.err.count("\n") == 1 and "--size 3.4x2 is too small" in run.err and "leaves the canvas" in run.err
+    assert cli("heatmap", "the", "cat", "sat", "--size", "6x4", "-o", str(out)).code == 0 and out.exists()
+
+
+def test_audit_messages_quote_mathtext_as_it_is_drawn() -> None:
+    from attnviz.render.audit import plain
+
+    assert plain(r"$q \cdot k_j$") == "q · kj"
+    assert plain(r"$o = \sum_j w_j v_j$, the sums") == "o = Σj wj vj, the sums"
+    assert plain("costs $5 or more") == "costs $5 or more"
+
+
+def test_the_softmax_panel_of_explain_ticks_weights_only() -> None:
+    from attnviz.explain import explain_query
+    from attnviz.layer import LayerConfig, prepare
+    from attnviz.render.explain import render_explain_figure
+    from attnviz.render.figure import FigureStyle, figure_context
+
+    layer, att = prepare(tuple("the cat sat on the mat and then slept".split()), LayerConfig(heads=4))
+    with figure_context(FigureStyle()):
+        fig = render_explain_figure(explain_query(layer, att, 8, 0), FigureStyle(), att=att)
+    weights = next(ax for ax in fig.axes if "softmax" in ax.get_title())
+    assert max(weights.get_xticks()) <= 1

@@ -46,3 +46,26 @@ def test_a_familys_folder_and_gguf_rebuild_with_the_stored_ids_and_attention_sha
         rows = file.tensor("token_embd.weight", np.array(ids))
         assert np.abs(rows).sum(axis=1).all()  # the texts' rows were kept
         np.testing.assert_array_equal(rows, embeddings.float32(np.array(ids)))
+
+
+SHOWN = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT", "gpt2": "GPT-2", "llama": "Llama",
+         "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "smollm3": "SmolLM3", "olmo2": "OLMo 2",
+         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3", "gemma3_text": "Gemma 3"}  # fmt: skip
+
+
+def test_every_family_the_loaders_run_is_named_in_the_help_and_the_readmes_table() -> None:
+    """A family added to a loader's table and not to --model-dir's and --model-file's help or the README's
+    families table fails here (xlm-roberta is RoBERTa's kin in the help)."""
+    from typing import get_args
+
+    from attnviz.models import supported
+    from attnviz.options import ModelDir, ModelFile
+
+    helps = {name: get_args(option)[1].help for name, option in (("folder", ModelDir), ("gguf", ModelFile))}
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("### The model families attnviz runs") :].split("\n\n")[2]
+    for kind, help_text in helps.items():
+        for family in supported(kind):
+            assert family == "xlm-roberta" or SHOWN[family] in help_text, (kind, family)
+            column = 1 if kind == "gguf" else 2
+            assert any(f"`{family}`" in row.split("|")[column + 1] for row in table.splitlines()[2:]), (kind, family)

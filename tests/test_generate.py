@@ -111,6 +111,26 @@ def test_the_film_has_a_frame_per_token_and_the_same_bytes_each_time(cli, tiny: 
         assert apng.format == "PNG" and apng.n_frames == 7
 
 
+def _panel_edges(frame) -> tuple[int, int]:
+    """The left and top edges of the panel: the first column and row more than 60% drawn (the spines; no
+    label, title or tick reaches that)."""
+    pixels = np.asarray(frame.convert("RGB")).astype(int)
+    drawn = np.abs(pixels - pixels[0, 0]).sum(axis=-1) > 0
+    return int(np.argmax(drawn.mean(axis=0) > 0.6)), int(np.argmax(drawn.mean(axis=1) > 0.6))
+
+
+def test_the_film_holds_still_while_the_map_grows(cli, tiny: Path, tmp_path: Path) -> None:
+    """Laid out once for the last frame: no frame's panel moves when a label arrives or the pointer goes."""
+    from PIL import Image, ImageSequence
+
+    path = tmp_path / "film.gif"
+    run = cli("generate", "--model-file", str(tiny), "the cat sat", "--new", "4", "-o", str(path), "--dpi", "60")
+    assert run.code == 0, run.err
+    with Image.open(path) as gif:
+        edges = [_panel_edges(frame) for frame in ImageSequence.Iterator(gif)]
+    assert len(edges) == 6 and len(set(edges)) == 1, edges
+
+
 def test_a_32_frame_film_stays_small(cli, tiny: Path, tmp_path: Path) -> None:
     path = tmp_path / "long.gif"
     prompt = "the cat sat the cat sat the cat sat the"

@@ -389,8 +389,8 @@ def test_a_byte_token_that_is_not_hexadecimal_is_shown_as_it_is(token: str) -> N
 
 
 def sentencepiece(tokens: list[str], scores: list[float], types: list[int] | None = None) -> dict:
-    """A GGUF ``llama`` vocabulary's metadata as the reader gives it."""
-    return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+    """A GGUF ``llama`` vocabulary's metadata as the reader gives it (no <bos>: llama.cpp adds token 1 unless told)."""
+    return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.add_bos_token": False,
             "tokenizer.ggml.scores": np.asarray(scores, dtype=np.float32),
             "tokenizer.ggml.token_type": np.asarray(types or [1] * len(tokens), dtype=np.int32)}  # fmt: skip
 

@@ -167,3 +167,57 @@ def test_a_broken_config_is_one_line(cli, config: dict) -> None:
         if command[0] == "check" and "pooled" not in config:
             continue  # check reads the weights (and the pooling), not the description
         assert run.code == 1 and run.err.startswith("attnviz: error: ") and run.err.count("\n") == 1, run.err
+
+
+def test_a_mask_document_reads_back_as_its_head(cli) -> None:
+    """mask --json holds one head's map and its mask: read back, the masked cells are masked and the
+    configuration is the one written (not a file's 'layer 0 of 1')."""
+    direct = cli("heatmap", "the cat sat on", "--causal", "--head", "0", "--no-color")
+    document = cli("mask", "the cat sat on", "--causal", "--json")
+    back = cli("heatmap", "--from", "-", "--no-color", stdin=document.out.encode())
+    assert back.code == 0, back.err
+    assert back.out == direct.out and "·" in back.out
+    assert cli("check", "-", "--causal", stdin=document.out.encode()).code == 0
+
+
+def test_the_model_view_reads_back_as_the_model(cli, tmp_path: Path) -> None:
+    gguf = str(write_tiny_llama(tmp_path / "m.gguf"))
+    view = cli("heatmap", "--model-file", gguf, "the cat sat", "--all-layers", "--json")
+    direct = cli("heatmap", "--model-file", gguf, "the cat sat", "--layer", "0", "--no-color")
+    back = cli("heatmap", "--from", "-", "--layer", "0", "--no-color", stdin=view.out.encode())
+    assert back.code == 0, back.err
+    assert back.out == direct.out and "from -" not in back.out
+
+
+def test_check_accepts_cross_attention_json(cli) -> None:
+    document = cli("heatmap", "le chat", "--keys", "the black cat", "--json").out
+    run = cli("check", "-", stdin=document.encode())
+    assert run.code == 0, run.err
+    assert "2 queries × 3 keys" in run.out and "FAIL" not in run.out
+
+
+MAPLESS = {
+    "attnviz.saturation/1": ["saturation", "--keys", "16", "--trials", "4"],
+    "attnviz.permute/1": ["permute", "the cat sat"],
+    "attnviz.diff/1": ["diff", "the cat sat", "--b", "--causal"],
+    "attnviz.lines/1": ["lines", "the cat sat"],
+    "attnviz.rollout/1": ["rollout", "the cat sat"],
+    "attnviz.heads/1": ["heads", "the cat sat"],
+    "attnviz.explain/1": ["explain", "the cat sat"],
+    "attnviz.check/1": ["check", "-"],
+    "attnviz.generate/1": ["generate", "--model-file", "{gguf}", "the cat", "--new", "2", "--jsonl"],
+}
+
+
+@pytest.mark.parametrize("schema", MAPLESS)
+def test_a_document_without_a_map_is_refused_by_its_schema(cli, tmp_path: Path, schema: str) -> None:
+    gguf = str(write_tiny_llama(tmp_path / "m.gguf")) if schema == "attnviz.generate/1" else ""
+    args = [a.replace("{gguf}", gguf) for a in MAPLESS[schema]]
+    heatmap = cli("heatmap", "the cat", "--json").out if args[0] == "check" else ""
+    written = cli(*args, *([] if "--jsonl" in args else ["--json"]), stdin=heatmap.encode())
+    assert written.code == 0, written.err
+    for command in (["heatmap", "--from", "-"], ["lines", "--from", "-"], ["check", "-"]):
+        run = cli(*command, stdin=written.out.encode())
+        assert run.code == 1 and run.out == "", run.err
+        assert run.err.startswith(f"attnviz: error: stdin: schema {schema}") and len(run.err.splitlines()) == 1
+        assert "holds no attention map — --from and check read the --json of heatmap" in run.err

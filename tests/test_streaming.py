@@ -162,7 +162,7 @@ def test_lines_of_a_long_map_draw_its_strongest_links(cli, tmp_path: Path) -> No
     np.save(path, weights)
     run = cli("lines", "--from", str(path), "--no-color")
     assert run.code == 0, run.err
-    assert "the 60 strongest links of 600 tokens · not to the sink [0]" in run.out
+    assert "the 30 strongest links of each head of 600 tokens · not to the sink [0]" in run.out
     assert "500 (500) → 7 (7)" in run.out and "→ 0 (0)" not in run.out
     assert cli("lines", "--from", str(path), "-o", str(tmp_path / "l.png")).code == 0
 

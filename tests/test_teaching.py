@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnviz.attention import Attention
 from attnviz.compare import difference, order_blindness, permutation
 from attnviz.config import LayerConfig
 from attnviz.errors import UsageError
@@ -146,6 +148,56 @@ def test_explain_terminal_shows_every_step(cli) -> None:
     assert all(len(line) <= 80 for line in run.out.splitlines())
 
 
+@pytest.mark.parametrize("width", [40, 80, 200])
+@pytest.mark.parametrize("text", ["the cat sat on the mat", "internationalization transformers attention heads"])
+def test_explain_never_cuts_a_number(cli, monkeypatch, width: int, text: str) -> None:
+    """A narrow terminal loses the vectors' components, then the vector columns; every score, scaled score,
+    mask and weight stays whole."""
+    import re
+
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    args = ("explain", text, "--causal", "--query", "2")
+    run, doc = cli(*args, "--no-color"), json.loads(cli(*args, "--json").out)
+    assert run.code == 0, run.err
+    assert all(cell_len(line) <= width for line in run.out.splitlines()), run.out
+    assert not re.search(r"[\d.]…", run.out), run.out
+    table = run.out.split("2  keys, scores and weights", 1)[1].split("3  values", 1)[0]
+    assert "mask" in table and table.count("−∞") == len(doc["keys"]) - 3
+    for dot, weight, allowed in zip(doc["dots"], doc["weights"], doc["allowed"], strict=True):
+        assert f"{dot:.3f}" in table and f"{dot * doc['scale']:.3f}" in table
+        assert f"{weight:.3f}" in table or not allowed
+    assert f"{sum(doc['weights']):.3f}" in table
+    assert ("k_j: left out to fit" in run.out) == (width == 40)
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_explain_of_capped_scores_never_cuts_a_number(width: int) -> None:
+    """Seven columns of numbers, scores in the tens, two-digit positions: at 40 columns the vectors go, then
+    the gaps narrow and the keys (j names them); every number stays whole."""
+    from dataclasses import replace
+
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from attnviz.render.explain import render_explain
+
+    tokens = [f" word{k}" for k in range(24)]
+    layer, att = prepare(tokens, LayerConfig(causal=True))
+    e = explain_query(layer, att, 20, 1)
+    dots = e.dots * 25
+    e = replace(e, dots=dots, capped=3 * np.tanh(dots * e.scale / 3), softcap=3.0)
+    console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
+    for part in render_explain(e, att, color=False, width=width):
+        console.print(part)
+    out = console.export_text()
+    assert all(cell_len(line) <= width for line in out.splitlines()) and not re.search(r"[\d.]…", out), out
+    table = out.split("3  values", 1)[0]
+    for dot, capped in zip(e.dots, e.capped, strict=True):
+        assert f"{dot:.3f}" in table and f"{dot * e.scale:.3f}" in table and f"{capped:.3f}" in table
+
+
 def test_explain_json_and_figure(cli, tmp_path: Path) -> None:
     doc = json.loads(cli("explain", "le chat", "--keys", "the cat sat", "--json").out)
     assert doc["schema"] == "attnviz.explain/1" and doc["query"] == 1 and doc["query_token"] == "chat"
@@ -220,3 +272,66 @@ def test_lines_commands(cli, tmp_path: Path) -> None:
     for layout in ("side", "overlay"):
         path = tmp_path / f"{layout}.png"
         assert cli("lines", "the cat sat", "--layout", layout, "-o", str(path)).code == 0
+
+
+LONG_WORDS = "internationalization transformers attention heads Donaudampfschifffahrt cat sat on the mat"
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_lines_in_the_terminal_keep_each_key_with_its_weight(cli, monkeypatch, width: int) -> None:
+    """A query with many links goes on over indented lines: every link of the JSON printed whole, a key
+    and its weight on one line, no number cut."""
+    import re
+
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    args = ("lines", LONG_WORDS, "--head", "0", "--min-weight", "0.01")
+    run, doc = cli(*args, "--no-color"), json.loads(cli(*args, "--json").out)
+    assert run.code == 0, run.err
+    body = run.out.split("\nhead 0\n", 1)[1].splitlines()
+    assert all(cell_len(line) <= width for line in body) and not re.search(r"\d…", run.out), run.out
+    pair = r"\S+ \d\.\d\d"
+    links = 0
+    for line in body:
+        start, arrow, rest = line.partition(" → ")
+        if not arrow:  # a line that goes on: indented under the first key
+            start, rest = line[: len(body[0].partition(" → ")[0]) + 3], line[len(body[0].partition(" → ")[0]) + 3 :]
+            assert not start.strip(), line
+        assert re.fullmatch(rf"{pair}(  {pair})*", rest), line
+        links += len(re.findall(pair, rest))
+    assert links == len(doc["links"])
+
+
+def _long_map() -> Attention:
+    """600 tokens, three heads: head 0's links far stronger than head 1's and head 2's."""
+    n = 600
+    rng = np.random.default_rng(1)
+    weights = rng.random((3, n, n)) * 0.01
+    for h, strength in enumerate((40.0, 6.0, 3.0)):
+        weights[h, rng.choice(n, 40, replace=False), rng.choice(n, 40)] = strength
+    weights /= weights.sum(axis=-1, keepdims=True)
+    tokens = tuple(f"{chr(97 + i % 26)}" * 6 for i in range(n))
+    return Attention(tokens=tokens, weights=weights, head_labels=("head 0", "head 1", "head 2"))
+
+
+def test_lines_of_a_long_map_choose_links_per_head(cli, tmp_path: Path) -> None:
+    """Every head's panel holds its own strongest links and lists only the tokens they join; labels keep
+    three characters of the token and its position."""
+    from attnviz.render.lines import panel_tokens, render_lines_figure, strongest
+
+    long = _long_map()
+    np.save(tmp_path / "long.npy", long.weights[None])
+    run = cli("lines", "--from", str(tmp_path / "long.npy"), "--no-color")
+    assert run.code == 0, run.err
+    heads = re.split(r"\n(?:layer 0 · )?head \d\n", run.out)[1:]
+    assert len(heads) == 3 and all(" → " in head for head in heads) and "no key reaches" not in run.out
+    att = strongest(long)
+    for h in range(3):
+        queries, keys = panel_tokens(att, [h], 0.05)
+        assert 0 < len(queries) <= 20 and 0 < len(keys) <= 20
+        linked = att.weights[h] >= 0.05
+        assert linked[queries].any(axis=1).all() and linked[:, keys].any(axis=0).all()
+    fig = render_lines_figure(att)
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().endswith(")")]
+    assert labels and all(re.match(r"\w{3}", label) for label in labels), labels

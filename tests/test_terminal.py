@@ -207,3 +207,48 @@ def test_the_shade_legend_names_the_weights_each_shade_stands_for(scale: str) ->
         assert all((lv >= level) == (w >= boundary) for lv, w, c in zip(levels, weights, clear, strict=True) if c)
     legend = shade_legend(scale, floor)
     assert legend.startswith("<.05") if scale == "linear" else legend.startswith("<3e-5" if scale == "log" else "<3e-3")
+
+
+GERMAN = "Donaudampfschifffahrtsgesellschaftskapitän Kraftfahrzeughaftpflichtversicherung ist lang"
+
+
+@pytest.mark.parametrize("command", ["heatmap", "mask"])
+@pytest.mark.parametrize("width", [40, 80, 200])
+@pytest.mark.parametrize("text", [GERMAN, "internationalization transformers attention heads"])
+def test_every_token_is_whole_in_the_table_or_below_it(cli, monkeypatch, command: str, width: int, text: str) -> None:
+    """Whole labels while the table fits (at 200 columns these compounds do); cut only as the width needs,
+    in the number table or the shaded view, with each cut token listed whole below, its index beside it."""
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    run = cli(command, text, "--head", "0", "--no-color")
+    assert run.code == 0, run.err
+    assert all(cell_len(line) <= width for line in run.out.splitlines()), run.out
+    shown = run.out.split("head 0", 1)[1]
+    listed = shown.split("cut to fit: ", 1)[1].replace("\n", "") if "cut to fit: " in shown else ""  # a long one folds
+    for index, token in enumerate(text.split()):
+        if token not in shown.split("cut to fit: ")[0]:
+            assert f"{index} {token}" in listed, run.out
+    if width == 200:
+        assert "cut to fit" not in run.out and "…" not in run.out
+    entries = ["░░ .05", "▒▒ .2", "▓▓ .4", "██ ≥"] if "██" in run.out else ["*: row maximum"]
+    assert all(any(entry in line for line in run.out.splitlines()) for entry in entries), run.out  # legend whole
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_a_hint_on_a_terminal_folds_between_words(cli, monkeypatch, width: int) -> None:
+    """On a terminal the hint is folded at spaces to its width, never inside an option; in a pipe it is one line."""
+    import sys
+
+    from rich.cells import cell_len
+
+    piped = cli("heatmap", "我爱自然语言处理", "--head", "0", "--no-color")
+    assert len(piped.err.splitlines()) == 1
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    run = cli("heatmap", "我爱自然语言处理", "--head", "0", "--no-color")
+    assert run.code == 0 and run.err.startswith("attnviz: hint: ")
+    lines = run.err.splitlines()
+    assert all(cell_len(line) <= width for line in lines), lines
+    assert any("--chars" in line.split() for line in lines), lines
+    assert " ".join(lines) == piped.err.strip()

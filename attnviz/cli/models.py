@@ -209,7 +209,7 @@ def check(
         from ..sources import MAX_ATTENTION_JSON
 
         document = read_json_source(path, MAX_ATTENTION_JSON)
-    array, _ = load_attention_array(path, document)
+    array, _ = load_attention_array(path, document, cross=True)
     first = document[0] if isinstance(document, list) and document else document  # a --jsonl stream's first head
     if isinstance(first, dict):
         pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))

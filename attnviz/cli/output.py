@@ -159,10 +159,25 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
             f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
         )
     fig = build()
+    if figure.style.size is not None and not figure.audit:
+        refuse_cut(fig, figure.style.size)
     write_output(figure_bytes(fig, chosen, description), figure.output, sys.stdout.buffer)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
     audit_written(fig, figure)
+
+
+def refuse_cut(fig: Figure, size: tuple[float, float]) -> None:
+    """A --size that cuts the figure's own texts off is refused before anything is written (--audit measures
+    everything else, and writes the figure to show it)."""
+    from ..render.audit import off_canvas
+
+    cut = off_canvas(fig)
+    if cut:
+        raise UsageError(
+            f"--size {size[0]:g}x{size[1]:g} is too small for this figure: {cut[0]}; give a larger --size "
+            "(--audit writes it anyway and lists every problem)"
+        )
 
 
 def audit_written(fig: Figure, figure: opt.FigureRequest) -> None:

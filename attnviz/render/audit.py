@@ -70,6 +70,33 @@ def audit(fig: Figure, name: str = "figure") -> list[str]:
     return [f"{name}: {problem}" + (f" (× {count})" if count > 1 else "") for problem, count in counted.items()]
 
 
+def off_canvas(fig: Figure) -> list[str]:
+    """The texts of ``fig`` that leave its canvas at its output size: what a --size too small cuts."""
+    from .figure import DEFAULT_STYLE, STYLE_ATTRIBUTE, figure_context
+
+    with figure_context(getattr(fig, STYLE_ATTRIBUTE, DEFAULT_STYLE)):
+        return _off_canvas(drawn_texts(fig, _draw(fig)), fig)
+
+
+TEX = {r"\cdot": "·", r"\times": "×", r"\sum": "Σ", r"\sqrt": "√", r"\ldots": "…", r"\dots": "…",
+       r"\to": "→", r"\rightarrow": "→", r"\infty": "∞", r"\,": " ", r"\;": " ", r"\!": ""}  # fmt: skip
+
+
+def plain(text: str) -> str:
+    """A text as the figure shows it: mathtext ($q \\cdot k_j$) as its characters (q · kj), not its source."""
+    import re
+
+    def shown(math: str) -> str:
+        for command, character in TEX.items():
+            math = re.sub(re.escape(command) + r"(?![A-Za-z])", character, math)
+        math = re.sub(r"\\(?:mathrm|mathbf|mathit|text|operatorname)\{([^{}]*)\}", r"\1", math)
+        math = re.sub(r"\\([A-Za-z]+)", r"\1", math)
+        return re.sub(r"[{}_^]", "", math).replace("  ", " ")
+
+    parts = re.split(r"(?<!\\)\$", text)
+    return "".join(shown(part) if i % 2 else part for i, part in enumerate(parts)) if len(parts) > 2 else text
+
+
 def _draw(fig: Figure) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -144,7 +171,7 @@ def _role(artist: Any) -> str:
 
 def _say(drawn: Drawn) -> str:
     """'key labels 'the' in panel 'head 2'': the element, what it says, and where."""
-    text = drawn.text.replace("\n", " ")
+    text = plain(drawn.text).replace("\n", " ")
     said = f"{drawn.role} '{text[:30]}{'…' if len(text) > 30 else ''}'"
     panel = _panel(drawn.axes)
     return said if panel is None or drawn.role == "title" else f"{said} in panel '{panel}'"
@@ -155,7 +182,7 @@ def _panel(ax: Axes | None) -> str | None:
     if ax is None:
         return None
     if ax.get_title():
-        return ax.get_title().replace("\n", " ")[:30]
+        return plain(ax.get_title()).replace("\n", " ")[:30]
     titles = [text for c in ax.collections if c.get_gid() == "title" for text in getattr(c, "labels", [])]
     return titles[0][:30] if titles else None
 

@@ -7,12 +7,13 @@ same steps out as matrices and bars, in the manner of bertviz's neuron view.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -56,21 +57,61 @@ def _heading(step: str, title: str, note: str = "") -> Text:
     return text
 
 
+Build = Callable[[str | None, int, int, int], Table]
+
+
+def _fitted(build: Build, width: int, d: int, variants: tuple[str, ...]) -> tuple[Table, str | None, int]:
+    """``build(variant, components, key_width, gap)`` as it fits ``width``: each of ``variants`` (which
+    vectors to show) with the most components that fit, at least two; else no vectors (None); then narrower
+    gaps between the columns, then shorter keys, then none (j names them). Components go first, a number
+    is never cut."""
+    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+
+    def fits(table: Table) -> bool:
+        return console.measure(table).maximum <= width
+
+    for variant in variants:
+        low, high = 2, d  # the most components that fit: a table only widens with more
+        if not fits(build(variant, low, 8, 3)):
+            continue
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(build(variant, middle, 8, 3)) else (low, middle - 1)
+        return build(variant, low, 8, 3), variant, low
+    table = build(None, 0, 8, 3)
+    for gap, key_width in ((3, 8), (2, 8), (2, 6), (1, 6), (1, 4), (1, 3), (1, 0)):  # 0: the keys by j alone
+        table = build(None, 0, key_width, gap)
+        if fits(table):
+            break
+    return table, None, 0
+
+
+def _table(gap: int) -> Table:
+    """Columns ``gap`` spaces apart (three, or down to one where the terminal is narrow)."""
+    padding: tuple[int, int] | tuple[int, int, int, int] = (0, 1) if gap >= 3 else (0, 0, 0, 1) if gap == 2 else (0, 0)
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=padding)
+
+
+def _key_column(att: Attention, key_width: int) -> tuple[list[str], list[list[Text]]]:
+    """The key column's heading and cells: the keys cut to ``key_width``, or none at all (0)."""
+    if not key_width:
+        return [], [[] for _ in att.keys]
+    return ["key"], [[Text(key)] for key in distinct_labels(att.keys, key_width)]
+
+
 def render_explain(
     e: QueryExplanation, att: Attention, *, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
-    """The computation of one row of the heatmap, as a worked example."""
+    """The computation of one row of the heatmap, as a worked example. Where the terminal is narrow the
+    vectors show fewer components, then none; a number is never cut."""
     i, h = e.query, e.head
     token = abbreviate(att.tokens[i], 16)
     d_k, d_model = len(e.q), len(e.output)
     shown = components_shown(width, d_k, used=6)
-    in_table = components_shown(width, d_k, used=48)
-    in_values = components_shown(width, d_k, used=22, vectors=2)
 
     def cut(k: int, d: int = d_k) -> str:
         return f"first {k} of {d} shown" if k < d else ""
 
-    keys = distinct_labels(att.keys, 8)
     yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
 
     model = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
@@ -79,44 +120,59 @@ def render_explain(
     yield Text(f"   q  {vector_text(e.q, shown)}")
 
     capped = e.capped is not None and e.softcap is not None
-    if capped:
-        in_table = components_shown(width, d_k, used=56)
-    yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; k_j: {cut(in_table)}".rstrip(": ;k_j"))
+
+    def scores_table(variant: str | None, components: int, key_width: int, gap: int) -> Table:
+        table = _table(gap)
+        key_name, key_cells = _key_column(att, key_width)
+        names = ["j", *key_name, *(["k_j"] if variant else []), "q·k_j", "× scale", *(["capped"] if capped else [])]
+        names += ["mask", "w_j"]
+        for name in names:
+            table.add_column(name, justify="left" if name in ("key", "k_j") else "right", no_wrap=True)
+        for j, key in enumerate(key_cells):
+            ok = bool(e.allowed[j])
+            weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
+            vector = [vector_text(e.keys[j], components)] if variant else []
+            steps = [f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}"]
+            if capped and e.capped is not None:
+                steps.append(f"{e.capped[j]:.3f}")
+            table.add_row(str(j), *key, *vector, *steps, "0" if ok else "−∞", weight, style="" if ok else "dim")
+        table.add_row(*[""] * (len(names) - 2), "Σ", f"{e.weights.sum():.3f}", style="bold")
+        return table
+
+    scores, with_keys, in_table = _fitted(scores_table, width, d_k, ("k_j",))
+    key_note = f"k_j: {cut(in_table)}" if with_keys else "k_j: left out to fit"
+    yield _heading("2", "keys, scores and weights", f"scale {e.scale:.4g}; {key_note}".rstrip(": ;k_j"))
     if capped:
         yield Text(f"   w_j = softmax_j(c·tanh(q·k_j × scale / c) + mask), soft-capped: c = {e.softcap:g}")
     else:
         yield Text("   w_j = softmax_j(q·k_j × scale + mask)")
-    scores = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    columns = ["j", "key", "k_j", "q·k_j", "× scale", *(["capped"] if capped else []), "mask", "w_j"]
-    for name in columns:
-        scores.add_column(name, justify="left" if name in ("key", "k_j") else "right", no_wrap=True)
-    for j, key in enumerate(keys):
-        ok = bool(e.allowed[j])
-        weight = Text(f"{e.weights[j]:.3f}" if ok else "0", style=cell_style(e.weights[j]) if color and ok else "")
-        steps = [f"{e.dots[j]:.3f}", f"{e.dots[j] * e.scale:.3f}"]
-        if capped and e.capped is not None:
-            steps.append(f"{e.capped[j]:.3f}")
-        scores.add_row(str(j), Text(key), vector_text(e.keys[j], in_table), *steps, "0" if ok else "−∞", weight,
-                       style="" if ok else "dim")  # fmt: skip
-    scores.add_row(*[""] * (len(columns) - 2), "Σ", f"{e.weights.sum():.3f}", style="bold")
     yield scores
 
-    yield _heading("3", "values weighted and summed   o = Σ_j w_j v_j", f"d_v = {d_k}; {cut(in_values)}".rstrip("; "))
-    values = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    for name in ("j", "key", "w_j", "v_j", "w_j v_j"):
-        values.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
-    for j, key in enumerate(keys):
-        shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
-        values.add_row(
-            str(j),
-            Text(key),
-            shown_weight,
-            vector_text(e.values[j], in_values),
-            vector_text(e.weighted[j], in_values),
-            style="" if e.allowed[j] else "dim",
-        )
-    values.add_row("", "o", "", "Σ of the column →", vector_text(e.head_output, in_values), style="bold")
+    def values_table(variant: str | None, components: int, key_width: int, gap: int) -> Table:
+        table = _table(gap)
+        vectors = {"both": ("v_j", "w_j v_j"), "weighted": ("w_j v_j",)}.get(variant or "", ())
+        key_name, key_cells = _key_column(att, key_width)
+        for name in ("j", *key_name, "w_j", *vectors):
+            table.add_column(name, justify="right" if name in ("j", "w_j") else "left", no_wrap=True)
+        for j, key in enumerate(key_cells):
+            rows = {"v_j": e.values[j], "w_j v_j": e.weighted[j]}
+            shown_weight = f"{e.weights[j]:.3f}" if e.allowed[j] else "0"
+            table.add_row(str(j), *key, shown_weight, *(vector_text(rows[v], components) for v in vectors),
+                          style="" if e.allowed[j] else "dim")  # fmt: skip
+        if vectors:
+            total = vector_text(e.head_output, components)
+            start = ["", "o"] if key_name else ["o"]
+            table.add_row(*start, *(("", "Σ of the column →") if len(vectors) == 2 else ("Σ →",)), total, style="bold")
+        return table
+
+    values, with_values, in_values = _fitted(values_table, width, d_k, ("both", "weighted"))
+    left_out = {"weighted": "v_j left out to fit", None: "vectors left out to fit"}.get(with_values, "")
+    notes = [f"d_v = {d_k}", cut(in_values) if with_values else "", left_out]
+    yield _heading("3", "values weighted and summed   o = Σ_j w_j v_j", "; ".join(n for n in notes if n))
     yield values
+    if with_values is None:
+        o_shown = components_shown(width, d_k, used=6)
+        yield Text(f"   o  {vector_text(e.head_output, o_shown)}", style="bold")
 
     heads = len(e.head_outputs)
     joined = "; ".join(f"o{str(k).translate(SUBSCRIPTS)}" for k in range(min(heads, 4))) + ("; …" if heads > 4 else "")
@@ -175,9 +231,10 @@ def _bars(
     ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
     ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     ax.tick_params(labelsize=style.scaled(0.7))
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", min_n_ticks=2))
+    # weights: ticks of [0, 1] only, the room past 1 being for the numbers beside the bars
+    ax.xaxis.set_major_locator(FixedLocator([0, 0.5, 1]) if weights else MaxNLocator(nbins="auto", min_n_ticks=2))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 

@@ -141,33 +141,42 @@ class Film:
             self.title = fig.suptitle("", fontsize=style.font_size * 1.05)
             self.ax, self.figure = ax, fig
             self.canvas = FigureCanvasAgg(fig)
+            self._show(self.count - 1)  # laid out once, for the last frame: every label known, the film holds still
+            engine = fig.get_layout_engine()
+            assert engine is not None
+            self.pointers.set_visible(True)  # room for the pointer too
+            engine.execute(fig)
+            fig.set_layout_engine(None)
         setattr(fig, STYLE_ATTRIBUTE, style)
 
     def frame(self, step: int) -> Image.Image:
-        """Frame ``step`` as an RGB image."""
+        """Frame ``step`` as an RGB image, drawn in the layout of the last."""
         from PIL import Image
 
-        rows = self.n + min(step, self.written)
-        drawn = int(np.searchsorted(self.picked, rows))
-        self.image[:drawn] = self.heat[:drawn]
-        self.image[drawn:] = self.empty
         with figure_context(self.style):
-            self.picture.set_data(self.image)
-            shown = [label if k * self.every < rows else "" for k, label in enumerate(self.labels)]
-            self.ax.set_xticklabels(shown, rotation=90)
-            self.ax.set_yticklabels(shown)
-            current = 0 < step <= self.written
-            self.outline.set_bounds(-0.5, rows - 1.5, rows, 1)
-            self.pointers.set_data(
-                [self.size - 0.5 + self.size * 0.015] if current else [], [rows - 1] if current else []
-            )
-            headline, about = title_of(self.generation, step)
-            self.title.set_text(" · ".join([f"{headline}\n{about}", *labelled(self.every)]))
-            self.outline.set_alpha(1.0 if current else 0.0)
+            self._show(step)
             self.canvas.draw()  # type: ignore[no-untyped-call]
             width, height = self.canvas.get_width_height()
             rgba = self.canvas.buffer_rgba()  # type: ignore[no-untyped-call]
             return Image.frombuffer("RGBA", (width, height), rgba, "raw", "RGBA", 0, 1).convert("RGB")
+
+    def _show(self, step: int) -> None:
+        """Set what frame ``step`` shows: its rows, labels, outline, pointer and title."""
+        rows = self.n + min(step, self.written)
+        drawn = int(np.searchsorted(self.picked, rows))
+        self.image[:drawn] = self.heat[:drawn]
+        self.image[drawn:] = self.empty
+        self.picture.set_data(self.image)
+        shown = [label if k * self.every < rows else "" for k, label in enumerate(self.labels)]
+        self.ax.set_xticklabels(shown, rotation=90)
+        self.ax.set_yticklabels(shown)
+        current = 0 < step <= self.written
+        self.outline.set_bounds(-0.5, rows - 1.5, rows, 1)
+        self.pointers.set_data([self.size - 0.5 + self.size * 0.015], [rows - 1])
+        self.pointers.set_visible(current)  # not an empty line: the layout would measure it at the figure's corner
+        headline, about = title_of(self.generation, step)
+        self.title.set_text(" · ".join([f"{headline}\n{about}", *labelled(self.every)]))
+        self.outline.set_alpha(1.0 if current else 0.0)
 
 
 def _picked(size: int, pixels: int) -> np.ndarray:

@@ -116,7 +116,11 @@ def describe_parts(att: Attention) -> list[str]:
     c = att.config
     if "strongest" in c:
         strongest = c["strongest"]
-        parts = [f"the {strongest['links']} strongest links of {strongest['tokens']:,} tokens"]
+        each = strongest.get("per_head") if len(att.head_labels) > 1 else None
+        links = f"{strongest['links']} strongest links"
+        if isinstance(each, int):
+            links = f"{each} strongest links of each head"
+        parts = [f"the {links} of {strongest['tokens']:,} tokens"]
         if strongest["sinks"]:
             parts.append("not to the sink" + ("s" if len(strongest["sinks"]) > 1 else "") + f" {strongest['sinks']}")
     elif att.key_tokens is not None:
@@ -168,16 +172,29 @@ def describe_parts(att: Attention) -> list[str]:
     return parts
 
 
-def wrap_parts(parts: list[str], width: int) -> list[str]:
-    """Join parts with ' · ' into lines of at most ``width`` cells, breaking only between parts."""
+def wrap_parts(parts: list[str], width: int, separator: str = " · ") -> list[str]:
+    """Join parts with ``separator`` into lines of at most ``width`` cells, breaking only between parts."""
     lines = [""]
     for part in parts:
-        joined = f"{lines[-1]} · {part}" if lines[-1] else part
+        joined = f"{lines[-1]}{separator}{part}" if lines[-1] else part
         if cell_len(joined) <= width or not lines[-1]:
             lines[-1] = joined
         else:
             lines.append(part)
     return lines
+
+
+def folded(line: str, width: int) -> list[str]:
+    """``line`` in pieces of at most ``width`` cells, cut between graphemes: a word too long for the
+    width stays together after the word before it instead of being wrapped away from it."""
+    pieces, piece, used = [], "", 0
+    for cluster in graphemes(line):
+        cells = _cluster_cells(cluster)
+        if used + cells > width and piece:
+            pieces.append(piece)
+            piece, used = "", 0
+        piece, used = piece + cluster, used + cells
+    return [*pieces, piece]
 
 
 def score_label(config: dict[str, object]) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from rich.cells import cell_len
 from rich.console import RenderableType
 from rich.text import Text
 
@@ -39,7 +40,10 @@ if TYPE_CHECKING:
 Layout = Literal["side", "overlay"]
 MAX_TOKENS = 512  # a column of 512 labels is already a poster
 LABEL_SHARE = 0.25  # each column of token labels takes at most this share of a panel's width
-STRONGEST = 60  # links drawn of a map longer than that
+POSITIONED_LABEL_SHARE = 0.35  # or of labels that end in their position, 'token (1234)'
+LINES_SHARE = 0.4  # the lines take at least this share of a panel's width
+STRONGEST = 60  # links drawn of a map longer than that, shared among the heads
+PER_HEAD = 12  # links of each head at least
 MIN_CONTRAST = 4.5  # WCAG's contrast for text: a head's colour against the background, lines and titles alike
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 HEAD_COLOURS = (
@@ -81,8 +85,9 @@ def _hex(rgb: np.ndarray) -> str:
 
 
 def strongest(att: Attention, count: int = STRONGEST) -> Attention:
-    """A map too long to draw whole, cut to its ``count`` strongest links (over the heads shown): the
-    queries and keys they join, in order, each labelled with its position; the other weights 0.
+    """A map too long to draw whole, cut to the strongest links of each head shown (``count`` shared among
+    the heads, at least PER_HEAD each): the queries and keys they join, in order, each labelled with its
+    position; the other weights 0. Chosen per head, so that no head's panel is left empty by a stronger one.
 
     Links to attention sinks are left out (they would be all the strongest links of a decoder).
     """
@@ -93,12 +98,18 @@ def strongest(att: Attention, count: int = STRONGEST) -> Attention:
     sinks = [s["key"] for s in find_sinks(att)]
     allowed = att.allowed.copy()
     allowed[:, sinks] = False
-    flat = np.where(allowed[None], att.weights, 0.0).reshape(-1)
-    top = np.argpartition(-flat, min(count, flat.size) - 1)[:count]
-    heads, rows, cols = np.unravel_index(top, att.weights.shape)
+    per_head = max(count // len(att.weights), min(count, PER_HEAD))
+    chosen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for h, head in enumerate(att.weights):
+        flat = np.where(allowed & (head > 0), head, 0.0).reshape(-1)
+        top = np.argpartition(-flat, min(per_head, flat.size) - 1)[:per_head]
+        top = top[flat[top] > 0]
+        rows, cols = np.unravel_index(top, head.shape)
+        chosen.append((np.full(len(top), h), rows, cols))
+    heads, rows, cols = (np.concatenate(parts) for parts in zip(*chosen, strict=True))
     queries, keys = np.unique(rows), np.unique(cols)
     weights = np.zeros((att.weights.shape[0], len(queries), len(keys)))
-    weights[heads, np.searchsorted(queries, rows), np.searchsorted(keys, cols)] = flat[top]
+    weights[heads, np.searchsorted(queries, rows), np.searchsorted(keys, cols)] = att.weights[heads, rows, cols]
     label = [f"{abbreviate(att.tokens[i], 10)} ({i})" for i in queries]
     return replace(
         att,
@@ -109,8 +120,22 @@ def strongest(att: Attention, count: int = STRONGEST) -> Attention:
         mask=None,
         padding=(),
         key_padding=(),
-        config={**att.config, "strongest": {"links": len(top), "tokens": len(att.tokens), "sinks": sinks}},
+        config={
+            **att.config,
+            "strongest": {"links": len(heads), "per_head": per_head, "tokens": len(att.tokens), "sinks": sinks},
+        },
     )
+
+
+def panel_tokens(att: Attention, heads: list[int], min_weight: float) -> tuple[list[int], list[int]]:
+    """The queries and keys a panel of ``heads`` lists: every token, or, on the strongest links of a long
+    map, only those with a link in these heads."""
+    n, m = len(att.tokens), len(att.keys)
+    if "strongest" not in att.config:
+        return list(range(n)), list(range(m))
+    chosen = np.asarray(att.weights[heads])
+    linked = np.any((chosen >= min_weight) & (chosen > 0) & att.allowed[None], axis=0)
+    return [int(i) for i in np.flatnonzero(linked.any(axis=1))], [int(j) for j in np.flatnonzero(linked.any(axis=0))]
 
 
 def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]]:
@@ -130,53 +155,87 @@ class LinesLayout:
     title: float  # the size of the column titles ('queries', 'keys')
 
 
+@dataclass(frozen=True)
+class Arrangement:
+    """Panels ``cols`` to a row in ``rows`` rows, in a figure ``height`` inches tall under its ``title``
+    (``head`` points), each ``panel_w`` × ``panel_h`` points with labels laid out as ``lay``."""
+
+    cols: int
+    rows: int
+    height: float
+    title: str
+    head: float
+    panel_w: float
+    panel_h: float
+    lay: LinesLayout
+
+    def worth(self, panels: int, width: float) -> float:
+        """How well the lines read: their share of a panel (LINES_SHARE is enough), the panels' share of the
+        canvas (the audit's MIN_FILL is enough), and the tokens labelled (all: 1, every k-th: 1/k)."""
+        from .audit import MIN_FILL
+
+        lines_w = max(self.panel_w - 2 * self.lay.side, 0.0)
+        fill = panels * lines_w * max(self.panel_h, 0.0) / (width * 72 * self.height * 72)
+        return min(lines_w / self.panel_w / LINES_SHARE, 1.0) * min(fill / MIN_FILL, 1.0) / self.lay.step
+
+
 def _cut(label: str, chars: int) -> str:
     """A label cut to ``chars`` cells, keeping a position the strongest-links view adds ('token (123)') whole."""
     found = re.fullmatch(r"(.*) (\(\d+\))", label, flags=re.S)
     if found is None:
         return abbreviate(label, chars)
-    return f"{abbreviate(found[1], max(2, chars - len(found[2]) - 1))} {found[2]}"
+    return f"{abbreviate(found[1], max(4, chars - len(found[2]) - 1))} {found[2]}"  # three characters at least
 
 
-def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float]) -> LinesLayout:
-    """Labels for a panel of ``room`` (width, height) points: the preset's smallest at least, every k-th
-    token when they would overlap, each column of labels at most LABEL_SHARE of the width."""
-    rows = max(len(att.tokens), len(att.keys))
+Listed = tuple[list[int], list[int]]  # the queries and keys a panel lists
+
+
+def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], panels: list[Listed]) -> LinesLayout:
+    """Labels for panels of ``room`` (width, height) points listing ``panels``' tokens: the preset's
+    smallest at least, every k-th token when they would overlap, each column of labels at most
+    LABEL_SHARE of the width (more for the labels with positions of the strongest links)."""
+    rows = max(1, *(max(len(q), len(k)) for q, k in panels))
     font = max(style.smallest, min(style.scaled(0.85), room[1] / (rows + 2) / 1.15))
     step = tick_step(rows, room[1] / 72, font)
-    chars = max(3, min(14, int(room[0] * LABEL_SHARE / (font * 0.62))))
-    shown = [_cut(t, chars) for t in (*att.tokens[::step], *att.keys[::step])]
+    share = LABEL_SHARE if "strongest" not in att.config else POSITIONED_LABEL_SHARE
+    chars = max(3, min(14, int(room[0] * share / (font * 0.62))))
+    listed = {(0, i) for q, _ in panels for i in q[::step]} | {(1, j) for _, k in panels for j in k[::step]}
+    shown = [_cut((att.tokens, att.keys)[side][i], chars) for side, i in sorted(listed)] or ["queries"]
     title = max(style.smallest, font * 0.9)
     side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
     return LinesLayout(font, step, chars, side, title)
 
 
 def _draw_links(
-    ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle, lay: LinesLayout
+    ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle, lay: LinesLayout, listed: Listed
 ) -> None:
-    """Queries down the left, keys down the right (outside the panel, in the room the layout left), a line
-    for each link of at least ``min_weight``."""
+    """The ``listed`` queries down the left, keys down the right (outside the panel, in the room the layout
+    left), a line for each link of at least ``min_weight``."""
     from matplotlib.collections import LineCollection
     from matplotlib.transforms import blended_transform_factory
 
-    n, m = len(att.tokens), len(att.keys)
+    queries, keys = listed
+    n, m = len(queries), len(keys)
+    row_of = {i: r for r, i in enumerate(queries)}
+    key_of = {j: r for r, j in enumerate(keys)}
     text, muted = style.colours["text"], style.colours["muted"]
     left = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(ax.figure, -LABEL_PAD, 0)
     right = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(ax.figure, LABEL_PAD, 0)
-    for i in range(0, n, lay.step):
+    for r in range(0, n, lay.step):
+        i = queries[r]
         colour = muted if att.padding and att.padding[i] else text
         label = _cut(att.tokens[i], lay.chars)
-        ax.text(0, i, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
-    for j in range(0, m, lay.step):
-        label = _cut(att.keys[j], lay.chars)
-        ax.text(1, j, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right, clip_on=False)
+        ax.text(0, r, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
+    for r in range(0, m, lay.step):
+        label = _cut(att.keys[keys[r]], lay.chars)
+        ax.text(1, r, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right, clip_on=False)
     for h in heads:
         weights = att.weights[h]
-        chosen = np.argwhere((weights >= min_weight) & att.allowed)
-        if not len(chosen):
+        chosen = [(i, j) for i, j in np.argwhere((weights >= min_weight) & att.allowed) if i in row_of and j in key_of]
+        if not chosen:
             continue
-        w = weights[chosen[:, 0], chosen[:, 1]]
-        segments = [[(0.0, i), (1.0, j)] for i, j in chosen]
+        w = np.array([weights[i, j] for i, j in chosen])
+        segments = [[(0.0, row_of[i]), (1.0, key_of[j])] for i, j in chosen]
         colour = head_colour(h if len(att.head_labels) > 1 else 0, style)
         rgba = [(*_rgb(colour), float(0.15 + 0.85 * v)) for v in w]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=0.5 + 4.0 * w, capstyle="round"))
@@ -185,7 +244,7 @@ def _draw_links(
         at = ax.transAxes + points_offset(ax.figure, dx, lay.font * 0.7)
         ax.text(x, 1, name, ha=ha, va="bottom", fontsize=lay.title, color=muted, fontstyle="italic", transform=at)
     ax.set_xlim(0, 1)
-    ax.set_ylim(max(n, m) - 0.5, -0.5)
+    ax.set_ylim(max(n, m, 1) - 0.5, -0.5)
     ax.set_axis_off()
 
 
@@ -211,25 +270,37 @@ def render_lines_figure(
     if max(n, m) > MAX_TOKENS:
         raise UsageError(f"{max(n, m)} tokens are more than a lines view can show ({MAX_TOKENS}): use heatmap")
     panels = count if layout == "side" else 1
-    cols = min(panels, 6)
-    rows = -(-panels // cols)
+    shown_heads = [[index] for index in range(count)] if layout == "side" else [list(range(count))]
+    listed = [panel_tokens(att, heads, min_weight) for heads in shown_heads]
+    tall = max(1, *(max(len(q), len(k)) for q, k in listed))
     font = style.font_size
     width = style.figure_size(0.5, wide=panels > 2)[0]
     fixed = style.size is not None or style.preset == "slide"
-    height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * max(n, m) * font / 10 + 1.2) + 1.0
     pad, gap = font * 0.8, font * 1.5
     parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
-    title = wrapped_title(parts, width, font)
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
     per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
-    panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
-    for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
-        head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
-        panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
-        lay = lines_layout(att, style, (panel_w, panel_h))
-        if lay.step == 1:
-            break
-        title = wrapped_title([*parts, *labelled(lay.step)], width, font)
+
+    def arranged(cols: int) -> Arrangement:
+        rows = -(-panels // cols)
+        height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * tall * font / 10 + 1.2) + 1.0
+        title = wrapped_title(parts, width, font)
+        panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
+        for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
+            head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+            panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
+            lay = lines_layout(att, style, (panel_w, panel_h), listed)
+            if lay.step == 1:
+                break
+            title = wrapped_title([*parts, *labelled(lay.step)], width, font)
+        return Arrangement(cols, rows, height, title, head, panel_w, panel_h, lay)
+
+    # a long map's labels (with positions) can leave the lines no room: fewer panels to a row, as many as
+    # leave the lines LINES_SHARE of each panel, fill the canvas as the audit asks and label the most tokens
+    counts = range(min(panels, 6), 0, -1) if "strongest" in att.config else [min(panels, 6)]
+    chosen = max((arranged(cols) for cols in counts), key=lambda a: a.worth(panels, width))  # first of the best
+    cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay
+    panel_w, panel_h = chosen.panel_w, chosen.panel_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)
     for index in range(panels):
@@ -238,8 +309,7 @@ def render_lines_figure(
         y = height * 72 - pad - head - per_row - r * (panel_h + per_row + gap) - panel_h
         box = (x / 72 / width, y / 72 / height, (panel_w - 2 * lay.side) / 72 / width, panel_h / 72 / height)
         ax = fig.add_axes(box)
-        heads = [index] if layout == "side" else list(range(count))
-        _draw_links(ax, att, heads, min_weight, style, lay)
+        _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index])
         name = att.head_labels[index] if layout == "side" else f"{count} heads"
         colour = head_colour(index, style) if layout == "side" else style.colours["text"]
         ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font)
@@ -256,22 +326,48 @@ def render_lines_figure(
 def render_lines(
     att: Attention, *, min_weight: float = 0.05, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
-    """For each head and query, the keys it attends to with at least ``min_weight``, strongest first."""
+    """For each head and query, the keys it attends to with at least ``min_weight``, strongest first; a
+    line too long for the terminal goes on under its first key, never a key without its weight. On the
+    strongest links of a long map, only the queries with a link in the head."""
     yield Text("\n".join(wrap_parts([*describe_parts(att), f"links of weight ≥ {min_weight:g}"], width)), style="dim")
-    queries, keys = distinct_labels(att.tokens, 12), distinct_labels(att.keys, 12)
-    label_w = max(len(q) for q in queries)
+    chars = max(4, min(17, (width - 8) // 2))  # a query's label, the arrow, a key and its weight fit the width
+    if "strongest" in att.config:  # each label ends in its position: 'token (1234)'
+        queries, keys = [_cut(t, chars) for t in att.tokens], [_cut(t, chars) for t in att.keys]
+    else:
+        queries, keys = distinct_labels(att.tokens, min(12, chars)), distinct_labels(att.keys, min(12, chars))
+    label_w = max((cell_len(q) for q in queries), default=0)
     for h, label in enumerate(att.head_labels):
         yield Text(f"\n{label}", style="bold cyan")
-        for i, query in enumerate(queries):
-            line = Text(no_wrap=True, overflow="ellipsis")
-            line.append(f"{query:>{label_w}} → ", style="bold")
+        listed = panel_tokens(att, [h], min_weight)[0]
+        if not listed:
+            yield Text(f"(no link reaches {min_weight:g})", style="dim")
+        for i in listed:
             row = att.weights[h, i]
             order = [j for j in np.argsort(-row, kind="stable") if att.allowed[i, j] and row[j] >= min_weight]
-            for k, j in enumerate(order):
-                if k:
-                    line.append("  ")
-                line.append(keys[j] + " ")
-                line.append(f"{row[j]:.2f}", style=cell_style(row[j]) if color else "")
+            items = []
+            for j in order:
+                item = Text(keys[j] + " ")
+                item.append(f"{row[j]:.2f}", style=cell_style(row[j]) if color else "")
+                items.append(item)
             if not order:
-                line.append(f"(no key reaches {min_weight:g})", style="dim")
+                items.append(Text(f"(no key reaches {min_weight:g})", style="dim"))
+            query = " " * (label_w - cell_len(queries[i])) + queries[i]
+            yield from _filled(Text(f"{query} → ", style="bold"), items, width)
+
+
+def _filled(start: Text, items: list[Text], width: int) -> Iterator[Text]:
+    """``start`` and the ``items`` two spaces apart, as many to a line as ``width`` holds, the lines after the
+    first indented under the first item; an item is never split."""
+    indent = start.cell_len
+    line = start.copy()
+    filled = False
+    for item in items:
+        if filled and line.cell_len + 2 + item.cell_len > width:
             yield line
+            line, filled = Text(" " * indent), False
+        if filled:
+            line.append("  ")
+        line.append_text(item)
+        filled = True
+    line.no_wrap, line.overflow = True, "ellipsis"
+    yield line

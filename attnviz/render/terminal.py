@@ -19,7 +19,16 @@ from rich.text import Text
 
 from ..attention import Attention
 from ..saturation import STATISTICS, Saturation
-from .labels import abbreviate, cell_len, describe_parts, score_label, visible_cells, visible_token, wrap_parts
+from .labels import (
+    abbreviate,
+    cell_len,
+    describe_parts,
+    folded,
+    score_label,
+    visible_cells,
+    visible_token,
+    wrap_parts,
+)
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -41,7 +50,8 @@ _VIRIDIS = np.array(
 _SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
 _MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
 LABEL_WIDTH = 8  # token labels are cut to this when nothing wider fits
-MAX_LABEL = 24
+MAX_LABEL = 64  # the longest label a table shows whole, when it fits
+BLOCK_LABEL = LABEL_WIDTH + 3  # the row labels of the block view
 
 
 def _weight_rgb(w: float) -> np.ndarray:
@@ -168,7 +178,7 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
-    rows = [f"{i:>{digits}} {abbreviate(t, LABEL_WIDTH + 3)}" for i, t in enumerate(att.tokens)]
+    rows = [f"{i:>{digits}} {abbreviate(t, BLOCK_LABEL)}" for i, t in enumerate(att.tokens)]
     label_w = max(cell_len(r) for r in rows)
     shown = max(1, min(m, (width - label_w - 1) // cell))
     maxima = _row_maxima(weights, allowed)
@@ -210,8 +220,9 @@ def shades(att: Attention, head: int) -> np.ndarray:
     return colour_values(att.weights[head], scale_in(att.config), colour_floor(att.config, len(att.keys)))
 
 
-def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None) -> Text:
-    """What the cells mean: the colour scale, the shades, the markers."""
+def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None, width: int = 0) -> Text:
+    """What the cells mean: the colour scale, the shades, the markers; within ``width`` columns (when given),
+    broken only between the entries."""
     from ..structure import colour_floor, scale_in
 
     out = Text(style="dim")
@@ -239,17 +250,29 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-    elif blocks:
-        out.append("   " + shade_legend(scale, colour_floor(att.config, len(att.keys))))
+        if masked:
+            out.append("   · masked")
+        return out
+    if blocks:  # each shade beside the weights it stands for, on one line
+        entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
+        entries[0] = "   " + entries[0]
+        separator = "  "
     else:
-        out.append("rows: queries · columns: keys · " + ("underlined: row maximum" if color else "*: row maximum"))
+        entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
+        separator = " · "
     if masked:
-        out.append("   · masked" if blocks else " · ·: masked")
+        entries.append(" · masked" if blocks else "·: masked")
+    out.append("\n".join(wrap_parts(entries, width, separator)) if width else separator.join(entries))
     return out
 
 
 def shade_legend(scale: str, floor: float) -> str:
     """The weights each shade stands for, on the scale the map is drawn with ('<.05  ░░ .05–.2 …' when linear)."""
+    return "  ".join(shade_entries(scale, floor))
+
+
+def shade_entries(scale: str, floor: float) -> list[str]:
+    """Each shade with the weights it stands for: '<.05', '░░ .05–.2', …"""
     from ..structure import weight_at
 
     def number(p: float) -> str:
@@ -260,7 +283,7 @@ def shade_legend(scale: str, floor: float) -> str:
     parts = [f"<{limits[0]}"]
     for (_, glyphs), low, high in zip(_SHADES[1:-1], limits[:-1], limits[1:], strict=True):
         parts.append(f"{glyphs} {low}–{high}")
-    return "  ".join([*parts, f"{_SHADES[-1][1]} ≥{limits[-1]}"])
+    return [*parts, f"{_SHADES[-1][1]} ≥{limits[-1]}"]
 
 
 def fits_as_numbers(att: Attention, *, color: bool, width: int) -> bool:
@@ -286,10 +309,12 @@ def label_width(att: Attention, cell: int, width: int) -> int:
 CUT_TOKEN_CHARS = 1000  # a cut token longer than this is written out to here, and its length said
 
 
-def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
-    """The tokens a table had to cut, written out whole once (index → token), so nothing is lost;
-    one of more than CUT_TOKEN_CHARS characters to there, with its length (--json has it whole)."""
-    cut = [(i, t) for i, t in enumerate(att.keys) if visible_cells(t, labels) > labels]
+def cut_tokens(att: Attention, labels: int, width: int, *, queries: bool = False) -> Text | None:
+    """The tokens a table had to cut (its keys, or its ``queries``: the rows of the block view), written
+    out whole once (index → token), so nothing is lost; one of more than CUT_TOKEN_CHARS characters to
+    there, with its length (--json has it whole)."""
+    tokens = att.tokens if queries else att.keys
+    cut = [(i, t) for i, t in enumerate(tokens) if visible_cells(t, labels) > labels]
     if not cut:
         return None
     entries = [
@@ -298,7 +323,8 @@ def cut_tokens(att: Attention, labels: int, width: int) -> Text | None:
         else f"{i} {visible_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
         for i, t in cut
     ]
-    return Text("cut to fit: " + " · ".join(entries), style="dim", overflow="fold")
+    lines = wrap_parts([f"cut to fit: {entries[0]}", *entries[1:]], width)  # an index stays with its token
+    return Text("\n".join(piece for line in lines for piece in folded(line, max(1, width))), style="dim")
 
 
 def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
@@ -312,10 +338,10 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
         else:
             body = number_table(att, head, color=color, labels=labels)
         yield Group(Text(""), Text(label, style="bold cyan"), body)
-    cut = None if blocks else cut_tokens(att, labels, width)
+    cut = cut_tokens(att, BLOCK_LABEL, width, queries=True) if blocks else cut_tokens(att, labels, width)
     if cut is not None:
         yield cut
-    yield legend(att, color=color, blocks=blocks)
+    yield legend(att, color=color, blocks=blocks, width=width)
 
 
 def _section(title: str, body: RenderableType) -> Group:
@@ -325,8 +351,10 @@ def _section(title: str, body: RenderableType) -> Group:
 def render_mask(
     att: Attention, *, compare: Attention | None = None, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
-    """One head's additive mask, masked scores and weights; with ``compare``, unmasked first."""
+    """One head's additive mask, masked scores and weights; with ``compare``, unmasked first; the tokens
+    the tables cut listed whole below them."""
     yield Text("\n".join(wrap_parts([att.head_labels[0], *describe_parts(att)], width)), style="dim")
+    cut: Text | None = None
     for row in [compare, att] if compare is not None else [att]:
         which = "with" if row.config.get("causal") else "without"
         prefix = f"{which} the causal mask: " if compare is not None else ""
@@ -338,6 +366,7 @@ def render_mask(
             scores = scores_table(row, 0, color=color, labels=labels)
             yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
             yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels))
+            cut = cut_tokens(row, labels, width)
         else:
             note = Text(
                 f"mask and score tables need {table_width(row, score_width)} columns: widen the "
@@ -347,7 +376,10 @@ def render_mask(
             yield _section(
                 f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
             )
-    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True)
+            cut = cut_tokens(row, BLOCK_LABEL, width, queries=True)
+    if cut is not None:
+        yield cut
+    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True, width=width)
 
 
 SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
