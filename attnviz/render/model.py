@@ -236,6 +236,9 @@ def outline_tile_sinks(
     from ..structure import sink_column
 
     n = int(stack.weights.shape[2])
+    width = 0.6  # points
+    pixels = ax.get_window_extent().width / max(cols[-1] + int(stack.weights.shape[3]), 1)  # of a cell
+    pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
     frames = []
     for position, layer in enumerate(stack.kept_layers):
         config = stack.layer(layer).config
@@ -243,9 +246,9 @@ def outline_tile_sinks(
             r, c = (index, position) if across_layers else (position, index)
             for sink in stack.sinks(position, index).get("sinks", []):
                 x = cols[c] + sink_column(config, sink["key"])
-                frames.append(Rectangle((x - 0.5, rows[r] - 0.5), 1, n))
+                frames.append(Rectangle((x - 0.5 - pad, rows[r] - 0.5), 1 + 2 * pad, n))
     if frames:
-        collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=0.6)
+        collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=width)
         collection.set_linestyle("--")
         collection.set_gid("sinks")
         ax.add_collection(collection)
