@@ -17,7 +17,6 @@ from .entry import app
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..blocked import Kept
     from ..core import Array
     from ..models.locate import Found
 from .output import (
@@ -65,19 +64,19 @@ def rollout(
     product: list[Array] = []
     hidden: list[list[int]] = []  # per layer, the sinks taken out of its averaged map
 
-    def step(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
-        maps = kept.weights
+    def step(maps: Array) -> None:
+        """One layer's averaged map (1, n, n) joins the product, without its sinks with --sinks hide."""
         if sinks == "hide":
             maps, keys = without_own_sinks(maps)
             hidden.append(keys[0])
         product[:] = [rollout_step(product[0] if product else np.eye(maps.shape[-1]), maps)]
 
     if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
-        stack = layer.stack(Want(mean=True), consume=step)
+        stack = layer.stack(Want(mean=True), consume=lambda index, kept, tokens: step(kept.weights))
     else:
         stack = stack_of(layer)
-        for index, maps in stack.each():
-            step(index, Kept(maps.mean(axis=0, keepdims=True), None, np.arange(0), np.arange(0)), stack.tokens)
+        for _, maps in stack.each():
+            step(maps.mean(axis=0, keepdims=True))
     result = product[0]
     emit(
         figure,
@@ -142,19 +141,19 @@ def heads(
     tables: list[dict[str, Array]] = []
     found: list[list[list[dict[str, Any]]]] = []  # per layer, per head: its own sinks
 
-    def score(index: int, kept: Kept, tokens: tuple[str, ...]) -> None:
-        maps = kept.weights
+    def score(maps: Array, tokens: tuple[str, ...]) -> None:
+        """One layer's maps (heads, n, n) scored, and their sinks found (hidden first with --sinks hide)."""
         found.append(own_sinks(maps, tokens))
         if sinks == "hide":
             maps = without_own_sinks(maps, each=True)[0]
         tables.append(head_patterns(maps[None], tokens))
 
     if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
-        stack = layer.stack(Want(), consume=score)
+        stack = layer.stack(Want(), consume=lambda index, kept, tokens: score(kept.weights, tokens))
     else:
         stack = stack_of(layer)
-        for index, maps in stack.each():
-            score(index, Kept(maps, None, np.arange(0), np.arange(0)), stack.tokens)
+        for _, maps in stack.each():
+            score(maps, stack.tokens)
     scores = {name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)}
     emit(
         figure,

@@ -449,7 +449,7 @@ def render_heads(
     )
     if stack.source.get("kv_heads"):
         yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
-    if sinks is not None:
+    if sinks is not None and any(tile for layer in sinks for tile in layer):
         yield Text(sinks_summary(sinks, sink_mode), style="dim")
 
 
@@ -460,8 +460,6 @@ def sinks_summary(sinks: list[list[list[dict[str, Any]]]], mode: str) -> str:
     for tile in heads:
         for sink in tile:
             keys[sink["key"], sink["token"]] = keys.get((sink["key"], sink["token"]), 0) + 1
-    if not keys:
-        return f"no attention sinks in the {len(heads)} heads"
     common = sorted(keys.items(), key=lambda item: (-item[1], item[0][0]))[:3]
     named = ", ".join(f"key {key} '{abbreviate(token, 10)}' in {count}" for (key, token), count in common)
     more = " …" if len(keys) > 3 else ""
