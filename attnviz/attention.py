@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .core import Array, BoolArray
-from .errors import UsageError
+from .errors import UsageError, out_of_range
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Attention:
         if head is not None:
             count = self.weights.shape[0]
             if not 0 <= head < count:
-                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+                raise out_of_range("--head", head, count, "head")
             pick = slice(head, head + 1)
             scores = None if self.scores is None else self.scores[pick]
             return replace(self, weights=self.weights[pick], scores=scores, head_labels=(self.head_labels[head],))

@@ -28,6 +28,7 @@ from typing import Any
 
 from ._version import __version__
 from .errors import AttnvizError, UsageError, printable
+from .progress import bar, no_progress
 
 COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads", "generate")
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
@@ -235,7 +236,7 @@ def _command(name: str) -> Any:
 
 
 def _parameters(command: str) -> set[str]:
-    return {p.name for p in _command(command).params if p.name not in ("as_json", "jsonl", "no_color")}
+    return {p.name for p in _command(command).params if p.name not in ("as_json", "jsonl", "no_color", "quiet")}
 
 
 def command_args(entry: Entry, path: Path) -> list[str]:
@@ -561,22 +562,20 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
         else:
             todo.append(entry)
             manifest.pop(entry.filename, None)  # redrawn or failed: the entries of other plans and shards stay
-    bar = _progress(len(entries), len(outcomes)) if progress else None
-    try:
-        for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):
-            outcomes.append(outcome)
-            if outcome.status == "drawn":
-                manifest[outcome.entry.filename] = {"key": outcome.entry.key, **outcome.record}
-            if bar is not None:
-                bar[0].advance(bar[1])
-    except BaseException:
-        if bar is not None:
-            bar[0].stop()
-        with contextlib.suppress(AttnvizError):  # Ctrl-C stays Ctrl-C
-            save_manifest(directory, manifest)
-        raise
-    if bar is not None:
-        bar[0].stop()
+    with contextlib.ExitStack() as stack:
+        steps = stack.enter_context(bar("figure", "drawing", after=0)) if progress and todo else no_progress
+        steps(len(outcomes), len(entries))
+        try:
+            for outcome in _in_batch_mode(_draw_all(todo, directory, jobs)):
+                outcomes.append(outcome)
+                if outcome.status == "drawn":
+                    manifest[outcome.entry.filename] = {"key": outcome.entry.key, **outcome.record}
+                steps(len(outcomes), len(entries))
+        except BaseException:
+            stack.close()  # the bar gone before the manifest is saved
+            with contextlib.suppress(AttnvizError):  # Ctrl-C stays Ctrl-C
+                save_manifest(directory, manifest)
+            raise
     save_manifest(directory, manifest)
     return sorted(outcomes, key=lambda o: o.entry.index)
 
@@ -642,23 +641,6 @@ def remove_temporaries(directory: Path, processes: list[int]) -> None:
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(path.lstat().st_mode):
                     path.unlink()
-
-
-def _progress(total: int, done: int) -> tuple[Any, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("drawing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = progress.add_task("figures", total=total, completed=done)
-    progress.start()
-    return progress, task
 
 
 def manifest_document(outcomes: list[Outcome], directory: Path) -> dict[str, Any]:

@@ -25,6 +25,15 @@ class LayoutProblems(AttnvizError):
         self.problems = problems
 
 
+def out_of_range(option: str, given: int, count: int, noun: str) -> UsageError:
+    """'--layer 7 is out of range: there are 2 layers (0 to 1)' ('there is 1 head (0)'): the one message of
+    an index past what there is."""
+    if count == 1:
+        return UsageError(f"{option} {given} is out of range: there is 1 {noun} (0)")
+    many = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return UsageError(f"{option} {given} is out of range: there are {count:,} {many} (0 to {count - 1:,})")
+
+
 def printable(text: str, keep: str = "") -> str:
     """``text`` with control, format and bidi characters escaped (``\\x1b``, ``\\u202e``), so a message
     that quotes a user's input cannot move the cursor, set the clipboard or reorder the line.

@@ -15,7 +15,7 @@ import numpy as np
 
 from .attention import Attention
 from .core import Array, BoolArray, soft_cap, softmax
-from .errors import UsageError
+from .errors import UsageError, out_of_range
 from .layer import Layer
 from .threads import one_blas_thread
 
@@ -49,9 +49,9 @@ class QueryExplanation:
 
 def _check(query: int, head: int, n: int, heads: int) -> None:
     if not 0 <= query < n:
-        raise UsageError(f"--query {query} is out of range: there are {n} queries (0 to {n - 1})")
+        raise out_of_range("--query", query, n, "query")
     if not 0 <= head < heads:
-        raise UsageError(f"--head {head} is out of range: there are {heads} heads (0 to {heads - 1})")
+        raise out_of_range("--head", head, heads, "head")
 
 
 def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryExplanation:
@@ -76,7 +76,7 @@ def explain_decoder(
         raise UsageError(f"explain shows every key of one query: {n:,} tokens are more than {MODEL_TOKENS} (heatmap "
                          "shows long maps, pooled)")  # fmt: skip
     if not 0 <= layer < model.layers:
-        raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+        raise out_of_range("--layer", layer, model.layers, "layer")
     query = n - 1 if query is None else query
     _check(query, head, n, model.heads)
     q, k, v = model.layer_inputs(encoding.ids, layer)

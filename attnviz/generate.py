@@ -18,7 +18,8 @@ import numpy as np
 
 from .blocked import Keep, Kept
 from .core import Array
-from .errors import AttnvizError, UsageError
+from .errors import AttnvizError, UsageError, out_of_range
+from .progress import Steps, no_progress
 
 if TYPE_CHECKING:
     from .attention import Attention
@@ -141,11 +142,13 @@ def generate(
     sampling: Sampling | None = None,
     on_step: Callable[[Generation], None] = lambda generation: None,
     budget: Callable[[int], None] = lambda prompt_tokens: None,
+    progress: Steps = no_progress,
 ) -> Generation:
     """Write up to ``new`` tokens after ``prompt`` (stopping at the end-of-sequence token), keeping layer
     ``layer``'s attention as ``keep`` says (default: every head), calling ``on_step`` after each token.
     ``budget`` is given the prompt's length in tokens before the model runs (a view's limits, refused
-    before any work). Ctrl-C ends the writing, not the generation: it is returned as it stands.
+    before any work); ``progress`` how far the prompt's layers, then the steps, are. Ctrl-C ends the writing,
+    not the generation: it is returned as it stands.
 
     Scores or attention that turn NaN or infinite stop it with an error naming the damaged tensor or
     layer; only ids the tokenizer can spell are chosen (an output matrix may have spare rows)."""
@@ -155,7 +158,7 @@ def generate(
     if not isinstance(model, Decoder):
         raise UsageError(f"{getattr(model, 'name', 'the model')} is an encoder: it does not write text")
     if not 0 <= layer < model.layers:
-        raise UsageError(f"--layer {layer} is out of range: there are {model.layers} layers (0 to {model.layers - 1})")
+        raise out_of_range("--layer", layer, model.layers, "layer")
     encoding = model.encode(prompt)
     if len(encoding.ids) + new > model.context:
         raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")
@@ -163,10 +166,12 @@ def generate(
     model.resident()
     spelled = min(len(model.tokenizer.tokens), model.weights.shape("token_embd.weight")[0])
     cache = model.start(len(encoding.ids) + new)
-    logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep))
+    prompt_pass = functools.partial(progress, unit="prompt layer")
+    logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep), prompt_pass)
     _finite(model, logits, kept.weights, encoding.ids)
     result = Generation(model, prompt, encoding.tokens, encoding.ids, layer, keep, kept.weights)
     choose = sampling.chooser()
+    progress(0, new, "step")
     try:
         for _ in range(new):
             chosen = choose(logits[:spelled])
@@ -176,6 +181,7 @@ def generate(
             result.ids.append(chosen)
             result.tokens.append(token)
             result.rows.append(kept.weights[:, 0])
+            progress(len(result.rows), new)
             on_step(result)
             if chosen in model.stops:
                 result.stopped = "end"

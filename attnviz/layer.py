@@ -23,7 +23,7 @@ import numpy as np
 from .attention import Attention
 from .config import LayerConfig, Pool, SinkMode
 from .core import Array, BoolArray, causal_mask, multi_head_attention, padding_mask
-from .errors import UsageError
+from .errors import UsageError, out_of_range
 from .resources import ensure_fits
 from .threads import one_blas_thread
 
@@ -344,7 +344,7 @@ def pooled_self_attention(
         raise UsageError("no tokens: give a sequence as arguments, with --file, or on stdin with -")
     n, h, d = len(tokens), config.heads, config.d_model
     if head is not None and not 0 <= head < h:
-        raise UsageError(f"--head {head} is out of range: there are {h} heads (0 to {h - 1})")
+        raise out_of_range("--head", head, h, "head")
     chosen = list(range(h)) if head is None else [head]
     bins = min(bins, MAX_BINS)
     ensure_fits(

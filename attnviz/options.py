@@ -47,6 +47,18 @@ File = Annotated[
         rich_help_panel=P_LAYER,
     ),
 ]
+TextFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--file",
+        "-f",
+        help="Read the text from a file, exactly as it is (its last newline too).",
+        show_default=False,
+    ),
+]
+Stdin = Annotated[
+    bool, typer.Option("--stdin", help="Read the text from stdin, exactly as it is (its last newline too).")
+]
 Keys = Annotated[
     str | None,
     typer.Option(
@@ -91,8 +103,9 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3 or GPT-2 "
-        "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights).",
+        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3, GPT-2 or "
+        "BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a "
+        "vocabulary-only one.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
@@ -141,7 +154,13 @@ DModel = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed of every random draw.", rich_help_panel=P_LAYER)]
 EmbedOption = Annotated[
-    Embed, typer.Option("--embed", help="How input vectors X are made (see README).", rich_help_panel=P_LAYER)
+    Embed,
+    typer.Option(
+        "--embed",
+        metavar="<mode>",
+        help="How input vectors X are made: token, position or textbook (see README).",
+        rich_help_panel=P_LAYER,
+    ),
 ]
 PositionsOption = Annotated[
     Positions | None,
@@ -196,7 +215,8 @@ ColourScaleOption = Annotated[
     typer.Option(
         "--color-scale",
         help="Colours of the weights: linear, log (from a tenth of uniform to 1) or power (square roots). "
-        "Default (auto): log for pooled maps and maps with attention sinks, else linear.",
+        "Default (auto): log for pooled maps, maps of more than 64 keys and maps with attention sinks, "
+        "else linear.",
         rich_help_panel=P_OUT,
     ),
 ]
@@ -282,6 +302,10 @@ AuditOption = Annotated[
         rich_help_panel=P_FIG,
     ),
 ]
+
+QUIET_HELP = "No progress bar or time estimate on stderr (shown only when stderr is a terminal)."
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP, rich_help_panel=P_OUT)]
+QuietLong = Annotated[bool, typer.Option("--quiet", help=QUIET_HELP, rich_help_panel=P_OUT)]  # where -q is taken
 
 
 # Option groups: a command names a group as one parameter; the group's options take its place
@@ -496,19 +520,30 @@ FIGURE = OptionGroup(figure_options)
 
 
 def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable[..., R]]:
-    """Replace each parameter named in ``groups`` by that group's options, for Typer to read."""
+    """Replace each parameter named in ``groups`` by that group's options, for Typer to read; and give the
+    command -q/--quiet (:data:`Quiet`; --quiet alone where -q means something else) unless it declares its own
+    ``quiet``, which then silences the progress bar too."""
 
     def decorate(command: Callable[..., R]) -> Callable[..., R]:
         signature = inspect.signature(command, eval_str=True)
         parameters: list[inspect.Parameter] = []
         for p in signature.parameters.values():
             parameters.extend(groups[p.name].parameters if p.name in groups else [p])
+        own = "quiet" in signature.parameters
+        if not own:
+            short = any("-q" in (getattr(info, "param_decls", None) or ()) for p in parameters for info in _infos(p))
+            kind = inspect.Parameter.KEYWORD_ONLY
+            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=QuietLong if short else Quiet))
 
         @functools.wraps(command)
         def wrapper(**values: Any) -> R:
+            from .progress import quiet
+
+            silenced = values["quiet"] if own else values.pop("quiet")
             for name, group in groups.items():
                 values[name] = group.take(values)
-            return command(**values)
+            with quiet(silenced):
+                return command(**values)
 
         wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         wrapper.option_groups = groups  # type: ignore[attr-defined]  # for checking a batch plan's entries
@@ -516,6 +551,11 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
         return wrapper
 
     return decorate
+
+
+def _infos(parameter: inspect.Parameter) -> tuple[Any, ...]:
+    """The typer declarations in a parameter's ``Annotated`` type."""
+    return getattr(parameter.annotation, "__metadata__", ())
 
 
 def parse_layers(text: str) -> tuple[int, ...]:

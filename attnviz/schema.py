@@ -17,9 +17,11 @@ from .core import Array
 from .resources import ensure_fits
 
 if TYPE_CHECKING:
+    from .analysis import HeadScores
     from .explain import QueryExplanation
     from .generate import Generation
     from .models.locate import Found
+    from .models.offsets import Pieces
     from .saturation import Saturation
     from .sources import AttentionStack
 
@@ -241,21 +243,36 @@ def heads_document(
     stack: AttentionStack,
     scores: dict[str, Array],
     ranked: list[Any],
-    *,
-    sinks: list[list[list[dict[str, Any]]]] | None = None,
-    sink_mode: str = "show",
+    standard: HeadScores,
+    classes: tuple[list[list[str]], Array],
+    sink_threshold: float,
+    sequence: dict[str, Any],
 ) -> dict[str, Any]:
-    """The pattern scores and ranking; ``sinks``: each head's own (per layer, per head)."""
-    doc: dict[str, Any] = {
+    """attnviz's patterns (``scores``, ``ranking``) and the field's scores, each a [layer][head] table:
+    ``transformerlens`` (its detect_head scores), ``on_pattern`` (the same over the queries the pattern
+    has a key for; null when it has none), ``sink`` (Gu et al.'s α₁ and Sink₁ at the threshold),
+    ``entropy`` (nats), ``local`` and the portrait's ``classes``."""
+    from .analysis import sink_share
+
+    names, values = classes
+    return {
         "schema": HEADS_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
         "scores": {name: table.tolist() for name, table in scores.items()},
         "ranking": [{"pattern": p, "layer": layer, "head": h, "score": score} for p, layer, h, score in ranked],
+        "sequence": sequence,
+        "transformerlens": {name: table.tolist() for name, table in standard.detected.items()},
+        "on_pattern": {name: None if t is None else t.tolist() for name, t in standard.on_pattern.items()},
+        "sink": {
+            "alpha1": standard.alpha1.tolist(),
+            "threshold": sink_threshold,
+            "sink1": sink_share(standard.alpha1, sink_threshold),
+        },
+        "entropy": standard.entropy.tolist(),
+        "local": standard.local.tolist(),
+        "classes": {"class": names, "score": values.tolist()},
     }
-    if sinks is not None:
-        doc |= {"sinks": sinks, "sink_mode": sink_mode}
-    return doc
 
 
 def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:
@@ -362,4 +379,20 @@ def models_document(
         ],
         "looked_in": looked_in,
         "families": families,
+    }
+
+
+TOKENIZE_SCHEMA = "attnviz.tokenize/1"
+
+
+def tokenize_document(model: str, text: str, pieces: Pieces) -> dict[str, Any]:
+    """How the model splits ``text``: tokens (as the views show them), ids, and each token's [start, end)
+    character offsets into the text (null for what the template adds, which comes from no text)."""
+    return {
+        "schema": TOKENIZE_SCHEMA,
+        "model": model,
+        "text": text,
+        "tokens": list(pieces.tokens),
+        "ids": list(pieces.ids),
+        "offsets": [None if span is None else list(span) for span in pieces.offsets],
     }

@@ -21,8 +21,9 @@ from .attention import Attention
 from .blocked import Keep, Kept
 from .config import Pool, SinkMode
 from .core import Array, BoolArray, causal_mask
-from .errors import AttnvizError, UsageError, printable
+from .errors import AttnvizError, UsageError, out_of_range, printable
 from .inputs import decode, open_regular, read_file, tokens_from_text
+from .progress import bar, duration
 from .resources import ensure_fits, human_bytes
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array m
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 
-Layers = Callable[[int, Kept, tuple[str, ...]], None]  # each layer's kept attention, with the tokens, as it is made
+# each layer's kept attention, with the tokens and (a model's) their ids, as it is made
+Layers = Callable[[int, Kept, tuple[str, ...], tuple[int, ...] | None], None]
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,13 @@ class Want:
         chosen = tuple(range(count)) if self.layers is None else tuple(i + count if i < 0 else i for i in self.layers)
         for given, index in zip(self.layers or chosen, chosen, strict=True):
             if not 0 <= index < count:
-                raise UsageError(f"--layer {given} is out of range: there are {count} layers (0 to {count - 1})")
+                raise out_of_range("--layer", given, count, "layer")
         return chosen
 
     def check_heads(self, count: int) -> None:
         for head in self.heads or ():
             if not 0 <= head < count:
-                raise UsageError(f"--head {head} is out of range: there are {count} heads (0 to {count - 1})")
+                raise out_of_range("--head", head, count, "head")
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ class AttentionStack:
         count = self.layers
         chosen = self.kept_layers[-1] if index is None else index
         if not 0 <= chosen < count:
-            raise UsageError(f"--layer {index} is out of range: there are {count} layers (0 to {count - 1})")
+            raise out_of_range("--layer", chosen, count, "layer")
         position = self.kept_layers.index(chosen)
         config = {**self.source, "layer": chosen, "layers": count, "heads": self.heads}
         if self.window(chosen) is not None:
@@ -320,11 +322,12 @@ def model_stack(
     def take(layer: int, result: Kept) -> None:
         if layer in layers:
             if consume is not None:
-                consume(layer, result, encoding.tokens)
+                consume(layer, result, encoding.tokens, encoding.ids)
             else:
                 kept[layer] = result
 
-    model.run(encoding, take, dict.fromkeys(layers, keep))
+    with bar("layer", f"{model.name}: {n:,} tokens", estimate=run_estimate(n, layers, model.layers)) as progress:
+        model.run(encoding, take, dict.fromkeys(layers, keep), progress)
     source = model_source(model, text, pair, encoding.ids)
     if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
         shown = 1 if keep.mean else len(keep.chosen(model.heads))
@@ -332,6 +335,21 @@ def model_stack(
     return kept_stack(
         encoding.tokens, kept, source, keep=keep, layers=model.layers, heads=model.heads, causal=model.causal
     )
+
+
+def run_estimate(n: int, layers: tuple[int, ...], count: int) -> Callable[[float], str]:
+    """The line before a long pass, from the first layer's time: how long it will take, and (for the last
+    layer alone, the default) how long one halfway would."""
+    run = max(layers) + 1
+
+    def line(per_layer: float) -> str:
+        said = f"≈ {duration(per_layer * run)} for {n:,} tokens through {run} layer{'s' if run > 1 else ''}"
+        earlier = run // 2 - 1
+        if len(layers) == 1 and run == count and earlier > 0:
+            said += f"; --layer {earlier} takes ≈ {duration(per_layer * (earlier + 1))}"
+        return said
+
+    return line
 
 
 def model_source(model: Model, text: str, pair: str | None, ids: tuple[int, ...] | list[int]) -> dict[str, Any]:
@@ -421,7 +439,7 @@ def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
     if consume is not None:
         for position, index in enumerate(stack.kept_layers):
             scores = None if stack.scores is None else stack.scores[position]
-            consume(index, Kept(stack.weights[position], scores, np.arange(0), np.arange(0)), stack.tokens)
+            consume(index, Kept(stack.weights[position], scores, np.arange(0), np.arange(0)), stack.tokens, None)
     return stack
 
 

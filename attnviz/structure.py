@@ -92,21 +92,14 @@ def without_keys(weights: Array, keys: list[int] | tuple[int, ...]) -> Array:
     return renormalised
 
 
-def without_own_sinks(maps: Array, *, each: bool = False) -> tuple[Array, list[list[int]]]:
-    """A layer's maps (k, n, n) without their sinks — those of the maps together, or with ``each`` each
-    map's own — found as :func:`find_sinks` finds them (maps that give nothing above the diagonal are a
-    decoder's: causal), and the keys hidden from each map."""
+def without_own_sinks(maps: Array) -> tuple[Array, list[list[int]]]:
+    """A layer's maps (k, n, n) without the sinks of the maps together, found as :func:`find_sinks` finds
+    them (maps that give nothing above the diagonal are a decoder's: causal), and the keys hidden from each."""
     n = maps.shape[-1]
-    mass = layer_mass(maps)
-    keys = [sink_keys(m, n) for m in mass] if each else [sink_keys(mass.mean(axis=0), n)] * len(maps)
+    keys = [sink_keys(layer_mass(maps).mean(axis=0), n)] * len(maps)
     if not any(keys):
         return maps, keys
     return np.stack([without_keys(m, k) for m, k in zip(maps, keys, strict=True)]), keys
-
-
-def own_sinks(maps: Array, tokens: tuple[str, ...]) -> list[list[dict[str, Any]]]:
-    """Each of a layer's maps' (k, n, n) own sinks, as the JSON lists them (see :func:`without_own_sinks`)."""
-    return [described_sinks(m, maps.shape[-1], tokens) for m in layer_mass(maps)]
 
 
 def layer_mass(maps: Array) -> Array:

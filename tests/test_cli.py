@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -231,6 +232,7 @@ COMMAND_NAMES = [
     "heads",
     "check",
     "models",
+    "tokenize",
     "generate",
     "batch",
 ]
@@ -310,3 +312,12 @@ def test_help_matches_its_snapshot_at_80_columns(cli, monkeypatch, command: str)
         snapshot.parent.mkdir(parents=True, exist_ok=True)
         snapshot.write_text(top + "\n", encoding="utf-8")
     assert top + "\n" == snapshot.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", COMMAND_NAMES)
+def test_no_option_value_is_cut_across_lines_of_the_help_at_80_columns(cli, monkeypatch, command: str) -> None:
+    """'<token|position|textb' / 'ook>': a value list too wide for its column was broken mid-word."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for line in cli(command, "--help").out.splitlines():
+        for cell in re.sub(r"\[[^\]]*\]", "", line).split("│"):  # [x>=1]: a range, not a value list
+            assert cell.count("<") == cell.count(">"), (command, line)

@@ -148,3 +148,10 @@ def test_saturation_figure_is_reproducible(cli, tmp_path: Path) -> None:
     cli("saturation", "--dk-max", "64", "--trials", "20", "-o", str(a))
     cli("saturation", "--dk-max", "64", "--trials", "20", "-o", str(b))
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_an_index_out_of_range_says_how_many_there_are_in_good_english(cli) -> None:
+    one = cli("heatmap", "the", "cat", "--heads", "1", "--head", "2")
+    assert one.code == 2 and one.err == "attnviz: error: --head 2 is out of range: there is 1 head (0)\n"
+    two = cli("heatmap", "the", "cat", "--heads", "2", "--head", "2")
+    assert two.err == "attnviz: error: --head 2 is out of range: there are 2 heads (0 to 1)\n"

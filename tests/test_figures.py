@@ -450,6 +450,32 @@ def test_the_model_view_tiles_every_head_and_greys_what_the_mask_blocks() -> Non
     assert "3 layers" in figure_heading(fig)
 
 
+@pytest.mark.parametrize(("preset", "bands"), [("screen", 2), ("paper", 2), ("slide", 1)])
+def test_a_deep_models_view_is_cut_into_bands_where_that_makes_its_tiles_larger(preset: str, bands: int) -> None:
+    """30 layers × 9 heads: a 3:1 strip on a screen or a page left most of it empty; two bands of 15 layers,
+    each with its own layer titles, fill it. A 16:9 slide keeps the one strip, its tiles being larger so."""
+    from attnviz.core import causal_mask
+    from attnviz.render.audit import audit
+    from attnviz.render.model import render_model_figure
+    from attnviz.sources import AttentionStack
+
+    weights = np.random.default_rng(0).random((30, 9, 6, 6)) * causal_mask(6, 6)
+    weights /= weights.sum(-1, keepdims=True)
+    stack = AttentionStack(tokens=tuple("abcdef"), weights=weights, source={"model": "deep"}, causal=True)
+    style = FigureStyle(preset=preset)
+    with figure_context(style):
+        fig = render_model_figure(stack, style)
+        strips = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert len(strips) == bands
+        firsts = [drawn_texts(ax, "layer titles")[0].removeprefix("layer ").removeprefix("L") for ax in strips]
+        assert firsts == [str(15 * band) for band in range(bands)]
+        per_band = [len(drawn_texts(ax, "head titles")) for ax in strips]
+        assert per_band == [9] * bands
+        width, height = fig.get_size_inches()
+        assert (height / width > 0.6) if bands > 1 else True
+        assert audit(fig) == []
+
+
 def test_mask_panels_pass_the_layout_audit_on_a_dark_slide() -> None:
     """Titles within their panels, bars as tall as them, nothing too small: what the audit measures."""
     from attnviz.render.audit import audit

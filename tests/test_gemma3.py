@@ -133,3 +133,25 @@ def test_query_heads_are_grouped_by_the_key_value_head_they_share() -> None:
     starts = tile_starts(9, 10, 1, group=3)
     assert starts[1] - starts[0] == 11 and starts[3] - starts[2] == 13  # a wider gap between groups
     assert tile_starts(4, 10, 1) == [0, 11, 22, 33]
+
+
+@needs_model
+def test_a_gguf_with_linear_rope_scaling_scales_the_global_layers_alone(gemma) -> None:
+    """Gemma 3 4B and larger: config.json's rope_scaling (linear, factor 8) is for the full-attention layers,
+    and llama.cpp's converter writes it as rope.scaling.type/factor, which llama.cpp applies to the global
+    layers only (its sliding layers keep a scale of 1). The file runs so, as its folder does."""
+    from attnviz.models import gemma3
+    from attnviz.models.gguf import GGUF
+    from attnviz.models.metadata import Settings, gguf_settings
+
+    file = GGUF(gemma.weights.path)
+    scaled = {**file.metadata, "gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0}
+    model = gemma3.load_gguf("g", gemma.weights, gguf_settings(scaled, "g", "gemma3"), gemma.tokenizer, "gemma3")
+    config = Settings({
+        "num_hidden_layers": model.layers, "num_attention_heads": model.heads, "num_key_value_heads": model.kv_heads,
+        "hidden_size": model.shape.hidden, "head_dim": model.shape.d_head, "sliding_window": 512,
+        "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+    }, "config.json")  # fmt: skip
+    assert model.shape.ropes == gemma3.shape_from_config(config).ropes
+    assert model.shape.ropes[5] != gemma.shape.ropes[5] and model.shape.ropes[0] == gemma.shape.ropes[0]

@@ -169,6 +169,14 @@ def test_the_terminal_writes_a_line_a_token(cli, tiny: Path) -> None:
     assert lines[-1].startswith("the cat")
 
 
+def test_piped_lines_tell_a_repeated_key_by_its_position(cli, tiny: Path) -> None:
+    run = cli("generate", "--model-file", str(tiny), "the cat the cat", "--new", "2", "--head", "1")
+    looked_at = [line.split("→")[1] for line in run.out.splitlines()[1:3]]
+    named = [part.split()[0] for line in looked_at for part in line.split(" · ")]
+    assert named and all(name[-1] in "₀₁₂₃₄₅₆₇₈₉" for name in named if name.rstrip("₀₁₂₃₄₅₆₇₈₉") in ("the", "cat"))
+    assert any(name[-1] in "₀₁₂₃₄₅₆₇₈₉" for name in named)
+
+
 @needs("smollm2")
 def test_ctrl_c_stops_and_keeps_what_was_written(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "attnviz", "generate", "--model", "smollm2", "Once upon a time", "--new", "200"]

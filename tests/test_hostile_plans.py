@@ -22,7 +22,7 @@ from attnviz import batch as plans
 
 PLAN = """
 [defaults]
-size = "2x2"
+size = "3x3"  # small, and large enough for a three-token heatmap
 dpi = 50
 
 [[figure]]

@@ -21,7 +21,6 @@ from attnviz.models.vocabulary import USER_DEFINED, from_gguf
 
 SUITE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamacpp-vocab"  # beside the checkout
 VOCABULARIES = sorted(p.name for p in SUITE.glob("ggml-vocab-*.gguf")) if SUITE.is_dir() else []
-WORDPIECE = pytest.mark.xfail(raises=AttnvizError, strict=True, reason="WordPiece GGUF vocabularies: #26 part 3")
 
 
 def suite(name: str) -> list[tuple[str, list[int]]]:
@@ -39,9 +38,7 @@ def suite(name: str) -> list[tuple[str, list[int]]]:
 
 
 @pytest.mark.skipif(not VOCABULARIES, reason="../shared/fixtures/llamacpp-vocab is not beside the checkout")
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=WORDPIECE) if "bert" in n else n for n in VOCABULARIES] or ["none"]
-)
+@pytest.mark.parametrize("name", VOCABULARIES or ["none"])
 def test_the_suite_of_llamacpp_on_its_vocabularies(name: str) -> None:
     """Every text of the suite, as llama.cpp's test runs it: no <bos> or <eos>, control and unknown tokens'
     text not parsed (user-defined pieces still are), the ids exactly."""

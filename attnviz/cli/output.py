@@ -158,10 +158,16 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         raise UsageError(
             f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
         )
-    fig = build()
-    if figure.style.size is not None and not figure.audit:
-        refuse_cut(fig, figure.style.size)
-    write_output(figure_bytes(fig, chosen, description), figure.output, sys.stdout.buffer)
+    from ..progress import bar
+
+    with bar("drawing", "stdout" if figure.output == "-" else figure.output) as progress:
+        progress(0, 0)  # no count: the bar says how long it has been, if long
+        fig = build()
+        if figure.style.size is not None and not figure.audit:
+            refuse_cut(fig, figure.style.size)
+        progress(0, 0, f"writing the {chosen.upper()}")
+        data = figure_bytes(fig, chosen, description)
+    write_output(data, figure.output, sys.stdout.buffer)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
     audit_written(fig, figure)

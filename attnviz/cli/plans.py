@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .. import options as opt
 from ..errors import UsageError, printable
 from .entry import app, say
 from .output import plural, write_json
 
 
 @app.command()
+@opt.with_options()
 def batch(
     plan: Annotated[
         Path,
@@ -95,7 +96,7 @@ def batch(
     if audit:  # a figure is measured as it is drawn: every figure is drawn
         for entry in valid:
             entry.args.insert(entry.args.index("--"), "--audit")
-    progress = sys.stderr.isatty() and not quiet
+    progress = not quiet
     jobs = jobs or plans.default_jobs()
     outcomes = plans.run_plan(valid, directory, jobs=jobs, force=force or audit, progress=progress)
     for failed in (o for o in outcomes if o.status == "failed"):

@@ -12,10 +12,12 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from .. import options as opt
-from ..errors import UsageError
+from ..errors import UsageError, out_of_range
 from .entry import app, say
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from ..generate import Generation
 
 GENERATE_LAYER = opt.LAYER.variant(
@@ -116,10 +118,12 @@ def generate(
     model = load_model(layer.model, layer.model_dir, layer.model_file)
     chosen = model.layers - 1 if layer.layer is None else layer.layer  # generate() checks the layer, and the model
     if head is not None and head >= model.heads:
-        raise UsageError(f"--head {head} is out of range: there are {model.heads} heads (0 to {model.heads - 1})")
+        raise out_of_range("--head", head, model.heads, "head")
     keep = Keep(mean=True) if mean else Keep() if all_heads else Keep(heads=(head or 0,))
     described = sampling.describe()
-    run = functools.partial(write, model, layer.text, new, chosen, keep, sampling)
+    run: Writing = functools.partial(write, model, layer.text, new, chosen, keep, sampling)
+    if not (jsonl and sys.stdout.isatty()) and (as_json or jsonl or figure.output is not None):
+        run = _with_bar(run, model.name)  # live in the terminal, the written text is the progress
     if jsonl:
         _stream_jsonl(run, described)
     elif as_json:
@@ -140,6 +144,17 @@ def generate(
 Writing = Callable[..., "Generation"]  # generate() with all but on_step given
 
 
+def _with_bar(run: Writing, name: str) -> Writing:
+    """The generation with a bar on stderr: the prompt's layers, then the steps."""
+    from ..progress import bar
+
+    def shown(**given: object) -> Generation:
+        with bar("step", f"{name}: writing") as progress:
+            return run(progress=progress, **given)
+
+    return shown
+
+
 def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
     from ..schema import generate_step_document, write_document
 
@@ -158,6 +173,7 @@ def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
 def _film(generation: Generation, figure: opt.FigureRequest, fps: float) -> None:
     """The film, streamed into its file as each frame is drawn; an interrupted generation writes none (a
     figure is complete or absent)."""
+    from ..progress import bar
     from ..render.figure import write_output
     from ..render.film import Film, film_format, write_film
     from .output import ANNOUNCE, audit_written
@@ -166,12 +182,26 @@ def _film(generation: Generation, figure: opt.FigureRequest, fps: float) -> None
     if generation.stopped == "interrupted":
         say(f"attnviz: interrupted after {len(generation.rows)} tokens: {figure.output} not written")
         raise typer.Exit(130)
-    film, fmt, size = Film(generation, figure.style), film_format(figure.output), [0]
+    fmt, size = film_format(figure.output), [0]
+    with bar("frame", "drawing the film") as progress:
 
-    def write(out: IO[bytes]) -> None:
-        size[0] = write_film(film, fmt, fps, out)
+        class Reported(Film):
+            """The film, saying how many of its frames are drawn (write_film draws each once)."""
 
-    write_output(write, figure.output, sys.stdout.buffer)
+            drawn = 0
+
+            def frame(self, step: int) -> Image.Image:
+                image = super().frame(step)
+                self.drawn += 1
+                progress(self.drawn, self.count)
+                return image
+
+        film = Reported(generation, figure.style)
+
+        def write(out: IO[bytes]) -> None:
+            size[0] = write_film(film, fmt, fps, out)
+
+        write_output(write, figure.output, sys.stdout.buffer)
     if ANNOUNCE:
         say(f"wrote {figure.output} ({film.count} frames, {size[0] / 1e6:.1f} MB)")
     audit_written(film.figure, figure)

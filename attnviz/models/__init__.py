@@ -22,7 +22,8 @@ from ..errors import AttnvizError, UsageError, printable
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
     from ..core import Array
-    from .decoder import Decoder
+    from ..progress import Steps
+    from .tokenizer import Tokenizer
     from .weights import Tensors
 
 
@@ -66,9 +67,10 @@ class Model(Protocol):
         """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
         ...
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The forward pass up to the last layer in ``keep``; ``consume(layer, kept)`` after each of those,
-        keeping what its :class:`Keep` says (the layers between keep nothing)."""
+        keeping what its :class:`Keep` says (the layers between keep nothing); ``progress(done, layers)``
+        after every layer run, for the caller to say how far it is."""
         ...
 
 
@@ -225,6 +227,28 @@ def load_model(name: str | None, model_dir: Path | None = None, model_file: Path
     return load_folder(path, label, origin=path.resolve().name if model_dir is not None else None)
 
 
+def load_tokenizer(
+    name: str | None, model_dir: Path | None = None, model_file: Path | None = None
+) -> tuple[Tokenizer, str]:
+    """The tokenizer of the model :func:`load_model` would load, and its name, without the weights: a GGUF's
+    metadata (a vocabulary-only file is enough), a folder's tokenizer.json (or a BERT's vocab.txt)."""
+    path, architecture = model_location(name, model_dir, model_file)
+    label = name or path.stem
+    if architecture == "gguf":
+        from .gguf import GGUF
+        from .vocabulary import from_gguf
+
+        return from_gguf(GGUF(path).metadata, path), label
+    from .checkpoint import folder_tokenizer, read_config
+    from .tokenizer import read_tokenizer_json
+
+    if os.path.lexists(path / "tokenizer.json"):
+        return read_tokenizer_json(path / "tokenizer.json"), label
+    raw, _ = read_config(path)
+    family = raw.get("model_type")
+    return folder_tokenizer(path, family if isinstance(family, str) else "bert"), label
+
+
 def load_gguf(path: Path, name: str) -> Model:
     """A GGUF file's model: its family from ``general.architecture``, its tokenizer from its metadata."""
     from .gguf import GGUF
@@ -232,6 +256,11 @@ def load_gguf(path: Path, name: str) -> Model:
     from .vocabulary import from_gguf
 
     file = GGUF(path)
+    if not file.tensors:
+        raise AttnvizError(
+            f"{printable(str(path))}: a vocabulary-only GGUF (no tensors): `attnviz tokenize` reads it, "
+            "but this needs the model's weights"
+        )
     loaders = gguf_loaders()
     architecture = file.metadata.get("general.architecture")
     if architecture not in loaders:
@@ -242,19 +271,19 @@ def load_gguf(path: Path, name: str) -> Model:
     meta = gguf_settings(file.metadata, path, str(architecture))
     model = loaders[str(architecture)](name, file, meta, from_gguf(file.metadata, path), str(architecture))
     refuse_unread(meta, INERT_GGUF_KEYS, str(architecture))
-    refuse_unused(model, file)
+    refuse_unused(model, getattr(model, "weights", file))  # a family that renames the tensors reads them so
     ends = (file.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot", "eom"))
-    model.stops = frozenset(i for i in ends if type(i) is int)
+    model.stops = frozenset(i for i in ends if type(i) is int)  # type: ignore[attr-defined]
     return model
 
 
-def gguf_loaders() -> dict[str, Callable[..., Decoder]]:
+def gguf_loaders() -> dict[str, Callable[..., Model]]:
     """The GGUF architectures attnviz runs (``general.architecture``), each with its family's loader."""
-    from . import gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, smollm3
+    from . import bert, gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, smollm3
 
     return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma2": gemma2.load_gguf,
             "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf, "qwen3": qwen3.load_gguf, "olmo2": olmo2.load_gguf,
-            "smollm3": smollm3.load_gguf, "phi3": phi3.load_gguf}  # fmt: skip
+            "smollm3": smollm3.load_gguf, "phi3": phi3.load_gguf, "bert": bert.load_gguf}  # fmt: skip
 
 
 def supported(architecture: str) -> list[str]:

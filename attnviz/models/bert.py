@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +26,9 @@ from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
+
+if TYPE_CHECKING:
+    from ..progress import Steps
 
 MAX_LAYERS = 1024
 MAX_WORD_CHARS = 100  # WordPiece's longest word: longer ones become [UNK]
@@ -83,6 +88,79 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Bert(name, weights, BertConfig.from_settings(config, family), tokenizer, family)
 
 
+GGUF_NAMES = {  # the forward pass's name (Hugging Face's) -> llama.cpp's converter's, {i} the layer
+    "embeddings.word_embeddings.weight": "token_embd.weight",
+    "embeddings.position_embeddings.weight": "position_embd.weight",
+    "embeddings.token_type_embeddings.weight": "token_types.weight",
+    "embeddings.LayerNorm.{w}": "token_embd_norm.{w}",
+    "encoder.layer.{i}.attention.self.query.{w}": "blk.{i}.attn_q.{w}",
+    "encoder.layer.{i}.attention.self.key.{w}": "blk.{i}.attn_k.{w}",
+    "encoder.layer.{i}.attention.self.value.{w}": "blk.{i}.attn_v.{w}",
+    "encoder.layer.{i}.attention.output.dense.{w}": "blk.{i}.attn_output.{w}",
+    "encoder.layer.{i}.attention.output.LayerNorm.{w}": "blk.{i}.attn_output_norm.{w}",
+    "encoder.layer.{i}.intermediate.dense.{w}": "blk.{i}.ffn_up.{w}",
+    "encoder.layer.{i}.output.dense.{w}": "blk.{i}.ffn_down.{w}",
+    "encoder.layer.{i}.output.LayerNorm.{w}": "blk.{i}.layer_output_norm.{w}",
+}
+
+
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Bert:
+    """A ``bert`` GGUF as llama.cpp's converter writes it from a BertModel: the same encoder, its tensors renamed.
+    The GGUF says no activation: GELU, Hugging Face's BertModel's (``hidden_act`` "gelu", exact; llama.cpp runs
+    it as ggml's tanh approximation)."""
+    from .checkpoint import renamer
+
+    meta.choice("attention.causal", False, (False,), " (attnviz runs BERT as an encoder)")
+    named = Renamed(weights, renamer({v: k for k, v in GGUF_NAMES.items()}, ()))
+    types = rows(named, "embeddings.token_type_embeddings.weight")
+    said = meta.values.get("tokenizer.ggml.token_type_count", types)
+    if said != types:
+        raise AttnvizError(
+            f"{weights.path}: tokenizer.ggml.token_type_count {printable(repr(said))[:20]} is not the {types} rows "
+            "of token_types.weight"
+        )
+    config = BertConfig(
+        meta.count("block_count", high=MAX_LAYERS),
+        meta.count("attention.head_count", high=1024),
+        meta.count("embedding_length"),
+        meta.count("feed_forward_length", high=2**18),
+        meta.count("context_length", 512, high=2**20),
+        types,
+        float(meta.number("attention.layer_norm_epsilon", 1e-12, low=1e-30, high=0.5)),
+        "gelu",
+    )
+    if config.hidden % config.heads:
+        raise AttnvizError(f"{weights.path}: embedding length {config.hidden} is not divisible by {config.heads} heads")
+    return Bert(name, named, config, tokenizer, architecture)
+
+
+class Renamed:
+    """A file's tensors under the forward pass's names (``rename``: stored name -> that name, None: it has
+    none), the others under their own, so that a tensor the pass does not read is still named and refused."""
+
+    def __init__(self, stored: Tensors, rename: Callable[[str], str | None]) -> None:
+        self.stored, self.path = stored, stored.path
+        self.names_ = {new: old for old in stored.names() if (new := rename(old)) is not None}
+        self.unnamed = [old for old in stored.names() if rename(old) is None]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names_
+
+    def names(self) -> list[str]:
+        return [*self.names_, *self.unnamed]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.stored.shape(self.names_[name])
+
+    def stored_name(self, name: str) -> str:
+        return self.stored.stored_name(self.names_.get(name, name))
+
+    def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        if name not in self.names_:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        return self.stored.tensor(self.names_[name], rows)
+
+
 class Bert:
     """A BERT-family checkpoint: its tokenizer and tensors (memory-mapped), a forward pass that keeps attention."""
 
@@ -98,7 +176,7 @@ class Bert:
                 raise AttnvizError(f"{weights.path}: not a {family} checkpoint: no tensor {tensor!r}")
             if weights.shape(tensor) != shape:
                 raise AttnvizError(
-                    f"{weights.path}: tensor {tensor!r} is {list(weights.shape(tensor))}; "
+                    f"{weights.path}: tensor {weights.stored_name(tensor)!r} is {list(weights.shape(tensor))}; "
                     f"config.json implies {list(shape)}"
                 )
 
@@ -163,7 +241,7 @@ class Bert:
     def words(self) -> list[str]:
         return self.tokenizer.words()
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The encoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says."""
         c = self.config
         n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
@@ -196,6 +274,8 @@ class Bert:
                 self._finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
+                if progress is not None:
+                    progress(layer + 1, last + 1)
                 if layer == last:
                     return
                 context = output.transpose(1, 0, 2).reshape(n, c.hidden)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from . import Consumer, Encoding, damaged
 from .parts import Rope, overflow_checked, rms_norm, shared_heads
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
+
+if TYPE_CHECKING:
+    from ..progress import Steps
 
 
 @dataclass
@@ -55,6 +59,9 @@ class Resident:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.inner.shape(name)
+
+    def stored_name(self, name: str) -> str:
+        return self.inner.stored_name(name)
 
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         if name not in self.kept:
@@ -135,7 +142,8 @@ class Decoder:
             if self.weights.shape(name) != shape:
                 found = list(self.weights.shape(name))
                 raise AttnvizError(
-                    f"{self.weights.path}: tensor {name!r} is {found}; the hyperparameters imply {list(shape)}"
+                    f"{self.weights.path}: tensor {self.weights.stored_name(name)!r} is {found}; "
+                    f"the hyperparameters imply {list(shape)}"
                 )
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
@@ -196,9 +204,12 @@ class Decoder:
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
 
-    def forward(self, ids: Array, cache: Cache, keep: tuple[int, Keep]) -> tuple[Array, Kept]:
+    def forward(
+        self, ids: Array, cache: Cache, keep: tuple[int, Keep], progress: Steps | None = None
+    ) -> tuple[Array, Kept]:
         """The tokens ``ids`` after those in ``cache`` (which grows by them): the next token's scores from the
-        last of them, and layer ``keep[0]``'s attention of their queries over every key so far.
+        last of them, and layer ``keep[0]``'s attention of their queries over every key so far; ``progress``
+        after each layer (a long prompt's pass).
 
         The first call gives the prompt (causal among its tokens); each later one a single token, whose
         query sees every cached key (within its window, on a sliding layer)."""
@@ -206,7 +217,7 @@ class Decoder:
         if start and n != 1:
             raise ValueError("after the prompt, tokens are fed one at a time")
         if start and any(rope.switches(start) for rope in self.shape.ropes):
-            return self.rotated_again(ids, cache, keep)
+            return self.rotated_again(ids, cache, keep, progress)
         cache.ids[start:] = [int(i) for i in ids]
         x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
@@ -226,16 +237,20 @@ class Decoder:
                 if layer == keep[0]:
                     shown = kept
                 x = self.after(x, output.transpose(1, 0, 2).reshape(n, -1), layer)
+                if progress is not None:
+                    progress(layer + 1, self.layers)
             assert shown is not None
             cache.length += n
             return self.logits(x[-1:])[0], shown
 
-    def rotated_again(self, ids: Array, cache: Cache, keep: tuple[int, Keep]) -> tuple[Array, Kept]:
+    def rotated_again(
+        self, ids: Array, cache: Cache, keep: tuple[int, Keep], progress: Steps | None = None
+    ) -> tuple[Array, Kept]:
         """The step whose token takes the sequence past a LongRoPE's original length: every token so far runs again,
         rotated with the long factors, as transformers' Phi-3 generation drops its cache there; the new token's row."""
         every = np.asarray([*cache.ids, *(int(i) for i in ids)])
         cache.length = 0
-        logits, kept = self.forward(every, cache, keep)
+        logits, kept = self.forward(every, cache, keep, progress)
         scores = None if kept.scores is None else kept.scores[:, -1:]
         return logits, Kept(kept.weights[:, -1:], scores, np.arange(2), kept.cols)
 
@@ -273,7 +288,7 @@ class Decoder:
                 x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
         return q, k, v
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep]) -> None:
+    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
 
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
@@ -296,6 +311,8 @@ class Decoder:
                 self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
+                if progress is not None:
+                    progress(layer + 1, last + 1)
                 if layer == last:
                     return  # the rest changes no attention that was asked for
                 x = self.after(x, output.transpose(1, 0, 2).reshape(n, -1), layer)

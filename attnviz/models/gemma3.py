@@ -17,7 +17,7 @@ import numpy as np
 from ..core import Array
 from ..threads import product
 from .decoder import Shape
-from .llama import MAX_LAYERS, Llama, rope_of, rope_parameters
+from .llama import MAX_LAYERS, Llama, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
 from .parts import Rope, gelu_tanh, rms_norm
 from .qwen3 import Qwen3
@@ -127,7 +127,7 @@ def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer,
     sliding = [(i + 1) % GLOBAL_EVERY != 0 for i in range(layers)]
     ropes = {
         True: Rope(LOCAL_BASE, d_head),
-        False: Rope(float(meta.number("rope.freq_base", 1_000_000.0, high=1e12)), d_head),
+        False: gguf_rope(meta, float(meta.number("rope.freq_base", 1_000_000.0, high=1e12)), d_head, weights),
     }
     shape = Shape(
         layers, heads, meta.count("attention.head_count_kv", heads, high=heads), hidden, d_head,

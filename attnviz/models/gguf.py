@@ -174,6 +174,9 @@ class GGUF:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.tensors[name].shape
 
+    def stored_name(self, name: str) -> str:
+        return name
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
         if name not in self.tensors:

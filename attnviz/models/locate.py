@@ -290,7 +290,21 @@ def _gguf(model: str, source: str, path: Path) -> Found:
     family = gguf_architecture(path)
     ok = family is not None and family in supported("gguf")
     note = "" if ok else f"attnviz does not run GGUF files of {family}" if family else "no general.architecture"
+    if ok and gguf_tensor_count(path) == 0:
+        ok, note = False, "a vocabulary only, no weights: attnviz tokenize reads it"
     return Found(model, source, "gguf", family, _size(path), ok, path, note)
+
+
+def gguf_tensor_count(path: Path) -> int | None:
+    """How many tensors a GGUF header says it holds (None when it is not a GGUF header)."""
+    try:
+        with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
+            head = handle.read(24)
+    except (OSError, AttnvizError):
+        return None
+    if len(head) < 24 or head[:4] != b"GGUF":
+        return None
+    return int(struct.unpack_from("<Q", head, 8)[0])
 
 
 def _folder(model: str, source: str, path: Path) -> Found:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .tokenizer import byte_alphabet, matches
+from .tokenizer import byte_alphabet, in_blocks, matches
 
 _CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
@@ -343,22 +343,13 @@ def _flags(ch: str | None) -> str:
     return "" if ch is None else unicodedata.category(ch)[0]
 
 
+HAN_BLOCKS = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0x2CEB0, 0x2EBEF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))  # fmt: skip  # not BERT's
+
+
 def is_han(ch: str | None) -> bool:
     """llama.cpp's unicode_cpt_is_han."""
-    if ch is None:
-        return False
-    cp = ord(ch)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0x2CEB0 <= cp <= 0x2EBEF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
+    return ch is not None and in_blocks(ord(ch), HAN_BLOCKS)
 
 
 def _kimi_k2(piece: str) -> list[tuple[int, int]]:

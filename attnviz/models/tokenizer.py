@@ -43,18 +43,18 @@ class TokenizerError(AttnvizError):
 # ---------------------------------------------------------------------------------------------- characters
 
 
+BERT_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+            (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))  # fmt: skip
+
+
+def in_blocks(cp: int, blocks: tuple[tuple[int, int], ...]) -> bool:
+    """Whether code point ``cp`` lies in one of the inclusive ranges ``blocks``."""
+    return any(low <= cp <= high for low, high in blocks)
+
+
 def is_cjk(cp: int) -> bool:
     """The CJK Unified Ideographs blocks, as BERT defines 'Chinese characters'."""
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B920 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
+    return in_blocks(cp, BERT_CJK)
 
 
 def is_punctuation(ch: str) -> bool:

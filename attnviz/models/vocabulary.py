@@ -62,20 +62,20 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
 
 
 def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
-    import numpy as np
 
     settings = Settings(meta, printable(str(path)), "tokenizer.ggml.", "metadata ")
     kind = settings.get("model")
+    if kind == "bert":
+        wordpiece = _wordpiece(settings, meta, path)
+        _refuse_unread(settings, path, kind)
+        return wordpiece
     if kind not in ("gpt2", "llama"):
         shown = printable(repr(kind))[:40]
-        raise AttnvizError(f"{path}: tokenizer {shown}; attnviz reads byte-level BPE (gpt2) and SentencePiece (llama)")
-    tokens = settings.get("tokens")
-    if not _strings(tokens):
-        raise AttnvizError(f"{path}: tokenizer.ggml.tokens is missing or not a list of strings")
-    types = settings.get("token_type", np.full(len(tokens), NORMAL, dtype=np.int32))
-    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or len(types) != len(tokens):
-        raise AttnvizError(f"{path}: tokenizer.ggml.token_type is not one integer per token")
-    kinds = types.astype(int).tolist()
+        raise AttnvizError(
+            f"{path}: tokenizer {shown}; attnviz reads byte-level BPE (gpt2), SentencePiece (llama) "
+            "and WordPiece (bert)"
+        )
+    tokens, kinds = _tokens_and_kinds(settings, path)
 
     def token(key: str, default: int | None = None) -> int | None:
         value = settings.get(key)
@@ -221,6 +221,73 @@ def _sentencepiece(
             }
         ),  # fmt: skip
         added=added,
+    )
+
+
+def _tokens_and_kinds(settings: Settings, path: Path) -> tuple[list[str], list[int]]:
+    """The vocabulary's tokens and each one's type (normal where the file gives none)."""
+    import numpy as np
+
+    tokens = settings.get("tokens")
+    if not _strings(tokens):
+        raise AttnvizError(f"{path}: tokenizer.ggml.tokens is missing or not a list of strings")
+    types = settings.get("token_type", np.full(len(tokens), NORMAL, dtype=np.int32))
+    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or len(types) != len(tokens):
+        raise AttnvizError(f"{path}: tokenizer.ggml.token_type is not one integer per token")
+    return list(tokens), types.astype(int).tolist()
+
+
+def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenizer:
+    """A ``bert`` GGUF vocabulary as Hugging Face's BertTokenizer reads the vocab.txt it came from. llama.cpp's
+    converter writes a word's first piece with ``▁`` before it and a continuation bare (``##ing`` as ``ing``);
+    control tokens ([CLS], [SEP]) stay as they were. Lower-casing and accents as ``tokenizer.ggml.normalizer.*``
+    say (lower case, and so no accents, by default: what llama.cpp does); [CLS] and [SEP] around the text as
+    ``add_bos_token`` and ``add_eos_token`` say (both by default), from the bos or cls and eos or separator ids.
+    llama.cpp cuts every WordPiece vocabulary's words alike, whatever ``tokenizer.ggml.pre`` names."""
+
+    tokens, kinds = _tokens_and_kinds(settings, path)
+    names = [
+        t if k == CONTROL else t[1:] if t.startswith("▁") else f"##{t}" for t, k in zip(tokens, kinds, strict=True)
+    ]
+    vocab: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if vocab.setdefault(name, index) != index:
+            raise AttnvizError(f"{path}: tokens {vocab[name]:,} and {index:,} are both WordPiece's {printable(name)!r}")
+
+    def token(*keys: str) -> str | None:
+        for key in keys:
+            value = settings.get(f"{key}_token_id")
+            if value is not None and (type(value) is not int or not 0 <= value < len(names)):
+                raise AttnvizError(
+                    f"{path}: tokenizer.ggml.{key}_token_id {printable(repr(value))[:40]} is not a token"
+                )
+            if value is not None:
+                return names[value]
+        return None
+
+    def flag(key: str, default: bool | None) -> bool | None:
+        value = settings.get(key, default)
+        if value is not None and type(value) is not bool:
+            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {printable(repr(value))[:40]} is not true or false")
+        return value
+
+    unknown = token("unknown") or "[UNK]"
+    if unknown not in vocab:
+        raise AttnvizError(f"{path}: the vocabulary has no unknown token ([UNK])")
+    first = token("bos", "cls") if flag("add_bos_token", True) else None
+    last = token("eos", "seperator") if flag("add_eos_token", True) else None
+    cls = (Part((first,), "", 0),) if first else ()
+    sep, sep_b = ((Part((last,), "", 0),), (Part((last,), "", 1),)) if last else ((), ())
+    lowercase = bool(flag("normalizer.lowercase", True))
+    special = [i for i, k in enumerate(kinds) if k in (CONTROL, USER_DEFINED, UNKNOWN) and names[i]]
+    settings.known("bos_token_id", "eos_token_id", "pre")  # where writing stops: elsewhere; WordPiece has one cut
+    return Tokenizer(
+        vocab,
+        WordPiece(vocab, unknown),
+        normalizer=bert_normalizer(True, True, flag("normalizer.strip_accents", None), lowercase),
+        pre_tokenizer=pre_tokenizer({"type": "BertPreTokenizer"}),
+        template=Template((*cls, Part((), "A", 0), *sep), (*cls, Part((), "A", 0), *sep, Part((), "B", 1), *sep_b)),
+        added=_stripping(meta, names, special, str(settings.get("pre", ""))),
     )
 
 

@@ -32,6 +32,10 @@ class Tensors(Protocol):
 
     def shape(self, name: str) -> tuple[int, ...]: ...
 
+    def stored_name(self, name: str) -> str:
+        """The name the file stores tensor ``name`` under, for messages (a folder's own; a GGUF's is the same)."""
+        ...
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor as float32 (only ``rows`` of a matrix, if given: the embeddings of the input)."""
         ...
@@ -61,6 +65,7 @@ class FolderTensors:
     ) -> None:
         self.path = path
         self.stored: dict[str, Stored] = {}
+        self.original: dict[str, str] = {}  # the forward pass's name -> the folder's
         self.unnamed: list[str] = []  # stored names the family has no name for: refused unless known inert
         self.transposed = transposed
         self.adjust = adjust
@@ -69,13 +74,16 @@ class FolderTensors:
             if renamed is None:
                 self.unnamed.append(name)
             else:
-                self.stored[renamed] = stored
+                self.stored[renamed], self.original[renamed] = stored, name
 
     def __contains__(self, name: str) -> bool:
         return name in self.stored
 
     def names(self) -> list[str]:
         return [*self.stored, *self.unnamed]
+
+    def stored_name(self, name: str) -> str:
+        return self.original.get(name, name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         shape = self.stored[name].shape

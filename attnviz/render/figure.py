@@ -236,13 +236,16 @@ def _measuring_renderer() -> Any:
 
 
 def text_extent(text: str, size: float, *, weight: str = "normal") -> tuple[float, float]:
-    """(width, height) in points of one line of ``text`` in the figure's fonts, measured once and kept.
+    """(width, height) in points of ``text`` in the figure's fonts (of its widest line), measured once and kept.
 
     Figures are laid out from these numbers instead of by a layout engine, which measures every
     label again on each of its passes and would take most of the time of a figure.
     """
     import matplotlib as mpl
 
+    if "\n" in text:  # several lines: the widest, and their height as matplotlib spaces them
+        lines = [_extent(line, size, weight, tuple(mpl.rcParams["font.family"])) for line in text.split("\n")]
+        return max(w for w, _ in lines), lines_height(len(lines), size)
     return _extent(text, size, weight, tuple(mpl.rcParams["font.family"]))
 
 

@@ -131,6 +131,7 @@ class TokenLabels:
     left: float
     lift: float = 0.0  # points the key labels stand higher, clear of a first query label taller than its row
     chars: int = LABEL_CHARS
+    unit: str = "tokens"  # what a label names: "bins" on a pooled map, where every k-th label is every k-th bin
 
     def of(self, att: Attention) -> TokenLabels:
         """The same labels (positions, font, room) written with ``att``'s tokens: a panel of other tokens."""
@@ -152,12 +153,12 @@ class TokenLabels:
         """'keys', or 'keys · every 3rd' when only every k-th token is labelled and that fits along the
         panel (``room`` points at ``size``): thinning is said here, and in the figure's heading."""
         step = self.step(which)
-        title = which if step == 1 else f"{which} · every {ordinal(step)}"
+        title = which if step == 1 else f"{which} · every {ordinal(step)}" + (" bin" if self.unit == "bins" else "")
         return title if not size or text_extent(title, size)[0] <= room else which
 
     def note(self) -> list[str]:
         """The heading's part saying which tokens are labelled, if not all."""
-        return labelled(max(self.step("keys"), self.step("queries")))
+        return labelled(max(self.step("keys"), self.step("queries")), self.unit)
 
 
 def labelled(step: int, what: str = "tokens") -> list[str]:
@@ -191,7 +192,8 @@ def token_labels(
     row_points = size_inches[1] * 72 / n
     lift = max(0.0, line / 2 - row_points / 2)
     top = (widest if rotate else line) + LABEL_PAD + lift
-    return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift, chars)
+    unit = "bins" if "pooled" in att.config else "tokens"
+    return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift, chars, unit)
 
 
 def settled(att: Attention, style: FigureStyle, size_inches: tuple[float, float], room: TokenLabels) -> TokenLabels:

@@ -133,7 +133,7 @@ def describe_parts(att: Attention) -> list[str]:
     else:
         real = len(att.tokens) - sum(att.padding)
         parts = [
-            f"{real} token{'s' if real != 1 else ''}"
+            f"{real:,} token{'s' if real != 1 else ''}"
             + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")
         ]
     if "model" in c:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich import box
@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import PATTERNS, ranking
+from ..analysis import PATTERNS, HeadScores, ranking
 from ..attention import Attention
 from ..core import Array, BoolArray
 from ..sources import AttentionStack
@@ -48,7 +48,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     kept = stack.kept_layers
     parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
-        layers = f"{stack.layers} layers"
+        layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif kept == tuple(range(kept[0], kept[-1] + 1)):
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
@@ -63,6 +63,7 @@ def stack_parts(stack: AttentionStack) -> list[str]:
 
 
 PAGE_ASPECT = {"screen": 0.75, "paper": 1.3}  # the box a model view fills: a screen, a page (a slide is 16:9)
+MAX_BANDS = 4  # rows of layers a long model's view may be cut into
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
@@ -112,7 +113,8 @@ def render_model_figure(
     """Every layer and head: bertviz's model view, as one figure with one colour bar.
 
     Layers go down and heads across, or the other way when that gives larger tiles in the box of
-    the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide.
+    the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide, and in two
+    bands of 15 layers on a screen or a page, each band with its own layer titles.
     The panels are tiles of one image in one Axes: hundreds of Axes took seconds to build and lay out.
     Each tile's sinks are its own (:meth:`AttentionStack.with_sinks`): ``sinks`` "mark" outlines them.
     """
@@ -144,20 +146,24 @@ def render_model_figure(
     shared = stack.source.get("kv_heads")
     group = stack.heads // shared if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
 
-    def cell_for(across: int, down: int) -> float:
-        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box."""
+    def cell_for(across: int, down: int, bands: int = 1) -> float:
+        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box, the ``across`` ones cut
+        into ``bands`` rows of bands, each with its own titles."""
         head_group = (group, 0) if across == heads else (0, group)
-        cols = tile_starts(across, m, gap, head_group[0])[-1] + m
+        cols = tile_starts(math.ceil(across / bands), m, gap, head_group[0])[-1] + m
         rows = tile_starts(down, n, gap, head_group[1])[-1] + n
         return float(
             min(
                 (width * 72 - 2 * pad - room - bar_room) / cols,
-                (box_h * 72 - 2 * pad - heading - room) / rows,
+                (box_h * 72 - 2 * pad - heading - bands * room - (bands - 1) * pad) / (bands * rows),
                 MAX_TILE * 72 / max(n, m),
             )
         )
 
-    across_layers = cell_for(layers, heads) > cell_for(heads, layers)  # 30 layers × 9 heads: layers across
+    # 30 layers × 9 heads: layers across, in bands where that makes the tiles larger (a screen, a page)
+    layouts = [(cell_for(layers, heads, b), -b, True) for b in range(1, min(layers, MAX_BANDS) + 1)]
+    cell, fewer, across_layers = max([*layouts, (cell_for(heads, layers), -1, False)])
+    bands = -fewer
     grid = weights.transpose(1, 0, 2, 3) if across_layers else weights
     image = model_tiles(
         colour_values(grid, chosen, floor),
@@ -167,20 +173,20 @@ def render_model_figure(
         gap,
         (group, 0) if across_layers else (0, group),  # query heads of one key/value head side by side
     )
-    rows, cols = image.shape[:2]
-    cell = cell_for(layers, heads) if across_layers else cell_for(heads, layers)
-    grid_w, grid_h = cols * cell / 72, rows * cell / 72
+    across, down = ("layer", "head") if across_layers else ("head", "layer")
+    count = layers if across_layers else heads
+    per_band = math.ceil(count / bands)
+    starts = tile_starts(count, m, gap, 0 if across_layers else group)
+    cuts = [(starts[b * per_band], starts[min((b + 1) * per_band, count) - 1] + m) for b in range(bands)]
+    rows = image.shape[0]
+    cols = max(stop - begin for begin, stop in cuts)
+    grid_w, band_h = cols * cell / 72, rows * cell / 72
+    between = (room + pad) / 72  # a band's titles, and a pad, between bands
+    grid_h = bands * band_h + (bands - 1) * between
     height = box_h if fixed else (2 * pad + heading + room) / 72 + grid_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
     bottom = (height - (heading + room) / 72 - grid_h) / 2
-    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
-    ax.imshow(image, interpolation="nearest", aspect="auto")
-    ax.set_axis_off()
-    if sinks == "mark":
-        groups = (group, 0) if across_layers else (0, group)
-        outline_tile_sinks(ax, stack, across_layers, tile_starts(grid.shape[0], n, gap, groups[0]),
-                           tile_starts(grid.shape[1], m, gap, groups[1]), style)  # fmt: skip
     text = style.colours["text"]
     tile_side = cell * max(n, m)
     size = max(style.smallest, min(label, tile_side * 0.45))  # small tiles get small labels, within reason
@@ -194,25 +200,39 @@ def render_model_figure(
         )
     else:
         names["layer"] = ([f"layer {i}" for i in stack.kept_layers], [f"L{i}" for i in stack.kept_layers])
-    across, down = ("layer", "head") if across_layers else ("head", "layer")
-    for kind, step in ((across, m), (down, n)):
-        long, short = names[kind]
-        starts = tile_starts(len(long), step, gap, group if kind == "head" else 0)
-        written = short if text_extent(long[-1], size)[0] > tile_side * 0.95 else long
-        pitch = cell * (step + gap)  # points from one tile to the next
-        every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
-        named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
-        shown = [written[i] for i in named]
-        at = [starts[i] + (step - 1) / 2 for i in named]
-        if kind == across:
-            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
-            paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
-        else:
-            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
-            paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
-        draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
-    bar_h = grid_h
-    bar_at = (left + grid_w + font / 72, bottom + grid_h - bar_h, font * 1.2 / 72, bar_h)
+    for band, (begin, stop) in enumerate(cuts):
+        y = bottom + (bands - 1 - band) * (band_h + between)
+        band_w = (stop - begin) * cell / 72
+        ax = fig.add_axes((left / width, y / height, band_w / width, band_h / height))
+        ax.imshow(image[:, begin:stop], interpolation="nearest", aspect="auto")
+        ax.set_axis_off()
+        if sinks == "mark":
+            groups = (group, 0) if across_layers else (0, group)
+            rows_at = tile_starts(grid.shape[0], n, gap, groups[0])
+            cols_at = [x - begin for x in tile_starts(grid.shape[1], m, gap, groups[1])]  # this band's
+            outline_tile_sinks(ax, stack, across_layers, rows_at, cols_at, style)
+        first = band * per_band
+        for kind, step in ((across, m), (down, n)):
+            long, short = names[kind]
+            if kind == across:
+                long, short = long[first : first + per_band], short[first : first + per_band]
+            at_starts = tile_starts(len(names[kind][0]), step, gap, group if kind == "head" else 0)
+            if kind == across:
+                at_starts = [x - begin for x in at_starts[first : first + per_band]]
+            written = short if text_extent(names[kind][0][-1], size)[0] > tile_side * 0.95 else long
+            pitch = cell * (step + gap)  # points from one tile to the next
+            every = max(1, math.ceil((text_extent(written[-1], size)[0] + size * 0.5) / pitch))
+            named = range(0, len(written), every)  # every k-th tile named when the names are wider than tiles
+            shown = [written[i] for i in named]
+            at = [at_starts[i] + (step - 1) / 2 for i in named]
+            if kind == across:
+                where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+                paths, offsets = [text_path(name, size, "above") for name in shown], [(x, 1) for x in at]
+            else:
+                where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+                paths, offsets = [text_path(name, size, "up-left") for name in shown], [(0, y) for y in at]
+            draw_texts(ax, shown, paths, offsets, where, text, f"{kind} titles")
+    bar_at = (left + grid_w + font / 72, bottom, font * 1.2 / 72, grid_h)
     cax = fig.add_axes(
         (bar_at[0] / width, bar_at[1] / height, bar_at[2] / width, bar_at[3] / height), label="<colorbar>"
     )
@@ -237,7 +257,7 @@ def outline_tile_sinks(
 
     n = int(stack.weights.shape[2])
     width = 0.6  # points
-    pixels = ax.get_window_extent().width / max(cols[-1] + int(stack.weights.shape[3]), 1)  # of a cell
+    pixels = float(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])  # of a cell
     pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
     frames = []
     for position, layer in enumerate(stack.kept_layers):
@@ -251,7 +271,7 @@ def outline_tile_sinks(
         collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=width)
         collection.set_linestyle("--")
         collection.set_gid("sinks")
-        ax.add_collection(collection)
+        ax.add_collection(collection, autolim=False)  # frames of other bands' tiles fall outside, clipped
 
 
 def model_scale(stack: AttentionStack, asked: str) -> tuple[str, float]:
@@ -359,7 +379,9 @@ def render_rollout_figure(
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
     if sinks == "mark":
         outline_sinks(heat, att, style)
-    panel_title(heat, "attention rollout", label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
+    pooled = att.config.get("pooled")
+    name = "attention rollout" + (f" · max-pooled into {pooled['bins']} × {pooled['bins']} bins" if pooled else "")
+    panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
     ticks, labels = scale_ticks(scale, floor / peak)
@@ -418,89 +440,246 @@ def render_rollout(
 def render_heads(
     stack: AttentionStack,
     scores: dict[str, Array],
+    standard: HeadScores,
+    sink_threshold: float,
     *,
     top: int,
     color: bool,
     width: int,
-    sinks: list[list[list[dict[str, Any]]]] | None = None,
-    sink_mode: str = "show",
+    said: str = "",
 ) -> Iterator[RenderableType]:
-    """For each pattern, the heads that follow it most; then how many heads have sinks, and which keys."""
-    yield Text("\n".join(wrap_parts(stack_parts(stack), width)), style="dim")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("pattern")
-    for rank in range(top):
-        table.add_column(f"#{rank + 1}", justify="right")
-    by_pattern: dict[str, list[tuple[int, int, float]]] = {}
-    ranked = ranking(scores, top)
-    for name, layer, head, score in ranked:
-        by_pattern.setdefault(name, []).append((layer, head, score))
-    for name, label in PATTERNS.items():
-        if name not in scores:
-            continue
-        cells: list[Text | str] = [label]
-        for layer, head, score in by_pattern[name]:
-            cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
-        table.add_row(*cells)
-    yield Group(Text(""), table)
-    layer, head, _ = next((by_pattern[n][0] for n in PATTERNS if n in by_pattern), (0, 0, 0.0))  # the first cell
+    """For each pattern, the heads that follow it most; then the field's scores and the sink share."""
+    from ..analysis import sink_share
+
+    yield Text("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
+
+    def ranked_table(title: str, tables: dict[str, tuple[str, Array]]) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column(title)
+        for rank in range(top):
+            table.add_column(f"#{rank + 1}", justify="right")
+        by_pattern: dict[str, list[tuple[int, int, float]]] = {}
+        for name, layer, head, score in ranking({k: v for k, (_, v) in tables.items()}, top):
+            by_pattern.setdefault(name, []).append((layer, head, score))
+        for name, (label, _) in tables.items():
+            cells: list[Text | str] = [label]
+            for layer, head, score in by_pattern[name]:
+                cells.append(Text.assemble(f"L{layer} H{head} ", (f"{score:.2f}", cell_style(score) if color else "")))
+            table.add_row(*cells)
+        return table
+
+    yield Group(
+        Text(""), ranked_table("pattern", {n: (label, scores[n]) for n, label in PATTERNS.items() if n in scores})
+    )
+    first = next((n for n in PATTERNS if n in scores), None)
+    layer, head = (0, 0) if first is None else np.unravel_index(int(np.argmax(scores[first])), scores[first].shape)
     yield Text(
         f"L{layer} H{head}: layer {layer}, head {head} · score: mean weight on the pattern (1: all of it)", style="dim"
     )
+    field = {
+        "previous_token": ("previous token (TL)", standard.detected["previous_token"]),
+        "duplicate_token": ("duplicate token (TL)", standard.detected["duplicate_token"]),
+        "induction": ("induction (TL)", standard.detected["induction"]),
+        "alpha1": ("sink rate α₁", standard.alpha1),
+    }
+    yield Group(Text(""), ranked_table("standard score", field))
+    share = sink_share(standard.alpha1, sink_threshold)
+    count = int((standard.alpha1 > sink_threshold).sum())
+    yield Text(
+        f"Sink₁ {share:.1%}: {count} of {standard.alpha1.size} heads have α₁ > {sink_threshold:g} · "
+        f"mean row entropy {float(standard.entropy.mean()):.2f} nats",
+        style="bold",
+    )
+    yield Text(
+        "TL: TransformerLens's Σ(A ⊙ D) / Σ A over the whole map · α₁: the first token's mean weight (Gu et al.)",
+        style="dim",
+    )
     if stack.source.get("kv_heads"):
         yield Text(shared_heads(stack.heads, int(stack.source["kv_heads"])), style="dim")
-    if sinks is not None and any(tile for layer in sinks for tile in layer):
-        yield Text(sinks_summary(sinks, sink_mode), style="dim")
 
 
-def sinks_summary(sinks: list[list[list[dict[str, Any]]]], mode: str) -> str:
-    """'attention sinks in 240 of 270 heads: key 0 '<bos>' in 236, key 5 '.' in 12 …' (each head's own)."""
-    heads = [tile for layer in sinks for tile in layer]
-    keys: dict[tuple[int, str], int] = {}
-    for tile in heads:
-        for sink in tile:
-            keys[sink["key"], sink["token"]] = keys.get((sink["key"], sink["token"]), 0) + 1
-    common = sorted(keys.items(), key=lambda item: (-item[1], item[0][0]))[:3]
-    named = ", ".join(f"key {key} '{abbreviate(token, 10)}' in {count}" for (key, token), count in common)
-    more = " …" if len(keys) > 3 else ""
-    hidden = " (hidden: each head's patterns scored without its own)" if mode == "hide" else ""
-    return f"attention sinks in {sum(bool(t) for t in heads)} of {len(heads)} heads: {named}{more}{hidden}"
+def describe_layers(positions: list[int], stack: AttentionStack) -> str:
+    """'layer 4' or 'layers 17, 18 and 23': the model's layer numbers of these rows."""
+    named = [str(stack.kept_layers[i]) for i in positions]
+    if len(named) == 1:
+        return f"layer {named[0]}"
+    return f"layers {', '.join(named[:-1])} and {named[-1]}"
+
+
+CELL_GAP, GROUP_GAP = 0.08, 0.4  # the portrait's gaps between cells and between key/value groups, in cells
+CLASS_COLOURS = {  # the portrait's classes: induction and previous stand out, the sink stays grey
+    "sink": "#8c8c8c",
+    "previous": "#1f77b4",
+    "induction": "#d62728",
+    "duplicate": "#9467bd",
+    "local": "#2ca02c",
+    "broad": "#e6b422",
+}
+
+
+def portrait_colours(classes: list[list[str]], values: Array, background: str) -> Array:
+    """(layers, heads, 4) colours: each class's colour, from pale (score 0) to full (score 1)."""
+    from matplotlib.colors import to_rgba
+
+    base = np.array(to_rgba(background))
+    colours = np.array([[to_rgba(CLASS_COLOURS[name]) for name in row] for row in classes])
+    strength = (0.25 + 0.75 * np.clip(values, 0.0, 1.0))[..., None]
+    mixed: Array = base + (colours - base) * strength
+    return mixed
 
 
 @styled
-def render_heads_figure(stack: AttentionStack, scores: dict[str, Array], style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """A layers × heads map of each pattern's score, the best head of each marked."""
-    from matplotlib.patches import Rectangle
-    from matplotlib.ticker import MaxNLocator
+def render_heads_figure(
+    stack: AttentionStack,
+    classes: list[list[str]],
+    values: Array,
+    style: FigureStyle = DEFAULT_STYLE,
+    *,
+    subtitle: str = "",
+    notes: tuple[str, ...] = (),
+) -> Figure:
+    """The model's head portrait: layers × heads, each cell coloured by its head's strongest class
+    (``analysis.HeadScores.classes``), its score written in it when the cells are large enough.
 
-    layers, heads = stack.weights.shape[:2]
-    fig = new_figure(style, 0.55, wide=True)
-    shown = [(name, label) for name, label in PATTERNS.items() if name in scores]
-    axes = fig.subplots(2, -(-len(shown) // 2), squeeze=False)
-    for ax in axes.flat[len(shown) :]:
-        ax.set_axis_off()
-    cmap = colormap(style.cmap)
-    image = None
-    for ax, (name, label) in zip(axes.flat, shown, strict=False):
-        table = scores[name]
-        image = ax.imshow(table, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-        layer, head = np.unravel_index(int(np.argmax(table)), table.shape)
-        ax.add_patch(
-            Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"], linewidth=2)
+    Laid out by hand as the model view is: layers across when that gives larger cells, query heads that
+    share a key/value head side by side with a wider gap between groups.
+    """
+    from matplotlib.collections import PatchCollection
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import blended_transform_factory
+
+    from ..analysis import CLASS_NAMES, CLASSES
+    from .heatmap import annotation_font, luminance
+
+    layers, heads = len(classes), len(classes[0]) if classes else 0
+    font, label = style.font_size, style.scaled(0.8)
+    width = style.figure_size(0.5, wide=True)[0]
+    fixed = style.size is not None or style.preset == "slide"
+    box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
+    found = [
+        f"{name} heads in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
+        for name in ("induction", "previous")
+        if any(name in row for row in classes)
+    ]
+    parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
+    title = wrapped_title(parts, width, font)
+    pad = font * 0.8
+    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    present = [name for name in CLASSES if any(name in row for row in classes)]
+    entries = [f"{CLASS_NAMES[name]}" for name in present]
+    swatch = label * 1.1
+    entry_w = [swatch + label * 0.4 + text_extent(e, label)[0] + label * 1.2 for e in entries]
+    legend_rows: list[list[int]] = [[]]
+    used = 0.0
+    for k, w in enumerate(entry_w):
+        if legend_rows[-1] and used + w > width * 72 - 2 * pad:
+            legend_rows.append([])
+            used = 0.0
+        legend_rows[-1].append(k)
+        used += w
+    line = text_extent("Hg", label)[1] * 1.5
+    legend_h = line * len(legend_rows) + label * 0.5
+    room = text_extent("L00", label)[0] + LABEL_PAD
+
+    shared = stack.source.get("kv_heads")
+    group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
+
+    def starts(count: int, grouped: bool) -> list[float]:
+        """Where each cell starts, in cells: a small gap after each, a wider one after each group."""
+        every = group if grouped and 0 < group < count else 0
+        return [i * (1 + CELL_GAP) + (i // every if every else 0) * GROUP_GAP for i in range(count)]
+
+    def pitch_for(across: int, down: int, head_across: bool) -> float:
+        cols = starts(across, head_across)[-1] + 1 + CELL_GAP if across else 1
+        rows = starts(down, not head_across)[-1] + 1 + CELL_GAP if down else 1
+        return float(
+            min(
+                (width * 72 - 2 * pad - room) / cols,
+                (box_h * 72 - 2 * pad - heading - legend_h - room) / rows,
+                MAX_TILE * 72,
+            )
         )
-        best = f"best: layer {layer}, head {head} ({table[layer, head]:.2f})"  # said, not squeezed into its cell
-        ax.set_title(f"{label}\n{best}", fontsize=style.scaled(0.8))
-        for axis in (ax.xaxis, ax.yaxis):  # as many numbers as fit the axis at this size
-            axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
-        ax.tick_params(labelsize=style.scaled(0.6), length=0)
-        ax.set_xlabel("head", fontsize=style.scaled(0.7))
-        ax.set_ylabel("layer", fontsize=style.scaled(0.7))
-    assert image is not None
-    bar = fig.colorbar(image, ax=axes, shrink=1.0, pad=0.02)
-    bar.set_label("mean weight on the pattern")
-    bar.outline.set_visible(False)
-    fig.suptitle(
-        wrapped_title(["head patterns", *stack_parts(stack)], fig.get_size_inches()[0], style.font_size),
-        fontweight="bold",
-    )
+
+    across_layers = pitch_for(layers, heads, False) > pitch_for(heads, layers, True)
+    cell = pitch_for(layers, heads, False) if across_layers else pitch_for(heads, layers, True)
+    colours = portrait_colours(classes, values, style.colours["background"])
+    if across_layers:
+        colours, shown = colours.transpose(1, 0, 2), values.T
+        xs_at, ys_at = starts(layers, False), starts(heads, True)
+    else:
+        shown = values
+        xs_at, ys_at = starts(heads, True), starts(layers, False)
+    span_x = (xs_at[-1] + 1) if xs_at else 1
+    span_y = (ys_at[-1] + 1) if ys_at else 1
+    grid_w, grid_h = span_x * cell / 72, span_y * cell / 72
+    height = box_h if fixed else (2 * pad + heading + legend_h + room) / 72 + grid_h
+    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    left = (width - room / 72 - grid_w) / 2 + room / 72
+    bottom = (height - (heading + legend_h + room) / 72 - grid_h) / 2
+    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
+    ax.set_xlim(0, span_x)
+    ax.set_ylim(span_y, 0)
+    ax.set_axis_off()
+    cells = [Rectangle((x, y), 1, 1) for y in ys_at for x in xs_at]
+    flat = colours.reshape(-1, 4)
+    ax.add_collection(PatchCollection(cells, facecolors=flat, edgecolors="none", gid="head classes"))
+    value_font = annotation_font(cell / 72, style, ".00")
+    if value_font is not None:
+        light = luminance(flat) > 0.179
+        texts = [f"{v:.2f}".lstrip("0") if v < 1 else "1" for v in shown.reshape(-1)]
+        offsets = [(x + 0.5, y + 0.5) for y in ys_at for x in xs_at]
+        paths = [text_path(t, value_font) for t in texts]
+        tint = ["black" if bright else "white" for bright in light]
+        draw_texts(ax, texts, paths, offsets, ax.transData, tint, "cell values").font_size = value_font
+    text = style.colours["text"]
+    names = {
+        "layer": [f"L{i}" for i in stack.kept_layers][:layers],
+        "head": ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads][:heads],
+    }
+    across, down = ("layer", "head") if across_layers else ("head", "layer")
+    for kind, begins in ((across, xs_at), (down, ys_at)):
+        written = names[kind]
+        step = cell * (1 + CELL_GAP)
+        every = max(1, math.ceil((text_extent(written[-1], label)[0] + label * 0.5) / step)) if kind == across else 1
+        if kind == down:
+            every = max(1, math.ceil(text_extent("H", label)[1] * 1.3 / step))
+        shown_names = [written[i] for i in range(0, len(written), every)]
+        at = [begins[i] + 0.5 for i in range(0, len(written), every)]
+        if kind == across:
+            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+            paths = [text_path(n, label, "above") for n in shown_names]
+            draw_texts(ax, shown_names, paths, [(x, 1) for x in at], where, text, f"{kind} titles")
+        else:
+            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+            paths = [text_path(n, label, "right") for n in shown_names]
+            draw_texts(ax, shown_names, paths, [(0, y) for y in at], where, text, f"{kind} titles")
+    top = bottom + grid_h + (room + legend_h) / 72
+    for r, row in enumerate(legend_rows):
+        row_w = sum(entry_w[k] for k in row) - label * 1.2
+        x = (width * 72 - row_w) / 2
+        y = top * 72 - (r + 0.75) * line
+        for k in row:
+            fig.patches.append(
+                Rectangle(
+                    (x / 72, (y - swatch / 2) / 72),
+                    swatch / 72,
+                    swatch / 72,
+                    transform=fig.dpi_scale_trans,
+                    facecolor=CLASS_COLOURS[present[k]],
+                    edgecolor="none",
+                )
+            )
+            path = text_path(entries[k], label, "left")
+            draw_texts(
+                fig,
+                [entries[k]],
+                [path],
+                [((x + swatch + label * 0.4) / 72, y / 72)],
+                fig.dpi_scale_trans,
+                text,
+                "legend",
+            )
+            x += entry_w[k]
+    draw_heading(fig, title, top + heading / 72 - font * 0.3 / 72, style)
     return fig

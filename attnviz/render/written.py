@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import printable
-from .labels import abbreviate, visible_token
+from .labels import abbreviate, distinct_labels, visible_token
 from .terminal import cell_style
 
 if TYPE_CHECKING:
@@ -31,13 +31,14 @@ def about(generation: Generation) -> str:
 
 def strongest(generation: Generation, step: int, width: int, room: int = 10**6) -> str:
     """The tokens the ``step``-th written token looks at most, with their weights, as many as fit ``room``
-    (at least one)."""
+    (at least one); a token the text holds more than once has its position as a subscript (``,₁ 0.01 · ,₃
+    0.01``), as the lines view writes it."""
     row = generation.rows[step - 1][0]
-    tokens = generation.all_tokens
+    names = distinct_labels([visible_token(t).strip() or visible_token(t) for t in generation.all_tokens[: len(row)]],
+                            width)  # fmt: skip
     parts: list[str] = []
     for i in np.argsort(-row, kind="stable")[:STRONGEST]:
-        token = visible_token(tokens[i]).strip() or visible_token(tokens[i])
-        part = f"{abbreviate(token, width)} {row[i]:.2f}"
+        part = f"{names[i]} {row[i]:.2f}"
         if parts and len(" · ".join([*parts, part])) > room:
             break
         parts.append(part)
@@ -48,7 +49,8 @@ def step_line(generation: Generation, step: int, width: int = 80) -> str:
     """``  3  ' Paris'  → France 0.41 · capital 0.22 · The 0.12`` (plain: pipes, files, NO_COLOR), cut to
     ``width`` columns."""
     token = visible_token(generation.tokens[step - 1])
-    start = f"{step:>4}  {abbreviate(repr(token), 14):<14} → "
+    quoted = abbreviate("'" + token + "'", 14)  # the token escaped already: repr would escape it twice
+    start = f"{step:>4}  {quoted:<14} → "
     return printable(start + strongest(generation, step, 12, width - len(start)))
 
 
@@ -67,6 +69,6 @@ def live_view(generation: Generation, width: int) -> RenderableType:
         else:
             text.append(piece, style=cell_style(float(row[i])))
     step = len(generation.rows)
-    said = f"step {step}: {visible_token(generation.tokens[-1])!r} → {strongest(generation, step, 16)}"
+    said = f"step {step}: '{visible_token(generation.tokens[-1])}' → {strongest(generation, step, 16)}"
     footer = Text(printable(said), style="dim")
     return Group(Text(about(generation), style="dim"), text, Text(""), footer)

@@ -1,0 +1,298 @@
+"""Where each token of a text comes from: its character offsets into the text exactly as it was given.
+
+The tokenizer's pipeline (added tokens, normaliser, pre-tokeniser, model) makes names, not positions, and each
+stage may change the text (lower case, ``▁`` for spaces, a byte alphabet), so the offsets are found after it, by
+laying the bytes each token stands for along the text in order: an added token as its content, a byte-level piece
+as its bytes, a SentencePiece piece with ``▁`` as a space, a byte piece ``<0xE2>`` as its byte, a WordPiece
+continuation without its ``##``. Normalised text is mapped back to the characters it came from, one character at
+a time where the normaliser works that way (lower case, BERT's cleaning, NFD, a Replace), by an alignment where
+it does not (NFC joining two characters). A token's span is the characters its bytes fall in: two byte pieces of
+one character both have that character; what the pipeline put in (SentencePiece's dummy prefix, ByteLevel's
+prefix space) covers nothing; an unknown token covers what lies between its neighbours; the template's tokens
+(BOS, [CLS], [SEP]) come from no text and have no span (None).
+"""
+
+from __future__ import annotations
+
+import difflib
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from ..errors import AttnvizError, printable
+from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, one_budget
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Span = tuple[int, int]
+MAX_ALIGNED = 20_000  # characters a normaliser's output is aligned over by difflib (quadratic at worst)
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """A text tokenised: each token as the views show it, its id, its span of the text (None: the template's
+    own), and whether the template added it."""
+
+    tokens: tuple[str, ...]
+    ids: tuple[int, ...]
+    offsets: tuple[Span | None, ...]
+    template: tuple[bool, ...]
+
+
+def tokenize(tokenizer: Tokenizer, text: str, *, special: bool = True) -> Pieces:
+    """``text`` as ``tokenizer`` splits it, with each token's offsets; ``special``: with what the template adds
+    (BOS, [CLS] and [SEP]), else the text's own tokens only."""
+    with one_budget():
+        names = tokenizer.tokenize(text)
+        spans = token_offsets(tokenizer, text, names)
+    own: list[tuple[str, Span | None, bool]] = [(n, s, False) for n, s in zip(names, spans, strict=True)]
+    chosen: list[tuple[str, Span | None, bool]] = []
+    for part in tokenizer.template.single if special else ():
+        chosen += own if part.sequence else [(n, None, True) for n in part.tokens]
+    chosen = chosen if special else own
+    missing = next((n for n, _, _ in chosen if n not in tokenizer.vocab), None)
+    if missing is not None:
+        raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
+    return Pieces(
+        tokens=tuple(tokenizer.readable(n) for n, _, _ in chosen),
+        ids=tuple(tokenizer.vocab[n] for n, _, _ in chosen),
+        offsets=tuple(s for _, s, _ in chosen),
+        template=tuple(t for _, _, t in chosen),
+    )
+
+
+def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Span]:
+    """The span of ``text`` each of ``names`` (the tokens :meth:`Tokenizer.tokenize` gave for it) stands for."""
+    import numpy as np
+
+    byte_level = _byte_level(tokenizer)
+    parts: list[str] = []  # the text as the model saw it: added tokens as written, the rest normalised
+    froms: list[np.ndarray] = []  # for each of its characters, the span of ``text`` it came from: (start, end)
+    at = 0
+    for segment, added in tokenizer._cut(text, tokenizer._raw):
+        start = text.find(segment, at)
+        normal, mapped = (segment, _one_each(len(segment))) if added else _normalised(tokenizer.normalizer, segment)
+        parts.append(normal if byte_level else normal.replace("▁", " "))
+        froms.append(mapped + start)
+        at = start + len(segment)
+    seen = "".join(parts)
+    origins = np.concatenate([*froms, [[len(text), len(text)]]])  # and one for the end
+    flat = seen.encode("utf-8", "surrogatepass")
+    leading = (np.frombuffer(flat, np.uint8) & 0xC0) != 0x80
+    char_of = np.append(np.cumsum(leading, dtype=np.int32) - 1, len(seen))  # each byte's character, and the end's
+    unknown = getattr(tokenizer.model, "unknown", None)
+    known: dict[str, tuple[bytes, ...]] = {}
+    surfaces = [
+        known[n] if n in known else known.setdefault(n, _surface(tokenizer, n, byte_level, unknown)) for n in names
+    ]
+    ends = list(accumulate(len(part.encode("utf-8", "surrogatepass")) for part in parts))  # of the segments
+    cut = tokenizer.pre_tokenizer
+    words = (lambda at: _word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
+    laid = np.array(_lay(surfaces, flat, words), dtype=np.int64).reshape(-1, 2)
+    first = origins[char_of[laid[:, 0]], 0]
+    last = origins[char_of[np.maximum(laid[:, 1] - 1, 0)], 1]
+    ends_at = np.where(laid[:, 1] > laid[:, 0], last, first)  # an empty span stays empty, where it is
+    return list(zip(first.tolist(), ends_at.tolist(), strict=True))
+
+
+def _one_each(count: int) -> np.ndarray:
+    """(count, 2) spans of one character each: 0–1, 1–2, …"""
+    import numpy as np
+
+    here = np.arange(count, dtype=np.int32)  # a text is at most 16 MiB (inputs.MAX_INPUT)
+    return np.stack([here, here + 1], 1)
+
+
+def _byte_level(tokenizer: Tokenizer) -> bool:
+    """Whether tokens are spelt in GPT-2's byte alphabet (a space as ``Ġ``), as its pre-tokeniser or decoder says."""
+    return "Ġ" in "".join(tokenizer.pre_tokenizer("a b", True)) or tokenizer.display("Ġ") == " "
+
+
+def _surface(tokenizer: Tokenizer, name: str, byte_level: bool, unknown: str | None) -> tuple[bytes, ...]:
+    """The bytes of the (normalised) text ``name`` may stand for, most likely first; none for the unknown
+    token, which stands for whatever is there."""
+    if name == unknown:
+        return ()
+    literal = name.encode("utf-8", "surrogatepass")
+    if name in tokenizer._raw or name in tokenizer._normalised:
+        return (literal,)
+    model = tokenizer.model
+    if isinstance(model, WordPiece):  # ``##s``: a word's next piece, or a word's first that is written so
+        prefix = model.prefix
+        return (literal, literal[len(prefix.encode()) :]) if name.startswith(prefix) and name != prefix else (literal,)
+    if byte_level:
+        values = byte_values()
+        if all(c in values for c in name):
+            return (bytes(values[c] for c in name),)
+    if len(name) == 6 and name.startswith("<0x") and name.endswith(">"):
+        try:
+            return (bytes([int(name[3:5], 16)]),)
+        except ValueError:
+            pass
+    shown = tokenizer.display(name)
+    return ((shown if byte_level else shown.replace("▁", " ")).encode("utf-8", "surrogatepass"),)
+
+
+def _lay(surfaces: list[tuple[bytes, ...]], flat: bytes, word_at: Callable[[int], Span] | None) -> list[Span]:
+    """Each token's byte span in ``flat``, in order: where the last one ended, else past white space the
+    pre-tokeniser dropped, else at its next occurrence; leading spaces the pipeline put in (a dummy prefix) are
+    let go of where the text has none. An unknown token is the word there (``word_at``: WordPiece's, a whole
+    word) or takes what lies between its neighbours (a character each when there are as many)."""
+    spans: list[Span] = [(0, 0)] * len(surfaces)
+    at, waiting = 0, list[int]()
+
+    def settle(until: int) -> None:
+        if waiting:
+            for w, span in zip(waiting, _divided(flat, _between(flat, at, until), len(waiting)), strict=True):
+                spans[w] = span
+            waiting.clear()
+
+    for k, surface in enumerate(surfaces):
+        if not surface and word_at is not None:
+            spans[k] = word_at(at)
+            at = max(at, spans[k][1])
+            continue
+        if not surface:
+            waiting.append(k)
+            continue
+        found = _find(flat, surface, at)
+        start, end = found if found is not None else (at, at)
+        settle(start)
+        spans[k] = (start, end)
+        at = end
+    settle(len(flat))
+    return spans
+
+
+def _divided(flat: bytes, span: Span, count: int) -> list[Span]:
+    """``span`` of ``flat`` for ``count`` unknown tokens: a character each when it holds as many, else all of it."""
+    start, end = span
+    try:
+        text = flat[start:end].decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # the span ends inside a character that a byte piece beside it stands for
+        return [span] * count
+    if count == 1 or len(text) != count:
+        return [span] * count
+    edges = [start]
+    for ch in text:
+        edges.append(edges[-1] + len(ch.encode("utf-8", "surrogatepass")))
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+WORD_WINDOW = 64  # bytes the pre-tokeniser is shown to find the word at a place (doubled while the word fills them)
+
+
+def _word_at(flat: bytes, at: int, cut: Callable[[str, bool], list[str]], ends: list[int]) -> Span:
+    """The span of the first piece the pre-tokeniser cuts from ``flat`` at ``at`` (within its segment, which
+    ends at the first of ``ends`` past it): the word an unknown stands for."""
+    size = WORD_WINDOW
+    segment = ends[bisect_right(ends, at)] if bisect_right(ends, at) < len(ends) else len(flat)
+    while True:
+        end = min(segment, at + size)
+        while end < len(flat) and 0x80 <= flat[end] < 0xC0:
+            end += 1
+        window = flat[at:end]
+        words = [w.encode("utf-8", "surrogatepass") for w in cut(window.decode("utf-8", "surrogatepass"), False)]
+        first = next((w for w in words if w), b"")
+        found = window.find(first) if first else -1
+        if found < 0:
+            return at, at
+        if found + len(first) < len(window) or end == segment:
+            return at + found, at + found + len(first)
+        size *= 2
+
+
+def _find(flat: bytes, surface: tuple[bytes, ...], at: int) -> Span | None:
+    for candidate in surface:
+        if candidate and flat.startswith(candidate, at):
+            return at, at + len(candidate)
+    variants = []
+    for candidate in surface:
+        variants.append(candidate)
+        while variants[-1].startswith(b" "):
+            variants.append(variants[-1][1:])
+    text = [v for v in variants if v]
+    for where in (at, _skip_space(flat, at)):
+        for v in text:
+            if flat.startswith(v, where):
+                return where, where + len(v)
+        if not any(c.strip(b" ") for c in surface):  # only spaces, and not the text's here: put in by the pipeline
+            return at, at
+    found = [(i, -len(v)) for v in text if (i := flat.find(v, at)) >= 0]
+    if not found:
+        return None
+    start, length = min(found)
+    return start, start - length
+
+
+def _skip_space(flat: bytes, at: int) -> int:
+    while at < len(flat) and flat[at : at + 1].isspace():
+        at += 1
+    return at
+
+
+def _between(flat: bytes, start: int, end: int) -> Span:
+    start = _skip_space(flat, start)
+    while end > start and flat[end - 1 : end].isspace():
+        end -= 1
+    while start < end and 0x80 <= flat[start] < 0xC0:  # a span starts at a character's first byte
+        start += 1
+    return start, end
+
+
+def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray]:
+    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2)."""
+    import numpy as np
+
+    out = segment if normalise is None else normalise(segment)
+    if out == segment:
+        return out, _one_each(len(segment))
+    assert normalise is not None
+    for pieces in (_each(normalise, segment), _each_after(normalise, segment)):
+        if pieces is not None and "".join(pieces) == out:
+            return out, _one_each(len(segment)).repeat([len(p) for p in pieces], axis=0)
+    return out, np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
+
+
+def _each(normalise: Normalizer, segment: str) -> list[str]:
+    """Each character normalised alone: exact for normalisers that work a character at a time."""
+    cache: dict[str, str] = {}
+    return [cache[c] if c in cache else cache.setdefault(c, normalise(c)) for c in segment]
+
+
+def _each_after(normalise: Normalizer, segment: str) -> list[str] | None:
+    """Each character normalised after an ``a``: for normalisers that also put something in front (Prepend)."""
+    base = normalise("a")
+    cache: dict[str, str | None] = {}
+
+    def alone(c: str) -> str | None:
+        if c not in cache:
+            after = normalise("a" + c)
+            cache[c] = after[len(base) :] if after.startswith(base) else None
+        return cache[c]
+
+    pieces = [normalise(segment[0]), *map(alone, segment[1:])]
+    return None if any(p is None for p in pieces) else pieces  # type: ignore[return-value]
+
+
+def _aligned(segment: str, out: str) -> list[Span]:
+    """``out``'s characters mapped to ``segment``'s by difflib's matching blocks: changed runs of equal length
+    character for character, others as a whole, inserted characters to the character after them."""
+    if not segment:
+        return [(0, 0)] * len(out)
+    if len(segment) + len(out) > MAX_ALIGNED:  # in proportion: near, not exact
+        places = [min(k * len(segment) // len(out), len(segment) - 1) for k in range(len(out))]
+        return [(i, i + 1) for i in places]
+    spans: list[Span] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, segment, out, autojunk=False).get_opcodes():
+        if op == "equal" or (op == "replace" and i2 - i1 == j2 - j1):
+            spans += [(i1 + k, i1 + k + 1) for k in range(j2 - j1)]
+        elif op == "replace":
+            spans += [(i1, i2)] * (j2 - j1)
+        elif op == "insert":
+            near = min(i1, len(segment) - 1)
+            spans += [(near, near + 1)] * (j2 - j1)
+    return spans
