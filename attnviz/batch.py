@@ -30,7 +30,19 @@ from ._version import __version__
 from .errors import AttnvizError, UsageError, printable
 from .progress import bar, no_progress
 
-COMMANDS = ("heatmap", "mask", "saturation", "explain", "permute", "diff", "lines", "rollout", "heads", "generate")
+COMMANDS = (
+    "heatmap",
+    "mask",
+    "saturation",
+    "explain",
+    "permute",
+    "diff",
+    "lines",
+    "rollout",
+    "heads",
+    "ablate",
+    "generate",
+)
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}

@@ -17,7 +17,9 @@ from .core import Array
 from .resources import ensure_fits
 
 if TYPE_CHECKING:
+    from .ablation import Ablation, Importance
     from .analysis import HeadScores
+    from .config import ColourScale, SinkMode
     from .explain import QueryExplanation
     from .generate import Generation
     from .models.locate import Found
@@ -35,6 +37,7 @@ MODEL_SCHEMA = "attnviz.model/1"
 ROLLOUT_SCHEMA = "attnviz.rollout/1"
 HEADS_SCHEMA = "attnviz.heads/1"
 CHECK_SCHEMA = "attnviz.check/1"
+ABLATION_SCHEMA = "attnviz.ablation/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
@@ -118,10 +121,22 @@ def saturation_document(result: Saturation) -> dict[str, Any]:
     }
 
 
-def explain_document(e: QueryExplanation, att: Attention) -> dict[str, Any]:
+def explain_document(e: QueryExplanation, att: Attention, importance: Importance | None = None) -> dict[str, Any]:
     """Every step of one query through one head; masked scores are null; a model that soft-caps its scores adds
-    ``softcap`` and ``capped`` (each scaled score capped, before the mask)."""
+    ``softcap`` and ``capped`` (each scaled score capped, before the mask); ``--importance`` adds ``importance``:
+    per key, the change in the loss of the next token when the query's attention to it is removed (null where it
+    sees no such key, or only that one)."""
     capped = {} if e.capped is None else {"softcap": e.softcap, "capped": e.capped.tolist()}
+    if importance is not None:
+        capped["importance"] = {
+            "layer": importance.layer,
+            "heads": list(importance.heads),
+            "target": importance.target,
+            "target_id": importance.target_id,
+            "target_is_next_token": importance.given,
+            "baseline_loss": importance.baseline,
+            "delta_loss": [v if math.isfinite(v) else None for v in importance.delta.tolist()],
+        }
     return {
         "schema": EXPLAIN_SCHEMA,
         **_common(att),
@@ -275,6 +290,28 @@ def heads_document(
     }
 
 
+def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any]:
+    """Each head removed in turn: ``delta`` (layers × heads) of the measure, the next-token loss (nats) or, with a
+    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated."""
+    from .ablation import strongest
+
+    baseline = "baseline_loss" if result.target is None else "baseline_log_prob"
+    return {
+        "schema": ABLATION_SCHEMA,
+        "tokens": list(result.tokens),
+        "source": source,
+        "method": result.method,
+        "measure": result.measure,
+        "target": result.target,
+        "target_id": result.target_id,
+        baseline: result.baseline,
+        "layers": int(result.delta.shape[0]),
+        "heads": int(result.delta.shape[1]),
+        "delta": result.delta.tolist(),
+        "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(result, 10)],
+    }
+
+
 def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:
     return {
         "schema": CHECK_SCHEMA,
@@ -336,7 +373,9 @@ def _step(generation: Generation, step: int) -> dict[str, Any]:
     }
 
 
-def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[str, Any]:
+def generate_document(
+    generation: Generation, sampling: dict[str, Any], scale: ColourScale = "auto", sinks: SinkMode = "show"
+) -> dict[str, Any]:
     """The whole run: the prompt, what was written, each step's row, why it stopped, and the final causal map
     as an attention document (``attention``: what `attnviz heatmap --from` reads back)."""
     doc = generate_header(generation, sampling)
@@ -350,8 +389,14 @@ def generate_document(generation: Generation, sampling: dict[str, Any]) -> dict[
         "ids": list(generation.ids),
         "stopped": generation.stopped,
         "steps": [_step(generation, k) for k in range(1, len(generation.rows) + 1)],
-        "attention": attention_document(generation.attention()),
+        "attention": attention_document(_readable(generation.attention(), scale, sinks)),
     }
+
+
+def _readable(att: Attention, scale: ColourScale, sinks: SinkMode) -> Attention:
+    from .structure import readable
+
+    return readable(att, scale=scale, sinks=sinks)
 
 
 MODELS_SCHEMA = "attnviz.models/1"

@@ -232,6 +232,7 @@ COMMAND_NAMES = [
     "heads",
     "check",
     "models",
+    "ablate",
     "tokenize",
     "generate",
     "batch",

@@ -223,3 +223,26 @@ def test_a_plan_can_name_generate(cli, tiny: Path, tmp_path: Path) -> None:
     run = cli("batch", str(plan), "-o", str(tmp_path / "out"))
     assert run.code == 0, run.err
     assert (tmp_path / "out" / "film.gif").stat().st_size > 0
+
+
+@needs("smollm2")
+def test_a_film_of_a_sink_head_is_coloured_as_heatmap_colours_its_map(smollm2, cli, tmp_path: Path) -> None:
+    """SmolLM2's layer 18 head 6 puts most of its weight on the first token: on a linear scale every other
+    cell would read as zero. The film finds the sink and colours on a log scale, as heatmap does, and says so."""
+    from attnviz.render.figure import FigureStyle
+    from attnviz.render.film import Film
+
+    generation = generate(smollm2, "One, two, one, two, one,", 3, 18, Keep(heads=(6,)), Sampling())
+    film = Film(generation, FigureStyle())
+    assert film.scale == "log" and film.map.config["sinks"][0]["key"] == 0
+    [bar] = [ax for ax in film.figure.axes if ax is not film.ax]
+    assert "log scale" in bar.get_ylabel()
+    film.frame(1)
+    assert "sinks: One (0)" in film.title.get_text()
+    hidden = Film(generation, FigureStyle(), "linear", "hide")
+    assert hidden.scale == "linear" and "sinks hidden: One (0)" in hidden.title.get_text()
+    assert not hidden.map.weights[0][1:, 0].any()  # the sink's column, but for its own row
+
+    run = cli("generate", "--model", "smollm2", "One, two, one, two, one,", "--new", "2", "-L", "18", "--head", "6",
+              "--json")  # fmt: skip
+    assert json.loads(run.out)["attention"]["config"]["color_scale"] == "log"

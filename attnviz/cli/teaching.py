@@ -147,9 +147,19 @@ def explain(
         ),
     ] = None,
     head: Annotated[int, typer.Option("--head", min=0, help="The head.", rich_help_panel=opt.P_OUT)] = 0,
+    importance: Annotated[
+        bool,
+        typer.Option("--importance", help="A decoder: beside each key's weight, the change in the loss of the next "
+                     "token when the query's attention to that key is removed.", rich_help_panel=opt.P_OUT),
+    ] = False,
+    all_heads: Annotated[
+        bool,
+        typer.Option("--all-heads", help="With --importance: remove the key in every head of the layer.",
+                     rich_help_panel=opt.P_OUT),
+    ] = False,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
-) -> None:
+) -> None:  # fmt: skip
     """One query through one head, every number of the computation in order.
 
     q, the keys, q·k_j, the scale, the mask, the softmax, each value weighted, their sum,
@@ -157,6 +167,11 @@ def explain(
 
     A decoder (--model, --model-dir, --model-file) shows its own q, k and v of --layer,
     and its scores soft-capped where it caps them (Gemma 2).
+
+    --importance (a decoder) removes the query's attention to each key in turn (its weight set
+    to 0, the row renormalised, in --head or with --all-heads in every head of the layer) and
+    shows the change in the loss of the next token (after the last token: the model's own top
+    prediction) beside the weight: attention and importance can disagree.
 
     [bold]Examples[/bold]
 
@@ -167,10 +182,17 @@ def explain(
       attnviz explain "le chat" --keys "the cat sat" --json | jq '.weights'
 
       attnviz explain --model smollm2 "The cat sat on the mat" --layer 3 --head 2
+
+      attnviz explain --model smollm2 "The cat sat" --importance -o keys.png
     """
     from ..explain import explain_decoder, explain_query
 
     one_output(figure.output, as_json, False)
+    if (importance or all_heads) and not layer.external:
+        raise UsageError("--importance measures a decoder's loss: give --model, --model-dir or --model-file")
+    if all_heads and not importance:
+        raise UsageError("--all-heads goes with --importance")
+    measured = None
     if layer.external:
         from ..models import load_model
         from ..models.decoder import Decoder
@@ -183,6 +205,12 @@ def explain(
         chosen = model.layers - 1 if layer.layer is None else layer.layer
         e, att = explain_decoder(model, layer.text, chosen, query, head)
         query = e.query
+        if importance:
+            from ..ablation import key_importance
+
+            model.resident()  # each key removed runs the layers from --layer on again
+            heads = tuple(range(model.heads)) if all_heads else (head,)
+            measured = key_importance(model, layer.text, chosen, query, heads)
     else:
         built, att = layer.prepare()
         if query is None:
@@ -190,6 +218,22 @@ def explain(
         e = explain_query(built, att, query, head)
     from .. import schema
 
+    if measured is not None:
+        weighed = measured
+        emit(
+            figure,
+            as_json,
+            no_color,
+            draw=lambda: views.ablation.render_importance_figure(e, weighed, att.tokens, figure.style),
+            description=lambda: figure_description(
+                "explain", att, figure.style, query=query, head=head, importance=True, all_heads=all_heads
+            ),  # fmt: skip
+            documents=lambda: [schema.explain_document(e, att, weighed)],
+            show=lambda color, width: views.ablation.render_importance(
+                e, weighed, att.tokens, color=color, width=width
+            ),  # fmt: skip
+        )
+        return
     emit(
         figure,
         as_json,

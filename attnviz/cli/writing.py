@@ -18,6 +18,7 @@ from .entry import app, say
 if TYPE_CHECKING:
     from PIL import Image
 
+    from ..config import ColourScale, SinkMode
     from ..generate import Generation
 
 GENERATE_LAYER = opt.LAYER.variant(
@@ -74,6 +75,8 @@ def generate(
             "--jsonl", help="Write one compact JSON object per step, as it is written.", rich_help_panel=opt.P_OUT
         ),
     ] = False,
+    color_scale: opt.ColourScaleOption = "auto",
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
     """Watch a causal decoder write: each new token's attention over everything before it.
@@ -131,12 +134,12 @@ def generate(
         from .output import write_json
 
         generation = run()
-        write_json([generate_document(generation, described)])
+        write_json([generate_document(generation, described, color_scale, sinks)])
         _said(generation)
     elif figure.output is not None:
         from ..render.film import map_budget
 
-        _film(run(budget=functools.partial(map_budget, new=new)), figure, fps)
+        _film(run(budget=functools.partial(map_budget, new=new)), figure, fps, color_scale, sinks)
     else:
         _live(run, no_color)
 
@@ -170,7 +173,7 @@ def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
     _said(generation)
 
 
-def _film(generation: Generation, figure: opt.FigureRequest, fps: float) -> None:
+def _film(generation: Generation, figure: opt.FigureRequest, fps: float, scale: ColourScale, sinks: SinkMode) -> None:
     """The film, streamed into its file as each frame is drawn; an interrupted generation writes none (a
     figure is complete or absent)."""
     from ..progress import bar
@@ -196,7 +199,7 @@ def _film(generation: Generation, figure: opt.FigureRequest, fps: float) -> None
                 progress(self.drawn, self.count)
                 return image
 
-        film = Reported(generation, figure.style)
+        film = Reported(generation, figure.style, scale, sinks)
 
         def write(out: IO[bytes]) -> None:
             size[0] = write_film(film, fmt, fps, out)

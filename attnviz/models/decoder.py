@@ -6,6 +6,7 @@ values and what it does with the attention's output (:meth:`Decoder.attention_in
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,10 @@ from .weights import Tensors, rows
 
 if TYPE_CHECKING:
     from ..progress import Steps
+
+HeadsEdit = Callable[[Array], Array]
+"""What an experiment makes of one layer's heads' outputs (heads, n, d) before the output projection: a head's set
+to zero or to its mean (:mod:`attnviz.ablation`), one query's row of a head recomputed without a key."""
 
 
 @dataclass
@@ -294,20 +299,11 @@ class Decoder:
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
         time: never (layers, heads, n, n). Layers after the last one asked for are not run.
         """
-        n = len(encoding.ids)
         x = self.embed(np.asarray(encoding.ids))
         with one_blas_thread(), overflow_checked():
             last = max(keep)
             for layer in range(last + 1):
-                self.finite(x, layer - 1)
-                q, k, v = self.attention_inputs(x, layer)
-                k, v = shared_heads(k, v, self.heads)
-                output, kept = attend(
-                    q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
-                    softcap=self.softcap(layer), keep=keep.get(layer, NOTHING),
-                )  # fmt: skip
-                assert output is not None
-                self.finite(output, layer)  # what a layer that keeps nothing is checked by
+                output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))
                 self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
@@ -315,4 +311,41 @@ class Decoder:
                     progress(layer + 1, last + 1)
                 if layer == last:
                     return  # the rest changes no attention that was asked for
-                x = self.after(x, output.transpose(1, 0, 2).reshape(n, -1), layer)
+                x = self.after(x, joined(output), layer)
+
+    def heads_outputs(self, x: Array, layer: int, keep: Keep = NOTHING) -> tuple[Array, Kept]:
+        """Layer ``layer``'s heads' outputs (heads, n, d) for its input ``x``, a whole text (causal, from position 0),
+        and what ``keep`` says of its weights."""
+        self.finite(x, layer - 1)
+        q, k, v = self.attention_inputs(x, layer)
+        k, v = shared_heads(k, v, self.heads)
+        output, kept = attend(
+            q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
+            softcap=self.softcap(layer), keep=keep,
+        )  # fmt: skip
+        assert output is not None
+        self.finite(output, layer)  # what a layer that keeps nothing is checked by
+        return output, kept
+
+    def through(
+        self, x: Array, first: int = 0, edits: Mapping[int, HeadsEdit] | None = None,
+        seen: Callable[[int, Array, Array], None] | None = None,
+    ) -> Array:  # fmt: skip
+        """The last layer's output from layer ``first``'s input ``x`` (a whole text), each layer's heads' outputs
+        through ``edits`` where it names the layer, before the output projection. ``seen`` is given each layer's
+        input and heads' outputs, unedited: what a later run from that layer starts from."""
+        with one_blas_thread(), overflow_checked():
+            for layer in range(first, self.layers):
+                output, _ = self.heads_outputs(x, layer)
+                if seen is not None:
+                    seen(layer, x, output)
+                if edits is not None and layer in edits:
+                    output = edits[layer](output)
+                x = self.after(x, joined(output), layer)
+            self.finite(x, self.layers - 1)
+        return x
+
+
+def joined(output: Array) -> Array:
+    """Heads' outputs (heads, n, d) side by side, (n, heads·d): the output projection's input."""
+    return output.transpose(1, 0, 2).reshape(output.shape[1], -1)

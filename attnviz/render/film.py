@@ -20,7 +20,10 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
+from ..config import ColourScale, SinkMode
+from ..core import Array
 from ..errors import AttnvizError, UsageError
+from ..structure import SCALE_NAMES, colour_floor, colour_values, readable, scale_ticks
 from .figure import STYLE_ATTRIBUTE, FigureStyle, colormap, figure_context, tick_step
 from .heatmap import labelled
 from .labels import abbreviate, visible_token
@@ -28,6 +31,7 @@ from .labels import abbreviate, visible_token
 if TYPE_CHECKING:
     from PIL import Image
 
+    from ..attention import Attention
     from ..generate import Generation
 
 FILM_FORMATS = ("gif", "png", "mp4", "webm")
@@ -95,7 +99,9 @@ class Film:
     """The frames of a generation, drawn one at a time on one figure: 0 is the prompt, k the k-th written
     token, the last the whole map. ``figure`` is the figure as the last frame drawn left it (for the audit)."""
 
-    def __init__(self, generation: Generation, style: FigureStyle) -> None:
+    def __init__(
+        self, generation: Generation, style: FigureStyle, scale: ColourScale = "auto", sinks: SinkMode = "show"
+    ) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.cm import ScalarMappable
         from matplotlib.colors import Normalize, to_rgba
@@ -113,15 +119,20 @@ class Film:
         width, height = style.figure_size(0.75)
         self.picked = _picked(size, round(max(width, height) * style.resolution()))
         self.empty = np.round(np.array(to_rgba(c["background"], 1)) * 255).astype(np.uint8)
-        self.heat = _heat(generation, self.picked, style.cmap, np.round(np.array(to_rgba(c["masked"], 1)) * 255))
+        self.map = readable(generation.attention(), scale=scale, sinks=sinks)  # as heatmap colours the same map
+        self.scale, self.floor = self.map.config["color_scale"], colour_floor(self.map.config, size)
+        masked = np.round(np.array(to_rgba(c["masked"], 1)) * 255)
+        self.heat = _heat(self.map.weights[0], self.picked, style.cmap, masked, (self.scale, self.floor))
         self.image = np.empty_like(self.heat)
         with figure_context(style):
             fig = Figure(figsize=(width, height), dpi=style.resolution(), layout="constrained")
             ax = fig.add_subplot()
             self.picture = ax.imshow(self.image, interpolation="nearest", aspect="auto",
                                      extent=(-0.5, size - 0.5, size - 0.5, -0.5))  # fmt: skip
-            fig.colorbar(ScalarMappable(Normalize(0, 1), colormap(style.cmap)), ax=ax, label="attention weight",
-                         fraction=0.04)  # fmt: skip
+            bar = fig.colorbar(ScalarMappable(Normalize(0, 1), colormap(style.cmap)), ax=ax, fraction=0.04,
+                               label="attention weight" + SCALE_NAMES[self.scale])  # fmt: skip
+            ticks, labels = scale_ticks(self.scale, self.floor)
+            bar.set_ticks(ticks, labels=labels)
             self.every = tick_step(size, height * 0.7, style.scaled(0.8))
             self.labels = [abbreviate(visible_token(t), 12) for t in generation.all_tokens[:: self.every]]
             ax.set_xticks(range(0, size, self.every))
@@ -175,7 +186,7 @@ class Film:
         self.pointers.set_data([self.size - 0.5 + self.size * 0.015], [rows - 1])
         self.pointers.set_visible(current)  # not an empty line: the layout would measure it at the figure's corner
         headline, about = title_of(self.generation, step)
-        self.title.set_text(" · ".join([f"{headline}\n{about}", *labelled(self.every)]))
+        self.title.set_text(" · ".join([f"{headline}\n{about}", *sinks_said(self.map), *labelled(self.every)]))
         self.outline.set_alpha(1.0 if current else 0.0)
 
 
@@ -187,24 +198,28 @@ def _picked(size: int, pixels: int) -> np.ndarray:
     return ((np.arange(pixels) + 0.5) * size / pixels).astype(np.intp)
 
 
-def _heat(generation: Generation, picked: np.ndarray, cmap: str, masked: np.ndarray) -> np.ndarray:
-    """(m, m, 4) bytes, opaque: the colour of each picked query's weight for each picked key, ``masked`` above
-    the diagonal; built a block of rows at a time from the generation's rows (never the whole map in floats).
-    RGBA, not RGB: matplotlib resamples an RGB image in float64 with an alpha it adds, twice the memory."""
+def _heat(weights: Array, picked: np.ndarray, cmap: str, masked: np.ndarray, scale: tuple[str, float]) -> np.ndarray:
+    """(m, m, 4) bytes, opaque: the colour of each picked query's weight for each picked key on the map's
+    ``scale`` (its name and floor), ``masked`` above the diagonal; a block of rows at a time. RGBA, not RGB:
+    matplotlib resamples an RGB image in float64 with an alpha it adds, twice the memory."""
     colours = colormap(cmap)
     heat = np.empty((len(picked), len(picked), 4), np.uint8)
     for start in range(0, len(picked), HEAT_ROWS):
         queries = picked[start : start + HEAT_ROWS]
-        weights = np.zeros((len(queries), len(picked)), np.float32)
-        for k, query in enumerate(queries):
-            row = generation.row(int(query))[0]
-            seen = picked[picked <= query]
-            weights[k, : len(seen)] = row[seen]
         block = heat[start : start + len(queries)]
-        block[:] = colours(np.clip(weights, 0, 1), bytes=True)
+        block[:] = colours(colour_values(weights[np.ix_(queries, picked)], *scale), bytes=True)
         block[..., 3] = 255
         block[picked[None, :] > queries[:, None]] = masked
     return heat
+
+
+def sinks_said(att: Attention) -> list[str]:
+    """The title's part naming the map's sinks (hidden, or kept), as the heatmap's heading names them."""
+    found = att.config.get("sinks") or []
+    if not found:
+        return []
+    named = ", ".join(f"{visible_token(str(s['token'])).strip() or '␣'} ({s['key']})" for s in found[:3])
+    return [("sinks hidden: " if att.config.get("sink_mode") == "hide" else "sinks: ") + named]
 
 
 def write_film(film: Film, fmt: str, fps: float, out: IO[bytes]) -> int:

@@ -1,0 +1,209 @@
+"""Does a head's attention matter for what the model writes? Heads removed one at a time, and one query's
+attention to one key removed, each measured by the change in the model's next-token loss.
+
+Zero ablation sets a head's output to zero before the output projection (what transformers' o_proj would be
+given with that head's slice zeroed); mean ablation replaces it by its mean over the text's positions. The
+layers before the ablated one run once: each ablation runs only its own layer and those after it. Pure NumPy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from .core import Array, soft_cap, softmax
+from .errors import UsageError
+from .models.parts import shared_heads
+from .threads import one_blas_thread, run_all
+
+if TYPE_CHECKING:
+    from .models.decoder import Decoder
+    from .progress import Steps
+
+Method = Literal["zero", "mean"]
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Every head of a decoder removed in turn: ``delta`` (layers, heads) is the ablated measure minus
+    ``baseline``. The measure is the mean next-token cross-entropy of the text (nats), or, with a target,
+    the log-probability of ``target`` as the token after the last one."""
+
+    tokens: tuple[str, ...]
+    ids: tuple[int, ...]
+    method: Method
+    baseline: float
+    delta: Array
+    target: str | None = None
+    target_id: int | None = None
+
+    @property
+    def measure(self) -> str:
+        return "loss" if self.target is None else "log_prob"
+
+
+def log_probabilities(logits: Array) -> Array:
+    """log softmax of each row of next-token scores, in float64."""
+    z = np.asarray(logits, dtype=np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    result: Array = z - peak - np.log(np.exp(z - peak).sum(axis=-1, keepdims=True))
+    return result
+
+
+def picked_log_probabilities(logits: Array, picks: Array) -> Array:
+    """log softmax of each row of next-token scores (rows, vocabulary) at its token ``picks[row]``: the exponentials
+    in float32, in place (the scores are the caller's to lose), summed in float64."""
+    z = np.asarray(logits, dtype=np.float32)
+    picked = z[np.arange(len(z)), picks].astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    np.subtract(z, peak, out=z)
+    np.exp(z, out=z)
+    result: Array = picked - peak[:, 0] - np.log(z.sum(axis=-1, dtype=np.float64))
+    return result
+
+
+def next_token_loss(model: Decoder, last: Array, ids: tuple[int, ...]) -> float:
+    """Mean cross-entropy of each next token of the text, from the last layer's output (n, hidden)."""
+    return float(-picked_log_probabilities(model.logits(last[:-1]), np.asarray(ids[1:])).mean())
+
+
+def target_id(model: Decoder, word: str) -> int:
+    """The one token ``word`` is (as written: ' Paris' and 'Paris' are different tokens)."""
+    from .errors import printable
+
+    names = model.tokenizer.tokenize(word)
+    if len(names) != 1:
+        shown = " ".join(repr(model.tokenizer.readable(t)) for t in names) or "none"
+        raise UsageError(f"--target must be one token of the model; {printable(repr(word))} is {len(names)}: "
+                         f"{printable(shown)}")  # fmt: skip
+    return model.tokenizer.vocab[names[0]]
+
+
+def token_text(model: Decoder, token: int) -> str:
+    return model.tokenizer.readable(model.tokenizer.tokens[token])
+
+
+def ablate(
+    model: Decoder, text: str, method: Method = "zero", target: str | None = None,
+    only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
+) -> Ablation:  # fmt: skip
+    """Each head of ``model`` removed in turn on ``text`` (``method``: zero or mean ablation); ``only`` (layer, head)
+    pairs: those alone (the others' Δ NaN); ``progress`` after each head."""
+    encoding = model.encode(text)
+    ids = encoding.ids
+    if target is None and len(ids) < 2:
+        raise UsageError("the next-token loss needs at least 2 tokens (or give --target)")
+    chosen = None if target is None else target_id(model, target)
+
+    def measure(last: Array) -> float:
+        if chosen is None:
+            return next_token_loss(model, last, ids)
+        return float(picked_log_probabilities(model.logits(last[-1:]), np.asarray([chosen]))[0])
+
+    inputs: list[Array] = []
+    outputs: list[Array] = []
+
+    def keep(layer: int, x: Array, output: Array) -> None:
+        inputs.append(x)
+        outputs.append(output)
+
+    delta = np.full((model.layers, model.heads), np.nan)
+    with one_blas_thread():
+        baseline = measure(model.through(model.embed(np.asarray(ids)), seen=keep))
+
+        def one(item: tuple[int, int]) -> None:
+            layer, head = item
+            replacement = np.float32(0) if method == "zero" else outputs[layer][head].mean(axis=0)
+
+            def edit(output: Array) -> Array:
+                edited = output.copy()
+                edited[head] = replacement
+                return edited
+
+            delta[layer, head] = measure(model.through(inputs[layer], layer, {layer: edit})) - baseline
+            if progress is not None:
+                with counted:
+                    done.append(item)
+                    progress(len(done), len(chosen_heads))
+
+        every = [(layer, head) for layer in range(model.layers) for head in range(model.heads)]
+        chosen_heads = every if only is None else sorted(set(only))
+        done: list[tuple[int, int]] = []
+        counted = threading.Lock()
+        run_all(one, chosen_heads)
+    shown = None if chosen is None else token_text(model, chosen)
+    return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen)
+
+
+def strongest(result: Ablation, count: int) -> list[tuple[int, int, float]]:
+    """The ``count`` heads whose removal moves the measure most, largest |Δ| first: (layer, head, Δ)."""
+    order = np.argsort(-np.abs(result.delta), axis=None, kind="stable")[:count]
+    heads = result.delta.shape[1]
+    return [(int(i) // heads, int(i) % heads, float(result.delta.flat[i])) for i in order]
+
+
+@dataclass(frozen=True)
+class Importance:
+    """Query ``query``'s attention to each key removed in turn (its weight zeroed, the row renormalised) in
+    ``heads`` of layer ``layer``: ``delta`` (m,) is the change in the loss of ``target`` as the token after the
+    query, −log p (NaN where the key is masked, or is the only one the query sees)."""
+
+    layer: int
+    query: int
+    heads: tuple[int, ...]
+    target: str
+    target_id: int
+    given: bool  # the target is the text's next token (else: the model's own top prediction, after the last)
+    baseline: float
+    delta: Array
+
+
+def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tuple[int, ...]) -> Importance:
+    """The change in the next-token loss at ``query`` when its attention to each key is removed in ``heads``."""
+    encoding = model.encode(text)
+    ids, n = encoding.ids, len(encoding.ids)
+    inputs: list[Array] = []
+
+    def keep(index: int, x: Array, output: Array) -> None:
+        if index == layer:
+            inputs.append(x)
+
+    with one_blas_thread():
+        last = model.through(model.embed(np.asarray(ids)), seen=keep)
+        logp = log_probabilities(model.logits(last[query : query + 1]))[0]
+        given = query < n - 1
+        chosen = ids[query + 1] if given else int(np.argmax(logp))
+        baseline = float(-logp[chosen])
+        q, k, v = model.attention_inputs(inputs[0], layer)
+        k, v = shared_heads(k, v, model.heads)
+        dots = np.einsum("hd,hmd->hm", q[:, query].astype(np.float64), k[:, : query + 1].astype(np.float64))
+        cap = model.softcap(layer)
+        scores = dots * model.scale(layer) if cap is None else soft_cap(dots * model.scale(layer), cap)
+        window = model.windows[layer]
+        keys = np.arange(query + 1)
+        allowed = keys > query - window if window is not None else np.ones(query + 1, dtype=bool)
+        scores = np.where(allowed, scores, -np.inf)
+        delta = np.full(n, np.nan)
+        open_keys = [int(j) for j in keys[allowed]] if allowed.sum() > 1 else []
+
+        def one(j: int) -> None:
+            without = scores.copy()
+            without[:, j] = -np.inf
+            rows = np.einsum("hm,hmd->hd", softmax(without), v[:, : query + 1].astype(np.float64)).astype(np.float32)
+
+            def edit(output: Array) -> Array:
+                edited = output.copy()
+                edited[list(heads), query] = rows[list(heads)]
+                return edited
+
+            ablated = model.through(inputs[0], layer, {layer: edit})
+            logits = model.logits(ablated[query : query + 1])
+            delta[j] = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0]) - baseline
+
+        if open_keys:
+            run_all(one, open_keys)
+    return Importance(layer, query, heads, token_text(model, chosen), chosen, given, baseline, delta)

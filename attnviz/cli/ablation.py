@@ -1,0 +1,102 @@
+"""`attnviz ablate`: each head of a decoder removed in turn, and the change in its next-token loss."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from .. import options as opt
+from .._version import __version__
+from ..errors import UsageError, printable
+from .entry import app
+from .output import emit, one_output, views
+
+ABLATE_LAYER = opt.LAYER.variant(
+    hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
+            "chars", "pair", "layer", "from_file", "tokens_file"),
+)  # fmt: skip
+ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
+
+
+@app.command()
+@opt.with_options(layer=ABLATE_LAYER, figure=opt.FIGURE.variant(hidden=("annotate", "cmap")))
+def ablate(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    mean: Annotated[
+        bool,
+        typer.Option(
+            "--mean",
+            help="Replace each head's output by its mean over the positions, not by zero.",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = False,  # fmt: skip
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Measure the log-probability of this token after the last one instead "
+            "(one token, as written: ' Paris' with its space).",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,  # fmt: skip
+    as_json: opt.Json = False,
+    no_color: opt.NoColor = False,
+) -> None:
+    """Remove each head in turn and measure what the model loses: its next-token loss.
+
+    Zero ablation sets a head's output to zero before the layer's output projection; --mean
+    replaces it by its mean over the text's positions. Δ is the ablated loss (the mean
+    cross-entropy of each next token of the text) minus the model's own; with --target, the
+    change in the log-probability of that token after the last one. The layers before each
+    head's run once.
+
+    [bold]Examples[/bold]
+
+      attnviz ablate --model smollm2 --file doc.txt -o ablation.png
+
+      attnviz ablate --model smollm2 "Paris is in" --target " France" --json
+    """
+    from ..ablation import ablate as run_ablation
+    from ..models import load_model
+    from ..models.decoder import Decoder
+    from ..sources import model_source
+
+    one_output(figure.output, as_json, False)
+    if not layer.external or layer.from_file is not None:
+        raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file")
+    if not layer.text.strip():
+        raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
+    model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(model, Decoder):
+        raise UsageError(f"ablate measures a decoder's next-token loss; {printable(model.name)} is an encoder")
+    encoding = model.encode(layer.text)
+    if len(encoding.ids) > ABLATE_TOKENS:
+        raise UsageError(f"ablate takes at most {ABLATE_TOKENS} tokens; the text is {len(encoding.ids):,}")
+    model.resident()  # every ablation reads the layers after its own again
+    from ..progress import bar
+
+    with bar("head", f"{printable(model.name)}: ablating") as progress:
+        result = run_ablation(model, layer.text, "mean" if mean else "zero", target, progress=progress)
+    source = model_source(model, layer.text, None, encoding.ids)
+    from .. import schema
+
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style),
+        description=lambda: {
+            "attnviz": __version__,
+            "command": "ablate",
+            "tokens": list(result.tokens),
+            "source": source,
+            "view": {"method": result.method, "target": target},
+            "style": asdict(figure.style),
+        },  # fmt: skip
+        documents=lambda: [schema.ablation_document(result, source)],
+        show=lambda color, width: views.ablation.render_ablation(result, model.name, color=color, width=width),
+    )

@@ -1,0 +1,151 @@
+"""Head ablation as a layers × heads map of Δ on a diverging scale centred at 0, the largest effects as a
+table; one query's attention beside the importance of each key (the change in loss when it is removed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..ablation import Ablation, Importance, strongest
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
+from .heatmap import wrapped_title
+from .labels import abbreviate
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..explain import QueryExplanation
+
+TOP = 10
+
+
+def measure_label(result: Ablation) -> str:
+    if result.target is None:
+        return "Δ next-token loss (nats)"
+    return f"Δ log p({result.target!r} next)"
+
+
+def ablation_heading(result: Ablation, model: str) -> list[str]:
+    baseline = (
+        f"loss {result.baseline:.4f} over {len(result.ids) - 1} next tokens"
+        if result.target is None
+        else f"log p({result.target!r}) {result.baseline:.4f} after the last token"
+    )
+    return [f"{result.method} ablation", model, f"{len(result.ids)} tokens", baseline]
+
+
+@styled
+def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE) -> Figure:
+    """Δ of each head removed: red where removing it raises the measure, blue where it lowers it."""
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
+
+    layers, heads = result.delta.shape
+    fig = new_figure(style, 0.9)
+    ax = fig.subplots()
+    limit = float(np.abs(result.delta).max()) or 1.0
+    image = ax.imshow(result.delta, cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto",
+                      interpolation="nearest")  # fmt: skip
+    layer, head, value = strongest(result, 1)[0]
+    ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"], linewidth=2))
+    ax.set_title(f"largest: layer {layer}, head {head} ({value:+.4f})", fontsize=style.scaled(0.8))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
+    ax.tick_params(labelsize=style.scaled(0.7), length=0)
+    ax.set_xlabel("head", fontsize=style.scaled(0.8))
+    ax.set_ylabel("layer", fontsize=style.scaled(0.8))
+    bar = fig.colorbar(image, ax=ax, shrink=1.0, pad=0.02)
+    bar.set_label(measure_label(result), fontsize=style.scaled(0.75))
+    bar.ax.tick_params(labelsize=style.scaled(0.65))
+    bar.outline.set_visible(False)
+    fig.suptitle(
+        wrapped_title(ablation_heading(result, model), fig.get_size_inches()[0], style.font_size), fontweight="bold"
+    )
+    return fig
+
+
+def render_ablation(result: Ablation, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
+    """The heads whose removal moves the measure most."""
+    yield Text(" · ".join(ablation_heading(result, model)), style="dim")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("layer", "head", measure_label(result)):
+        table.add_column(column, justify="right")
+    for layer, head, value in strongest(result, TOP):
+        shade = ("red" if value > 0 else "blue") if color else ""
+        table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade))
+    yield Group(Text(""), table)
+    yield Text(f"the {min(TOP, result.delta.size)} largest |Δ| of {result.delta.size} heads; --json has them all",
+               style="dim")  # fmt: skip
+
+
+def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[str]:
+    heads = "every head" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
+    source = "the next token" if importance.given else "the model's top prediction"
+    return [
+        f"query {importance.query} {abbreviate(tokens[importance.query], 16)!r}",
+        f"layer {importance.layer}, {heads}",
+        f"loss of {importance.target!r} ({source}) {importance.baseline:.4f}",
+    ]
+
+
+@styled
+def render_importance_figure(
+    e: QueryExplanation, importance: Importance, tokens: tuple[str, ...], style: FigureStyle = DEFAULT_STYLE
+) -> Figure:
+    """Each key's attention weight beside the change in loss when the query's attention to it is removed."""
+    keys = importance.query + 1
+    fig = new_figure(style, max(0.6, min(2.5, 0.09 * keys)))
+    weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
+    rows = np.arange(keys)
+    weights = e.weights[:keys]
+    delta = np.nan_to_num(importance.delta[:keys])
+    weight_ax.barh(rows, weights, color=style.colours["text"])
+    weight_ax.set_xlim(0, max(float(weights.max()), 1e-9) * 1.05)
+    colours = np.where(delta > 0, "#b2182b", "#2166ac")
+    delta_ax.barh(rows, delta, color=colours)
+    delta_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
+    limit = float(np.abs(delta).max()) or 1.0
+    delta_ax.set_xlim(-limit * 1.05, limit * 1.05)
+    labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(tokens[:keys])]
+    weight_ax.set_yticks(rows, labels if keys <= 64 else [""] * keys)
+    weight_ax.invert_yaxis()
+    weight_ax.set_ylabel("key", fontsize=style.scaled(0.8))
+    heads = "all heads" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
+    weight_ax.set_title(f"attention weight (head {e.head})", fontsize=style.scaled(0.8))
+    delta_ax.set_title(f"Δ loss, key removed ({heads})", fontsize=style.scaled(0.8))
+    for ax in (weight_ax, delta_ax):
+        ax.tick_params(labelsize=style.scaled(0.6), length=0)
+    fig.suptitle(
+        wrapped_title(importance_heading(importance, tokens), fig.get_size_inches()[0], style.font_size),
+        fontweight="bold",
+    )
+    return fig
+
+
+def render_importance(
+    e: QueryExplanation, importance: Importance, tokens: tuple[str, ...], *, color: bool, width: int
+) -> Iterator[RenderableType]:
+    """A row per key the query sees: its weight and the change in loss without it, the largest of each marked."""
+    yield Text(" · ".join(importance_heading(importance, tokens)), style="dim")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column, justify in (("key", "right"), ("token", "left"), ("weight", "right"), ("Δ loss", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    keys = importance.query + 1
+    top_weight = int(np.argmax(e.weights[:keys]))
+    top_delta = int(np.nanargmax(np.abs(importance.delta[:keys]))) if np.isfinite(importance.delta[:keys]).any() else -1
+    for j in range(keys):
+        value = importance.delta[j]
+        shown = "—" if not np.isfinite(value) else f"{value:+.4f}"
+        bold = "bold" if color else ""
+        weight = Text(f"{e.weights[j]:.3f}", style=bold if j == top_weight else "")
+        table.add_row(str(j), abbreviate(tokens[j], 20), weight, Text(shown, style=bold if j == top_delta else ""))
+    yield Group(Text(""), table)
+    if top_delta >= 0 and top_delta != top_weight:
+        yield Text(f"the key with the most weight ({top_weight}) is not the one that matters most ({top_delta})",
+                   style="dim")  # fmt: skip
