@@ -6,15 +6,21 @@ memory, or in cache. Here each block of rows is scored, normalised and used whil
 in cache; a causal mask skips the blocks it removes; and of the weights only what the view
 asked for (:class:`Keep`) is kept: some heads' full maps, their mean, or the map pooled to the
 resolution it will be shown at — never (heads, n, n) unless that was the request.
+
+A pooled map no longer shows which keys are attention sinks (a bin's maximum is not a share of its
+rows' weight), so while pooling the engine also sums each key's column of the full-resolution map:
+the sinks are found from those sums (:mod:`attnviz.structure`) and, when the view hides them, the
+kept heads are pooled once more with the sinks' scores removed before the softmax.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from .config import Pool
+from .config import Pool, SinkMode
 from .core import Array, BoolArray
 from .threads import one_blas_thread, run_all
 
@@ -28,7 +34,9 @@ class Keep:
     """What to keep of one layer's weights: which heads, their mean or each, full or pooled, and scores.
 
     ``bins`` pools rows and keys into at most that many bins each (by their ``pool``: max or mean);
-    None keeps the full map. ``scores`` keeps the pre-softmax scores of the full map too.
+    None keeps the full map. ``scores`` keeps the pre-softmax scores of the full map too. A pooled map
+    keeps each key's mass too (see :class:`Kept`); ``sinks`` "hide" pools it without its sinks: those
+    of the kept maps together, or with ``sinks_each`` each map's own (the model view's tiles).
     """
 
     heads: tuple[int, ...] | None = None  # None: every head
@@ -36,6 +44,8 @@ class Keep:
     bins: int | None = None
     pool: Pool = "max"
     scores: bool = False
+    sinks: SinkMode = "show"
+    sinks_each: bool = False
 
     def chosen(self, heads: int) -> tuple[int, ...]:
         return tuple(range(heads)) if self.heads is None else self.heads
@@ -46,12 +56,19 @@ NOTHING = Keep(heads=())  # a layer the view does not show: its output only
 
 @dataclass(frozen=True)
 class Kept:
-    """What :func:`attend` kept: weights (k, n', m') float32 (k = 1 for a mean), scores if asked, bin edges."""
+    """What :func:`attend` kept: weights (k, n', m') float32 (k = 1 for a mean), scores if asked, bin edges.
+
+    A pooled map has ``key_mass`` (k, m): each key's mean weight over the rows that may see it (not
+    its own row) in the full-resolution map, 0 for a key seen by fewer than half the rows; and
+    ``hidden``: the keys hidden from each kept map (empty when none were).
+    """
 
     weights: Array
     scores: Array | None
     rows: np.ndarray  # bin edges along the queries (0, 1, …, n when not pooled)
     cols: np.ndarray
+    key_mass: Array | None = None
+    hidden: tuple[tuple[int, ...], ...] = ()
 
 
 def bin_edges(n: int, bins: int) -> np.ndarray:
@@ -108,6 +125,7 @@ def attend(
     groups = _groups(rows, step) if pooled else np.unique(np.append(np.arange(0, n, step), n))
     shown = 1 if keep.mean else len(chosen)
     sums = np.zeros((len(chosen), len(rows) - 1, len(cols) - 1), dtype=np.float32) if pooled else None
+    columns = np.zeros((len(chosen), m), dtype=np.int64) if pooled and chosen else None  # fixed point: any order
     direct = not pooled and not keep.mean  # each kept head's weights are computed where they are kept
     weights = None if pooled else (np.empty if direct else np.zeros)((shown, n, m), dtype=np.float32)
     scores = np.empty((len(chosen), n, m), dtype=np.float32) if keep.scores and not pooled else None
@@ -116,11 +134,15 @@ def attend(
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     combine = np.maximum if keep.pool == "max" else np.add
     above = np.triu(np.ones((step, step), dtype=bool), k=1)
+    lock = threading.Lock()
 
-    def one_group(g: int) -> None:
+    def one_group(g: int, hidden: tuple[tuple[int, ...], ...] = ()) -> None:
+        """Rows ``groups[g]`` to ``groups[g + 1]`` of every head; with ``hidden``, of the kept heads only,
+        pooled without the keys hidden from each (and no output: the first pass made it)."""
         start, stop = int(groups[g]), int(groups[g + 1])
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
-        for h in range(heads):
+        column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
+        for h in chosen if hidden else range(heads):
             kept = index.get(h)
             for a in range(start, stop, step):
                 b = min(stop, a + step)
@@ -151,24 +173,78 @@ def attend(
                 if not own and scores is not None:
                     scores[kept, a:b, used:] = -np.inf
                     scores[kept, a:b, :lo] = -np.inf
+                if hidden and kept is not None:
+                    _without_keys(logits, [j - lo for j in hidden[kept] if lo <= j < used])
                 _softmax_rows(part, None if own else logits)
-                if output is not None and vv is not None:
+                if output is not None and vv is not None and not hidden:
                     np.matmul(part, vv[h, lo:used], out=output[h, a:b])
                 if kept is None or direct:
                     continue
+                if column is not None:  # each key's weight from the block's rows, not from its own row
+                    column[kept, :used] += np.add.reduce(full, axis=0, dtype=np.float64)
+                    own_rows = np.arange(a, min(b, used))
+                    column[kept, own_rows] -= full[own_rows - a, own_rows]
                 if sums is not None:
                     _pool_into(sums[kept], full, a, rows, cols, used, combine)
                 elif weights is not None:
                     weights[0, a:b, :used] += full / len(chosen)
+        if column is not None and columns is not None:
+            fixed = np.rint(column * FIXED_POINT).astype(np.int64)
+            with lock:
+                np.add(columns, fixed, out=columns)
 
     with one_blas_thread():
         run_all(one_group, range(len(groups) - 1))
+    from .structure import keys_to_hide
+
+    key_mass: Array | None = None
+    hidden: tuple[tuple[int, ...], ...] = ()
+    if columns is not None and sums is not None:
+        seen = seen_rows(n, m, causal, window, key_mask)
+        key_mass = columns / FIXED_POINT / np.maximum(seen, 1)
+        key_mass[:, seen < n / 2] = 0  # a late key of a decoder, seen by a few rows, is no sink (structure.key_mass)
+        if keep.mean:
+            key_mass = key_mass.mean(axis=0, keepdims=True)
+        hidden = keys_to_hide(key_mass, n, keep, len(chosen))
+        if any(hidden):
+            sums[:] = 0
+            with one_blas_thread():
+                run_all(lambda g: one_group(g, hidden), range(len(groups) - 1))
     if sums is not None:
         if keep.pool != "max":
             sums /= np.diff(rows)[:, None].astype(np.float32) * np.diff(cols)[None, :].astype(np.float32)
         weights = sums.mean(axis=0, keepdims=True) if keep.mean else sums
     assert weights is not None
-    return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols)
+    return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols, key_mass=key_mass, hidden=hidden)
+
+
+FIXED_POINT = 2.0**32  # key sums added across threads as integers: the same bits in any order
+
+
+def seen_rows(n: int, m: int, causal: bool, window: int | None, key_mask: BoolArray | None) -> np.ndarray:
+    """(m,) how many queries other than the key's own may attend to each key."""
+    keys = np.arange(m)
+    if causal:
+        last = np.full(m, n - 1) if window is None else np.minimum(n - 1, keys + window - 1)
+        seen = np.maximum(last - keys, 0)
+    else:
+        seen = np.full(m, max(n - 1, 0))
+    if key_mask is not None:
+        seen[~np.asarray(key_mask, dtype=bool)] = 0
+    return seen
+
+
+def _without_keys(logits: Array, keys: list[int]) -> None:
+    """Scores with ``keys`` removed (-inf) from every row that may see another key; a row that sees only
+    them keeps them (it has nothing else to give its weight to)."""
+    if not keys:
+        return
+    hidden = logits[:, keys].copy()
+    logits[:, keys] = -np.inf
+    nothing = np.isneginf(logits.max(axis=1))
+    if nothing.any():
+        rows = np.flatnonzero(nothing)
+        logits[np.ix_(rows, np.array(keys))] = hidden[rows]
 
 
 def _groups(rows: np.ndarray, step: int) -> np.ndarray:

@@ -184,15 +184,16 @@ def _check_config(config: dict[str, Any], n: int, m: int, where: str) -> None:
     """Each known field of a document's config of the right type (the views print them), keys in range."""
     _check_fields(config, where, "config")
     named = [s["key"] for s in config.get("sinks", [])] + config.get("sinks_hidden", [])
-    if any(key >= m for key in named):
-        raise AttnvizError(f"{where}: 'config' names a sink beyond the {m} keys")
+    pooled = pooled_config(config, n, where)
+    keys = m if pooled is None else int(pooled["tokens"])  # a pooled map's sinks are tokens, not bins
+    if any(key >= keys for key in named):
+        raise AttnvizError(f"{where}: 'config' names a sink beyond the {keys} keys")
     if "model" in config or "from" in config:
         missing = [name for name in ("layer", "layers", "heads") if name not in config]
     else:
         missing = [name for name in ("heads", "d_k", "scale") if "d_model" in config and name not in config]
     if missing:
         raise AttnvizError(f"{where}: 'config' lacks {', '.join(missing)}")
-    pooled_config(config, n, where)
 
 
 def _check_fields(config: dict[str, Any], where: str, name: str) -> None:

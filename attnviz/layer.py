@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .attention import Attention
-from .config import LayerConfig, Pool
+from .config import LayerConfig, Pool, SinkMode
 from .core import Array, BoolArray, causal_mask, multi_head_attention, padding_mask
 from .errors import UsageError, out_of_range
 from .resources import ensure_fits
@@ -275,7 +275,9 @@ def random_attention(
     keep = keep if keys is None else dataclasses.replace(keep, bins=None)
     head = None if keep.heads is None else keep.heads[0]
     if keep.bins is not None:
-        return pooled_self_attention(tokens, config, bins=keep.bins, pool=keep.pool, head=head, mean=keep.mean)
+        return pooled_self_attention(
+            tokens, config, bins=keep.bins, pool=keep.pool, head=head, mean=keep.mean, sinks=keep.sinks
+        )
     return prepare(tokens, config, keys)[1].select(head=head, mean=keep.mean)
 
 
@@ -325,14 +327,17 @@ def pooled_self_attention(
     pool: Pool = "max",
     head: int | None = None,
     mean: bool = False,
+    sinks: SinkMode = "show",
 ) -> Attention:
     """Self-attention of any length, pooled into ``bins`` × ``bins`` (at most) without holding n × n.
 
     The rows and columns of the result are bins of consecutive tokens; ``config`` records how
-    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked.
+    (``pooled``: method, tokens, bins), and the mask marks bins that are wholly masked; ``config.sinks``
+    the sinks found at full resolution, hidden before pooling with ``sinks`` "hide".
     """
     from .blocked import BLOCK_BYTES, Keep, attend, bin_edges
     from .sources import bin_labels
+    from .structure import described_sinks
 
     tokens, padding = _pad(tuple(tokens), config.pad_to)
     if not tokens:
@@ -353,7 +358,7 @@ def pooled_self_attention(
         q = np.stack([layer.x @ layer.w_q[i].astype(np.float32) for i in chosen])
         k = np.stack([layer.x @ layer.w_k[i].astype(np.float32) for i in chosen])
     key_mask = ~np.array(padding) if any(padding) else None
-    keep = Keep(mean=mean, bins=bins, pool=pool)
+    keep = Keep(mean=mean, bins=bins, pool=pool, sinks=sinks)
     _, kept = attend(q, k, None, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=keep)
     weights = kept.weights
     labels = bin_labels(rows)
@@ -363,6 +368,10 @@ def pooled_self_attention(
         allowed &= cols[:-1][None, :] <= (rows[1:] - 1)[:, None]
     heads = (f"mean of {h} heads",) if mean else tuple(f"head {i}" for i in chosen)
     described = {**config.describe(), "pooled": {"method": pool, "tokens": n, "bins": len(labels)}}
+    assert kept.key_mass is not None
+    described["sinks"] = described_sinks(kept.key_mass.mean(axis=0), n, tokens)
+    if any(kept.hidden):
+        described["sinks_hidden"] = sorted({j for keys in kept.hidden for j in keys})
     bin_padding = tuple(bool(all(padding[a:b])) for a, b in zip(rows[:-1], rows[1:], strict=True))
     return Attention(
         tokens=labels,

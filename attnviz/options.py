@@ -488,9 +488,16 @@ def figure_options(
 class OptionGroup:
     """Options declared once, by a build function's parameters, for every command that takes them."""
 
-    def __init__(self, build: Callable[..., Any], *, hidden: tuple[str, ...] = (), **defaults: Any) -> None:
+    def __init__(
+        self,
+        build: Callable[..., Any],
+        *,
+        hidden: tuple[str, ...] = (),
+        signature: inspect.Signature | None = None,
+        **defaults: Any,
+    ) -> None:
         self.build, self.hidden = build, hidden
-        self.signature = inspect.signature(build, eval_str=True)
+        self.signature = signature or inspect.signature(build, eval_str=True)  # evaluated once per build function
         self.parameters = [
             p.replace(default=defaults[p.name]) if p.name in defaults else p
             for p in self.signature.parameters.values()
@@ -499,7 +506,7 @@ class OptionGroup:
 
     def variant(self, *, hidden: tuple[str, ...] = (), **defaults: Any) -> OptionGroup:
         """The same group with other defaults, or some options left out (they keep their defaults)."""
-        return OptionGroup(self.build, hidden=self.hidden + hidden, **defaults)
+        return OptionGroup(self.build, hidden=self.hidden + hidden, signature=self.signature, **defaults)
 
     def take(self, values: dict[str, Any]) -> Any:
         """Build the group's object from its options, removing them from ``values``."""

@@ -216,11 +216,29 @@ def model_document(stack: AttentionStack) -> dict[str, Any]:
         "layers": stack.layers,
         "heads": int(stack.weights.shape[1]),
         "weights": stack.weights.tolist(),
+        **_stack_sinks(stack),
     }
 
 
-def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
+def _stack_sinks(stack: AttentionStack) -> dict[str, Any]:
+    """Each tile's sinks (per kept layer, per map) and the keys hidden from it, when they were looked for."""
+    if stack.key_mass is None:
+        return {}
+    found = [[stack.sinks(p, k) for k in range(stack.weights.shape[1])] for p in range(len(stack.kept_layers))]
     return {
+        "sinks": [[tile["sinks"] for tile in layer] for layer in found],
+        "sinks_hidden": [[tile.get("sinks_hidden", []) for tile in layer] for layer in found],
+    }
+
+
+def rollout_document(
+    stack: AttentionStack, result: Array, *, sinks: str = "show", hidden: list[list[int]] | None = None
+) -> dict[str, Any]:
+    """The rollout matrix, its own sinks and, with ``sinks`` "hide", the keys taken out of each layer's map."""
+    from .render.model import rollout_attention
+
+    config = rollout_attention(stack, result, sinks=sinks, hidden=hidden).config
+    doc = {
         "schema": ROLLOUT_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
@@ -228,7 +246,12 @@ def rollout_document(stack: AttentionStack, result: Array) -> dict[str, Any]:
         "rollout": result.tolist(),
         "first_row": result[0].tolist(),
         "last_row": result[-1].tolist(),
+        "sinks": config["sinks"],
+        "sink_mode": sinks,
     }
+    if hidden is not None and sinks == "hide":
+        doc["sinks_hidden"] = hidden
+    return doc
 
 
 def heads_document(

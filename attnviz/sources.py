@@ -10,7 +10,7 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ import numpy as np
 
 from .attention import Attention
 from .blocked import Keep, Kept
-from .config import Pool
+from .config import Pool, SinkMode
 from .core import Array, BoolArray, causal_mask
 from .errors import AttnvizError, UsageError, out_of_range, printable
 from .inputs import decode, open_regular, read_file, tokens_from_text
@@ -51,6 +51,8 @@ class Want:
     mean: bool = False
     scores: bool = False
     pool: Pool = "max"
+    sinks: SinkMode = "show"  # "hide": a pooled map is pooled without its sinks (found at full resolution)
+    sinks_each: bool = False  # each map shown has its own sinks (the model view's tiles), not all together
     # (tokens, maps shown, the map's description) -> bins, or None: the full map. It may also refuse
     # (JSON of a map too large) before the model runs.
     bins: Callable[[int, int, dict[str, Any]], int | None] | None = None
@@ -66,6 +68,8 @@ class Want:
             bins=bins if pooled else None,
             pool=self.pool,
             scores=self.scores and not pooled,
+            sinks=self.sinks,
+            sinks_each=self.sinks_each,
         )
 
     def chosen_layers(self, count: int) -> tuple[int, ...]:
@@ -106,6 +110,8 @@ class AttentionStack:
     pooled: str | None = None  # "max" or "mean" when the maps are pooled into bins
     rows: np.ndarray | None = None
     cols: np.ndarray | None = None
+    key_mass: Array | None = None  # (kept layers, maps, n) of a pooled stack: each key's mass at full resolution
+    hidden: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per kept layer, the keys hidden from each map
 
     @property
     def layers(self) -> int:
@@ -151,6 +157,49 @@ class AttentionStack:
             mask &= (self.cols[1:] - 1)[None, :] > (self.rows[:-1] - window)[:, None]
         return mask
 
+    def sinks(self, position: int, map_index: int | None = None) -> dict[str, Any]:
+        """Kept layer ``position``'s sinks, found at full resolution (:meth:`with_sinks`, or the engine while
+        pooling), and those hidden: of its maps together, or of map ``map_index`` (a tile), as ``config``
+        says them; nothing when they were not looked for."""
+        from .structure import described_sinks
+
+        if self.key_mass is None:
+            return {}
+        masses = self.key_mass[position]
+        mass = masses.mean(axis=0) if map_index is None else masses[map_index]
+        found: dict[str, Any] = {"sinks": described_sinks(mass, len(self.tokens), self.tokens)}
+        hidden = self.hidden[position] if self.hidden else ()
+        if map_index is None:
+            keys: tuple[int, ...] | list[int] = sorted({j for each in hidden for j in each})
+        else:
+            keys = hidden[map_index] if hidden else ()
+        if keys:
+            found["sinks_hidden"] = list(keys)
+        return found
+
+    def with_sinks(self, mode: SinkMode) -> AttentionStack:
+        """The stack with each map's sinks found (and hidden with ``mode`` "hide"), each map on its own: the
+        model view's tiles. A pooled stack's source found them while pooling (``Want.sinks``)."""
+        from .structure import key_mass, keys_to_hide, without_keys
+
+        if self.key_mass is not None or not self.weights.size:
+            return self
+        n = int(self.weights.shape[2])
+        masses = np.stack([key_mass(maps, self.allowed(i), own=self.key_tokens is None) for i, maps in self.each()])
+        if mode != "hide":
+            return replace(self, key_mass=masses)
+        keep = Keep(sinks="hide", sinks_each=True)
+        hidden = tuple(keys_to_hide(mass, n, keep, len(mass)) for mass in masses)
+        weights = np.stack(
+            [np.stack([without_keys(w, keys) for w, keys in zip(maps, each, strict=True)]) for (_, maps), each in
+             zip(self.each(), hidden, strict=True)]
+        )  # fmt: skip
+        return replace(self, weights=weights, scores=None, key_mass=masses, hidden=hidden)
+
+    def each(self) -> Iterator[tuple[int, Array]]:
+        """(layer, its kept maps) for each kept layer."""
+        yield from zip(self.kept_layers, self.weights, strict=True)
+
     def layer(self, index: int | None = None) -> Attention:
         """One layer (default: the last) as the views take it."""
         count = self.layers
@@ -163,6 +212,7 @@ class AttentionStack:
             config["window"] = self.window(chosen)
         if self.pooled is not None:
             config["pooled"] = {"method": self.pooled, "tokens": len(self.tokens), "bins": len(self.labels)}
+        config.update(self.sinks(position))
         if self.mean:
             head_labels: tuple[str, ...] = (f"layer {chosen} · mean of {self.heads} heads",)
         else:
@@ -212,6 +262,8 @@ def kept_stack(
         pooled=keep.pool if pooled else None,
         rows=first.rows if pooled else None,
         cols=first.cols if pooled else None,
+        key_mass=_stacked([kept[i].key_mass for i in ids]) if first.key_mass is not None else None,  # type: ignore[misc]
+        hidden=tuple(kept[i].hidden for i in ids) if pooled and any(kept[i].hidden for i in ids) else (),
     )
 
 
@@ -404,6 +456,12 @@ def honour_attention(att: Attention, want: Want, layer: int | None = None) -> At
         return att if keep.bins is None or keep.bins >= n else _pool_again(att, keep.bins)
     if keep.bins is None or att.key_tokens is not None:
         return att
+    from .structure import find_sinks, hide_sinks
+
+    found = find_sinks(att)  # at full resolution, before pooling
+    if keep.sinks == "hide":
+        att = hide_sinks(att, found)
+    att = replace(att, config={**att.config, "sinks": found})
     weights, rows, cols = pool_map(att.weights, keep.bins, keep.pool)
     allowed = np.maximum.reduceat(np.maximum.reduceat(att.allowed.astype(np.int8), rows[:-1], 0), cols[:-1], 1) > 0
     pooled = {"method": keep.pool, "tokens": len(att.tokens), "bins": len(rows) - 1}
@@ -449,6 +507,7 @@ def _pool_again(att: Attention, bins: int) -> Attention:
 def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     """A whole stack (a file's, or the random layer's one layer) cut down to what ``want`` asks for."""
     from .blocked import pool_map
+    from .structure import key_mass, keys_to_hide, without_keys
 
     layers = want.chosen_layers(stack.layers)
     want.check_heads(stack.heads)
@@ -463,10 +522,16 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
             maps, scores = maps.mean(axis=0, keepdims=True), None
         n, m = maps.shape[-2:]
         rows, cols = np.arange(n + 1), np.arange(m + 1)
-        if keep.bins is not None:
+        mass: Array | None = None
+        hidden: tuple[tuple[int, ...], ...] = ()
+        if keep.bins is not None:  # the sinks are found, and hidden, at full resolution, as the engine does
+            mass = key_mass(maps, stack.allowed(index), own=stack.key_tokens is None)
+            hidden = keys_to_hide(mass, n, keep, len(maps))
+            if any(hidden):
+                maps = np.stack([without_keys(w, keys) for w, keys in zip(maps, hidden, strict=True)])
             maps, rows, cols = pool_map(maps, keep.bins, keep.pool)
             scores = None
-        kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols)
+        kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols, key_mass=mass, hidden=hidden)
     result = kept_stack(
         stack.tokens, kept, stack.source, keep=keep, layers=stack.layers, heads=stack.heads, causal=stack.causal
     )

@@ -120,10 +120,14 @@ def start_up() -> None:
     floor = [sys.executable, str(FLOOR)]
     record("start-up: --help", *processes([[*attnviz, "--help"], [*floor, "--help"]]), 1.3)
     words = "the cat sat on the mat".split()
-    record(
+    record(  # the median of 15 paired runs, as a user's shell meets it
         "start-up: heatmap … --json",
-        *processes([[*attnviz, "heatmap", *words, "--json"], [*floor, "heatmap", *words, "--json"]]),
-        1.3,
+        *processes(
+            [[*attnviz, "heatmap", *words, "--json"], [*floor, "heatmap", *words, "--json"]],
+            repeats=15,
+            pick=statistics.median,
+        ),
+        1.2,
     )
 
 

@@ -68,12 +68,7 @@ def test_every_family_matches_transformers_in_every_layer_and_head(name: str, tm
     encoding = model.encode(TEXT)
     assert list(encoding.ids) == expected["input_ids"].tolist()
     result = all_attention(model, encoding)
-    if name == "gemma3-tiny":  # its reference was computed before the weights were saved in bfloat16
-        stored = np.load(Path(__file__).parent / "fixtures" / "hf_tiny" / "gemma3-tiny-stored.npz")["attentions"]
-        np.testing.assert_allclose(result.weights, stored, rtol=0, atol=1e-5)
-        np.testing.assert_allclose(result.weights, expected["attentions"], rtol=0, atol=2e-4)
-    else:
-        np.testing.assert_allclose(result.weights, expected["attentions"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(result.weights, expected["attentions"], rtol=0, atol=1e-5)
     assert result.causal == (name.split("-")[0] not in ("bert", "distilbert", "roberta"))
 
 
@@ -86,8 +81,7 @@ def test_the_shared_checkpoint_folders_as_they_are(name: str) -> None:
     model = load_model(None, folder)
     encoding = model.encode(str(expected["text"]))
     assert list(encoding.ids) == expected["input_ids"].tolist()
-    tolerance = 2e-4 if name == "gemma3-tiny" else 1e-5
-    np.testing.assert_allclose(all_attention(model, encoding).weights, expected["attentions"], rtol=0, atol=tolerance)
+    np.testing.assert_allclose(all_attention(model, encoding).weights, expected["attentions"], rtol=0, atol=1e-5)
 
 
 @needs("minilm")

@@ -246,6 +246,13 @@ def test_help_lists_heatmap_then_the_teaching_views_then_models_then_batch() -> 
     assert names == COMMAND_NAMES
 
 
+def test_each_command_is_registered_by_the_module_main_imports_for_it() -> None:
+    from attnviz.cli import app, entry
+
+    modules = {info.callback.__name__: info.callback.__module__ for info in app.registered_commands if info.callback}
+    assert {name: module.rpartition(".")[2] for name, module in modules.items()} == entry.COMMANDS
+
+
 def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypatch) -> None:
     locked = tmp_path / "locked.txt"
     locked.write_text("a b")

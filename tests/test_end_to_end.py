@@ -122,6 +122,17 @@ def test_json_output_does_not_import_matplotlib() -> None:
     assert done.stderr.strip() == "False"
 
 
+def test_a_command_imports_only_its_own_module_and_no_file_machinery() -> None:
+    """Start-up is a target (make bench: heatmap … --json within 1.2× of a minimal Typer app)."""
+    code = (
+        "import sys; from attnviz.cli import main; main(['heatmap', 'a', 'b', '--json']); "
+        "print(sorted(m for m in sys.modules if m.startswith('attnviz.cli.') or m == 'tempfile'), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    loaded = done.stderr.strip()
+    assert "attnviz.cli.heatmap" in loaded and "teaching" not in loaded and "plans" not in loaded, loaded
+
+
 def test_results_do_not_depend_on_the_number_of_blas_threads(tmp_path) -> None:
     outputs = []
     for threads in ("1", "2", "4"):

@@ -165,3 +165,132 @@ def test_lines_of_a_long_map_draw_its_strongest_links(cli, tmp_path: Path) -> No
     assert "the 30 strongest links of each head of 600 tokens · not to the sink [0]" in run.out
     assert "500 (500) → 7 (7)" in run.out and "→ 0 (0)" not in run.out
     assert cli("lines", "--from", str(path), "-o", str(tmp_path / "l.png")).code == 0
+
+
+def planted_sink(n: int, heads: int = 1, seed: int = 0) -> np.ndarray:
+    """A causal (heads, n, n) map whose first key takes about 80% of every row: an attention sink."""
+    weights = np.random.default_rng(seed).random((heads, n, n)) * np.tril(np.ones((n, n)))
+    weights[..., 0] += weights.sum(axis=-1) * 4
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def test_the_engine_finds_and_hides_sinks_at_full_resolution_while_it_pools() -> None:
+    from attnviz.blocked import Keep, attend
+    from attnviz.core import causal_mask
+    from attnviz.structure import key_mass, without_keys
+
+    n, d = 1100, 8
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(2, n, d)) + np.array([4.0] + [0.0] * (d - 1))
+    k = rng.normal(size=(2, n, d))
+    k[:, 0, 0] = 5.0  # every query's largest score: a sink at key 0
+    _, full = attend(q, k, None, scale=1.0, causal=True)
+    mass = key_mass(full.weights, causal_mask(n))
+    assert mass[:, 0].min() > 0.5
+    for pool in ("max", "mean"):
+        _, shown = attend(q, k, None, scale=1.0, causal=True, keep=Keep(bins=40, pool=pool))
+        np.testing.assert_allclose(shown.key_mass, mass, atol=1e-6)  # type: ignore[arg-type]
+        assert shown.hidden == ()
+        _, hidden = attend(q, k, None, scale=1.0, causal=True, keep=Keep(bins=40, pool=pool, sinks="hide"))
+        assert hidden.hidden == ((0,), (0,))
+        expected = pool_map(without_keys(full.weights, [0]), 40, pool)[0]
+        np.testing.assert_allclose(hidden.weights, expected, atol=2e-6)
+        assert np.abs(hidden.weights - shown.weights).max() > 0.01
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_a_pooled_model_map_measures_each_key_as_the_full_map_does(models, kind: str) -> None:
+    from attnviz.structure import key_mass
+
+    text = "the cat sat on the mat . the dog sat on the cat ." if kind == "bert" else "the cat sat on the mat the cat"
+    full = dense(models[kind], text)
+    where = models[kind]
+    want = Want(layers=(1,), bins=lambda n, shown, config: 4, sinks="hide", sinks_each=True)
+    stack = model_stack(None, where.get("model_dir"), text, want=want, model_file=where.get("model_file"))
+    mask = None if kind == "bert" else np.tril(np.ones(full.shape[-2:], dtype=bool))
+    assert stack.key_mass is not None
+    np.testing.assert_allclose(stack.key_mass[0], key_mass(full[1], mask), atol=1e-5)
+
+
+def test_sinks_are_hidden_at_length_pooled_and_whole(cli, tmp_path: Path) -> None:
+    from attnviz.analysis import check_attention
+    from attnviz.attention import Attention
+    from attnviz.core import causal_mask
+    from attnviz.structure import readable
+
+    n = 1024
+    weights = planted_sink(n)
+    path = tmp_path / "sink.npy"
+    np.save(path, weights.astype(np.float32)[None])
+    pooled = json.loads(cli("heatmap", "--from", str(path), "--pool", "max", "--sinks", "hide", "--json").out)
+    assert [s["key"] for s in pooled["config"]["sinks"]] == [0] and pooled["config"]["sinks_hidden"] == [0]
+    first = np.array(pooled["weights"])[0, 20:, 0]  # bins of rows past the 80th
+    assert first.max() < 0.05  # the first bin's other keys, renormalised: no longer the sink's 0.8
+    document = tmp_path / "hidden.json"
+    document.write_text(json.dumps(pooled))
+    assert cli("check", str(document)).code == 0
+    terminal = cli("heatmap", "--from", str(path), "--sinks", "hide", "--no-color")
+    assert "attention sinks: key 0 '0' (80%) in bin 0–" in terminal.out and "(hidden: rows renormalised" in terminal.out
+    pictures = {mode: tmp_path / f"{mode}.png" for mode in ("show", "hide")}
+    for mode, picture in pictures.items():
+        assert (
+            cli(
+                "heatmap",
+                "--from",
+                str(path),
+                "--pool",
+                "max",
+                "--sinks",
+                mode,
+                "-o",
+                str(picture),
+                "--preset",
+                "screen",
+            ).code
+            == 0
+        )
+    assert pictures["show"].read_bytes() != pictures["hide"].read_bytes()
+    att = Attention(tokens=tuple(map(str, range(n))), weights=weights, head_labels=("h",), mask=causal_mask(n))
+    whole = readable(att, sinks="hide")
+    assert whole.config["sinks_hidden"] == [0] and whole.weights[0, 1:, 0].max() == 0
+    assert all(c.count == 0 for c in check_attention(whole.weights[None], causal=True))
+
+
+def test_a_hidden_row_with_nothing_left_keeps_its_weights_so_check_accepts_the_document(cli, tmp_path: Path) -> None:
+    path = tmp_path / "sink.npy"
+    np.save(path, planted_sink(40)[None])
+    run = cli("heatmap", "--from", str(path), "--sinks", "hide", "--json")
+    doc = json.loads(run.out)
+    assert doc["config"]["sinks_hidden"] == [0] and doc["weights"][0][0][0] == 1.0  # row 0 sees only the sink
+    document = tmp_path / "hidden.json"
+    document.write_text(run.out)
+    assert cli("check", str(document)).code == 0, cli("check", str(document)).out
+    table = cli("heatmap", "--from", str(document), "--no-color", "--head", "0")
+    assert table.code == 0, table.err
+
+
+def test_the_model_view_marks_and_hides_each_tiles_own_sinks(cli, tmp_path: Path) -> None:
+    uniform = np.tril(np.ones((300, 300))) / np.arange(1, 301)[:, None]  # layer 1: no sink
+    weights = np.stack([planted_sink(300), uniform[None]])  # 2 layers × 1 head
+    path = tmp_path / "stack.npy"
+    np.save(path, weights)
+    doc = json.loads(cli("heatmap", "--from", str(path), "--all-layers", "--sinks", "hide", "--json").out)
+    assert doc["sinks_hidden"] == [[[0]], [[]]] and [s["key"] for s in doc["sinks"][0][0]] == [0]
+    assert max(row[0] for row in doc["weights"][0][0][1:]) < 0.05
+    figures = {mode: tmp_path / f"{mode}.svg" for mode in ("show", "mark")}
+    for mode, figure in figures.items():
+        assert cli("heatmap", "--from", str(path), "--all-layers", "--sinks", mode, "-o", str(figure)).code == 0
+    assert 'id="sinks"' in figures["mark"].read_text() and 'id="sinks"' not in figures["show"].read_text()
+
+
+def test_rollout_and_lines_find_and_hide_sinks(cli, tmp_path: Path) -> None:
+    path = tmp_path / "stack.npy"
+    np.save(path, np.stack([planted_sink(60, heads=2, seed=s) for s in range(2)]))  # 2 layers × 2 heads
+    shown, hidden = (
+        json.loads(cli("rollout", "--from", str(path), "--sinks", m, "--json").out) for m in ("show", "hide")
+    )
+    assert hidden["sinks_hidden"] == [[0], [0]] and "sinks_hidden" not in shown
+    assert hidden["last_row"][0] < shown["last_row"][0] / 2
+    assert "sinks hidden (key 0)" in cli("rollout", "--from", str(path), "--sinks", "hide").out
+    links = json.loads(cli("lines", "--from", str(path), "--layer", "1", "--sinks", "hide", "--json").out)["links"]
+    assert all(link["key"] != 0 or link["query"] == 0 for link in links)  # only the first row, which sees only it

@@ -1,14 +1,21 @@
 """The attnviz command line: parse, compute, hand the result to a view, write.
 
 One module per group of commands registers them on the app of :mod:`.entry` (in the order
-``--help`` lists them); :mod:`.output` sends each result to a figure, JSON or the terminal.
+``--help`` lists them), imported when a command of it runs or the app is asked for whole;
+:mod:`.output` sends each result to a figure, JSON or the terminal.
 Heavy modules (NumPy, matplotlib) are imported inside the commands that need them.
 """
 
-from .entry import app, main, run
+import typer
 
-# isort: off
-from . import heatmap, teaching, models, ablation, tokenize, writing, plans  # noqa: E402, F401  (they register the commands, in --help's order)
-# isort: on
+from .entry import main, register, run
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: every command registered (main() registers only the one it runs)."""
+    if name == "app":
+        return register()
+    raise AttributeError(name)
+
 
 __all__ = ["app", "main", "run"]

@@ -90,6 +90,35 @@ def _reflow(help_text: str) -> str:
     return "\n\n".join(textwrap.dedent(p) if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
 
 
+MODULES = ("heatmap", "teaching", "models", "ablation", "tokenize", "writing", "plans")  # in --help's order
+COMMANDS = {
+    "heatmap": "heatmap",
+    **dict.fromkeys(("mask", "saturation", "explain", "permute", "diff", "lines"), "teaching"),
+    **dict.fromkeys(("rollout", "heads", "check", "models"), "models"),
+    "ablate": "ablation",
+    "tokenize": "tokenize",
+    "generate": "writing",
+    "batch": "plans",
+}  # which module registers each command (a test holds this to what they register)
+
+
+def register(command: str | None = None) -> typer.Typer:
+    """The app with the module of ``command`` imported (its commands registered), or every module: each
+    module costs its imports and option declarations, and start-up is a target (benchmarks/run.py)."""
+    import importlib
+
+    for name in (COMMANDS[command],) if command in COMMANDS else MODULES:
+        importlib.import_module(f"{__package__}.{name}")
+    if command not in COMMANDS:  # whole: in --help's order, whichever module came first
+
+        def place(info: Any) -> int:
+            module = getattr(info.callback, "__module__", "").rpartition(".")[2]
+            return MODULES.index(module) if module in MODULES else len(MODULES)
+
+        app.registered_commands.sort(key=place)
+    return app
+
+
 def _app_for(argv: list[str]) -> typer.Typer:
     """The app with only the command that will run, when the first argument names one.
 
@@ -131,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 arg.encode("utf-8")
             except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
                 return _fail(f"the argument '{printable(arg)}' is not UTF-8 text", 2)
+    register(given[0] if given else None)
     command = typer.main.get_command(_app_for(given))
     command.help = _reflow(command.help or "")
     for sub in [command, *getattr(command, "commands", {}).values()]:

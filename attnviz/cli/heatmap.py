@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import options as opt
-from ..config import Pool
+from ..config import Pool, SinkMode
 from ..errors import UsageError
 from . import output
 from .entry import app, say
@@ -106,7 +106,7 @@ def heatmap(
         raise UsageError("--layers goes with --all-layers (one layer: --layer)")
     if all_layers:
         chosen = None if layers is None else opt.parse_layers(layers)
-        _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen)
+        _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen, sinks)
         return
     if head is not None and mean:
         raise UsageError("choose either --head or --mean, not both")
@@ -127,6 +127,7 @@ def heatmap(
         mean=mean,
         scores=scores,
         pool=pool or "max",
+        sinks=sinks,
         bins=(json_fits(scores) if pool is None else json_bins) if as_json or jsonl else shown_bins(figure, pool),
     )
     from ..structure import readable
@@ -226,8 +227,9 @@ def _all_layers(
     no_color: bool,
     color_scale: str,
     layers: tuple[int, ...] | None,
+    sinks: SinkMode = "show",
 ) -> None:
-    """heatmap --all-layers: the model view."""
+    """heatmap --all-layers: the model view; each tile's sinks its own."""
     if not layer.external:
         raise UsageError("--all-layers needs a model with layers: --model or --from")
     if layer.layer is not None:
@@ -236,14 +238,19 @@ def _all_layers(
     from ..sources import Want
 
     want = Want(
-        layers=layers, heads=None if head is None else (head,), mean=mean, bins=None if as_json else tile_bins(figure)
+        layers=layers,
+        heads=None if head is None else (head,),
+        mean=mean,
+        bins=None if as_json else tile_bins(figure),
+        sinks=sinks,
+        sinks_each=True,
     )
-    stack = layer.stack(want)
+    stack = layer.stack(want).with_sinks(sinks)
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_model_figure(stack, figure.style, scale=color_scale),
+        draw=lambda: views.model.render_model_figure(stack, figure.style, scale=color_scale, sinks=sinks),
         description=lambda: stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean),
         documents=lambda: [schema.model_document(stack)],
         show=lambda color, width: views.model.render_all_layers(stack, color=color, width=width),

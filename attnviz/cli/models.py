@@ -38,12 +38,15 @@ def rollout(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
     as_json: opt.Json = False,
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
     """Attention rollout through all the layers (Abnar & Zuidema, 2020).
 
     Per layer the heads are averaged, the identity is added for the residual connection and
-    the rows renormalised; the layers are then multiplied, first to last.
+    the rows renormalised; the layers are then multiplied, first to last. --sinks hide takes each
+    layer's sinks out of its averaged map before it joins the product; --sinks mark outlines the
+    rollout's own.
 
     [bold]Examples[/bold]
 
@@ -54,30 +57,38 @@ def rollout(
     import numpy as np
 
     from .. import schema
-    from ..analysis import rollout as attention_rollout
     from ..analysis import rollout_step
     from ..sources import Want
+    from ..structure import without_own_sinks
 
     one_output(figure.output, as_json, False)
+    product: list[Array] = []
+    hidden: list[list[int]] = []  # per layer, the sinks taken out of its averaged map
+
+    def step(maps: Array) -> None:
+        """One layer's averaged map (1, n, n) joins the product, without its sinks with --sinks hide."""
+        if sinks == "hide":
+            maps, keys = without_own_sinks(maps)
+            hidden.append(keys[0])
+        product[:] = [rollout_step(product[0] if product else np.eye(maps.shape[-1]), maps)]
+
     if layer.external:  # streamed: each layer's mean map joins the product, then is dropped
-        product: list[Array] = []
-
-        def step(index: int, kept: Kept, tokens: tuple[str, ...], ids: tuple[int, ...] | None) -> None:
-            product[:] = [rollout_step(product[0] if product else np.eye(kept.weights.shape[-1]), kept.weights)]
-
-        stack = layer.stack(Want(mean=True), consume=step)
-        result = product[0]
+        stack = layer.stack(Want(mean=True), consume=lambda index, kept, tokens, ids: step(kept.weights))
     else:
         stack = stack_of(layer)
-        result = attention_rollout(stack.weights)
+        for _, maps in stack.each():
+            step(maps.mean(axis=0, keepdims=True))
+    result = product[0]
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style),
+        draw=lambda: views.model.render_rollout_figure(stack, result, figure.style, sinks=sinks, hidden=hidden),
         description=lambda: stack_figure_description("rollout", stack, figure.style),
-        documents=lambda: [schema.rollout_document(stack, result)],
-        show=lambda color, width: views.model.render_rollout(stack, result, color=color, width=width),
+        documents=lambda: [schema.rollout_document(stack, result, sinks=sinks, hidden=hidden)],
+        show=lambda color, width: views.model.render_rollout(
+            stack, result, color=color, width=width, sinks=sinks, hidden=hidden
+        ),
     )
 
 

@@ -3,7 +3,7 @@ order-blindness without positions, differences between two settings, and attenti
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Annotated, Any, Literal
 
 import typer
@@ -391,9 +391,11 @@ def lines(
         typer.Option("--layout", help="Heads side by side, or overlaid in one panel.", rich_help_panel=opt.P_OUT),
     ] = "side",
     as_json: opt.Json = False,
+    sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
-    """The head view: a line from each query to each key, as strong as its weight.
+    """The head view: a line from each query to each key, as strong as its weight. --sinks hide drops
+    the links to the sinks and renormalises the rest; on a long map they are left out anyway.
 
     [bold]Examples[/bold]
 
@@ -407,7 +409,12 @@ def lines(
     from ..sources import Want
 
     one_output(figure.output, as_json, False)
+    from ..structure import find_sinks, hide_sinks
+
     att = layer.attention(Want(heads=None if head is None else (head,)))
+    found = find_sinks(att)
+    att = hide_sinks(att, found) if sinks == "hide" else att
+    att = replace(att, config={**att.config, "sinks": found, "sink_mode": sinks})
     if len(att.tokens) > views.lines.MAX_TOKENS and not as_json:
         att = views.lines.strongest(att)
     from .. import schema

@@ -16,7 +16,6 @@ import os
 import stat
 import struct
 import sys
-import tempfile
 import unicodedata
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -506,6 +505,8 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     os.umask(umask)
     temporary = None
     try:
+        import tempfile  # not on the way of a command that writes no file
+
         handle, temporary = tempfile.mkstemp(dir=parent, prefix=f"{TEMPORARY}{os.getpid()}-", suffix=".tmp")
         with os.fdopen(handle, "wb") as out:
             if callable(data):

@@ -643,12 +643,18 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
 
 
 def outline_sinks(ax: Axes, att: Attention, style: FigureStyle) -> None:
-    """A dashed frame around each sink's column (see attnviz.structure)."""
+    """A dashed frame around each sink's column, or in a pooled map its bin's (see attnviz.structure)."""
     from matplotlib.patches import Rectangle
 
-    n = att.weights.shape[1]
+    from ..structure import sink_column
+
+    n, m = att.weights.shape[1:]
+    width = 1.5  # points
+    pixels = ax.get_window_extent().width / max(m, 1)  # of a column: a pooled map's may be one pixel
+    pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
     for sink in att.config.get("sinks") or []:
-        frame = Rectangle((sink["key"] - 0.5, -0.5), 1, n, fill=False, linestyle="--", linewidth=1.5)
+        column = sink_column(att.config, sink["key"])
+        frame = Rectangle((column - 0.5 - pad, -0.5), 1 + 2 * pad, n, fill=False, linestyle="--", linewidth=width)
         frame.set_edgecolor(style.colours["text"])
         frame.set_gid("sinks")
         ax.add_patch(frame)

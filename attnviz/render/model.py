@@ -29,6 +29,7 @@ from .heatmap import (
     draw_matrix,
     label_axes,
     label_colour_bar,
+    outline_sinks,
     panel_title,
     wrapped_title,
 )
@@ -37,6 +38,7 @@ from .outlines import draw_texts, text_path
 from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.colors import Colormap
     from matplotlib.figure import Figure
 
@@ -105,13 +107,16 @@ def model_tiles(
 
 
 @styled
-def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto") -> Figure:
+def render_model_figure(
+    stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto", sinks: str = "show"
+) -> Figure:
     """Every layer and head: bertviz's model view, as one figure with one colour bar.
 
     Layers go down and heads across, or the other way when that gives larger tiles in the box of
     the preset (a 4:3 screen, a 16:9 slide, a page): 30 layers × 9 heads lie across a slide, and in two
     bands of 15 layers on a screen or a page, each band with its own layer titles.
     The panels are tiles of one image in one Axes: hundreds of Axes took seconds to build and lay out.
+    Each tile's sinks are its own (:meth:`AttentionStack.with_sinks`): ``sinks`` "mark" outlines them.
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -123,6 +128,7 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     font, label = style.font_size, style.scaled(0.8)
     width = style.figure_size(0.5, wide=True)[0]
     tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
+    tile += [SINK_PARTS[sinks]] if sinks in SINK_PARTS and stack.key_mass is not None and stack.key_mass.any() else []
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
@@ -200,6 +206,11 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
         ax = fig.add_axes((left / width, y / height, band_w / width, band_h / height))
         ax.imshow(image[:, begin:stop], interpolation="nearest", aspect="auto")
         ax.set_axis_off()
+        if sinks == "mark":
+            groups = (group, 0) if across_layers else (0, group)
+            rows_at = tile_starts(grid.shape[0], n, gap, groups[0])
+            cols_at = [x - begin for x in tile_starts(grid.shape[1], m, gap, groups[1])]  # this band's
+            outline_tile_sinks(ax, stack, across_layers, rows_at, cols_at, style)
         first = band * per_band
         for kind, step in ((across, m), (down, n)):
             long, short = names[kind]
@@ -232,6 +243,37 @@ def render_model_figure(stack: AttentionStack, style: FigureStyle = DEFAULT_STYL
     return fig
 
 
+SINK_PARTS = {"mark": "sinks outlined (each tile's own)", "hide": "sinks hidden in each tile: rows renormalised"}
+
+
+def outline_tile_sinks(
+    ax: Axes, stack: AttentionStack, across_layers: bool, rows: list[int], cols: list[int], style: FigureStyle
+) -> None:
+    """A dashed frame around each tile's sink columns (of tiles at ``rows`` × ``cols`` in the image)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    from ..structure import sink_column
+
+    n = int(stack.weights.shape[2])
+    width = 0.6  # points
+    pixels = float(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])  # of a cell
+    pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
+    frames = []
+    for position, layer in enumerate(stack.kept_layers):
+        config = stack.layer(layer).config
+        for index in range(stack.weights.shape[1]):
+            r, c = (index, position) if across_layers else (position, index)
+            for sink in stack.sinks(position, index).get("sinks", []):
+                x = cols[c] + sink_column(config, sink["key"])
+                frames.append(Rectangle((x - 0.5 - pad, rows[r] - 0.5), 1 + 2 * pad, n))
+    if frames:
+        collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=width)
+        collection.set_linestyle("--")
+        collection.set_gid("sinks")
+        ax.add_collection(collection, autolim=False)  # frames of other bands' tiles fall outside, clipped
+
+
 def model_scale(stack: AttentionStack, asked: str) -> tuple[str, float]:
     """The model view's colour scale: as asked, or log when its maps are pooled or most tiles have a sink."""
     floor = 0.1 / max(len(stack.tokens), 1)
@@ -249,18 +291,31 @@ def render_all_layers(stack: AttentionStack, *, color: bool, width: int) -> Iter
         yield from render_heatmap(stack.layer(layer), color=color, width=width)
 
 
-def rollout_attention(stack: AttentionStack, result: Array, bins: int | None = None) -> Attention:
-    """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long)."""
+def rollout_attention(
+    stack: AttentionStack,
+    result: Array,
+    bins: int | None = None,
+    *,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Attention:
+    """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long),
+    its own sinks found before pooling, and the keys ``hidden`` from each layer's map, if any."""
     from ..blocked import pool_map
     from ..sources import bin_labels
+    from ..structure import find_sinks
 
     config = {**stack.source, "layers": stack.layers, "heads": stack.heads, "layer": stack.layers - 1}
+    mask = np.tril(np.ones(result.shape, dtype=bool)) if stack.causal else None
+    whole = Attention(tokens=stack.tokens, weights=result[None], head_labels=("rollout",), config=config, mask=mask)
+    config["sinks"], config["sink_mode"] = find_sinks(whole), sinks
+    if hidden and any(hidden):
+        config["sinks_hidden"] = sorted({j for keys in hidden for j in keys})
     tokens, weights = stack.tokens, result
     if bins is not None and len(tokens) > bins:
         weights, rows, _ = pool_map(result, bins)
         tokens = bin_labels(rows)
         config["pooled"] = {"method": "max", "tokens": len(stack.tokens), "bins": len(tokens)}
-    mask = None
     if stack.causal:
         edges = np.arange(len(stack.tokens) + 1) if "pooled" not in config else rows
         mask = edges[:-1][None, :] <= (edges[1:] - 1)[:, None]
@@ -296,14 +351,22 @@ TOP_TOKENS = 30
 
 
 @styled
-def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position."""
+def render_rollout_figure(
+    stack: AttentionStack,
+    result: Array,
+    style: FigureStyle = DEFAULT_STYLE,
+    *,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Figure:
+    """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
+    ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
     from ..structure import colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
     heat, bars = fig.subplots(1, 2, width_ratios=[1.15, 1])
     panel = fig.get_size_inches()[0] * 0.4
-    att = rollout_attention(stack, result, bins=int(panel * style.resolution()))
+    att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
     n = len(att.tokens)
     scale = "log" if n > 64 or "pooled" in att.config else "linear"
     peak = max(float(att.weights.max()), 1e-9)
@@ -314,6 +377,8 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
     if font is not None:
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
+    if sinks == "mark":
+        outline_sinks(heat, att, style)
     pooled = att.config.get("pooled")
     name = "attention rollout" + (f" · max-pooled into {pooled['bins']} × {pooled['bins']} bins" if pooled else "")
     panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
@@ -337,6 +402,8 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
+    if att.config.get("sinks_hidden"):
+        how += f"; each layer's sinks hidden (keys {', '.join(map(str, att.config['sinks_hidden']))})"
     fig.suptitle(
         wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
     )
@@ -346,9 +413,18 @@ def render_rollout_figure(stack: AttentionStack, result: Array, style: FigureSty
 BAR_WIDTH = 2 * TERMINAL_BINS  # the longest bar, as wide as the widest pooled map, however wide the terminal says it is
 
 
-def render_rollout(stack: AttentionStack, result: Array, *, color: bool, width: int) -> Iterator[RenderableType]:
+def render_rollout(
+    stack: AttentionStack,
+    result: Array,
+    *,
+    color: bool,
+    width: int,
+    sinks: str = "show",
+    hidden: list[list[int]] | None = None,
+) -> Iterator[RenderableType]:
     """The rollout map as the heatmap view draws one, then a bar per token of what flows into one position."""
-    yield from render_heatmap(rollout_attention(stack, result, bins=terminal_bins(width)), color=color, width=width)
+    att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
+    yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield Text(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)

@@ -90,7 +90,8 @@ def shade(w: float) -> str:
 
 def _row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """Index of each row's largest allowed weight."""
-    maxima: np.ndarray = np.where(allowed, weights, -np.inf).argmax(axis=1)
+    seen = np.where(allowed, weights, -np.inf)
+    maxima: np.ndarray = np.where(seen.max(axis=1) > 0, seen.argmax(axis=1), -1)  # a row of zeros has none
     return maxima
 
 
@@ -234,7 +235,14 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         out.append("colours on a square-root scale\n")
     sinks = att.config.get("sinks") or []
     if sinks:
-        names = ", ".join(f"key {s['key']} '{abbreviate(s['token'], 10)}' ({s['mass']:.0%})" for s in sinks)
+        from ..structure import sink_column
+
+        pooled = "pooled" in att.config  # a sink is a token; its column is a bin
+        names = ", ".join(
+            f"key {s['key']} '{abbreviate(s['token'], 10)}' ({s['mass']:.0%})"
+            + (f" in bin {att.keys[sink_column(att.config, s['key'])]}" if pooled else "")
+            for s in sinks
+        )
         hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
         out.append(f"attention sinks: {names}{hidden}\n")
     if blocks and color:
