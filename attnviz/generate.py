@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .blocked import Keep, Kept
-from .core import Array
+from .core import Array, causal_mask
 from .errors import AttnvizError, UsageError, out_of_range
 from .progress import Steps, no_progress
 
 if TYPE_CHECKING:
     from .attention import Attention
+    from .config import ColourScale
     from .models.decoder import Decoder
 
 
@@ -114,6 +115,22 @@ class Generation:
             causal=True,
         )
         return stack.layer()
+
+    def scale(self, step: int, asked: ColourScale = "auto") -> str:
+        """The colour scale of the map after ``step`` written tokens, as heatmap chooses one: as asked, else
+        log when the map has more than LONG_MAP keys or attention sinks (looked for only below that length,
+        where they decide)."""
+        from .attention import Attention
+        from .structure import LONG_MAP, find_sinks
+
+        size = len(self.prompt_ids) + step
+        if asked != "auto":
+            return asked
+        if size > LONG_MAP:
+            return "log"
+        weights = self.full_map(step)
+        att = Attention(self.all_tokens[:size], weights, ("shown",) * len(weights), mask=causal_mask(size, size))
+        return "log" if find_sinks(att) else "linear"
 
     def row(self, query: int) -> Array:
         """(shown, query + 1): the weights token ``query`` (of the prompt or written) gives every token up to itself."""

@@ -348,24 +348,29 @@ def generate_header(generation: Generation, sampling: dict[str, Any]) -> dict[st
     }
 
 
-def generate_step_document(generation: Generation, step: int, sampling: dict[str, Any]) -> dict[str, Any]:
+def generate_step_document(
+    generation: Generation, step: int, sampling: dict[str, Any], scale: ColourScale = "auto"
+) -> dict[str, Any]:
     """One object of a ``--jsonl`` stream: step 0 is the prompt (its tokens and causal map), step k the k-th
-    written token and its row over every token up to itself."""
+    written token and its row over every token up to itself; each with the colour scale a view of the map
+    so far uses."""
     doc = generate_header(generation, sampling)
     if step == 0:
         return doc | {
             "step": 0,
+            "color_scale": generation.scale(0, scale),
             "prompt": generation.prompt,
             "tokens": list(generation.prompt_tokens),
             "ids": list(generation.prompt_ids),
             "weights": generation.prompt_map.tolist(),
         }
-    return doc | _step(generation, step)
+    return doc | _step(generation, step, scale)
 
 
-def _step(generation: Generation, step: int) -> dict[str, Any]:
+def _step(generation: Generation, step: int, scale: ColourScale) -> dict[str, Any]:
     return {
         "step": step,
+        "color_scale": generation.scale(step, scale),
         "position": len(generation.prompt_ids) + step - 1,
         "token": generation.tokens[step - 1],
         "id": generation.ids[step - 1],
@@ -388,7 +393,7 @@ def generate_document(
         "tokens": list(generation.tokens),
         "ids": list(generation.ids),
         "stopped": generation.stopped,
-        "steps": [_step(generation, k) for k in range(1, len(generation.rows) + 1)],
+        "steps": [_step(generation, k, scale) for k in range(1, len(generation.rows) + 1)],
         "attention": attention_document(_readable(generation.attention(), scale, sinks)),
     }
 

@@ -245,4 +245,8 @@ def test_a_film_of_a_sink_head_is_coloured_as_heatmap_colours_its_map(smollm2, c
 
     run = cli("generate", "--model", "smollm2", "One, two, one, two, one,", "--new", "2", "-L", "18", "--head", "6",
               "--json")  # fmt: skip
-    assert json.loads(run.out)["attention"]["config"]["color_scale"] == "log"
+    doc = json.loads(run.out)
+    assert doc["attention"]["config"]["color_scale"] == doc["steps"][-1]["color_scale"] == "log"
+    streamed = cli("generate", "--model", "smollm2", "One, two, one, two, one,", "--new", "2", "--jsonl",
+                   "--color-scale", "power")  # fmt: skip
+    assert [json.loads(line)["color_scale"] for line in streamed.out.splitlines()] == ["power"] * 3

@@ -128,7 +128,7 @@ def generate(
     if not (jsonl and sys.stdout.isatty()) and (as_json or jsonl or figure.output is not None):
         run = _with_bar(run, model.name)  # live in the terminal, the written text is the progress
     if jsonl:
-        _stream_jsonl(run, described)
+        _stream_jsonl(run, described, color_scale)
     elif as_json:
         from ..schema import generate_document
         from .output import write_json
@@ -158,18 +158,21 @@ def _with_bar(run: Writing, name: str) -> Writing:
     return shown
 
 
-def _stream_jsonl(run: Writing, described: dict[str, object]) -> None:
+def _stream_jsonl(run: Writing, described: dict[str, object], scale: ColourScale) -> None:
     from ..schema import generate_step_document, write_document
+
+    def written(generation: Generation, step: int) -> None:
+        write_document(generate_step_document(generation, step, described, scale), sys.stdout, compact=True)
 
     def step(generation: Generation) -> None:
         if len(generation.rows) == 1:
-            write_document(generate_step_document(generation, 0, described), sys.stdout, compact=True)
-        write_document(generate_step_document(generation, len(generation.rows), described), sys.stdout, compact=True)
+            written(generation, 0)
+        written(generation, len(generation.rows))
         sys.stdout.flush()
 
     generation = run(on_step=step)
     if not generation.rows:
-        write_document(generate_step_document(generation, 0, described), sys.stdout, compact=True)
+        written(generation, 0)
     _said(generation)
 
 
