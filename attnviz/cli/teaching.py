@@ -394,8 +394,10 @@ def lines(
     sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
 ) -> None:
-    """The head view: a line from each query to each key, as strong as its weight. --sinks hide drops
-    the links to the sinks and renormalises the rest; on a long map they are left out anyway.
+    """The head view: a line from each query to each key, as strong as its weight.
+
+    --sinks hide drops the links to the sinks and renormalises the rest; on a long map they are
+    left out anyway.
 
     [bold]Examples[/bold]
 
