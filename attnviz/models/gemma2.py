@@ -15,7 +15,7 @@ import math
 
 from ..core import Array, soft_cap
 from .decoder import Shape
-from .gemma3 import Gemma, sliding_layers
+from .gemma3 import Gemma, gguf_sizes, sliding_layers
 from .llama import MAX_LAYERS, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
 from .tokenizer import Tokenizer
@@ -82,11 +82,7 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
 
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Gemma2:
     """A GGUF of architecture gemma2, read as llama.cpp reads it (its defaults: a 4,096-key window, caps 50 and 30)."""
-    layers = meta.count("block_count", high=MAX_LAYERS)
-    heads = meta.count("attention.head_count", high=1024)
-    hidden = meta.count("embedding_length")
-    d_head = meta.count("attention.key_length", hidden // heads, high=4096)
-    meta.choice("attention.value_length", d_head, (d_head,), " (values as long as keys: attention.key_length)")
+    layers, heads, hidden, d_head = gguf_sizes(meta)
     meta.choice("rope.dimension_count", d_head, (d_head,), " (Gemma 2 rotates the whole head)")
     window = meta.count("attention.sliding_window", 4096, high=2**24)
     rope = gguf_rope(meta, float(meta.number("rope.freq_base", 10000.0, high=1e12)), d_head, weights)

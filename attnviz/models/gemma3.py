@@ -117,12 +117,18 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     return Gemma3(name, weights, shape_from_config(config), tokenizer, family)
 
 
-def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Gemma3:
+def gguf_sizes(meta: Settings) -> tuple[int, int, int, int]:
+    """A Gemma GGUF's layers, heads, width and head size (attention.key_length; values as long as keys)."""
     layers = meta.count("block_count", high=MAX_LAYERS)
     heads = meta.count("attention.head_count", high=1024)
     hidden = meta.count("embedding_length")
     d_head = meta.count("attention.key_length", hidden // heads, high=4096)
     meta.choice("attention.value_length", d_head, (d_head,), " (values as long as keys: attention.key_length)")
+    return layers, heads, hidden, d_head
+
+
+def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Gemma3:
+    layers, heads, hidden, d_head = gguf_sizes(meta)
     window = meta.count("attention.sliding_window", 512, high=2**24)
     sliding = [(i + 1) % GLOBAL_EVERY != 0 for i in range(layers)]
     ropes = {
