@@ -136,3 +136,19 @@ def test_a_pooled_figure_gives_each_bin_one_pixel(style: FigureStyle, head: int 
     panel = fig.axes[0].get_window_extent()
     assert att.weights.shape[1] == bins
     assert bins <= round(panel.width) <= bins + 1 and bins <= round(panel.height) <= bins + 1
+
+
+def test_a_models_json_has_the_same_length_budget_as_its_figure(cli, tmp_path: Path, monkeypatch) -> None:
+    """A model's map longer than LONG_SEQUENCE tokens is refused as JSON before the model runs, one head or
+    every layer, as the random layer's is; --pool writes it (pooled once past JSON_BINS)."""
+    from tiny_gguf import write_tiny_llama
+
+    import attnviz.layer
+
+    monkeypatch.setattr(attnviz.layer, "LONG_SEQUENCE", 8)
+    model = ("--model-file", str(write_tiny_llama(tmp_path / "llama.gguf")), "the cat sat on the mat and the dog sat")
+    for extra in (["--json", "--head", "0"], ["--jsonl"], ["--all-layers", "--json"]):
+        refused = cli("heatmap", *model, *extra)
+        assert refused.code == 2 and "--save FILE.npz" in refused.err and "--pool" in refused.err, refused.err
+        assert len(refused.err.splitlines()) == 1
+    assert json.loads(cli("heatmap", *model, "--json", "--pool", "max").out)["weights"]

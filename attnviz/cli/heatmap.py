@@ -116,10 +116,7 @@ def heatmap(
     if (as_json or jsonl) and not layer.external and layer.keys is None and pool is None:
         n = max(len(layer.tokens), layer.config.pad_to or 0)
         if n > LONG_SEQUENCE:
-            raise UsageError(
-                f"a {n} × {n} map is too large to be useful as JSON: --pool max (or mean) writes it pooled into "
-                f"{JSON_BINS} × {JSON_BINS} bins, --save FILE.npz the full weights (when they fit)"
-            )
+            raise too_long_for_json(n)
     if (as_json or jsonl) and pool is not None and scores:
         raise UsageError("--scores goes with the full map: a pooled map has weights only")
     want = Want(
@@ -157,13 +154,25 @@ def json_bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
     return JSON_BINS if n > JSON_BINS else None
 
 
+def too_long_for_json(n: int) -> UsageError:
+    """The one budget of JSON, a map's as the figure's and the terminal's: past LONG_SEQUENCE tokens it is pooled."""
+    return UsageError(
+        f"a {n:,} × {n:,} map is too large to be useful as JSON: --pool max (or mean) writes it pooled into "
+        f"{JSON_BINS} × {JSON_BINS} bins, --save FILE.npz the full weights (when they fit)"
+    )
+
+
 def json_fits(scores: bool) -> Callable[[int, int, dict[str, Any]], None]:
-    """JSON holds the full map: refuse, before the model runs, one that would not fit in memory as JSON."""
+    """JSON holds the full map: refuse, before the model runs, one longer than LONG_SEQUENCE tokens
+    (as the figure and the terminal pool it) or one that would not fit in memory as JSON."""
 
     def check(n: int, shown: int, config: dict[str, Any]) -> None:
+        from ..layer import LONG_SEQUENCE
         from ..resources import ensure_fits
         from ..schema import BYTES_PER_NUMBER
 
+        if n > LONG_SEQUENCE:
+            raise too_long_for_json(n)
         numbers = shown * n * n * (2 if scores else 1)
         ensure_fits(
             numbers * BYTES_PER_NUMBER,
@@ -241,7 +250,7 @@ def _all_layers(
         layers=layers,
         heads=None if head is None else (head,),
         mean=mean,
-        bins=None if as_json else tile_bins(figure),
+        bins=model_json_fits(layers) if as_json else tile_bins(figure),
         sinks=sinks,
         sinks_each=True,
     )
@@ -255,6 +264,30 @@ def _all_layers(
         documents=lambda: [schema.model_document(stack)],
         show=lambda color, width: views.model.render_all_layers(stack, color=color, width=width),
     )
+
+
+def model_json_fits(layers: tuple[int, ...] | None) -> Callable[[int, int, dict[str, Any]], None]:
+    """The model view as JSON holds every full map: refuse, before the model runs, one longer than
+    LONG_SEQUENCE tokens or one whose layers would not fit in memory as JSON."""
+
+    def check(n: int, shown: int, config: dict[str, Any]) -> None:
+        from ..layer import LONG_SEQUENCE
+        from ..resources import ensure_fits
+        from ..schema import BYTES_PER_NUMBER
+
+        if n > LONG_SEQUENCE:
+            raise UsageError(
+                f"a model view of {n:,} × {n:,} maps is too large to be useful as JSON: one layer with --layer and "
+                f"--pool max (or mean) writes it pooled, --save FILE.npz every layer's full weights (when they fit)"
+            )
+        numbers = (len(layers) if layers else int(config.get("layers", 1))) * shown * n * n
+        ensure_fits(
+            numbers * BYTES_PER_NUMBER,
+            f"a JSON document of {numbers:,} numbers",
+            "choose a few layers with --layers, one head with --head, or --mean",
+        )
+
+    return check
 
 
 def tile_bins(figure: opt.FigureRequest) -> Callable[[int, int, dict[str, Any]], int | None]:
