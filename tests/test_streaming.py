@@ -294,3 +294,15 @@ def test_rollout_and_lines_find_and_hide_sinks(cli, tmp_path: Path) -> None:
     assert "sinks hidden (key 0)" in cli("rollout", "--from", str(path), "--sinks", "hide").out
     links = json.loads(cli("lines", "--from", str(path), "--layer", "1", "--sinks", "hide", "--json").out)["links"]
     assert all(link["key"] != 0 or link["query"] == 0 for link in links)  # only the first row, which sees only it
+
+
+def test_lines_sinks_mark_marks_the_sink_keys(cli, tmp_path: Path) -> None:
+    """--sinks mark outlines the sinks' key labels in the figure and stars them in the terminal, as it says."""
+    path = tmp_path / "sink.npy"
+    np.save(path, planted_sink(12)[None])
+    figures = {mode: tmp_path / f"{mode}.svg" for mode in ("show", "mark")}
+    for mode, figure in figures.items():
+        assert cli("lines", "--from", str(path), "--sinks", mode, "-o", str(figure), "--audit").code == 0
+    assert 'id="sinks"' in figures["mark"].read_text() and 'id="sinks"' not in figures["show"].read_text()
+    marked, shown = (cli("lines", "--from", str(path), "--sinks", m, "--no-color").out for m in ("mark", "show"))
+    assert "→ 0* " in marked and "*: attention sink" in marked and "*" not in shown

@@ -138,6 +138,14 @@ def panel_tokens(att: Attention, heads: list[int], min_weight: float) -> tuple[l
     return [int(i) for i in np.flatnonzero(linked.any(axis=1))], [int(j) for j in np.flatnonzero(linked.any(axis=0))]
 
 
+def marked_sinks(att: Attention) -> set[int]:
+    """The keys ``--sinks mark`` marks: the sinks found, as keys of this map (none of a long map's strongest
+    links, which leave them out)."""
+    if att.config.get("sink_mode") != "mark" or "strongest" in att.config:
+        return set()
+    return {int(s["key"]) for s in att.config.get("sinks") or []}
+
+
 def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]]:
     """(head, query, key, weight) for every allowed weight of at least ``min_weight``."""
     found = np.argwhere((att.weights >= min_weight) & att.allowed[None])
@@ -226,9 +234,14 @@ def _draw_links(
         colour = muted if att.padding and att.padding[i] else text
         label = _cut(att.tokens[i], lay.chars)
         ax.text(0, r, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
+    sinks = marked_sinks(att)
     for r in range(0, m, lay.step):
         label = _cut(att.keys[keys[r]], lay.chars)
-        ax.text(1, r, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right, clip_on=False)
+        shown = ax.text(1, r, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right)
+        shown.set_clip_on(False)
+        if keys[r] in sinks:  # outlined as heatmap --sinks mark outlines a sink's column
+            shown.set_bbox({"boxstyle": "square,pad=0.25", "fill": False, "linestyle": "--", "edgecolor": text})
+            shown.set_gid("sinks")
     for h in heads:
         weights = att.weights[h]
         chosen = [(i, j) for i, j in np.argwhere((weights >= min_weight) & att.allowed) if i in row_of and j in key_of]
@@ -335,6 +348,8 @@ def render_lines(
         queries, keys = [_cut(t, chars) for t in att.tokens], [_cut(t, chars) for t in att.keys]
     else:
         queries, keys = distinct_labels(att.tokens, min(12, chars)), distinct_labels(att.keys, min(12, chars))
+    sinks = marked_sinks(att)
+    keys = [f"{key}*" if j in sinks else key for j, key in enumerate(keys)]
     label_w = max((cell_len(q) for q in queries), default=0)
     for h, label in enumerate(att.head_labels):
         yield Text(f"\n{label}", style="bold cyan")
@@ -353,6 +368,8 @@ def render_lines(
                 items.append(Text(f"(no key reaches {min_weight:g})", style="dim"))
             query = " " * (label_w - cell_len(queries[i])) + queries[i]
             yield from _filled(Text(f"{query} → ", style="bold"), items, width)
+    if sinks:
+        yield Text("*: attention sink", style="dim")
 
 
 def _filled(start: Text, items: list[Text], width: int) -> Iterator[Text]:
