@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import unicodedata
+
+HANGING_INDENT = "  "  # a folded message's lines after its first: the next message starts at the margin
 
 
 class AttnvizError(Exception):
@@ -47,3 +51,41 @@ def printable(text: str, keep: str = "") -> str:
     return "".join(
         c.encode("unicode_escape").decode() if c not in keep and unicodedata.category(c) in hidden else c for c in text
     )
+
+
+def say(message: str) -> None:
+    """One message on stderr, with any control or bidi characters it quotes shown escaped. On a terminal
+    it is folded at spaces to the terminal's width (never inside a word or an option such as --chars,
+    as the terminal itself would), its lines after the first indented, so that each message stands out
+    from the next; in a pipe or a log it stays one line."""
+    text = printable(message)
+    width = stderr_width() if sys.stderr.isatty() else 0
+    print(fold_message(text, width) if width else text, file=sys.stderr)
+
+
+def fold_message(text: str, width: int) -> str:
+    """``text`` folded at spaces into lines of at most ``width`` cells (20 at least), the lines after the first
+    indented by HANGING_INDENT; a word longer than a line stays whole."""
+    from rich.cells import cell_len
+
+    width = max(20, width)
+    lines = [""]
+    for word in text.split(" "):
+        joined = f"{lines[-1]} {word}" if lines[-1].strip() else lines[-1] + word
+        if cell_len(joined) <= width or not lines[-1].strip():
+            lines[-1] = joined
+        else:
+            lines.append(HANGING_INDENT + word)
+    return "\n".join(lines)
+
+
+def stderr_width() -> int:
+    """The terminal's width as stderr sees it: COLUMNS, else the terminal's own (stdout may be a pipe);
+    0 when it says none."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0

@@ -583,7 +583,7 @@ def _split(tokens: list[str], keys: list[str] | None, chars: bool) -> tuple[list
     split = [t for sequence in (tokens, keys or []) if not isinstance(sequence, GivenTokens) for t in sequence]
     phrase = unspaced_token(split)
     if phrase is not None:
-        from .cli.entry import say
+        from .errors import say
 
         say(f"attnviz: hint: '{phrase}' is one token (tokens are split at spaces); --chars splits it into characters")
     return tokens, keys

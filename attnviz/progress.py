@@ -98,10 +98,15 @@ def bar(unit: str, what: str = "", *, estimate: Estimate | None = None, after: f
 
 def above(line: str) -> None:
     """A line on stderr, above the bar if one is shown."""
+    from .errors import fold_message, stderr_width
+
     if _shown and _shown[0].progress is not None:
-        _shown[0].progress.console.print(line, markup=False, highlight=False)
+        console = _shown[0].progress.console
+        console.print(
+            fold_message(line, stderr_width() or console.width), markup=False, highlight=False, soft_wrap=True
+        )
     else:
-        print(line, file=sys.stderr)
+        print(fold_message(line, stderr_width()) if sys.stderr.isatty() and stderr_width() else line, file=sys.stderr)
 
 
 def duration(seconds: float) -> str:

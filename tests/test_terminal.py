@@ -237,7 +237,8 @@ def test_every_token_is_whole_in_the_table_or_below_it(cli, monkeypatch, command
 
 @pytest.mark.parametrize("width", [40, 80, 200])
 def test_a_hint_on_a_terminal_folds_between_words(cli, monkeypatch, width: int) -> None:
-    """On a terminal the hint is folded at spaces to its width, never inside an option; in a pipe it is one line."""
+    """On a terminal the hint is folded at spaces to its width, never inside an option, its lines after the first
+    indented (so that the next message stands out); in a pipe it is one line."""
     import sys
 
     from rich.cells import cell_len
@@ -251,4 +252,5 @@ def test_a_hint_on_a_terminal_folds_between_words(cli, monkeypatch, width: int) 
     lines = run.err.splitlines()
     assert all(cell_len(line) <= width for line in lines), lines
     assert any("--chars" in line.split() for line in lines), lines
-    assert " ".join(lines) == piped.err.strip()
+    assert all(line.startswith("  ") and line[2] != " " for line in lines[1:]) and (width == 200) == (len(lines) == 1)
+    assert " ".join(line.strip() for line in lines) == piped.err.strip()

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .._version import __version__
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, say
 from . import streams
 
 APP_SETTINGS: dict[str, Any] = {
@@ -49,33 +49,6 @@ def _root(
     ] = False,
 ) -> None:
     """See self-attention: per-head weights in the terminal, as figures, and as JSON."""
-
-
-def say(message: str) -> None:
-    """One message on stderr, with any control or bidi characters it quotes shown escaped. On a terminal
-    it is folded at spaces to the terminal's width (never inside a word or an option such as --chars,
-    as the terminal itself would); in a pipe or a log it stays one line."""
-    text = printable(message)
-    width = _stderr_width() if sys.stderr.isatty() else 0
-    if width:
-        from ..render.labels import wrap_parts
-
-        text = "\n".join(wrap_parts(text.split(" "), max(20, width), " "))
-    print(text, file=sys.stderr)
-
-
-def _stderr_width() -> int:
-    """The terminal's width as stderr sees it: COLUMNS, else the terminal's own (stdout may be a pipe);
-    0 when it says none."""
-    import os
-
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit():
-        return int(columns)
-    try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        return 0
 
 
 def _fail(message: str, code: int) -> int:

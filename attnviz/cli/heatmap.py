@@ -14,9 +14,9 @@ import typer
 
 from .. import options as opt
 from ..config import Pool, SinkMode
-from ..errors import UsageError
+from ..errors import UsageError, say
 from . import output
-from .entry import app, say
+from .entry import app
 from .output import (
     emit,
     figure_description,

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import options as opt
 from .._version import __version__
-from ..errors import LayoutProblems, UsageError, printable
-from .entry import say
+from ..errors import LayoutProblems, UsageError, printable, say
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

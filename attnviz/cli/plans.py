@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from .. import options as opt
-from ..errors import UsageError, printable
-from .entry import app, say
+from ..errors import UsageError, printable, say
+from .entry import app
 from .output import plural, write_json
 
 

@@ -12,8 +12,8 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from .. import options as opt
-from ..errors import UsageError, out_of_range
-from .entry import app, say
+from ..errors import UsageError, out_of_range, say
+from .entry import app
 
 if TYPE_CHECKING:
     from PIL import Image

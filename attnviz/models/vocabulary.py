@@ -5,12 +5,11 @@ describes, with the components llama.cpp and Hugging Face use for those vocabula
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, say
 from ..inputs import decode, parse_json, read_file
 from .metadata import MAX_CONFIG_BYTES, Settings
 from .pretokenizers import PRE_TYPES, PreType, llamacpp
@@ -138,10 +137,9 @@ def _pre_type(settings: Settings, path: Path) -> PreType:
         return PRE_TYPES[pre]
     said = "no tokenizer.ggml.pre" if pre is None else f"tokenizer.ggml.pre {printable(repr(pre))[:60]}"
     known = "" if pre is None else ", a pre-tokenizer llama.cpp does not know"
-    print(
+    say(
         f"attnviz: warning: {printable(str(path))}: {said}{known}; cutting the text as llama.cpp's default "
-        "pre-tokenizer does, so the ids may differ from the model's own",
-        file=sys.stderr,
+        "pre-tokenizer does, so the ids may differ from the model's own"
     )
     return PRE_TYPES["default"]
 
