@@ -321,6 +321,21 @@ def test_lines_figure_draws_one_line_per_link() -> None:
     assert [ax.get_title() for ax in fig.axes[:2]] == ["head 0", "head 1"]
 
 
+@pytest.mark.parametrize(("heads", "preset"), [(8, "slide"), (9, "slide"), (12, "screen")])
+def test_lines_of_many_heads_keep_what_the_preset_promises(heads: int, preset: str) -> None:
+    """Eight heads on a slide were six to a row, their lines a sliver (5% of the canvas); a model's wider
+    titles ('layer 5 · head 0') ran into each other and into the column titles."""
+    from dataclasses import replace
+
+    from attnviz.render.audit import audit
+    from attnviz.render.lines import render_lines_figure
+
+    att = self_attention(SENTENCE, LayerConfig(heads=heads, d_model=heads * 8, causal=True))
+    att = replace(att, head_labels=tuple(f"layer 5 · head {h}" for h in range(heads)))
+    fig = render_lines_figure(att, FigureStyle(preset=preset))
+    assert audit(fig) == []
+
+
 def test_batch_reuse_of_a_figure_gives_the_bytes_of_a_fresh_one() -> None:
     from attnviz.render import heatmap as view
 

@@ -308,10 +308,16 @@ def render_lines_figure(
             title = wrapped_title([*parts, *labelled(lay.step)], width, font)
         return Arrangement(cols, rows, height, title, head, panel_w, panel_h, lay)
 
-    # a long map's labels (with positions) can leave the lines no room: fewer panels to a row, as many as
-    # leave the lines LINES_SHARE of each panel, fill the canvas as the audit asks and label the most tokens
-    counts = range(min(panels, 6), 0, -1) if "strongest" in att.config else [min(panels, 6)]
-    chosen = max((arranged(cols) for cols in counts), key=lambda a: a.worth(panels, width))  # first of the best
+    # many heads, or a long map's labels (with positions), can leave the lines no room: fewer panels to a row,
+    # as many as leave the lines LINES_SHARE of each panel, fill the canvas as the audit asks, keep each panel's
+    # title within its panel and label the most tokens
+    names = [att.head_labels[index] if layout == "side" else f"{count} heads" for index in range(panels)]
+    widest = max(text_extent(name, font, weight="bold")[0] for name in names)
+
+    def worth(a: Arrangement) -> float:
+        return a.worth(panels, width) * min(1.0, (a.panel_w + gap * 0.8) / widest)
+
+    chosen = max((arranged(cols) for cols in range(min(panels, 6), 0, -1)), key=worth)  # first of the best
     cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay
     panel_w, panel_h = chosen.panel_w, chosen.panel_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
@@ -323,9 +329,9 @@ def render_lines_figure(
         box = (x / 72 / width, y / 72 / height, (panel_w - 2 * lay.side) / 72 / width, panel_h / 72 / height)
         ax = fig.add_axes(box)
         _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index])
-        name = att.head_labels[index] if layout == "side" else f"{count} heads"
+        name = names[index]
         colour = head_colour(index, style) if layout == "side" else style.colours["text"]
-        ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font)
+        ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font + 0.3 * font)
     if legend:
         from matplotlib.lines import Line2D
 
