@@ -336,6 +336,20 @@ def test_lines_of_many_heads_keep_what_the_preset_promises(heads: int, preset: s
     assert audit(fig) == []
 
 
+def test_a_models_head_titles_in_a_grid_on_a_slide_do_not_run_into_each_other() -> None:
+    """Nine panels titled 'layer 3 · head 0' … on a slide ran into each other; the heading names the layer."""
+    from dataclasses import replace
+
+    from attnviz.render.audit import audit
+
+    words = "self attention lets every token look at every other token and weigh what it finds".split() * 5
+    att = self_attention(words, LayerConfig(heads=9, d_model=72, causal=True))
+    att = replace(att, head_labels=tuple(f"layer 3 · head {h}" for h in range(9)))
+    fig = render_heatmap_figure(att, FigureStyle(preset="slide"))
+    assert audit(fig) == []
+    assert "head 8" in [text for c in fig.axes[8].collections for text in getattr(c, "labels", [])]
+
+
 def test_batch_reuse_of_a_figure_gives_the_bytes_of_a_fresh_one() -> None:
     from attnviz.render import heatmap as view
 

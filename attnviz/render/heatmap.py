@@ -301,6 +301,16 @@ def panel_title(
     ax.set_title(title, y=1.0, pad=above + TITLE_PAD / 2 + size * 0.25, fontweight="bold", fontsize=size)
 
 
+def grid_titles(labels: tuple[str, ...], room: float, size: float) -> tuple[str, ...]:
+    """The panels' titles, each within ``room`` points (its panel's width, clear of the next panel's title and
+    of the token labels beside the panel): a model's 'layer 3 · head 0' loses the 'layer 3 · ' all of them
+    share, which the heading says."""
+    if len(labels) < 2 or all(text_extent(label, size, weight="bold")[0] <= room for label in labels):
+        return labels
+    shared = labels[0].split(" · ")[0] + " · "
+    return tuple(label.removeprefix(shared) for label in labels) if all(la.startswith(shared) for la in labels) else labels
+
+
 def outline_title(ax: Axes, title: str, above: float, style: FigureStyle) -> None:
     """:func:`panel_title` as an outline, for figures laid out by hand (the heatmap grid)."""
     where = ax.transAxes + points_offset(ax.figure, 0, above + TITLE_PAD / 2)
@@ -612,6 +622,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     pooled = "pooled" in att.config
     font = annotation_font(layout.panel[0] / m, style) if not pooled else None
     axes, image = [], None
+    titles_shown = grid_titles(att.head_labels, layout.panel[0] * 72, style.font_size)
     for index, (x, y) in enumerate(layout.panels):
         ax = fig.add_axes((x / fig_w, y / fig_h, layout.panel[0] / fig_w, layout.panel[1] / fig_h))
         values, vmin, vmax = shown_values(att, index)
@@ -625,7 +636,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         label_axes(
             ax, att, style, layout.panel, outer=titles, ticks=edge if outer_only else (True, True), labels=layout.labels
         )
-        outline_title(ax, att.head_labels[index], layout.tops[index // cols], style)
+        outline_title(ax, titles_shown[index], layout.tops[index // cols], style)
         axes.append(ax)
     assert image is not None
     left, bottom, bar_w, bar_h = layout.bar
