@@ -308,7 +308,9 @@ def grid_titles(labels: tuple[str, ...], room: float, size: float) -> tuple[str,
     if len(labels) < 2 or all(text_extent(label, size, weight="bold")[0] <= room for label in labels):
         return labels
     shared = labels[0].split(" · ")[0] + " · "
-    return tuple(label.removeprefix(shared) for label in labels) if all(la.startswith(shared) for la in labels) else labels
+    if not all(label.startswith(shared) for label in labels):
+        return labels
+    return tuple(label.removeprefix(shared) for label in labels)
 
 
 def outline_title(ax: Axes, title: str, above: float, style: FigureStyle) -> None:
