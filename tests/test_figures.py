@@ -520,3 +520,13 @@ def test_a_strongest_links_label_keeps_its_position_whole() -> None:
 
     assert _cut("projection (17)", 10) == "proj… (17)"
     assert _cut("the (3)", 10) == "the (3)" and _cut("supercalifragilistic", 6) == "super…"
+
+
+def test_rollout_on_a_slide_lists_the_tokens_whose_bars_fit(cli, tmp_path: Path) -> None:
+    """Thirty bars at a slide's font ran their values into each other."""
+    weights = np.random.default_rng(0).random((2, 2, 84, 84)) ** 8
+    np.save(tmp_path / "stack.npy", weights / weights.sum(axis=-1, keepdims=True))
+    run = cli(
+        "rollout", "--from", str(tmp_path / "stack.npy"), "--preset", "slide", "-o", str(tmp_path / "r.png"), "--audit"
+    )
+    assert run.code == 0, run.err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
@@ -322,23 +322,23 @@ def rollout_attention(
     return Attention(tokens=tokens, weights=weights[None], head_labels=("rollout",), config=config, mask=mask)
 
 
-def inflow(stack: AttentionStack, result: Array) -> tuple[int, list[tuple[str, float]], str]:
+def inflow(stack: AttentionStack, result: Array, top: int = 0) -> tuple[int, list[tuple[str, float]], str]:
     """The row a bar chart of the rollout shows — the first position of an encoder (its [CLS]), the last of a
-    decoder (which sees every token) — and its largest TOP_TOKENS entries, largest first (in order, if few)."""
+    decoder (which sees every token) — and its largest ``top`` (TOP_TOKENS) entries, largest first (in order,
+    if few)."""
+    top = top or TOP_TOKENS
     row = len(stack.tokens) - 1 if stack.causal else 0
     values = result[row]
-    order = list(range(len(values))) if len(values) <= TOP_TOKENS else np.argsort(-values, kind="stable")[:TOP_TOKENS]
+    order = list(range(len(values))) if len(values) <= top else np.argsort(-values, kind="stable")[:top]
     where = "the last position" if stack.causal else "the first position"
     title = f"what flows into '{abbreviate(stack.tokens[row], 10)}' ({where})"
-    if len(values) > TOP_TOKENS:
-        title += f"\nthe {TOP_TOKENS} largest of {len(values):,} tokens"
+    if len(values) > top:
+        title += f"\nthe {top} largest of {len(values):,} tokens"
     return (
         row,
         [
             (
-                f"{abbreviate(stack.tokens[j], 12)} ({j})"
-                if len(values) > TOP_TOKENS
-                else abbreviate(stack.tokens[j], 14),
+                f"{abbreviate(stack.tokens[j], 12)} ({j})" if len(values) > top else abbreviate(stack.tokens[j], 14),
                 float(values[j]),
             )
             for j in order
@@ -364,6 +364,8 @@ def render_rollout_figure(
     from ..structure import colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
+    engine: Any = fig.get_layout_engine()
+    engine.set(h_pad=style.font_size * 0.3 / 72)  # the heading clear of the panels' titles at every preset
     heat, bars = fig.subplots(1, 2, width_ratios=[1.15, 1])
     panel = fig.get_size_inches()[0] * 0.4
     att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
@@ -389,10 +391,13 @@ def render_rollout_figure(
         labels = [f"{float(t) * peak:.2g}" for t in ticks]
     share = "share of the input" + (f" (log scale, 1 = {peak:.2g})" if scale == "log" else "")
     label_colour_bar(bar, ticks, labels, share, style)
-    _, shown, title = inflow(stack, result)
+    bar_font = style.scaled(0.8)
+    _, shown, title = inflow(
+        stack, result, top=max(5, min(TOP_TOKENS, int(fig.get_figheight() * 72 * 0.7 / bar_font / 1.15)))
+    )
     top = max(value for _, value in shown) or 1e-9
     bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
-    bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=style.scaled(0.8))
+    bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=bar_font)
     bars.set_ylim(len(shown) - 0.5, -0.5)
     for j, (_, v) in enumerate(shown):
         bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7))
