@@ -530,3 +530,40 @@ def test_rollout_on_a_slide_lists_the_tokens_whose_bars_fit(cli, tmp_path: Path)
         "rollout", "--from", str(tmp_path / "stack.npy"), "--preset", "slide", "-o", str(tmp_path / "r.png"), "--audit"
     )
     assert run.code == 0, run.err
+
+
+@pytest.mark.parametrize("preset", ["screen", "slide"])
+def test_the_model_views_tiles_are_pooled_to_no_more_bins_than_they_have_pixels(
+    cli, tmp_path: Path, monkeypatch, preset
+) -> None:
+    """A 2 × 12 view on a slide pooled each map into 166 bins, drawn 125 pixels wide: nearest-neighbour
+    drawing dropped a quarter of the bins, maxima and all."""
+    from attnviz.render import model
+
+    weights = np.tril(np.random.default_rng(0).random((2, 12, 200, 200), dtype=np.float32) ** 8)
+    np.save(tmp_path / "stack.npy", weights / weights.sum(axis=-1, keepdims=True))
+    drawn = []
+    original = model.render_model_figure
+
+    def keep(*args, **kwargs):
+        drawn.append(original(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(model, "render_model_figure", keep)
+    run = cli(
+        "heatmap",
+        "--from",
+        str(tmp_path / "stack.npy"),
+        "--all-layers",
+        "--preset",
+        preset,
+        "-o",
+        str(tmp_path / "v.png"),
+    )
+    assert run.code == 0, run.err
+    fig = drawn[0]
+    for ax in fig.axes:
+        for image in ax.get_images():
+            rows, cols = image.get_array().shape[:2]
+            box = ax.get_window_extent()
+            assert box.width >= cols and box.height >= rows, (box, rows, cols)

@@ -250,7 +250,7 @@ def _all_layers(
         layers=layers,
         heads=None if head is None else (head,),
         mean=mean,
-        bins=model_json_fits(layers) if as_json else tile_bins(figure),
+        bins=model_json_fits(layers) if as_json else tile_bins(figure, layers),
         sinks=sinks,
         sinks_each=True,
     )
@@ -290,15 +290,18 @@ def model_json_fits(layers: tuple[int, ...] | None) -> Callable[[int, int, dict[
     return check
 
 
-def tile_bins(figure: opt.FigureRequest) -> Callable[[int, int, dict[str, Any]], int | None]:
-    """The model view's tiles: pooled to their pixels in a figure, to the terminal's width there."""
+def tile_bins(
+    figure: opt.FigureRequest, layers: tuple[int, ...] | None = None
+) -> Callable[[int, int, dict[str, Any]], int | None]:
+    """The model view's tiles: pooled to their pixels in a figure (as many as the layout of the ``layers``
+    shown, all when None, gives each), to the terminal's width there."""
     if figure.output is None:
         return shown_bins(figure, None)
     style = figure.style
 
     def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
-        width = style.figure_size(0.5, wide=True)[0] * style.resolution()
-        side = int(min(width / max(shown, 1), MAX_TILE_PIXELS))
+        count = len(layers) if layers else int(config.get("layers", 1))
+        side = min(views.model.tile_pixels(count, shown, style), MAX_TILE_PIXELS)
         return side if n > side else None
 
     return bins

@@ -106,6 +106,61 @@ def model_tiles(
     return image
 
 
+def model_bar_room(style: FigureStyle) -> float:
+    """Points the model view's colour bar takes beside the tiles, with its ticks and title."""
+    font = style.font_size
+    room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", style.scaled(0.8))[0] + AXIS_TITLE_PAD
+    return room + text_extent("attention weight", style.scaled(0.9))[1]
+
+
+def model_box_height(style: FigureStyle) -> float:
+    """Inches of the box the model view fills: the preset's (a slide, --size), else a screen's or a page's."""
+    width, height = style.figure_size(0.5, wide=True)
+    return height if style.size is not None or style.preset == "slide" else width * PAGE_ASPECT.get(style.preset, 0.75)
+
+
+def model_layout(
+    layers: int, heads: int, shape: tuple[int, int], style: FigureStyle, heading: float, group: int = 0
+) -> tuple[float, int, bool]:
+    """How the model view lays out ``layers`` × ``heads`` tiles of ``shape`` cells under a heading of ``heading``
+    points: the side of a cell in points, the bands, and whether layers go across. 30 layers × 9 heads: layers
+    across, in bands where that makes the tiles larger (a screen, a page)."""
+    n, m = shape
+    font = style.font_size
+    width, box_h = style.figure_size(0.5, wide=True)[0], model_box_height(style)
+    pad, room = font * 0.8, text_extent("head 0", style.scaled(0.8))[1] + LABEL_PAD
+    bar_room = model_bar_room(style)
+    gap = max(1, round(max(n, m) * 0.08))
+
+    def cell_for(across: int, down: int, bands: int = 1) -> float:
+        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box, the ``across`` ones cut
+        into ``bands`` rows of bands, each with its own titles."""
+        head_group = (group, 0) if across == heads else (0, group)
+        cols = tile_starts(math.ceil(across / bands), m, gap, head_group[0])[-1] + m
+        rows = tile_starts(down, n, gap, head_group[1])[-1] + n
+        return float(
+            min(
+                (width * 72 - 2 * pad - room - bar_room) / cols,
+                (box_h * 72 - 2 * pad - heading - bands * room - (bands - 1) * pad) / (bands * rows),
+                MAX_TILE * 72 / max(n, m),
+            )
+        )
+
+    layouts = [(cell_for(layers, heads, b), -b, True) for b in range(1, min(layers, MAX_BANDS) + 1)]
+    cell, fewer, across_layers = max([*layouts, (cell_for(heads, layers), -1, False)])
+    return cell, -fewer, across_layers
+
+
+def tile_pixels(layers: int, heads: int, style: FigureStyle) -> int:
+    """The side in pixels of each tile of a model view of ``layers`` × ``heads`` long maps (a heading of four
+    lines; a little under, for the wider gaps between groups of heads): the bins to pool each map into, one per
+    pixel, so that drawing the tiles drops no bin (and its maximum)."""
+    side = 1000  # cells: the layout scales with the tiles' side
+    heading = lines_height(4, style.font_size * 1.05) + style.font_size * 0.6
+    cell = model_layout(layers, heads, (side, side), style, heading)[0]
+    return max(1, int(cell * side / 72 * style.resolution() * 0.95))
+
+
 @styled
 def render_model_figure(
     stack: AttentionStack, style: FigureStyle = DEFAULT_STYLE, *, scale: str = "auto", sinks: str = "show"
@@ -132,8 +187,7 @@ def render_model_figure(
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
-    bar_room = font * 2.2 + BAR_TICK_ROOM + text_extent("0.00", style.scaled(0.8))[0] + AXIS_TITLE_PAD
-    bar_room += text_extent("attention weight", style.scaled(0.9))[1]
+    bar_room = model_bar_room(style)
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
     per_layer = [stack.allowed(layer) for layer in stack.kept_layers]  # a sliding window's band, per layer
@@ -141,29 +195,11 @@ def render_model_figure(
     allowed = np.stack(masks)[:, None]
     chosen, floor = model_scale(stack, scale)
     fixed = style.size is not None or style.preset == "slide"
-    box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
+    box_h = model_box_height(style)
 
     shared = stack.source.get("kv_heads")
     group = stack.heads // shared if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
-
-    def cell_for(across: int, down: int, bands: int = 1) -> float:
-        """The side of a cell, in points, with ``across`` × ``down`` tiles in the box, the ``across`` ones cut
-        into ``bands`` rows of bands, each with its own titles."""
-        head_group = (group, 0) if across == heads else (0, group)
-        cols = tile_starts(math.ceil(across / bands), m, gap, head_group[0])[-1] + m
-        rows = tile_starts(down, n, gap, head_group[1])[-1] + n
-        return float(
-            min(
-                (width * 72 - 2 * pad - room - bar_room) / cols,
-                (box_h * 72 - 2 * pad - heading - bands * room - (bands - 1) * pad) / (bands * rows),
-                MAX_TILE * 72 / max(n, m),
-            )
-        )
-
-    # 30 layers × 9 heads: layers across, in bands where that makes the tiles larger (a screen, a page)
-    layouts = [(cell_for(layers, heads, b), -b, True) for b in range(1, min(layers, MAX_BANDS) + 1)]
-    cell, fewer, across_layers = max([*layouts, (cell_for(heads, layers), -1, False)])
-    bands = -fewer
+    cell, bands, across_layers = model_layout(layers, heads, (n, m), style, heading, group)
     grid = weights.transpose(1, 0, 2, 3) if across_layers else weights
     image = model_tiles(
         colour_values(grid, chosen, floor),
