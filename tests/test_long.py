@@ -152,3 +152,16 @@ def test_a_models_json_has_the_same_length_budget_as_its_figure(cli, tmp_path: P
         assert refused.code == 2 and "--save FILE.npz" in refused.err and "--pool" in refused.err, refused.err
         assert len(refused.err.splitlines()) == 1
     assert json.loads(cli("heatmap", *model, "--json", "--pool", "max").out)["weights"]
+
+
+def test_save_too_large_for_memory_says_what_save_can_do(cli, tmp_path: Path, monkeypatch) -> None:
+    """--save takes no --layer or --head: its refusal pointed to them all the same."""
+    from tiny_gguf import write_tiny_llama
+
+    import attnviz.resources
+
+    gguf = str(write_tiny_llama(tmp_path / "llama.gguf"))
+    monkeypatch.setattr(attnviz.resources, "available_memory", lambda: 2**20)
+    run = cli("heatmap", "--model-file", gguf, "the cat sat on the mat", "--save", str(tmp_path / "w.npz"))
+    assert run.code == 1 and "--save of" in run.err and "shorter text" in run.err and "--layer" not in run.err, run.err
+    assert not (tmp_path / "w.npz").exists()

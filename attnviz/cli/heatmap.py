@@ -212,7 +212,9 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
     if path.suffix.lower() != ".npz":
         raise UsageError(f"--save writes an .npz file, got {path}")
     if layer.external:
-        stack = layer.stack()
+        from ..sources import Want
+
+        stack = layer.stack(Want(bins=save_fits))
         tokens, weights = stack.tokens, stack.weights.astype(np.float32)
     elif layer.keys is not None:
         raise UsageError("--save writes self-attention; it does not take --keys")
@@ -225,6 +227,19 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
     )
     if output.ANNOUNCE:
         say(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)")
+
+
+def save_fits(n: int, shown: int, config: dict[str, Any]) -> None:
+    """--save holds every layer and head whole (and a float32 copy to write): refuse, before the model runs,
+    what would not fit in memory, with a way out that --save has (it takes no --layer or --head)."""
+    from ..resources import ensure_fits
+
+    layers = int(config.get("layers", 1))
+    ensure_fits(
+        2 * 4 * layers * shown * n * n + 64 * 2**20,
+        f"--save of {n:,} tokens' full weights ({layers} layers × {shown} heads of {n:,} × {n:,})",
+        "save a shorter text, or see it pooled (the terminal, -o, --json --pool max)",
+    )
 
 
 def _all_layers(
