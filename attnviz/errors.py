@@ -65,17 +65,18 @@ def say(message: str) -> None:
 
 def fold_message(text: str, width: int) -> str:
     """``text`` folded at spaces into lines of at most ``width`` cells (20 at least), the lines after the first
-    indented by HANGING_INDENT; a word longer than a line stays whole."""
+    indented by HANGING_INDENT more than the first; a word longer than a line stays whole."""
     from rich.cells import cell_len
 
     width = max(20, width)
-    lines = [""]
-    for word in text.split(" "):
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    lines = [lead]
+    for word in text[len(lead) :].split(" "):
         joined = f"{lines[-1]} {word}" if lines[-1].strip() else lines[-1] + word
         if cell_len(joined) <= width or not lines[-1].strip():
             lines[-1] = joined
         else:
-            lines.append(HANGING_INDENT + word)
+            lines.append(lead + HANGING_INDENT + word)
     return "\n".join(lines)
 
 

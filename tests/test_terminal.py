@@ -254,3 +254,20 @@ def test_a_hint_on_a_terminal_folds_between_words(cli, monkeypatch, width: int) 
     assert any("--chars" in line.split() for line in lines), lines
     assert all(line.startswith("  ") and line[2] != " " for line in lines[1:]) and (width == 200) == (len(lines) == 1)
     assert " ".join(line.strip() for line in lines) == piped.err.strip()
+
+
+def test_check_on_a_narrow_terminal_folds_between_words(cli, monkeypatch) -> None:
+    """check's report was printed as it came, so a 40-column terminal broke its lines inside words."""
+    import sys
+
+    from conftest import REPO
+    from rich.cells import cell_len
+
+    path = str(REPO / "samples" / "uniform-attention.npy")
+    piped = cli("check", path, "--causal").out.splitlines()
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    shown = cli("check", path, "--causal").out.splitlines()
+    assert all(cell_len(line) <= 40 for line in shown[1:]), shown
+    assert any(line.startswith("         holds") for line in shown), shown  # under its failure, indented
+    assert " ".join(" ".join(piped).split()) == " ".join(" ".join(shown).split())  # the same words, only folded

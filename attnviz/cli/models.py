@@ -3,6 +3,7 @@ attention files, and the models attnviz can find on this machine."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -255,18 +256,27 @@ def check(
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:
+        from rich.console import Console
+
+        from ..errors import fold_message
+
+        width = Console().width if sys.stdout.isatty() else 0
+
+        def say_line(line: str) -> None:  # on a terminal, folded at spaces as messages are, never inside a word
+            print(fold_message(line, width) if width else line)
+
         layers, heads_, n, m = array.shape
         shape = f"{plural(layers, 'layer')} × {plural(heads_, 'head')} × {plural(n, 'query')} × {plural(m, 'key')}"
-        print(f"{printable(str(file))}: {shape}")
+        say_line(f"{printable(str(file))}: {shape}")
         for result in checks:
-            print(
+            say_line(
                 f"{'ok  ' if result.count == 0 else 'FAIL'} {result.name}"
                 + (f": {result.count} rows" if result.count else "")
             )
             for f in result.failures:
-                print(f"       layer {f.layer}, head {f.head}, row {f.row}: {f.found}")
+                say_line(f"       layer {f.layer}, head {f.head}, row {f.row}: {f.found}")
             if result.count > len(result.failures):
-                print(f"       … and {result.count - len(result.failures)} more")
+                say_line(f"       … and {result.count - len(result.failures)} more")
     if any(result.count for result in checks):
         raise typer.Exit(1)
 
