@@ -567,3 +567,15 @@ def test_the_model_views_tiles_are_pooled_to_no_more_bins_than_they_have_pixels(
             rows, cols = image.get_array().shape[:2]
             box = ax.get_window_extent()
             assert box.width >= cols and box.height >= rows, (box, rows, cols)
+
+
+@pytest.mark.parametrize("preset", ["screen", "paper"])
+def test_one_layer_of_the_model_view_lies_in_bands_and_keeps_its_colour_bar_title(cli, tmp_path: Path, preset) -> None:
+    """One layer's nine heads were a strip: on a page one tall column (12% of the canvas), on a screen a band
+    lower than the colour bar's title, which left the canvas; the heading said 'layers 1–1'."""
+    weights = np.tril(np.random.default_rng(0).random((2, 9, 79, 79)) ** 8)
+    np.save(tmp_path / "stack.npy", weights / weights.sum(axis=-1, keepdims=True))
+    given = ("heatmap", "--from", str(tmp_path / "stack.npy"), "--all-layers", "--layers", "1")
+    run = cli(*given, "--preset", preset, "-o", str(tmp_path / "v.png"), "--audit")
+    assert run.code == 0, run.err
+    assert "layer 1 of 2" in cli(*given, "--no-color").out.splitlines()[0]

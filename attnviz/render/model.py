@@ -49,6 +49,8 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
+    elif len(kept) == 1:
+        layers = f"layer {kept[0]} of {stack.layers}"
     elif kept == tuple(range(kept[0], kept[-1] + 1)):
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
@@ -124,13 +126,15 @@ def model_layout(
 ) -> tuple[float, int, bool]:
     """How the model view lays out ``layers`` × ``heads`` tiles of ``shape`` cells under a heading of ``heading``
     points: the side of a cell in points, the bands, and whether layers go across. 30 layers × 9 heads: layers
-    across, in bands where that makes the tiles larger (a screen, a page)."""
+    across, in bands where that makes the tiles larger (a screen, a page); one layer's 9 heads across, in bands."""
     n, m = shape
     font = style.font_size
     width, box_h = style.figure_size(0.5, wide=True)[0], model_box_height(style)
     pad, room = font * 0.8, text_extent("head 0", style.scaled(0.8))[1] + LABEL_PAD
     bar_room = model_bar_room(style)
     gap = max(1, round(max(n, m) * 0.08))
+    # a canvas of its own size (a slide, --size) is filled; on a screen or a page a few tiles stay tile-sized
+    largest = math.inf if style.size is not None or style.preset == "slide" else MAX_TILE * 72 / max(n, m)
 
     def cell_for(across: int, down: int, bands: int = 1) -> float:
         """The side of a cell, in points, with ``across`` × ``down`` tiles in the box, the ``across`` ones cut
@@ -142,12 +146,13 @@ def model_layout(
             min(
                 (width * 72 - 2 * pad - room - bar_room) / cols,
                 (box_h * 72 - 2 * pad - heading - bands * room - (bands - 1) * pad) / (bands * rows),
-                MAX_TILE * 72 / max(n, m),
+                largest,
             )
         )
 
     layouts = [(cell_for(layers, heads, b), -b, True) for b in range(1, min(layers, MAX_BANDS) + 1)]
-    cell, fewer, across_layers = max([*layouts, (cell_for(heads, layers), -1, False)])
+    layouts += [(cell_for(heads, layers, b), -b, False) for b in range(1, min(heads, MAX_BANDS) + 1)]
+    cell, fewer, across_layers = max(layouts)
     return cell, -fewer, across_layers
 
 
@@ -219,7 +224,8 @@ def render_model_figure(
     grid_w, band_h = cols * cell / 72, rows * cell / 72
     between = (room + pad) / 72  # a band's titles, and a pad, between bands
     grid_h = bands * band_h + (bands - 1) * between
-    height = box_h if fixed else (2 * pad + heading + room) / 72 + grid_h
+    bar_title = text_extent("attention weight" + SCALE_NAMES[chosen], style.scaled(0.9))[0]  # drawn upright
+    height = box_h if fixed else (2 * pad + heading + room) / 72 + max(grid_h, (bar_title + 2 * pad) / 72)
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
     bottom = (height - (heading + room) / 72 - grid_h) / 2
