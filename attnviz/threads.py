@@ -9,6 +9,7 @@ core, not only the products.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _controller: Any = None
+_in_worker = contextvars.ContextVar("attnviz_in_worker", default=False)
 
 
 @contextmanager
@@ -39,16 +41,19 @@ def cores() -> int:
 
 
 def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
-    """``work`` on every item, one thread per core; each item's result must not depend on the others."""
+    """``work`` on every item, one thread per core; each item's result must not depend on the others.
+
+    Called from a worker of another ``run_all`` (a product inside one of several ablations), the items run one
+    after the other in that worker: every core already has its thread, and more would only take turns."""
     chosen = list(items)
-    if cores() == 1 or len(chosen) == 1:
+    if cores() == 1 or len(chosen) == 1 or _in_worker.get():
         for item in chosen:
             work(item)
         return
-    import contextvars
     from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
 
     def in_callers_context(item: T, context: contextvars.Context) -> None:
+        context.run(_in_worker.set, True)
         context.run(work, item)  # NumPy's errstate is a context variable: the caller's holds in the workers
 
     with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:

@@ -345,6 +345,41 @@ class Decoder:
             self.finite(x, self.layers - 1)
         return x
 
+    def through_copies(self, x: Array, first: int, attended: Array, last_only: bool = False) -> Array:
+        """The last layer's output (copies, n, hidden) of copies of one text that part at layer ``first``: ``x``
+        (n, hidden) is that layer's input, the same for all, ``attended`` (copies, n, heads·d) each copy's heads'
+        outputs there, joined (edited: what :func:`attnviz.ablation.ablate` runs). Nothing before the output
+        projection of layer ``first`` runs again. The copies go through each layer as one batch of copies·n rows,
+        whose products are faster than one copy's at a time (a row's sums may round otherwise than one copy's alone
+        would: where a row falls in BLAS's blocks changes their order); only the queries, keys and values of a layer
+        are made a copy at a time, their rotation being by position.
+        ``last_only``: of the last layer, only each copy's last row (all next-token scores of one position need)."""
+        copies, n = attended.shape[:2]
+        h, d = self.heads, self.shape.d_head
+        with one_blas_thread(), overflow_checked():
+            rows = np.tile(x, (copies, 1))
+            for layer in range(first, self.layers):
+                if layer > first:
+                    self.finite(rows, layer - 1)
+                    made = [self.attention_inputs(rows[c * n : (c + 1) * n], layer) for c in range(copies)]
+                    shared = [shared_heads(k, v, h) for _, k, v in made]
+                    output, _ = attend(
+                        np.concatenate([q for q, _, _ in made]), np.concatenate([k for k, _ in shared]),
+                        np.concatenate([v for _, v in shared]), scale=self.scale(layer), causal=True,
+                        window=self.windows[layer], softcap=self.softcap(layer), keep=NOTHING,
+                    )  # fmt: skip
+                    assert output is not None
+                    self.finite(output, layer)
+                    heads = output.reshape(copies, h, n, d).transpose(0, 2, 1, 3).reshape(copies * n, h * d)
+                else:
+                    heads = attended.reshape(copies * n, -1)
+                if last_only and layer == self.layers - 1:
+                    ends = np.arange(1, copies + 1) * n - 1
+                    rows, heads, n = rows[ends], heads[ends], 1
+                rows = self.after(rows, heads, layer)
+            self.finite(rows, self.layers - 1)
+        return rows.reshape(copies, n, -1)
+
 
 def joined(output: Array) -> Array:
     """Heads' outputs (heads, n, d) side by side, (n, heads·d): the output projection's input."""
