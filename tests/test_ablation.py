@@ -90,18 +90,18 @@ def test_each_head_runs_from_its_layer_as_the_whole_pass_would(tiny: Path) -> No
 
 
 def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny: Path, monkeypatch) -> None:
-    """Layer 0's queries are made once (the whole pass), layer 1's once more per head of layer 0 and never for its
-    own heads; each layer's heads run its output projection and feed-forward as one batch of heads·n rows."""
+    """Layer 0's queries are made once (the whole pass), layer 1's once more for the batch of layer 0's heads and
+    never for its own; each layer's heads run on from its output projection as one batch of heads·n rows."""
     model = load_model(None, None, tiny)
     text = "the cat sat on the mat"
     n = len(model.encode(text).ids)
-    made: list[int] = []
+    made: list[tuple[int, int]] = []
     rows: dict[int, list[int]] = {0: [], 1: []}
     scored: list[int] = []
     inputs, after, logits = model.attention_inputs, model.after, model.logits
 
     def counted_inputs(x: np.ndarray, layer: int, start: int = 0):
-        made.append(layer)
+        made.append((layer, len(x)))
         return inputs(x, layer, start)
 
     def counted_after(x: np.ndarray, attended: np.ndarray, layer: int) -> np.ndarray:
@@ -116,7 +116,7 @@ def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny:
     monkeypatch.setattr(model, "after", counted_after)
     monkeypatch.setattr(model, "logits", counted_logits)
     batched = ablate(model, text)
-    assert made.count(0) == 1 and made.count(1) == 1 + model.heads
+    assert made == [(0, n), (1, n), (1, model.heads * n)]
     assert rows == {0: [n, model.heads * n], 1: [n, model.heads * n, model.heads * n]}
     assert scored == [n - 1, model.heads * (n - 1), model.heads * (n - 1)]
     rows[1].clear()
@@ -126,7 +126,7 @@ def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny:
     monkeypatch.setattr("attnviz.ablation.BATCH_BYTES", 1)  # a head at a time
     made.clear()
     alone = ablate(model, text)
-    assert made.count(1) == 1 + model.heads
+    assert made == [(0, n), (1, n)] + [(1, n)] * model.heads
     np.testing.assert_allclose(alone.delta, batched.delta, atol=2e-6, rtol=0)
 
 

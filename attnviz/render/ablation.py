@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..ablation import Ablation, Importance, strongest
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import wrapped_title
+from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate
 from .model import GROUP_GAP, shared_heads
 
@@ -96,7 +96,7 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     bar.outline.set_visible(False)
     width = fig.get_size_inches()[0]
     shares = result.kv_heads is not None and result.kv_heads < heads
-    kv = ["\n" + wrapped_title([grouping(result)], width, style.font_size)] if shares else []
+    kv = ["\n" + wrapped_sentence(grouping(result), width, style.font_size)] if shares else []
     fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(kv),
                  fontweight="bold")  # fmt: skip
     return fig

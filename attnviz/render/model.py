@@ -31,6 +31,7 @@ from .heatmap import (
     label_colour_bar,
     outline_sinks,
     panel_title,
+    wrapped_sentence,
     wrapped_title,
 )
 from .labels import abbreviate, cell_len, describe_parts, wrap_parts
@@ -566,7 +567,7 @@ def render_heads_figure(
     group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
     kv = [shared_heads(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
-    title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_title([k], width, font) for k in kv)
+    title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     present = [name for name in CLASSES if any(name in row for row in classes)]
