@@ -120,9 +120,21 @@ def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny:
     assert rows == {0: [n, model.heads * n], 1: [n, model.heads * n, model.heads * n]}
     assert scored == [n - 1, model.heads * (n - 1), model.heads * (n - 1)]
     rows[1].clear()
-    ablate(model, "the cat sat on the", target=" ")
-    shorter = len(model.encode("the cat sat on the").ids)
-    assert rows[1] == [shorter, model.heads, model.heads]  # of the last layer, each copy's last row alone
+    targeted = ablate(model, "the cat sat on the", target=" ")
+    shorter = model.encode("the cat sat on the").ids
+    assert rows[1] == [len(shorter), model.heads, model.heads]  # of the last layer, each copy's last row alone
+    from attnviz.ablation import log_probabilities
+
+    for layer, head in ((0, 1), (1, 3)):
+
+        def zeroed(output: np.ndarray, head: int = head) -> np.ndarray:
+            out = output.copy()
+            out[head] = 0
+            return out
+
+        last = logits(model.through(model.embed(np.asarray(shorter)), 0, {layer: zeroed})[-1:])
+        whole = log_probabilities(last)[0, targeted.target_id] - targeted.baseline
+        assert whole == pytest.approx(targeted.delta[layer, head], abs=2e-6)
     monkeypatch.setattr("attnviz.ablation.BATCH_BYTES", 1)  # a head at a time
     made.clear()
     alone = ablate(model, text)
