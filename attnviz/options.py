@@ -104,8 +104,8 @@ ModelFile = Annotated[
     typer.Option(
         "--model-file",
         help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3, GPT-2, "
-        "BERT or Nomic BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a "
-        "vocabulary-only one.",
+        "BERT or Nomic BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz "
+        "tokenize reads a vocabulary-only one.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

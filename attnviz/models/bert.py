@@ -4,7 +4,8 @@ Embeddings (word + position + segment, LayerNorm), then per layer: multi-head se
 with the attention mask, residual + LayerNorm, a GELU feed-forward, residual + LayerNorm.
 RoBERTa numbers positions from its padding id + 1 and has one token type; DistilBERT has no token
 types and other tensor names (translated as the folder is read). The attention of every layer and
-head is kept; nothing else is computed that it does not need.
+head is kept; nothing else is computed that it does not need. A family built on it (nomic_bert.py) says how
+its embeddings, projections, attention inputs and feed-forward differ.
 """
 
 from __future__ import annotations

@@ -29,15 +29,16 @@ GGUF_NAMES = {k: v for k, v in BERT_GGUF_NAMES.items() if "position" not in k an
 # transformers' NomicBertConfig's keys as nomic-ai's config.json names them
 HUB_NAMES = {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "hidden_size": "n_embd",
              "intermediate_size": "n_inner", "layer_norm_eps": "layer_norm_epsilon"}  # fmt: skip
-# and what it says of an architecture attnviz does not run (llama.cpp's converter asserts the same values)
-HUB_CHOICES: dict[str, tuple[object, str]] = {
-    "causal": (False, "an encoder"), "prenorm": (False, "norms after each block"),
-    "parallel_block": (False, "attention then feed-forward"), "use_rms_norm": (False, "LayerNorms"),
-    "qkv_proj_bias": (False, "no biases"), "mlp_fc1_bias": (False, "no biases"), "mlp_fc2_bias": (False, "no biases"),
-    "rotary_emb_fraction": (1.0, "every dimension rotated"), "rotary_emb_interleaved": (False, "rotate-half"),
-    "rotary_emb_scale_base": (None, "no xPos scaling"), "rotary_scaling_factor": (None, "no scaling"),
-    "scale_attn_weights": (True, "scores scaled by 1/√d"), "scale_attn_by_inverse_layer_idx": (False, "no more"),
-    "moe_every_n_layers": (0, "no mixture of experts"),
+# and what it says of an architecture attnviz does not run (llama.cpp's converter asserts the same): the values
+# attnviz runs, the first the default
+HUB_CHOICES: dict[str, tuple[tuple[object, ...], str]] = {
+    "causal": ((False,), "an encoder"), "prenorm": ((False,), "norms after each block"),
+    "parallel_block": ((False,), "attention then feed-forward"), "use_rms_norm": ((False,), "LayerNorms"),
+    "qkv_proj_bias": ((False,), "no biases"), "mlp_fc1_bias": ((False,), "no biases"),
+    "mlp_fc2_bias": ((False,), "no biases"), "rotary_emb_fraction": ((1.0, 1), "every dimension rotated"),
+    "rotary_emb_interleaved": ((False,), "rotate-half"), "rotary_emb_scale_base": ((None,), "no xPos scaling"),
+    "rotary_scaling_factor": ((None,), "no scaling"), "scale_attn_weights": ((True,), "scores scaled by 1/√d"),
+    "scale_attn_by_inverse_layer_idx": ((False,), "1/√d alone"), "moe_every_n_layers": ((0, None), "no experts"),
 }  # fmt: skip
 # nomic's kernel and training choices (fused kernels, float32 upcasting, the masked-LM loss, vocabulary padding),
 # the norm a parallel block would tie, n_positions (the length its code sizes buffers for: rotary positions have
@@ -64,8 +65,8 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
     activation: object = "silu"
     if hub:
         config.choice("activation_function", "swiglu", ("swiglu",), " (the SwiGLU feed-forward attnviz runs)")
-        for choice, (value, why) in HUB_CHOICES.items():
-            config.choice(choice, value, (value,), f" ({why}: what attnviz runs)")
+        for choice, (runs, why) in HUB_CHOICES.items():
+            config.choice(choice, runs[0], runs, f" ({why}: what attnviz runs)")
         config.known(*HUB_INERT)
         base, scaling = float(config.number("rotary_emb_base", 10000.0, high=1e12)), None
         longest = config.count("max_trained_positions", 2048, high=2**24)
