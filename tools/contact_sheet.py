@@ -48,6 +48,16 @@ def drawn_from(plan: str, folder: str) -> str:
     return digest.hexdigest()
 
 
+def renderer() -> str:
+    """What decides the pixels and bytes of the same figure: matplotlib (Agg, SVG, PDF), fontTools (the fonts
+    a PDF embeds) and Pillow (a film's palette)."""
+    import fontTools
+    import matplotlib
+    import PIL
+
+    return f"matplotlib {matplotlib.__version__}, fontTools {fontTools.version}, Pillow {PIL.__version__}"
+
+
 def main(plan: str, folder: str, sheet: str) -> None:
     import matplotlib
 
@@ -85,7 +95,7 @@ def main(plan: str, folder: str, sheet: str) -> None:
             fig.text(left + 0.5 / COLUMNS, bottom + 0.26 / rows, command, ha="center", va="top", fontsize=7,
                      family="monospace")  # fmt: skip
         drawn = {"command": "contact sheet", "plan": plan, "drawn_from": drawn_from(plan, folder)}
-        drawn["matplotlib"] = matplotlib.__version__  # the samples' renderer: another draws other pixels
+        drawn["renderer"] = renderer()  # the samples': another draws other pixels
         write_output(figure_bytes(fig, "png", drawn), sheet, sys.stdout.buffer)
 
 
