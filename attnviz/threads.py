@@ -56,6 +56,29 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
             pass
 
 
+_blocks_pool: Any = None
+
+
+def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
+    (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
+    threads for. ``work`` must not call this again (its threads would wait for themselves)."""
+    global _blocks_pool
+    chosen = list(items)
+    if cores() == 1 or len(chosen) == 1:
+        for item in chosen:
+            work(item)
+        return
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _blocks_pool is None:
+        _blocks_pool = ThreadPoolExecutor(max_workers=cores(), thread_name_prefix="attnviz-blocks")
+    context = contextvars.copy_context()
+    for _ in _blocks_pool.map(lambda item: context.copy().run(work, item), chosen):
+        pass
+
+
 def product(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
     """a @ b for a tall ``a``, its rows split among attnviz's threads (one BLAS thread each).
 

@@ -20,7 +20,7 @@ import numpy as np
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
-from ..threads import one_blas_thread, product
+from ..threads import one_blas_thread
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
@@ -160,6 +160,11 @@ class Renamed:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
         return self.stored.tensor(self.names_[name], rows)
 
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        if name not in self.names_:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        return self.stored.product(x, self.names_[name])
+
 
 class Bert:
     """A BERT-family checkpoint: its tokenizer and tensors (memory-mapped), a forward pass that keeps attention."""
@@ -259,7 +264,7 @@ class Bert:
                 self._finite(x, layer - 1)
 
                 def linear(name: str, inputs: Array, p: str = p) -> Array:
-                    return product(inputs, self.w(p + name + ".weight").T) + self.w(p + name + ".bias")
+                    return self.weights.product(inputs, p + name + ".weight") + self.w(p + name + ".bias")
 
                 def norm(name: str, inputs: Array, p: str = p) -> Array:
                     return layer_norm(inputs, self.w(p + name + ".weight"), self.w(p + name + ".bias"), c.eps)
