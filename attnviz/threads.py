@@ -57,12 +57,14 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
 
 
 _blocks_pool: Any = None
+BLOCK_THREADS = 4
 
 
 def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
     """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
     (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
-    threads for. ``work`` must not call this again (its threads would wait for themselves)."""
+    threads for. At most BLOCK_THREADS: each holds a block, and past a few the Python between NumPy's calls, not
+    the cores, sets the pace. ``work`` must not call this again (its threads would wait for themselves)."""
     global _blocks_pool
     chosen = list(items)
     if cores() == 1 or len(chosen) == 1:
@@ -73,7 +75,7 @@ def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     if _blocks_pool is None:
-        _blocks_pool = ThreadPoolExecutor(max_workers=cores(), thread_name_prefix="attnviz-blocks")
+        _blocks_pool = ThreadPoolExecutor(max_workers=min(cores(), BLOCK_THREADS), thread_name_prefix="attnviz-blocks")
     context = contextvars.copy_context()
     for _ in _blocks_pool.map(lambda item: context.copy().run(work, item), chosen):
         pass

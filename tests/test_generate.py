@@ -97,6 +97,27 @@ def test_sampling_is_seeded_and_greedy_is_deterministic(tiny: Path) -> None:
     assert top1 == generate(model, "the cat", 8, 1, Keep(), Sampling()).ids  # top-1 sampling is greedy
 
 
+def test_generation_reads_the_stored_matrices_and_keeps_no_float32_copy(tmp_path: Path, monkeypatch) -> None:
+    """Every step reads every matrix; a float32 copy of them (of the 32,768-row tied output matrix here, 4 MiB)
+    is what made SmolLM2's generation 5 times heatmap's memory. Peak traced memory of a generation stays under
+    half the matrices' float32 bytes (a block of 32 KiB of rows in each of at most 4 threads; a copy: twice)."""
+    import tracemalloc
+
+    from attnviz.models import weights
+
+    generate(load_model(None, model_file=write_tiny_llama(tmp_path / "tiny.gguf")), "the cat", 4, 1)  # imports, threads
+    model = load_model(None, model_file=write_tiny_llama(tmp_path / "wide.gguf", spare_rows=32_768 - 264))
+    matrices = sum(4 * int(np.prod(model.weights.shape(n))) for n in model.weights.names() if n.endswith("weight"))
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**15)
+    tracemalloc.start()
+    try:
+        generate(model, "the cat", 4, 1, Keep())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert matrices > 4 * 2**20 and peak < matrices / 2, (peak, matrices)
+
+
 def test_the_film_has_a_frame_per_token_and_the_same_bytes_each_time(cli, tiny: Path, tmp_path: Path) -> None:
     from PIL import Image
 
