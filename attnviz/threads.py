@@ -60,6 +60,16 @@ _blocks_pool: Any = None
 BLOCK_THREADS = 4
 
 
+def _forget_blocks_pool() -> None:
+    """A forked child (a batch's workers) has none of its parent's threads: it starts a pool of its own."""
+    global _blocks_pool
+    _blocks_pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_blocks_pool)
+
+
 def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
     """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
     (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start

@@ -118,6 +118,23 @@ def test_generation_reads_the_stored_matrices_and_keeps_no_float32_copy(tmp_path
     assert matrices > 4 * 2**20 and peak < matrices / 2, (peak, matrices)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_runs_the_model_its_parent_ran(tiny: Path, monkeypatch) -> None:
+    """A batch forks its workers after the parent may have run a model: the threads that multiply a matrix's
+    blocks of rows are not inherited, and the child starts its own instead of waiting for them forever."""
+    from attnviz.models import weights
+
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**12)  # several blocks a matrix: the threads are used
+    model = load_model(None, model_file=tiny)
+    written = generate(model, "the cat", 3, 1).ids
+    child = os.fork()
+    if child == 0:
+        signal.alarm(20)
+        os._exit(0 if generate(model, "the cat", 3, 1).ids == written else 3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_the_film_has_a_frame_per_token_and_the_same_bytes_each_time(cli, tiny: Path, tmp_path: Path) -> None:
     from PIL import Image
 
