@@ -50,7 +50,8 @@ class Cache:
 
 
 class Resident:
-    """Tensors dequantised once and kept (float32), for a model that reads each many times."""
+    """Tensors dequantised once and kept (float32), for a command that runs the layers over a whole text again
+    and again (ablation: hundreds of passes); its memory is the model in float32."""
 
     def __init__(self, weights: Tensors) -> None:
         self.inner, self.path = weights, weights.path
