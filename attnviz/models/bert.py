@@ -21,7 +21,7 @@ import numpy as np
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
-from ..threads import one_blas_thread, product
+from ..threads import one_blas_thread
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
@@ -166,6 +166,11 @@ class Renamed:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
         return self.stored.tensor(self.names_[name], rows)
 
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        if name not in self.names_:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        return self.stored.product(x, self.names_[name])
+
 
 class Bert:
     """A BERT-family checkpoint: its tokenizer and tensors (memory-mapped), a forward pass that keeps attention."""
@@ -288,7 +293,7 @@ class Bert:
         return x
 
     def linear(self, name: str, inputs: Array) -> Array:
-        out = product(inputs, self.w(name + ".weight").T)
+        out = self.weights.product(inputs, name + ".weight")
         return out + self.w(name + ".bias") if self.biased else out
 
     def norm(self, name: str, inputs: Array) -> Array:
