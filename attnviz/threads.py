@@ -61,6 +61,41 @@ def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
             pass
 
 
+_blocks_pool: Any = None
+BLOCK_THREADS = 4
+
+
+def _forget_blocks_pool() -> None:
+    """A forked child (a batch's workers) has none of its parent's threads: it starts a pool of its own."""
+    global _blocks_pool
+    _blocks_pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_blocks_pool)
+
+
+def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
+    (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
+    threads for. At most BLOCK_THREADS: each holds a block, and past a few the Python between NumPy's calls, not
+    the cores, sets the pace. ``work`` must not call this again (its threads would wait for themselves)."""
+    global _blocks_pool
+    chosen = list(items)
+    if cores() == 1 or len(chosen) == 1:
+        for item in chosen:
+            work(item)
+        return
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _blocks_pool is None:
+        _blocks_pool = ThreadPoolExecutor(max_workers=min(cores(), BLOCK_THREADS), thread_name_prefix="attnviz-blocks")
+    context = contextvars.copy_context()
+    for _ in _blocks_pool.map(lambda item: context.copy().run(work, item), chosen):
+        pass
+
+
 def product(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
     """a @ b for a tall ``a``, its rows split among attnviz's threads (one BLAS thread each).
 

@@ -51,7 +51,8 @@ class Cache:
 
 
 class Resident:
-    """Tensors dequantised once and kept (float32), for a model that reads each many times."""
+    """Tensors dequantised once and kept (float32), for a command that runs the layers over a whole text again
+    and again (ablation: hundreds of passes); its memory is the model in float32."""
 
     def __init__(self, weights: Tensors) -> None:
         self.inner, self.path = weights, weights.path
@@ -74,6 +75,9 @@ class Resident:
             self.kept[name] = self.inner.tensor(name)
         kept: Array = self.kept[name] if rows is None else self.kept[name][rows]
         return kept
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        return product(np.asarray(x, dtype=np.float32), self.tensor(name).T)
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ class Decoder:
 
     def linear(self, x: Array, name: str) -> Array:
         """x Wᵀ (+ b, where the checkpoint has a bias)."""
-        out = product(x, self.weights.tensor(name + ".weight").T)
+        out = self.weights.product(x, name + ".weight")
         return out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
 
     def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
@@ -209,10 +213,11 @@ class Decoder:
     def logits(self, x: Array) -> Array:
         """Next-token scores from the last hidden state (the output matrix, or the embeddings when tied)."""
         head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
-        return product(self.final_norm(x), self.weights.tensor(head).T)
+        return self.weights.product(self.final_norm(x), head)
 
     def resident(self) -> None:
-        """Keep every tensor dequantised once (generation reads each of them at every step)."""
+        """Keep every tensor dequantised once, for a command that runs the layers again and again over a whole
+        text (ablation); generation reads the stored matrices a block at a time instead (:meth:`Tensors.product`)."""
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
 
