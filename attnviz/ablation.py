@@ -40,6 +40,7 @@ class Ablation:
     delta: Array
     target: str | None = None
     target_id: int | None = None
+    kv_heads: int | None = None  # grouped-query attention: query heads h·kv/heads … share key/value head k
 
     @property
     def measure(self) -> str:
@@ -92,18 +93,17 @@ def ablate(
     only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
 ) -> Ablation:  # fmt: skip
     """Each head of ``model`` removed in turn on ``text`` (``method``: zero or mean ablation); ``only`` (layer, head)
-    pairs: those alone (the others' Δ NaN); ``progress`` after each head."""
+    pairs: those alone (the others' Δ NaN); ``progress`` after each batch of heads.
+
+    One pass of the whole text keeps each layer's input and heads' outputs; then the heads of a layer, edited
+    one per copy of its outputs, run on from its output projection as one batch (:meth:`Decoder.through_copies`,
+    as many copies as :data:`BATCH_BYTES` holds), the batches side by side on the cores."""
     encoding = model.encode(text)
     ids = encoding.ids
     if target is None and len(ids) < 2:
         raise UsageError("the next-token loss needs at least 2 tokens (or give --target)")
     chosen = None if target is None else target_id(model, target)
-
-    def measure(last: Array) -> float:
-        if chosen is None:
-            return next_token_loss(model, last, ids)
-        return float(picked_log_probabilities(model.logits(last[-1:]), np.asarray([chosen]))[0])
-
+    model.resident()  # every batch reads the layers after its own again, and the output matrix
     inputs: list[Array] = []
     outputs: list[Array] = []
 
@@ -111,32 +111,72 @@ def ablate(
         inputs.append(x)
         outputs.append(output)
 
+    every = [(layer, head) for layer in range(model.layers) for head in range(model.heads)]
+    chosen_heads = every if only is None else sorted(set(only))
+    batches = head_batches(chosen_heads, copies_per_batch(model, len(ids)))
     delta = np.full((model.layers, model.heads), np.nan)
+    done = [0]
+    counted = threading.Lock()
     with one_blas_thread():
-        baseline = measure(model.through(model.embed(np.asarray(ids)), seen=keep))
+        if chosen is None:
+            baseline = next_token_loss(model, model.through(model.embed(np.asarray(ids)), seen=keep), ids)
+        else:
+            last = model.through(model.embed(np.asarray(ids)), seen=keep)[-1:]
+            baseline = float(picked_log_probabilities(model.logits(last), np.asarray([chosen]))[0])
 
-        def one(item: tuple[int, int]) -> None:
-            layer, head = item
-            replacement = np.float32(0) if method == "zero" else outputs[layer][head].mean(axis=0)
-
-            def edit(output: Array) -> Array:
-                edited = output.copy()
-                edited[head] = replacement
-                return edited
-
-            delta[layer, head] = measure(model.through(inputs[layer], layer, {layer: edit})) - baseline
+        def one(batch: tuple[int, tuple[int, ...]]) -> None:
+            layer, heads = batch
+            copies = np.repeat(outputs[layer][None], len(heads), axis=0)
+            for c, head in enumerate(heads):
+                copies[c, head] = 0 if method == "zero" else outputs[layer][head].mean(axis=0)
+            attended = copies.transpose(0, 2, 1, 3).reshape(len(heads), len(ids), -1)
+            last = model.through_copies(inputs[layer], layer, attended, last_only=chosen is not None)
+            if chosen is None:
+                measured = -copies_log_probabilities(model, last[:, :-1], np.asarray(ids[1:])).mean(axis=1)
+            else:
+                measured = copies_log_probabilities(model, last, np.asarray([chosen]))[:, 0]
+            delta[layer, list(heads)] = measured - baseline
             if progress is not None:
                 with counted:
-                    done.append(item)
-                    progress(len(done), len(chosen_heads))
+                    done[0] += len(heads)
+                    progress(done[0], len(chosen_heads))
 
-        every = [(layer, head) for layer in range(model.layers) for head in range(model.heads)]
-        chosen_heads = every if only is None else sorted(set(only))
-        done: list[tuple[int, int]] = []
-        counted = threading.Lock()
-        run_all(one, chosen_heads)
+        run_all(one, batches)
     shown = None if chosen is None else token_text(model, chosen)
-    return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen)
+    return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen, model.kv_heads)
+
+
+BATCH_BYTES = 2**27
+"""What one batch of ablations may hold of its widest rows (a feed-forward's, the next-token scores): each of the
+cores runs a batch at a time."""
+
+
+def copies_per_batch(model: Decoder, tokens: int) -> int:
+    """How many copies of a text of ``tokens`` go through the layers as one batch: a few of its feed-forward's
+    widest rows per copy (the widest of a layer's tensors), within :data:`BATCH_BYTES`."""
+    widest = max(max(model.weights.shape(name)) for name in model.expected() if name.startswith("blk.0."))
+    return max(1, BATCH_BYTES // (4 * 4 * tokens * widest))
+
+
+def head_batches(heads: list[tuple[int, int]], size: int) -> list[tuple[int, tuple[int, ...]]]:
+    """``heads`` (layer, head) as batches of at most ``size`` heads of one layer, the earliest layers (the most
+    work) first, so the cores finish together."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    return [(layer, tuple(hs[i : i + size])) for layer, hs in sorted(by_layer.items()) for i in range(0, len(hs), size)]
+
+
+def copies_log_probabilities(model: Decoder, last: Array, picks: Array) -> Array:
+    """The log-probability of ``picks[i]`` after position i of each copy, from the copies' last layer's output
+    (copies, n, hidden): (copies, n), the next-token scores made a block of rows within :data:`BATCH_BYTES`."""
+    copies, n, hidden = last.shape
+    rows = last.reshape(copies * n, hidden)
+    picked = np.tile(picks, copies)
+    step = max(1, BATCH_BYTES // (4 * model.weights.shape("token_embd.weight")[0]))
+    parts = [picked_log_probabilities(model.logits(rows[a : a + step]), picked[a : a + step])
+             for a in range(0, len(rows), step)]  # fmt: skip
+    return np.concatenate(parts).reshape(copies, n)
 
 
 def strongest(result: Ablation, count: int) -> list[tuple[int, int, float]]:

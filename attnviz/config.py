@@ -20,6 +20,7 @@ ColourScale = Literal["auto", "linear", "log", "power"]
 SinkMode = Literal["show", "mark", "hide"]
 EMBEDS: tuple[str, ...] = ("token", "position", "textbook")
 POSITIONS: tuple[str, ...] = ("none", "sinusoidal")
+MAX_SEED = 2**64 - 1  # the largest integer a JSON document holds for attnviz to read back (20 digits)
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class LayerConfig:
                 f"--d-model {self.d_model} is not divisible by --heads {self.heads}: "
                 f"each head needs d_k = d_model / heads dimensions"
             )
-        if self.seed < 0:
-            raise UsageError(f"--seed must be 0 or more, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be from 0 to 2^64 - 1 ({MAX_SEED}), got {self.seed}")
         if self.embed not in EMBEDS:
             raise UsageError(f"--embed must be one of {', '.join(EMBEDS)}, got {self.embed!r}")
         if self.positions is None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Attention
+from .config import MAX_SEED
 from .errors import AttnvizError
 
 SCHEMA = "attnviz.attention/1"
@@ -138,6 +139,31 @@ def stack_source(doc: Any, where: str) -> dict[str, Any] | None:
     return source
 
 
+Tiles = tuple[tuple[Any, ...], ...]  # per layer, per map
+
+
+def stack_sinks(doc: Any, shape: tuple[int, ...], where: str) -> tuple[Tiles, Tiles] | None:
+    """The sinks an ``attnviz.model/1`` document found in each map and the keys it hid from each (its
+    rows renormalised without them), checked against the maps' ``shape``; None when it records none."""
+    if not isinstance(doc, dict) or doc.get("schema") != MODEL_SCHEMA or "sinks" not in doc:
+        return None
+    layers, heads, _, keys = shape
+    found, hidden = doc.get("sinks"), doc.get("sinks_hidden")
+
+    def tiles(value: Any, valid: Any) -> bool:
+        return (
+            isinstance(value, list)
+            and len(value) == layers
+            and all(isinstance(layer, list) and len(layer) == heads for layer in value)
+            and all(isinstance(tile, list) and all(valid(x) for x in tile) for layer in value for tile in layer)
+        )
+
+    if not tiles(found, lambda s: _sink(s) and s["key"] < keys) or not tiles(hidden, lambda k: _count(k) and k < keys):
+        raise AttnvizError(f"{where}: 'sinks' and 'sinks_hidden' must list each map's sinks and hidden keys")
+    assert isinstance(found, list) and isinstance(hidden, list)
+    return tuple(tuple(map(tuple, layer)) for layer in found), tuple(tuple(map(tuple, layer)) for layer in hidden)
+
+
 def _count(v: Any) -> bool:
     return type(v) is int and 0 <= v <= 10**9
 
@@ -155,7 +181,8 @@ def _sink(v: Any) -> bool:
 
 
 CONFIG_FIELDS: dict[str, Any] = {
-    **dict.fromkeys(("d_model", "heads", "seed", "d_k", "layer", "layers"), _count),
+    **dict.fromkeys(("d_model", "heads", "d_k", "layer", "layers"), _count),
+    "seed": lambda v: type(v) is int and 0 <= v <= MAX_SEED,
     "pad_to": lambda v: v is None or _count(v),
     **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "text", "from", "model_type", "model_dir"), _text),
     **dict.fromkeys(("positions", "pair"), lambda v: v is None or _text(v)),

@@ -180,7 +180,6 @@ def generate(
     if len(encoding.ids) + new > model.context:
         raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")
     budget(len(encoding.ids))
-    model.resident()
     spelled = min(len(model.tokenizer.tokens), model.weights.shape("token_embd.weight")[0])
     cache = model.start(len(encoding.ids) + new)
     prompt_pass = functools.partial(progress, unit="prompt layer")

@@ -94,7 +94,7 @@ ModelDir = Annotated[
     typer.Option(
         "--model-dir",
         help="A Hugging Face checkpoint folder (config.json, tokenizer.json, safetensors): BERT, RoBERTa, "
-        "DistilBERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2 or Gemma 3.",
+        "DistilBERT, Nomic BERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2 or Gemma 3.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),
@@ -103,9 +103,9 @@ ModelFile = Annotated[
     Path | None,
     typer.Option(
         "--model-file",
-        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3, GPT-2 or "
-        "BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz tokenize reads a "
-        "vocabulary-only one.",
+        help="A local GGUF file: Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3, GPT-2, "
+        "BERT or Nomic BERT (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights); attnviz "
+        "tokenize reads a vocabulary-only one.",
         show_default=False,
         rich_help_panel=P_SOURCE,
     ),

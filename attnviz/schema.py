@@ -222,7 +222,7 @@ def model_document(stack: AttentionStack) -> dict[str, Any]:
 
 def _stack_sinks(stack: AttentionStack) -> dict[str, Any]:
     """Each tile's sinks (per kept layer, per map) and the keys hidden from it, when they were looked for."""
-    if stack.key_mass is None:
+    if stack.key_mass is None and not stack.recorded:
         return {}
     found = [[stack.sinks(p, k) for k in range(stack.weights.shape[1])] for p in range(len(stack.kept_layers))]
     return {

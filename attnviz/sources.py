@@ -112,6 +112,7 @@ class AttentionStack:
     cols: np.ndarray | None = None
     key_mass: Array | None = None  # (kept layers, maps, n) of a pooled stack: each key's mass at full resolution
     hidden: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per kept layer, the keys hidden from each map
+    recorded: tuple[tuple[tuple[dict[str, Any], ...], ...], ...] = ()  # a document's sinks of each map, read back
 
     @property
     def layers(self) -> int:
@@ -163,11 +164,14 @@ class AttentionStack:
         says them; nothing when they were not looked for."""
         from .structure import described_sinks
 
-        if self.key_mass is None:
+        if self.key_mass is not None:
+            masses = self.key_mass[position]
+            mass = masses.mean(axis=0) if map_index is None else masses[map_index]
+            found: dict[str, Any] = {"sinks": described_sinks(mass, len(self.tokens), self.tokens)}
+        elif self.recorded:  # a document's, each map's own: of the maps together it says nothing
+            found = {"sinks": [] if map_index is None else list(self.recorded[position][map_index])}
+        else:
             return {}
-        masses = self.key_mass[position]
-        mass = masses.mean(axis=0) if map_index is None else masses[map_index]
-        found: dict[str, Any] = {"sinks": described_sinks(mass, len(self.tokens), self.tokens)}
         hidden = self.hidden[position] if self.hidden else ()
         if map_index is None:
             keys: tuple[int, ...] | list[int] = sorted({j for each in hidden for j in each})
@@ -182,8 +186,8 @@ class AttentionStack:
         model view's tiles. A pooled stack's source found them while pooling (``Want.sinks``)."""
         from .structure import key_mass, keys_to_hide, without_keys
 
-        if self.key_mass is not None or not self.weights.size:
-            return self
+        if self.key_mass is not None or self.recorded or not self.weights.size:
+            return self  # found already (a document read back: they stay as it found and hid them)
         n = int(self.weights.shape[2])
         masses = np.stack([key_mass(maps, self.allowed(i), own=self.key_tokens is None) for i, maps in self.each()])
         if mode != "hide":
@@ -402,12 +406,13 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    from .documents import read_json_source, stack_source
+    from .documents import read_json_source, stack_sinks, stack_source
 
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
     weights, file_tokens = load_attention_array(path, document)
     source = stack_source(document, "stdin" if str(path) == "-" else str(path)) or {"from": str(path)}
+    sinks = stack_sinks(document, weights.shape, "stdin" if str(path) == "-" else str(path))
     layers, heads, n, m = weights.shape
     if file_tokens is not None and tokens is not None:
         raise UsageError(f"--from {path} has its own tokens; --tokens-file is not needed")
@@ -431,6 +436,8 @@ def file_stack(
             f"(attnviz check {path} says where)"
         )
     stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
+    if sinks is not None:
+        stack = replace(stack, recorded=sinks[0], hidden=sinks[1])
     return honour(stack, want or Want())
 
 
@@ -535,6 +542,13 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     result = kept_stack(
         stack.tokens, kept, stack.source, keep=keep, layers=stack.layers, heads=stack.heads, causal=stack.causal
     )
+    if stack.recorded and keep.bins is None:  # a document's sinks, of the maps kept
+        found = tuple(((),) if keep.mean else tuple(stack.recorded[i][h] for h in heads) for i in layers)
+        hid = tuple(
+            (tuple(sorted({j for h in heads for j in stack.hidden[i][h]})),) if keep.mean
+            else tuple(stack.hidden[i][h] for h in heads) for i in layers
+        )  # fmt: skip
+        result = replace(result, recorded=found, hidden=hid)
     return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
 
 

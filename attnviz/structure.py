@@ -145,7 +145,13 @@ def readable(att: Attention, *, scale: ColourScale = "auto", sinks: SinkMode = "
     """``att`` with its sinks found (and hidden, if asked) and its colour scale chosen, in ``config``.
 
     A pooled map cannot be unpooled: its source hid the sinks while pooling (``Want.sinks``), or it
-    is refused."""
+    is refused. A map whose sinks are hidden already (a document read back) keeps its record of them:
+    they are gone from its rows, whatever ``sinks`` asks."""
+    if att.config.get("sinks_hidden"):
+        left = [] if "pooled" in att.config else find_sinks(att)
+        found = list(att.config.get("sinks") or [])
+        return replace(att, config={**att.config, "color_scale": choose_scale(att, scale, left), "sinks": found,
+                                    "sink_mode": "hide"})  # fmt: skip
     found = find_sinks(att)
     if sinks == "hide" and "pooled" in att.config:
         if found and "sinks_hidden" not in att.config:

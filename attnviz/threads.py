@@ -9,6 +9,7 @@ core, not only the products.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _controller: Any = None
+_in_worker = contextvars.ContextVar("attnviz_in_worker", default=False)
 
 
 @contextmanager
@@ -39,21 +41,59 @@ def cores() -> int:
 
 
 def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
-    """``work`` on every item, one thread per core; each item's result must not depend on the others."""
+    """``work`` on every item, one thread per core; each item's result must not depend on the others.
+
+    Called from a worker of another ``run_all`` (a product inside one of several ablations), the items run one
+    after the other in that worker: every core already has its thread, and more would only take turns."""
+    chosen = list(items)
+    if cores() == 1 or len(chosen) == 1 or _in_worker.get():
+        for item in chosen:
+            work(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
+
+    def in_callers_context(item: T, context: contextvars.Context) -> None:
+        context.run(_in_worker.set, True)
+        context.run(work, item)  # NumPy's errstate is a context variable: the caller's holds in the workers
+
+    with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
+        for _ in pool.map(in_callers_context, chosen, [contextvars.copy_context() for _ in chosen]):
+            pass
+
+
+_blocks_pool: Any = None
+BLOCK_THREADS = 4
+
+
+def _forget_blocks_pool() -> None:
+    """A forked child (a batch's workers) has none of its parent's threads: it starts a pool of its own."""
+    global _blocks_pool
+    _blocks_pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_blocks_pool)
+
+
+def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
+    (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
+    threads for. At most BLOCK_THREADS: each holds a block, and past a few the Python between NumPy's calls, not
+    the cores, sets the pace. ``work`` must not call this again (its threads would wait for themselves)."""
+    global _blocks_pool
     chosen = list(items)
     if cores() == 1 or len(chosen) == 1:
         for item in chosen:
             work(item)
         return
     import contextvars
-    from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
+    from concurrent.futures import ThreadPoolExecutor
 
-    def in_callers_context(item: T, context: contextvars.Context) -> None:
-        context.run(work, item)  # NumPy's errstate is a context variable: the caller's holds in the workers
-
-    with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
-        for _ in pool.map(in_callers_context, chosen, [contextvars.copy_context() for _ in chosen]):
-            pass
+    if _blocks_pool is None:
+        _blocks_pool = ThreadPoolExecutor(max_workers=min(cores(), BLOCK_THREADS), thread_name_prefix="attnviz-blocks")
+    context = contextvars.copy_context()
+    for _ in _blocks_pool.map(lambda item: context.copy().run(work, item), chosen):
+        pass
 
 
 def product(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:

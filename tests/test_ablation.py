@@ -84,9 +84,62 @@ def test_each_head_runs_from_its_layer_as_the_whole_pass_would(tiny: Path) -> No
                 return out
 
             for result, edit in ((zero, zeroed), (mean, averaged)):
-                whole = naive(model, text, layer, edit) - result.baseline
-                assert whole == pytest.approx(result.delta[layer, head], abs=1e-9)
+                whole = naive(model, text, layer, edit) - result.baseline  # the batch's products round otherwise:
+                assert whole == pytest.approx(result.delta[layer, head], abs=2e-6)  # a few ulps of a loss near 1
     assert np.abs(zero.delta - mean.delta).max() > 1e-3
+
+
+def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny: Path, monkeypatch) -> None:
+    """Layer 0's queries are made once (the whole pass), layer 1's once more for the batch of layer 0's heads and
+    never for its own; each layer's heads run on from its output projection as one batch of heads·n rows."""
+    model = load_model(None, None, tiny)
+    text = "the cat sat on the mat"
+    n = len(model.encode(text).ids)
+    made: list[tuple[int, int]] = []
+    rows: dict[int, list[int]] = {0: [], 1: []}
+    scored: list[int] = []
+    inputs, after, logits = model.attention_inputs, model.after, model.logits
+
+    def counted_inputs(x: np.ndarray, layer: int, start: int = 0):
+        made.append((layer, len(x)))
+        return inputs(x, layer, start)
+
+    def counted_after(x: np.ndarray, attended: np.ndarray, layer: int) -> np.ndarray:
+        rows[layer].append(len(x))
+        return after(x, attended, layer)
+
+    def counted_logits(x: np.ndarray) -> np.ndarray:
+        scored.append(len(x))
+        return logits(x)
+
+    monkeypatch.setattr(model, "attention_inputs", counted_inputs)
+    monkeypatch.setattr(model, "after", counted_after)
+    monkeypatch.setattr(model, "logits", counted_logits)
+    batched = ablate(model, text)
+    assert made == [(0, n), (1, n), (1, model.heads * n)]
+    assert rows == {0: [n, model.heads * n], 1: [n, model.heads * n, model.heads * n]}
+    assert scored == [n - 1, model.heads * (n - 1), model.heads * (n - 1)]
+    rows[1].clear()
+    targeted = ablate(model, "the cat sat on the", target=" ")
+    shorter = model.encode("the cat sat on the").ids
+    assert rows[1] == [len(shorter), model.heads, model.heads]  # of the last layer, each copy's last row alone
+    from attnviz.ablation import log_probabilities
+
+    for layer, head in ((0, 1), (1, 3)):
+
+        def zeroed(output: np.ndarray, head: int = head) -> np.ndarray:
+            out = output.copy()
+            out[head] = 0
+            return out
+
+        last = logits(model.through(model.embed(np.asarray(shorter)), 0, {layer: zeroed})[-1:])
+        whole = log_probabilities(last)[0, targeted.target_id] - targeted.baseline
+        assert whole == pytest.approx(targeted.delta[layer, head], abs=2e-6)
+    monkeypatch.setattr("attnviz.ablation.BATCH_BYTES", 1)  # a head at a time
+    made.clear()
+    alone = ablate(model, text)
+    assert made == [(0, n), (1, n)] + [(1, n)] * model.heads
+    np.testing.assert_allclose(alone.delta, batched.delta, atol=2e-6, rtol=0)
 
 
 def test_a_key_removed_is_its_weight_zeroed_and_the_row_renormalised(tiny: Path) -> None:
@@ -145,6 +198,34 @@ def test_explain_importance_json_and_figure(cli, tiny: Path, tmp_path: Path) -> 
         run = cli("explain", "--model-file", str(tiny), "the cat sat on the mat", "--importance", "-o",
                   str(tmp_path / f"importance-{preset}.png"), "--audit", "--preset", preset, "--dpi", "72")  # fmt: skip
         assert run.code == 0, run.err
+
+
+def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path) -> None:
+    """The tiny model's 4 query heads share 2 key/value heads: two blocks of 2 columns, a gap between them, and the
+    line saying which heads share which, in the figure and under the table."""
+    from attnviz.render.ablation import render_ablation, render_ablation_figure
+    from attnviz.render.audit import audit
+    from attnviz.render.figure import FigureStyle
+
+    result = ablate(load_model(None, None, tiny), "the cat sat on the mat")
+    line = "query heads 0–1 and 2–3 share key/value heads 0 and 1"
+    for preset in PRESETS:
+        fig = render_ablation_figure(result, "tiny", FigureStyle(preset=preset))
+        assert audit(fig) == []
+        fig.canvas.draw()
+        blocks = sorted((image for image in fig.axes[0].images), key=lambda image: image.get_extent()[0])
+        assert [image.get_gid() for image in blocks] == ["heads 0-1", "heads 2-3"]
+        first, second = (image.get_window_extent() for image in blocks)
+        cell = first.width / 2
+        assert second.x0 - first.x1 == pytest.approx(0.4 * cell, rel=0.05)
+        np.testing.assert_array_equal(blocks[1].get_array(), result.delta[:, 2:])
+        assert line in fig._suptitle.get_text()
+    from rich.console import Console
+
+    console = Console(width=100, record=True)
+    for part in render_ablation(result, "tiny", color=False, width=100):
+        console.print(part)
+    assert line in console.export_text()
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,8 @@ def test_a_familys_folder_and_gguf_rebuild_with_the_stored_ids_and_attention_sha
 
 SHOWN = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT", "gpt2": "GPT-2", "llama": "Llama",
          "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "smollm3": "SmolLM3", "olmo2": "OLMo 2",
-         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3", "gemma3_text": "Gemma 3"}  # fmt: skip
+         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3", "gemma3_text": "Gemma 3",
+         "nomic_bert": "Nomic BERT", "nomic-bert": "Nomic BERT"}  # fmt: skip
 
 
 def test_every_family_the_loaders_run_is_named_in_the_help_and_the_readmes_table() -> None:

@@ -97,6 +97,44 @@ def test_sampling_is_seeded_and_greedy_is_deterministic(tiny: Path) -> None:
     assert top1 == generate(model, "the cat", 8, 1, Keep(), Sampling()).ids  # top-1 sampling is greedy
 
 
+def test_generation_reads_the_stored_matrices_and_keeps_no_float32_copy(tmp_path: Path, monkeypatch) -> None:
+    """Every step reads every matrix; a float32 copy of them (of the 32,768-row tied output matrix here, 4 MiB)
+    is what made SmolLM2's generation 5 times heatmap's memory. Peak traced memory of a generation stays under
+    half the matrices' float32 bytes (a block of 32 KiB of rows in each of at most 4 threads; a copy: twice)."""
+    import tracemalloc
+
+    from attnviz.models import weights
+
+    generate(load_model(None, model_file=write_tiny_llama(tmp_path / "tiny.gguf")), "the cat", 4, 1)  # imports, threads
+    model = load_model(None, model_file=write_tiny_llama(tmp_path / "wide.gguf", spare_rows=32_768 - 264))
+    matrices = sum(4 * int(np.prod(model.weights.shape(n))) for n in model.weights.names() if n.endswith("weight"))
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**15)
+    tracemalloc.start()
+    try:
+        generate(model, "the cat", 4, 1, Keep())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert matrices > 4 * 2**20 and peak < matrices / 2, (peak, matrices)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_runs_the_model_its_parent_ran(tiny: Path, monkeypatch) -> None:
+    """A batch forks its workers after the parent may have run a model: the threads that multiply a matrix's
+    blocks of rows are not inherited, and the child starts its own instead of waiting for them forever."""
+    from attnviz.models import weights
+
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**12)  # several blocks a matrix: the threads are used
+    model = load_model(None, model_file=tiny)
+    written = generate(model, "the cat", 3, 1).ids
+    child = os.fork()
+    if child == 0:
+        signal.alarm(20)
+        os._exit(0 if generate(model, "the cat", 3, 1).ids == written else 3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_the_film_has_a_frame_per_token_and_the_same_bytes_each_time(cli, tiny: Path, tmp_path: Path) -> None:
     from PIL import Image
 

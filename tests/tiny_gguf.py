@@ -41,12 +41,14 @@ def quantise(x: np.ndarray, kind: int) -> bytes:
         return x.astype("<f4").tobytes()
     if kind == F16:
         return x.astype("<f2").tobytes()
+    if kind == Q8_0:  # all blocks at once: a 32,768-row matrix is written in milliseconds
+        blocks = x.astype(np.float32).reshape(-1, 32)
+        largest = np.abs(blocks).max(axis=1) / 127
+        d = np.where(largest == 0, 1, largest).astype(np.float16)
+        q = np.round(blocks / d.astype(np.float32)[:, None]).astype(np.int8)
+        return np.concatenate([d.view(np.uint8).reshape(-1, 2), q.view(np.uint8)], axis=1).tobytes()
     out = b""
     for block in x.reshape(-1, 32):
-        if kind == Q8_0:
-            d = np.float16(np.abs(block).max() / 127 or 1)
-            out += d.tobytes() + np.round(block / np.float32(d)).astype(np.int8).tobytes()
-            continue
         if kind == Q4_0:
             d = np.float16(np.abs(block).max() / 7 or 1)
             q = np.clip(np.round(block / np.float32(d)) + 8, 0, 15).astype(np.uint8)
@@ -87,11 +89,13 @@ def write_tiny_llama(
     architecture: str = "llama",
     biases: float = 0.0,
     extra: dict[str, np.ndarray] | None = None,
+    spare_rows: int = 0,
 ) -> Path:
     """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
 
     ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN; ``extra``
-    adds F32 tensors (rope_freqs.weight, say).
+    adds F32 tensors (rope_freqs.weight, say); ``spare_rows`` rows more in the (tied) embeddings than the tokenizer
+    has tokens, as real Qwen2 checkpoints have.
     ``architecture="qwen2"`` writes the same model as Qwen2 files hold it: Q and K rows in Hugging Face's
     rotate-half order (llama.cpp permutes Llama's into pairs, not Qwen2's), with q/k/v biases of scale
     ``biases`` (0: zero biases, the same attention as the Llama file).
@@ -126,7 +130,7 @@ def write_tiny_llama(
         x = rng.normal(scale=0.3, size=(rows, cols)).astype(np.float32)
         return kind, (rows, cols), quantise(x, kind)
 
-    tensors = {"token_embd.weight": matrix(len(tokens), hidden, Q8_0)}
+    tensors = {"token_embd.weight": matrix(len(tokens) + spare_rows, hidden, Q8_0)}
     for i in range(layers):
         p = f"blk.{i}."
         norm = (1 + 0.1 * rng.normal(size=hidden)).astype(np.float32)

@@ -7,6 +7,7 @@ A change to layout is reviewed by one look at this sheet (it is redrawn by `make
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import sys
 import textwrap
@@ -33,6 +34,28 @@ def command_line(entry: Any, folder: Path) -> str:
     if tokens:
         words.insert(2, shlex.quote(tokens))
     return " ".join(words + ["-o", str(folder / entry.filename)])
+
+
+def drawn_from(plan: str, folder: str) -> str:
+    """One sha256 of what the sheet shows: the plan, each of its figures' files and this script. The sheet
+    records it, so that a test can tell (without drawing) that the sheet is of the figures committed beside it."""
+    from attnviz.batch import load_plan
+
+    digest = hashlib.sha256(Path(plan).read_bytes() + Path(__file__).read_bytes())
+    for entry in load_plan(Path(plan))[0]:
+        path = Path(folder) / entry.filename
+        digest.update(entry.filename.encode() + b"\0" + (path.read_bytes() if path.exists() else b"missing"))
+    return digest.hexdigest()
+
+
+def renderer() -> str:
+    """What decides the pixels and bytes of the same figure: matplotlib (Agg, SVG, PDF), fontTools (the fonts
+    a PDF embeds) and Pillow (a film's palette)."""
+    import fontTools
+    import matplotlib
+    import PIL
+
+    return f"matplotlib {matplotlib.__version__}, fontTools {fontTools.version}, Pillow {PIL.__version__}"
 
 
 def main(plan: str, folder: str, sheet: str) -> None:
@@ -71,7 +94,9 @@ def main(plan: str, folder: str, sheet: str) -> None:
             command = "\n".join(textwrap.wrap(command_line(entry, Path(folder)), 62))
             fig.text(left + 0.5 / COLUMNS, bottom + 0.26 / rows, command, ha="center", va="top", fontsize=7,
                      family="monospace")  # fmt: skip
-        write_output(figure_bytes(fig, "png", {"command": "contact sheet", "plan": plan}), sheet, sys.stdout.buffer)
+        drawn = {"command": "contact sheet", "plan": plan, "drawn_from": drawn_from(plan, folder)}
+        drawn["renderer"] = renderer()  # the samples': another draws other pixels
+        write_output(figure_bytes(fig, "png", drawn), sheet, sys.stdout.buffer)
 
 
 if __name__ == "__main__":

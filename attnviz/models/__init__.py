@@ -2,9 +2,10 @@
 
 Every model offers the same interface (:class:`Model`): text in, tokens and attention of shape
 (layers, heads, n, n) out, so that every view can show a trained model's heads. The families —
-BERT-style encoders (BERT, RoBERTa, DistilBERT, MiniLM), GPT-2, Llama-style decoders (Llama, Mistral,
-Qwen2, SmolLM2) and the families built on them (Qwen3, SmolLM3, OLMo 2, Phi-3, Gemma 2, Gemma 3) — from a
-Hugging Face checkpoint folder or a GGUF file, one forward pass per family whichever the file.
+BERT-style encoders (BERT, RoBERTa, DistilBERT, MiniLM, and Nomic BERT built on them), GPT-2, Llama-style
+decoders (Llama, Mistral, Qwen2, SmolLM2) and the families built on them (Qwen3, SmolLM3, OLMo 2, Phi-3,
+Gemma 2, Gemma 3) — from a Hugging Face checkpoint folder or a GGUF file, one forward pass per family whichever
+the file.
 """
 
 from __future__ import annotations
@@ -108,19 +109,20 @@ def damaged(where: object, layer: int, tensors: dict[str, Callable[[], Array]]) 
 # a tied output matrix stored again).
 INERT_TENSORS = re.compile(
     r"(.+\.)?(rotary_emb\.inv_freq|position_ids|attn\.(masked_)?bias)"
-    r"|((bert|roberta|distilbert)\.)?(pooler|cls|lm_head|vocab_transform|vocab_layer_norm|vocab_projector)\..+"
+    r"|((bert|roberta|distilbert|nomic_bert)\.)?(pooler|cls|lm_head|vocab_transform|vocab_layer_norm|vocab_projector)\..+"
 )
 
 
 def refuse_unused(model: object, weights: Tensors) -> None:
-    """The file refused, naming the first tensor the forward pass would not read and that is not known inert:
-    a tensor attnviz does not run may change the attention (a norm, a bias, frequency factors)."""
+    """The file refused, naming (as the file stores it) the first tensor the forward pass would not read and that
+    is not known inert: a tensor attnviz does not run may change the attention (a norm, a bias, frequency factors)."""
     reads = model.reads()  # type: ignore[attr-defined]
     for name in weights.names():
         if name not in reads and not INERT_TENSORS.fullmatch(name):
             family = printable(str(getattr(model, "family", "")))
             raise AttnvizError(
-                f"{weights.path}: tensor {printable(repr(name))[:80]} is not one attnviz runs for {family}; "
+                f"{weights.path}: tensor {printable(repr(weights.stored_name(name)))[:80]} is not one attnviz runs "
+                f"for {family}; "
                 "it may change the attention, so the file is refused rather than shown without it"
             )
 
@@ -279,11 +281,12 @@ def load_gguf(path: Path, name: str) -> Model:
 
 def gguf_loaders() -> dict[str, Callable[..., Model]]:
     """The GGUF architectures attnviz runs (``general.architecture``), each with its family's loader."""
-    from . import bert, gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, smollm3
+    from . import bert, gemma2, gemma3, gpt2, llama, nomic_bert, olmo2, phi3, qwen3, smollm3
 
     return {"llama": llama.load_gguf, "qwen2": llama.load_gguf, "gemma2": gemma2.load_gguf,
             "gemma3": gemma3.load_gguf, "gpt2": gpt2.load_gguf, "qwen3": qwen3.load_gguf, "olmo2": olmo2.load_gguf,
-            "smollm3": smollm3.load_gguf, "phi3": phi3.load_gguf, "bert": bert.load_gguf}  # fmt: skip
+            "smollm3": smollm3.load_gguf, "phi3": phi3.load_gguf, "bert": bert.load_gguf,
+            "nomic-bert": nomic_bert.load_gguf}  # fmt: skip
 
 
 def supported(architecture: str) -> list[str]:

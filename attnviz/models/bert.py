@@ -4,7 +4,8 @@ Embeddings (word + position + segment, LayerNorm), then per layer: multi-head se
 with the attention mask, residual + LayerNorm, a GELU feed-forward, residual + LayerNorm.
 RoBERTa numbers positions from its padding id + 1 and has one token type; DistilBERT has no token
 types and other tensor names (translated as the folder is read). The attention of every layer and
-head is kept; nothing else is computed that it does not need.
+head is kept; nothing else is computed that it does not need. A family built on it (nomic_bert.py) says how
+its embeddings, projections, attention inputs and feed-forward differ.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
-from ..threads import one_blas_thread, product
+from ..threads import one_blas_thread
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
@@ -112,26 +113,31 @@ def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer,
 
     meta.choice("attention.causal", False, (False,), " (attnviz runs BERT as an encoder)")
     named = Renamed(weights, renamer({v: k for k, v in GGUF_NAMES.items()}, ()))
-    types = rows(named, "embeddings.token_type_embeddings.weight")
-    said = meta.values.get("tokenizer.ggml.token_type_count", types)
-    if said != types:
-        raise AttnvizError(
-            f"{weights.path}: tokenizer.ggml.token_type_count {printable(repr(said))[:20]} is not the {types} rows "
-            "of token_types.weight"
-        )
     config = BertConfig(
         meta.count("block_count", high=MAX_LAYERS),
         meta.count("attention.head_count", high=1024),
         meta.count("embedding_length"),
         meta.count("feed_forward_length", high=2**18),
         meta.count("context_length", 512, high=2**20),
-        types,
+        token_types(meta, named),
         float(meta.number("attention.layer_norm_epsilon", 1e-12, low=1e-30, high=0.5)),
         "gelu",
     )
     if config.hidden % config.heads:
         raise AttnvizError(f"{weights.path}: embedding length {config.hidden} is not divisible by {config.heads} heads")
     return Bert(name, named, config, tokenizer, architecture)
+
+
+def token_types(meta: Settings, named: Renamed) -> int:
+    """The rows of token_types.weight, which tokenizer.ggml.token_type_count must say where it says any."""
+    types = rows(named, "embeddings.token_type_embeddings.weight")
+    said = meta.values.get("tokenizer.ggml.token_type_count", types)
+    if said != types:
+        raise AttnvizError(
+            f"{named.path}: tokenizer.ggml.token_type_count {printable(repr(said))[:20]} is not the {types} rows "
+            "of token_types.weight"
+        )
+    return types
 
 
 class Renamed:
@@ -160,12 +166,19 @@ class Renamed:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
         return self.stored.tensor(self.names_[name], rows)
 
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        if name not in self.names_:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        return self.stored.product(x, self.names_[name])
+
 
 class Bert:
     """A BERT-family checkpoint: its tokenizer and tensors (memory-mapped), a forward pass that keeps attention."""
 
     causal = False
     origin: str | None = None
+    learned_positions = True  # a table of position embeddings, added to the words'
+    biased = True  # every projection has a bias
 
     def __init__(self, name: str, weights: Tensors, config: BertConfig, tokenizer: Tokenizer, family: str) -> None:
         self.name, self.weights, self.config, self.tokenizer, self.family = name, weights, config, tokenizer, family
@@ -183,18 +196,30 @@ class Bert:
     def expected(self) -> dict[str, tuple[int, ...]]:
         """Every tensor the forward pass reads, with the shape config.json implies."""
         c = self.config
-        h, inner = c.hidden, c.intermediate
+        h = c.hidden
         embeddings = "embeddings.word_embeddings.weight"
         vocabulary = rows(self.weights, embeddings)
-        shapes: dict[str, tuple[int, ...]] = {
-            embeddings: (vocabulary, h),
-            "embeddings.position_embeddings.weight": (c.max_positions, h),
-            "embeddings.LayerNorm.weight": (h,),
-            "embeddings.LayerNorm.bias": (h,),
-        }
+        shapes: dict[str, tuple[int, ...]] = {embeddings: (vocabulary, h)}
+        if self.learned_positions:
+            shapes["embeddings.position_embeddings.weight"] = (c.max_positions, h)
+        shapes["embeddings.LayerNorm.weight"] = shapes["embeddings.LayerNorm.bias"] = (h,)
         if c.type_vocab:
             shapes["embeddings.token_type_embeddings.weight"] = (c.type_vocab, h)
-        per_layer = {
+        norms = ("attention.output.LayerNorm", "output.LayerNorm")
+        for layer in range(c.layers):
+            p = f"encoder.layer.{layer}."
+            for name, shape in self.projections().items():
+                shapes[p + name + ".weight"] = shape
+                if self.biased:
+                    shapes[p + name + ".bias"] = (shape[0],)
+            for name in norms:
+                shapes[p + name + ".weight"] = shapes[p + name + ".bias"] = (h,)
+        return shapes
+
+    def projections(self) -> dict[str, tuple[int, ...]]:
+        """Each layer's matrices (out × in), by their names after ``encoder.layer.<i>.``."""
+        h, inner = self.config.hidden, self.config.intermediate
+        return {
             "attention.self.query": (h, h),
             "attention.self.key": (h, h),
             "attention.self.value": (h, h),
@@ -202,15 +227,6 @@ class Bert:
             "intermediate.dense": (inner, h),
             "output.dense": (h, inner),
         }
-        norms = ("attention.output.LayerNorm", "output.LayerNorm")
-        for layer in range(c.layers):
-            p = f"encoder.layer.{layer}."
-            for name, shape in per_layer.items():
-                shapes[p + name + ".weight"] = shape
-                shapes[p + name + ".bias"] = (shape[0],)
-            for name in norms:
-                shapes[p + name + ".weight"] = shapes[p + name + ".bias"] = (h,)
-        return shapes
 
     def reads(self) -> set[str]:
         """Every tensor the forward pass may read: any other a file holds is refused, never passed over."""
@@ -243,32 +259,16 @@ class Bert:
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The encoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says."""
-        c = self.config
-        n, h, d_k = len(encoding.ids), c.heads, c.hidden // c.heads
-        activation = ACTIVATIONS[c.activation]
+        n = len(encoding.ids)
         # one BLAS thread: the same bits on every machine, whatever OPENBLAS_NUM_THREADS says
         with one_blas_thread(), overflow_checked():
-            x = self.weights.tensor("embeddings.word_embeddings.weight", rows=np.asarray(encoding.ids))
-            x = x + self.w("embeddings.position_embeddings.weight")[c.position_offset : c.position_offset + n]
-            if c.type_vocab:
-                x = x + self.w("embeddings.token_type_embeddings.weight")[np.asarray(encoding.type_ids)]
-            x = layer_norm(x, self.w("embeddings.LayerNorm.weight"), self.w("embeddings.LayerNorm.bias"), c.eps)
+            x = self.norm("embeddings.LayerNorm", self.embed(encoding))
             last = max(keep)
             for layer in range(last + 1):
                 p = f"encoder.layer.{layer}."
                 self._finite(x, layer - 1)
-
-                def linear(name: str, inputs: Array, p: str = p) -> Array:
-                    return product(inputs, self.w(p + name + ".weight").T) + self.w(p + name + ".bias")
-
-                def norm(name: str, inputs: Array, p: str = p) -> Array:
-                    return layer_norm(inputs, self.w(p + name + ".weight"), self.w(p + name + ".bias"), c.eps)
-
-                q, k, v = (
-                    linear(f"attention.self.{m}", x).reshape(n, h, d_k).transpose(1, 0, 2)
-                    for m in ("query", "key", "value")
-                )  # (h, n, d_k)
-                output, kept = attend(q, k, v, scale=1 / math.sqrt(d_k), keep=keep.get(layer, NOTHING))
+                q, k, v = self.attention_inputs(p, x)  # (h, n, d_k)
+                output, kept = attend(q, k, v, scale=1 / math.sqrt(q.shape[-1]), keep=keep.get(layer, NOTHING))
                 assert output is not None
                 self._finite(output, layer)  # what a layer that keeps nothing is checked by
                 self._finite(kept.weights, layer)
@@ -278,9 +278,38 @@ class Bert:
                     progress(layer + 1, last + 1)
                 if layer == last:
                     return
-                context = output.transpose(1, 0, 2).reshape(n, c.hidden)
-                x = norm("attention.output.LayerNorm", x + linear("attention.output.dense", context))
-                x = norm("output.LayerNorm", x + linear("output.dense", activation(linear("intermediate.dense", x))))
+                context = output.transpose(1, 0, 2).reshape(n, -1)
+                x = self.norm(p + "attention.output.LayerNorm", x + self.linear(p + "attention.output.dense", context))
+                x = self.norm(p + "output.LayerNorm", x + self.feed_forward(p, x))
+
+    def embed(self, encoding: Encoding) -> Array:
+        """The input's embeddings, before their LayerNorm: word + position + token type."""
+        c = self.config
+        x = self.weights.tensor("embeddings.word_embeddings.weight", rows=np.asarray(encoding.ids))
+        if self.learned_positions:
+            x = x + self.w("embeddings.position_embeddings.weight")[c.position_offset : c.position_offset + len(x)]
+        if c.type_vocab:
+            x = x + self.w("embeddings.token_type_embeddings.weight")[np.asarray(encoding.type_ids)]
+        return x
+
+    def linear(self, name: str, inputs: Array) -> Array:
+        out = self.weights.product(inputs, name + ".weight")
+        return out + self.w(name + ".bias") if self.biased else out
+
+    def norm(self, name: str, inputs: Array) -> Array:
+        return layer_norm(inputs, self.w(name + ".weight"), self.w(name + ".bias"), self.config.eps)
+
+    def attention_inputs(self, p: str, x: Array) -> tuple[Array, Array, Array]:
+        """The layer's queries, keys and values, (heads, n, d_k) each."""
+        h = self.config.heads
+        return tuple(  # type: ignore[return-value]
+            self.linear(f"{p}attention.self.{m}", x).reshape(len(x), h, -1).transpose(1, 0, 2)
+            for m in ("query", "key", "value")
+        )
+
+    def feed_forward(self, p: str, x: Array) -> Array:
+        activation = ACTIVATIONS[self.config.activation]
+        return self.linear(p + "output.dense", activation(self.linear(p + "intermediate.dense", x)))
 
     def _finite(self, values: Array, after: int) -> None:
         """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import open_regular, parse_json, read_file
-from . import bert, gemma2, gemma3, gpt2, llama, olmo2, phi3, qwen3, refuse_unused, smollm3
+from . import bert, gemma2, gemma3, gpt2, llama, nomic_bert, olmo2, phi3, qwen3, refuse_unused, smollm3
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
@@ -86,6 +86,18 @@ DISTILBERT_NAMES = {
     "transformer.layer.{i}.output_layer_norm.{w}": "encoder.layer.{i}.output.LayerNorm.{w}",
 }
 BERT_NAMES = {"{rest}": "{rest}"}
+NOMIC_NAMES = {  # nomic's own names (save_pretrained writes them too) -> BERT's, {i} the layer
+    "embeddings.word_embeddings.weight": "embeddings.word_embeddings.weight",
+    "embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+    "emb_ln.{w}": "embeddings.LayerNorm.{w}",
+    "encoder.layers.{i}.attn.Wqkv.{w}": "encoder.layer.{i}.attention.self.qkv.{w}",
+    "encoder.layers.{i}.attn.out_proj.{w}": "encoder.layer.{i}.attention.output.dense.{w}",
+    "encoder.layers.{i}.norm1.{w}": "encoder.layer.{i}.attention.output.LayerNorm.{w}",
+    "encoder.layers.{i}.mlp.fc11.{w}": "encoder.layer.{i}.intermediate.dense.{w}",
+    "encoder.layers.{i}.mlp.fc12.{w}": "encoder.layer.{i}.intermediate.gate.{w}",
+    "encoder.layers.{i}.mlp.fc2.{w}": "encoder.layer.{i}.output.dense.{w}",
+    "encoder.layers.{i}.norm2.{w}": "encoder.layer.{i}.output.LayerNorm.{w}",
+}
 CONV1D = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")  # GPT-2's in × out matrices
 
 
@@ -126,6 +138,7 @@ FAMILIES = {
     "roberta": Family(BERT_NAMES, ("roberta.",), bert.from_config),
     "xlm-roberta": Family(BERT_NAMES, ("roberta.",), bert.from_config),
     "distilbert": Family(DISTILBERT_NAMES, ("distilbert.",), bert.from_config),
+    "nomic_bert": Family(NOMIC_NAMES, ("nomic_bert.", "bert."), nomic_bert.from_config),
     "gpt2": Family(GPT2_NAMES, ("transformer.",), gpt2.from_config, lambda n: n.endswith(CONV1D)),
     "llama": Family(LLAMA_NAMES, ("model.",), llama.from_config),
     "mistral": Family(LLAMA_NAMES, ("model.",), llama.from_config),
@@ -152,7 +165,7 @@ def read_config(directory: Path) -> tuple[dict[str, object], Path]:
 ARCHITECTURE_FAMILIES = {
     "Bert": "bert", "Roberta": "roberta", "XLMRoberta": "xlm-roberta", "DistilBert": "distilbert", "GPT2": "gpt2",
     "Llama": "llama", "Mistral": "mistral", "Qwen2": "qwen2", "Gemma2": "gemma2", "Gemma3": "gemma3_text",
-    "Qwen3": "qwen3", "Olmo2": "olmo2", "SmolLM3": "smollm3", "Phi3": "phi3",
+    "Qwen3": "qwen3", "Olmo2": "olmo2", "SmolLM3": "smollm3", "Phi3": "phi3", "NomicBert": "nomic_bert",
 }  # fmt: skip
 
 

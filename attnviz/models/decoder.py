@@ -5,6 +5,7 @@ values and what it does with the attention's output (:meth:`Decoder.attention_in
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,7 +51,8 @@ class Cache:
 
 
 class Resident:
-    """Tensors dequantised once and kept (float32), for a model that reads each many times."""
+    """Tensors dequantised once and kept (float32), for a command that runs the layers over a whole text again
+    and again (ablation: hundreds of passes); its memory is the model in float32."""
 
     def __init__(self, weights: Tensors) -> None:
         self.inner, self.path = weights, weights.path
@@ -73,6 +75,9 @@ class Resident:
             self.kept[name] = self.inner.tensor(name)
         kept: Array = self.kept[name] if rows is None else self.kept[name][rows]
         return kept
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        return product(np.asarray(x, dtype=np.float32), self.tensor(name).T)
 
 
 @dataclass(frozen=True)
@@ -180,12 +185,18 @@ class Decoder:
 
     def linear(self, x: Array, name: str) -> Array:
         """x Wᵀ (+ b, where the checkpoint has a bias)."""
-        out = product(x, self.weights.tensor(name + ".weight").T)
+        out = self.weights.product(x, name + ".weight")
         return out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
 
     def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
+        """Queries or keys (heads, n, d) rotated by position; inside :meth:`through_copies`, n rows of copies of one
+        text, each rotated from its own first position."""
         rope = self.shape.ropes[layer]
-        return rope.pairs(x, start) if self.shape.pairs else rope.halves(x, start)
+        length = COPY_LENGTH.get()
+        heads, n, d = x.shape
+        each = x if length is None or n == length else x.reshape(heads * (n // length), length, d)
+        rotated = rope.pairs(each, start) if self.shape.pairs else rope.halves(each, start)
+        return rotated.reshape(heads, n, d)
 
     def embed(self, ids: Array, start: int = 0) -> Array:
         """The input vectors of tokens at positions ``start`` …"""
@@ -202,10 +213,11 @@ class Decoder:
     def logits(self, x: Array) -> Array:
         """Next-token scores from the last hidden state (the output matrix, or the embeddings when tied)."""
         head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
-        return product(self.final_norm(x), self.weights.tensor(head).T)
+        return self.weights.product(self.final_norm(x), head)
 
     def resident(self) -> None:
-        """Keep every tensor dequantised once (generation reads each of them at every step)."""
+        """Keep every tensor dequantised once, for a command that runs the layers again and again over a whole
+        text (ablation); generation reads the stored matrices a block at a time instead (:meth:`Tensors.product`)."""
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
 
@@ -344,6 +356,52 @@ class Decoder:
                 x = self.after(x, joined(output), layer)
             self.finite(x, self.layers - 1)
         return x
+
+    def through_copies(self, x: Array, first: int, attended: Array, last_only: bool = False) -> Array:
+        """The last layer's output (copies, n, hidden) of copies of one text that part at layer ``first``: ``x``
+        (n, hidden) is that layer's input, the same for all, ``attended`` (copies, n, heads·d) each copy's heads'
+        outputs there, joined (edited: what :func:`attnviz.ablation.ablate` runs). Nothing before the output
+        projection of layer ``first`` runs again. The copies go through each layer as one batch of copies·n rows,
+        whose products are faster than one copy's at a time (a row's sums may round otherwise than one copy's alone
+        would: where a row falls in BLAS's blocks changes their order), the queries and keys too, each copy rotated
+        from its own first position (:data:`COPY_LENGTH`); each copy's queries attend to its own keys alone.
+        ``last_only``: of the last layer, only each copy's last row (all next-token scores of one position need)."""
+        copies, n = attended.shape[:2]
+        h, d = self.heads, self.shape.d_head
+
+        def by_copy(heads: Array) -> Array:
+            """(heads, copies·n, d) as (copies·heads, n, d): each copy's queries see that copy's keys alone."""
+            return heads.reshape(len(heads), copies, n, d).transpose(1, 0, 2, 3).reshape(-1, n, d)
+
+        length = COPY_LENGTH.set(n)
+        try:
+            with one_blas_thread(), overflow_checked():
+                rows = np.tile(x, (copies, 1))
+                for layer in range(first, self.layers):
+                    if layer > first:
+                        self.finite(rows, layer - 1)
+                        q, k, v = self.attention_inputs(rows, layer)
+                        k, v = shared_heads(k, v, h)
+                        output, _ = attend(by_copy(q), by_copy(k), by_copy(v), scale=self.scale(layer),
+                                           causal=True, window=self.windows[layer], softcap=self.softcap(layer),
+                                           keep=NOTHING)  # fmt: skip
+                        assert output is not None
+                        self.finite(output, layer)
+                        heads = output.reshape(copies, h, n, d).transpose(0, 2, 1, 3).reshape(copies * n, h * d)
+                    else:
+                        heads = attended.reshape(copies * n, -1)
+                    if last_only and layer == self.layers - 1:
+                        ends = np.arange(1, copies + 1) * n - 1
+                        rows, heads = rows[ends], heads[ends]
+                    rows = self.after(rows, heads, layer)
+                self.finite(rows, self.layers - 1)
+        finally:
+            COPY_LENGTH.reset(length)
+        return rows.reshape(copies, -1, rows.shape[-1])
+
+
+COPY_LENGTH: contextvars.ContextVar[int | None] = contextvars.ContextVar("attnviz_copy_length", default=None)
+"""The length of each copy of a text inside :meth:`Decoder.through_copies` (rotary positions restart at each)."""
 
 
 def joined(output: Array) -> Array:

@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from ..core import Array
-from ..threads import product
 from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
@@ -46,8 +45,8 @@ class Gemma(Llama):
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
         x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
         f = rms_norm(x, t(p + "ffn_norm.weight"), eps)
-        gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
-        fed = product(gelu_tanh(gate) * up, t(p + "ffn_down.weight").T)
+        gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
+        fed = self.linear(gelu_tanh(gate) * up, p + "ffn_down")
         return x + rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
 
 

@@ -179,6 +179,30 @@ class GGUF:
 
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
+        info, raw = self.raw(name)
+        width = info.shape[-1] if info.shape else 1
+        if rows is not None:
+            raw = raw[rows]
+        values = dequantise(raw, info.kind)
+        return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x Wᵀ for the matrix ``name``, dequantised a block of rows at a time (see :func:`weights.by_rows`); each
+        block's pages of the file leave this process's memory once it is used (they stay in the system's cache)."""
+        info, raw = self.raw(name)
+        x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
+
+        def block(start: int, stop: int) -> np.ndarray:
+            result = times(x, raw[start:stop], info.kind)
+            self.release(info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+            return result
+
+        from .weights import by_rows
+
+        return by_rows(len(x), info.shape, block)
+
+    def raw(self, name: str) -> tuple[TensorInfo, np.ndarray]:
+        """The tensor's bytes, memory-mapped, a row (of its innermost dimension) each."""
         if name not in self.tensors:
             raise self.error(f"no tensor {_shown(name)}")
         info = self.tensors[name]
@@ -190,11 +214,15 @@ class GGUF:
         height = math.prod(info.shape[:-1])
         row_bytes = width // per_block * block_bytes
         raw = np.frombuffer(self.data, dtype=np.uint8, count=height * row_bytes, offset=info.offset)
-        raw = raw.reshape(height, row_bytes)
-        if rows is not None:
-            raw = raw[rows]
-        values = dequantise(raw, info.kind)
-        return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
+        return info, raw.reshape(height, row_bytes)
+
+    def release(self, start: int, length: int) -> None:
+        """The whole pages of bytes start … start + length out of this process's resident memory: read again, they
+        come back from the system's file cache."""
+        page = mmap.PAGESIZE
+        first, last = -(-start // page) * page, (start + length) // page * page
+        if last > first and hasattr(mmap, "MADV_DONTNEED"):
+            self.data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def _is(value: object, kind: str) -> bool:
@@ -221,104 +249,213 @@ def _shown(name: str) -> str:
 def dequantise(raw: np.ndarray, kind: int) -> np.ndarray:
     """Rows of raw bytes of one GGUF type as float32 rows: the block layouts of ggml (ggml-common.h) and
     its dequantize_row_* functions (ggml-quants.c), a whole array of blocks at a time."""
-    height = raw.shape[0]
-    if kind == 0:
-        return raw.view("<f4").astype(np.float32)
-    if kind == 1:
-        return raw.view("<f2").astype(np.float32)
+    if kind in FLOATS:
+        return _floats(raw, kind)
+    values = planes(raw, kind)  # (values per block, blocks, rows)
+    return np.ascontiguousarray(values.transpose(2, 1, 0)).reshape(raw.shape[0], -1)
+
+
+def times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
+    """x Wᵀ (n, rows) for ``raw``, rows of W in bytes of one GGUF type, and float32 inputs ``x`` (n, width) as
+    :func:`in_planes_order` gives them: W's values as :func:`dequantise` gives them, summed in another order.
+
+    A few inputs (a generation step's one token) meet the integer codes of each group of 16 or 32 values and are
+    scaled per group after (Σ scale·(x·codes) + offset·Σx): no pass over the matrix in float32 to scale it.
+    More are multiplied with the values themselves."""
+    if kind in FLOATS:
+        return np.asarray(x @ _floats(raw, kind).T, dtype=np.float32)
+    if len(x) <= FEW_INPUTS and kind in SMALL_BLOCKS:
+        return _few_times(x, raw, kind)
+    codes, scale, offset = decode(raw, kind)  # (groups, group, blocks, rows); (groups, blocks, rows)
+    groups, group, blocks, rows = codes.shape
+    if len(x) > FEW_INPUTS:
+        values = codes * scale[:, None] + (0 if offset is None else offset[:, None])
+        return np.asarray(x @ values.reshape(-1, rows), dtype=np.float32)
+    by_group = x.reshape(len(x), blocks, groups, group).transpose(2, 1, 0, 3)  # (groups, blocks, n, group)
+    sums = np.matmul(by_group, codes.transpose(0, 2, 1, 3))  # (groups, blocks, n, rows)
+    out = np.einsum("gbnr,gbr->nr", sums, scale)
+    if offset is not None:
+        out += np.einsum("gbn,gbr->nr", by_group.sum(axis=-1), offset)
+    return np.asarray(out, dtype=np.float32)
+
+
+FEW_INPUTS = 16  # up to this many inputs, times() scales each group's sums, not the matrix
+# Blocks of 32 values and one scale: where each code's byte (or nibble) lies, and its fifth bits' (Q5_0, Q5_1).
+SMALL_BLOCKS = {2: (2, None), 3: (4, None), 6: (6, 2), 7: (8, 4), 8: (2, None)}
+
+
+def _few_times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
+    """:func:`times` for a few inputs and a type of blocks of 32 values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), with no
+    gathering of bytes: the codes are cast to float32 where they lie (every byte of the rows at once, in one
+    pass), and each block's sums are products with rows that skip the block's other bytes (BLAS strides)."""
+    rows, block_bytes = raw.shape[0], BLOCKS[kind][1]
+    blocks = raw.shape[1] // block_bytes
+    start, fifth = SMALL_BLOCKS[kind]
+    by_block = x.reshape(len(x), blocks, 32).transpose(1, 0, 2)  # (blocks, n, 32)
+
+    def sums(codes: np.ndarray, inputs: np.ndarray) -> np.ndarray:  # (rows, blocks, k) · (blocks, n, k)
+        result: np.ndarray = np.matmul(
+            inputs, codes.reshape(rows, blocks, block_bytes)[:, :, start:].transpose(1, 2, 0)
+        )
+        return result
+
+    if kind == 8:
+        total = sums(raw.view(np.int8).astype(np.float32), by_block)
+    else:
+        total = sums((raw & 0x0F).astype(np.float32), by_block[:, :, :16])
+        total += sums((raw >> 4).astype(np.float32), by_block[:, :, 16:])
+    inputs = by_block.sum(axis=-1)  # (blocks, n)
+    if fifth is not None:
+        bits = np.unpackbits(
+            raw.reshape(rows, blocks, block_bytes)[:, :, fifth : fifth + 4], axis=-1, bitorder="little"
+        )
+        total += 16 * np.matmul(by_block, bits.astype(np.float32).transpose(1, 2, 0))
+    if kind in (2, 6):  # codes less 8 or 16
+        total -= (8 if kind == 2 else 16) * inputs[:, :, None]
+    halves = raw.view("<u2").reshape(rows, blocks, block_bytes // 2)
+    out = np.einsum("bnr,rb->nr", total, halves[:, :, 0].view(np.float16).astype(np.float32))
+    if kind in (3, 7):  # an offset per block
+        out += np.einsum("bn,rb->nr", inputs, halves[:, :, 1].view(np.float16).astype(np.float32))
+    return np.asarray(out, dtype=np.float32)
+
+
+def in_planes_order(x: np.ndarray, kind: int) -> np.ndarray:
+    """Inputs (n, width) for :func:`times`: as given for a few (their columns in each block's groups of values),
+    else in the order of :func:`planes` (value in block, then block)."""
+    if kind in FLOATS or len(x) <= FEW_INPUTS:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    per_block = BLOCKS[kind][0]
+    return np.ascontiguousarray(x.reshape(len(x), -1, per_block).transpose(0, 2, 1).reshape(len(x), -1))
+
+
+def planes(raw: np.ndarray, kind: int) -> np.ndarray:
+    """A quantised type's rows of raw bytes as float32 values (values per block, blocks per row, rows)."""
+    codes, scale, offset = decode(raw, kind)
+    values: np.ndarray = codes * scale[:, None]
+    if offset is not None:
+        values += offset[:, None]
+    return values.reshape(-1, *codes.shape[2:])
+
+
+def decode(raw: np.ndarray, kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A quantised type's rows of raw bytes as groups of integer codes (groups per block, values per group,
+    blocks per row, rows; float32) with each group's scale and offset (groups, blocks, rows; None: no offset):
+    value = code·scale + offset, computed in float32 as ggml's dequantize_row_* compute it.
+
+    Each byte of a block is first gathered across all blocks (one plane of bytes), so every operation after
+    runs over long contiguous planes, not along 18-byte blocks."""
+    block_bytes = BLOCKS[kind][1]
+    gathered = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, block_bytes).transpose(2, 1, 0))
+    unpack = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k, 13: _q5_k, 14: _q6_k}[kind]
+    return unpack(gathered)
+
+
+FLOATS = {0: "<f4", 1: "<f2", 30: "<u2"}  # F32, F16, BF16: their rows are their values
+
+
+def _floats(raw: np.ndarray, kind: int) -> np.ndarray:
     if kind == 30:  # BF16: the upper half of a float32
         return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
-    block_bytes = BLOCKS[kind][1]
-    blocks = raw.reshape(height, -1, block_bytes)
-    unpack = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k, 13: _q5_k, 14: _q6_k}[kind]
-    return unpack(blocks).reshape(height, -1)
+    return raw.view(FLOATS[kind]).astype(np.float32)
 
 
-def _half(blocks: np.ndarray, start: int) -> np.ndarray:
-    """The float16 at byte ``start`` of every block, as float32 (…, 1)."""
-    return blocks[..., start : start + 2].copy().view("<f2").astype(np.float32)
+# The unpackers below take a block's bytes first (byte, blocks, rows) and give codes (groups, group, blocks, rows),
+# scales and offsets (groups, blocks, rows).
+Decoded = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
-def _nibbles(packed: np.ndarray) -> np.ndarray:
-    """16 bytes as 32 4-bit values: the low nibbles first, then the high ones (ggml's order)."""
-    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
+def _half(p: np.ndarray, start: int) -> np.ndarray:
+    """The little-endian float16 at byte ``start`` of every block, as float32 (1, blocks, rows): one group's."""
+    bits = p[start].astype(np.uint16) | (p[start + 1].astype(np.uint16) << 8)
+    values: np.ndarray = bits.view(np.float16).astype(np.float32)
+    return values[None]
 
 
-def _fifth_bits(blocks: np.ndarray, start: int) -> np.ndarray:
-    """Q5_0/Q5_1's 32 fifth bits (a little-endian uint32 at ``start``), as 0 or 16 per value."""
-    qh = blocks[..., start : start + 4].copy().view("<u4")  # (…, 1)
-    return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.float32)
+def _nibbles(packed: np.ndarray, fifth: np.ndarray | None = None, shift: int = 0) -> np.ndarray:
+    """16 bytes as one group of 32 4-bit values (the low nibbles first, then the high ones: ggml's order), each
+    with 16 more where its bit of ``fifth`` (4 bytes, little-endian) is set, less ``shift``; float32 (1, 32, …)."""
+    codes = np.empty((32, *packed.shape[1:]), dtype=np.uint8)
+    np.bitwise_and(packed, 0x0F, out=codes[:16])
+    np.right_shift(packed, 4, out=codes[16:])
+    if fifth is not None:
+        codes |= np.unpackbits(fifth, axis=0, bitorder="little") << 4
+    values = codes.astype(np.float32)
+    if shift:
+        values -= shift
+    return values[None]
 
 
-def _q8_0(blocks: np.ndarray) -> np.ndarray:  # d, 32 × int8: x = q·d
-    return np.asarray(blocks[..., 2:].view(np.int8).astype(np.float32) * _half(blocks, 0), dtype=np.float32)
+def _q8_0(p: np.ndarray) -> Decoded:  # d, 32 × int8: x = q·d
+    return p[2:].view(np.int8).astype(np.float32)[None], _half(p, 0), None
 
 
-def _q4_0(blocks: np.ndarray) -> np.ndarray:  # d, 16 bytes: x = (q − 8)·d
-    return np.asarray((_nibbles(blocks[..., 2:]) - 8) * _half(blocks, 0), dtype=np.float32)
+def _q4_0(p: np.ndarray) -> Decoded:  # d, 16 bytes: x = (q − 8)·d
+    return _nibbles(p[2:], shift=8), _half(p, 0), None
 
 
-def _q4_1(blocks: np.ndarray) -> np.ndarray:  # d, m, 16 bytes: x = q·d + m
-    return np.asarray(_nibbles(blocks[..., 4:]) * _half(blocks, 0) + _half(blocks, 2), dtype=np.float32)
+def _q4_1(p: np.ndarray) -> Decoded:  # d, m, 16 bytes: x = q·d + m
+    return _nibbles(p[4:]), _half(p, 0), _half(p, 2)
 
 
-def _q5_0(blocks: np.ndarray) -> np.ndarray:  # d, qh (4), 16 bytes: x = (q + 16·h − 16)·d
-    return np.asarray((_nibbles(blocks[..., 6:]) + _fifth_bits(blocks, 2) - 16) * _half(blocks, 0), dtype=np.float32)
+def _q5_0(p: np.ndarray) -> Decoded:  # d, qh (4), 16 bytes: x = (q + 16·h − 16)·d
+    return _nibbles(p[6:], p[2:6], 16), _half(p, 0), None
 
 
-def _q5_1(blocks: np.ndarray) -> np.ndarray:  # d, m, qh (4), 16 bytes: x = (q + 16·h)·d + m
-    return np.asarray(
-        (_nibbles(blocks[..., 8:]) + _fifth_bits(blocks, 4)) * _half(blocks, 0) + _half(blocks, 2), dtype=np.float32
-    )
+def _q5_1(p: np.ndarray) -> Decoded:  # d, m, qh (4), 16 bytes: x = (q + 16·h)·d + m
+    return _nibbles(p[8:], p[4:8]), _half(p, 0), _half(p, 2)
 
 
-def _scales_mins_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """get_scale_min_k4 for j = 0…7: eight 6-bit scales and mins packed in 12 bytes, (…, 8) each."""
-    s = scales.astype(np.uint8)
-    low = s[..., 0:4] & 63, s[..., 4:8] & 63
-    high_scale = (s[..., 8:12] & 0x0F) | ((s[..., 0:4] >> 6) << 4)
-    high_min = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
-    scale = np.concatenate([low[0], high_scale], axis=-1).astype(np.float32)
-    minimum = np.concatenate([low[1], high_min], axis=-1).astype(np.float32)
+def _scales_mins_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """get_scale_min_k4 for j = 0…7: eight 6-bit scales and mins packed in 12 bytes, (8, …) each."""
+    low = s[0:4] & 63, s[4:8] & 63
+    high_scale = (s[8:12] & 0x0F) | ((s[0:4] >> 6) << 4)
+    high_min = (s[8:12] >> 4) | ((s[4:8] >> 6) << 4)
+    scale = np.concatenate([low[0], high_scale], axis=0).astype(np.float32)
+    minimum = np.concatenate([low[1], high_min], axis=0).astype(np.float32)
     return scale, minimum
 
 
-def _k_quant(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Q4_K and Q5_K: 8 sub-blocks of 32, each x = d·scale·q − dmin·min (q: (…, 8, 32))."""
-    scale, minimum = _scales_mins_k4(blocks[..., 4:16])
-    d, dmin = _half(blocks, 0), _half(blocks, 2)
-    return np.asarray(
-        ((d * scale)[..., None] * q - (dmin * minimum)[..., None]).reshape(*blocks.shape[:-1], 256), dtype=np.float32
-    )
+def _k_quant(p: np.ndarray, q: np.ndarray) -> Decoded:
+    """Q4_K and Q5_K: 8 groups of 32, each x = (d·scale)·q − dmin·min (q: (8, 32, …))."""
+    scale, minimum = _scales_mins_k4(p[4:16])
+    return q, _half(p, 0) * scale, -(_half(p, 2) * minimum)
 
 
-def _k_nibbles(qs: np.ndarray) -> np.ndarray:
-    """128 bytes as 8 sub-blocks of 32: each 32 bytes give their low nibbles, then their high ones."""
-    chunks = qs.reshape(*qs.shape[:-1], 4, 32)
-    return np.asarray(
-        np.stack([chunks & 0x0F, chunks >> 4], axis=-2).reshape(*qs.shape[:-1], 8, 32).astype(np.float32),
-        dtype=np.float32,
-    )
+def _k_nibbles(qs: np.ndarray, high: np.ndarray | None = None) -> np.ndarray:
+    """128 bytes as 8 groups of 32: each 32 bytes give their low nibbles, then their high ones; with ``high``
+    (32 bytes), group k's values have 16 more where bit k of their byte of it is set."""
+    chunks = qs.reshape(4, 32, *qs.shape[1:])
+    codes = np.empty((4, 2, 32, *qs.shape[1:]), dtype=np.uint8)
+    np.bitwise_and(chunks, 0x0F, out=codes[:, 0])
+    np.right_shift(chunks, 4, out=codes[:, 1])
+    codes = codes.reshape(8, 32, *qs.shape[1:])
+    if high is not None:
+        for k in range(8):
+            codes[k] |= ((high >> k) & 1) << 4
+    return codes.astype(np.float32)
 
 
-def _q4_k(blocks: np.ndarray) -> np.ndarray:  # d, dmin, scales (12), qs (128)
-    return np.asarray(_k_quant(blocks, _k_nibbles(blocks[..., 16:144])), dtype=np.float32)
+def _q4_k(p: np.ndarray) -> Decoded:  # d, dmin, scales (12), qs (128)
+    return _k_quant(p, _k_nibbles(p[16:144]))
 
 
-def _q5_k(blocks: np.ndarray) -> np.ndarray:  # d, dmin, scales (12), qh (32), qs (128)
-    qh = blocks[..., 16:48]
-    bits = np.stack([(qh >> k) & 1 for k in range(8)], axis=-2).astype(np.float32)  # sub-block k: bit k of qh
-    return np.asarray(_k_quant(blocks, _k_nibbles(blocks[..., 48:176]) + 16 * bits), dtype=np.float32)
+def _q5_k(p: np.ndarray) -> Decoded:  # d, dmin, scales (12), qh (32), qs (128)
+    return _k_quant(p, _k_nibbles(p[48:176], p[16:48]))
 
 
-def _q6_k(blocks: np.ndarray) -> np.ndarray:  # ql (128), qh (64), scales (16 × int8), d
-    ql = blocks[..., 0:128].reshape(*blocks.shape[:-1], 2, 64)
-    qh = blocks[..., 128:192].reshape(*blocks.shape[:-1], 2, 32)
-    scales = blocks[..., 192:208].view(np.int8).astype(np.float32).reshape(*blocks.shape[:-1], 16)
-    low = np.stack([ql[..., :32] & 0x0F, ql[..., 32:] & 0x0F, ql[..., :32] >> 4, ql[..., 32:] >> 4], axis=-2)
-    high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-2)
-    q = (low | (high << 4)).astype(np.float32) - 32  # (…, 2 halves, 4 quarters, 32)
-    per_value = np.repeat(scales.reshape(*scales.shape[:-1], 2, 4, 2), 16, axis=-1)  # scale per 16 values
-    return np.asarray(
-        (_half(blocks, 208)[..., None, None] * per_value * q).reshape(*blocks.shape[:-1], 256), dtype=np.float32
-    )
+def _q6_k(p: np.ndarray) -> Decoded:  # ql (128), qh (64), scales (16 × int8), d: x = (d·scale)·q, a scale per 16
+    rest = p.shape[1:]
+    ql = p[0:128].reshape(2, 64, *rest)
+    qh = p[128:192].reshape(2, 32, *rest)
+    codes = np.empty((2, 4, 32, *rest), dtype=np.uint8)  # halves, quarters, 32 values
+    for quarter in range(4):
+        packed = ql[:, 32 * (quarter % 2) : 32 * (quarter % 2) + 32]
+        if quarter < 2:
+            np.bitwise_and(packed, 0x0F, out=codes[:, quarter])
+        else:
+            np.right_shift(packed, 4, out=codes[:, quarter])
+        codes[:, quarter] |= ((qh >> (2 * quarter)) & 3) << 4
+    q = codes.astype(np.float32).reshape(16, 16, *rest)
+    q -= 32
+    scales = p[192:208].view(np.int8).astype(np.float32)
+    return q, _half(p, 208) * scales, None

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..core import Array
 from ..errors import AttnvizError
-from ..threads import product
 from .decoder import Decoder, Shape
 from .metadata import Settings
 from .parts import Rope, rms_norm, silu
@@ -63,9 +62,9 @@ class Llama(Decoder):
         return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
     def feed_forward(self, f: Array, layer: int) -> Array:
-        p, t = f"blk.{layer}.", self.weights.tensor
-        gate, up = product(f, t(p + "ffn_gate.weight").T), product(f, t(p + "ffn_up.weight").T)
-        return product(silu(gate) * up, t(p + "ffn_down.weight").T)
+        p = f"blk.{layer}."
+        gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
+        return self.linear(silu(gate) * up, p + "ffn_down")
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps

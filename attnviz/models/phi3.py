@@ -19,7 +19,6 @@ import math
 import numpy as np
 
 from ..core import Array
-from ..threads import product
 from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, shape_from_gguf
 from .metadata import Settings, refuse_unread
@@ -57,9 +56,9 @@ class Phi3(Llama):
         return heads(q), heads(k), heads(v)
 
     def feed_forward(self, f: Array, layer: int) -> Array:
-        p, t = f"blk.{layer}.", self.weights.tensor
-        gate, up = np.split(product(f, t(p + "ffn_up.weight").T), 2, axis=1)
-        return product(silu(gate) * up, t(p + "ffn_down.weight").T)
+        p = f"blk.{layer}."
+        gate, up = np.split(self.linear(f, p + "ffn_up"), 2, axis=1)
+        return self.linear(silu(gate) * up, p + "ffn_down")
 
 
 def rope_from_config(config: Settings, d_head: int, context: int) -> Rope:

@@ -5,6 +5,7 @@ whichever format its weights came in; a folder's names are translated as the fol
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable
 from ..inputs import parse_json, read_file
+from ..threads import run_blocks
 from .metadata import MAX_TENSORS
 from .safetensors import Stored, read_safetensors
 
@@ -39,6 +41,31 @@ class Tensors(Protocol):
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor as float32 (only ``rows`` of a matrix, if given: the embeddings of the input)."""
         ...
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x Wᵀ (n, out) for the matrix ``name`` (out × in) and float32 inputs ``x`` (n, in): W is read as stored
+        and dequantised a block of rows at a time (:func:`by_rows`), never whole in float32."""
+        ...
+
+
+ROW_BLOCK_BYTES = 2**20  # float32 bytes of the rows of a matrix dequantised at a time: a block stays in cache
+
+
+def by_rows(n: int, shape: tuple[int, ...], block: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """The (n, out) product of a matrix of ``shape`` (out, in) with n inputs from ``block(start, stop)``, the
+    product with rows start … stop of the matrix: blocks of about ROW_BLOCK_BYTES, shared among attnviz's
+    threads. Generation's next-token scores read a 49,152- or 262,144-row output matrix at every step; its
+    memory is a block per thread, not the matrix in float32. Each block is one product whatever the threads,
+    so the result does not depend on the cores."""
+    height, width = shape[0], math.prod(shape[1:])
+    step = max(1, ROW_BLOCK_BYTES // (4 * max(width, 1)))
+    out = np.empty((n, height), dtype=np.float32)
+
+    def one(start: int) -> None:
+        out[:, start : start + step] = block(start, min(height, start + step))
+
+    run_blocks(one, range(0, height, step))
+    return out
 
 
 def rows(weights: Tensors, name: str) -> int:
@@ -96,6 +123,19 @@ class FolderTensors:
         if self.transposed(name):
             values = values.T
         return self.adjust(name, values) if self.adjust is not None else values
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        if name not in self.stored:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        stored, transposed = self.stored[name], self.transposed(name)
+        x = np.asarray(x, dtype=np.float32)
+
+        def block(start: int, stop: int) -> np.ndarray:
+            values = stored.float32(np.s_[:, start:stop]).T if transposed else stored.float32(np.s_[start:stop])
+            values = self.adjust(name, values) if self.adjust is not None else values
+            return np.asarray(x @ values.T, dtype=np.float32)
+
+        return by_rows(len(x), self.shape(name), block)
 
 
 def checkpoint_tensors(directory: Path) -> dict[str, Stored]:

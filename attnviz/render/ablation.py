@@ -14,8 +14,9 @@ from rich.text import Text
 
 from ..ablation import Ablation, Importance, strongest
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
-from .heatmap import wrapped_title
+from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate
+from .model import GROUP_GAP, shared_heads
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,23 +41,52 @@ def ablation_heading(result: Ablation, model: str) -> list[str]:
     return [f"{result.method} ablation", model, f"{len(result.ids)} tokens", baseline]
 
 
+def head_group(result: Ablation) -> int:
+    """How many query heads share a key/value head, where they form groups to set apart (else 0)."""
+    heads = result.delta.shape[1]
+    group = heads // result.kv_heads if result.kv_heads else 0
+    return group if 1 < group < heads else 0
+
+
+def head_columns(heads: int, group: int) -> list[float]:
+    """Where each head's column is centred: one cell apart, and a gap of :data:`GROUP_GAP` cells after each group
+    of query heads that share a key/value head (as the model view and the head portrait set them apart)."""
+    return [h + (h // group if group else 0) * GROUP_GAP for h in range(heads)]
+
+
 @styled
 def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE) -> Figure:
-    """Δ of each head removed: red where removing it raises the measure, blue where it lowers it."""
+    """Δ of each head removed: red where removing it raises the measure, blue where it lowers it. Query heads that
+    share a key/value head lie side by side, each group drawn apart from the next."""
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
     layers, heads = result.delta.shape
+    group = head_group(result)
+    columns = head_columns(heads, group)
     fig = new_figure(style, 0.9)
     ax = fig.subplots()
     limit = float(np.abs(result.delta).max()) or 1.0
-    image = ax.imshow(result.delta, cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto",
-                      interpolation="nearest")  # fmt: skip
+    image = None
+    for first in range(0, heads, group or heads):
+        last = min(heads, first + (group or heads)) - 1
+        image = ax.imshow(result.delta[:, first : last + 1], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit,
+                          aspect="auto", interpolation="nearest", gid=f"heads {first}-{last}",
+                          extent=(columns[first] - 0.5, columns[last] + 0.5, layers - 0.5, -0.5))  # fmt: skip
+    assert image is not None
+    ax.set_xlim(-0.5, columns[-1] + 0.5)
+    ax.set_ylim(layers - 0.5, -0.5)
+    ax.set_facecolor(style.colours["background"])
+    for spine in ax.spines.values():
+        spine.set_visible(not group)
     layer, head, value = strongest(result, 1)[0]
-    ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"], linewidth=2))
+    ax.add_patch(Rectangle((columns[head] - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"],
+                           linewidth=2))  # fmt: skip
     ax.set_title(f"largest: layer {layer}, head {head} ({value:+.4f})", fontsize=style.scaled(0.8))
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
+    shown = [int(h) for h in MaxNLocator(nbins="auto", integer=True, min_n_ticks=2).tick_values(0, heads - 1)
+             if 0 <= h < heads]  # fmt: skip
+    ax.set_xticks([columns[h] for h in shown], [str(h) for h in shown])
     ax.tick_params(labelsize=style.scaled(0.7), length=0)
     ax.set_xlabel("head", fontsize=style.scaled(0.8))
     ax.set_ylabel("layer", fontsize=style.scaled(0.8))
@@ -64,10 +94,18 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     bar.set_label(measure_label(result), fontsize=style.scaled(0.75))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
-    fig.suptitle(
-        wrapped_title(ablation_heading(result, model), fig.get_size_inches()[0], style.font_size), fontweight="bold"
-    )
+    width = fig.get_size_inches()[0]
+    shares = result.kv_heads is not None and result.kv_heads < heads
+    kv = ["\n" + wrapped_sentence(grouping(result), width, style.font_size)] if shares else []
+    fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(kv),
+                 fontweight="bold")  # fmt: skip
     return fig
+
+
+def grouping(result: Ablation) -> str:
+    """Which query heads share which key/value head (grouped-query attention), in the model view's words."""
+    assert result.kv_heads
+    return shared_heads(result.delta.shape[1], result.kv_heads)
 
 
 def render_ablation(result: Ablation, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
@@ -82,6 +120,8 @@ def render_ablation(result: Ablation, model: str, *, color: bool, width: int) ->
     yield Group(Text(""), table)
     yield Text(f"the {min(TOP, result.delta.size)} largest |Δ| of {result.delta.size} heads; --json has them all",
                style="dim")  # fmt: skip
+    if result.kv_heads and result.kv_heads < result.delta.shape[1]:
+        yield Text(grouping(result), style="dim")
 
 
 def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[str]:

@@ -50,6 +50,11 @@ def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> st
     return "\n".join(wrap_parts(parts, max(20, int(width_inches * 72 / (font_size * 0.62)))))
 
 
+def wrapped_sentence(sentence: str, width_inches: float, font_size: float) -> str:
+    """A sentence under the configuration line, wrapped between its words to the figure's width."""
+    return "\n".join(wrap_parts(sentence.split(" "), max(20, int(width_inches * 72 / (font_size * 0.62))), " "))
+
+
 def luminance(rgba: Sequence[float] | np.ndarray) -> Any:
     """WCAG relative luminance of a colour, or of each colour of an (..., 4) array."""
     c = np.asarray(rgba, dtype=float)[..., :3]

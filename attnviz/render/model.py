@@ -31,6 +31,7 @@ from .heatmap import (
     label_colour_bar,
     outline_sinks,
     panel_title,
+    wrapped_sentence,
     wrapped_title,
 )
 from .labels import abbreviate, cell_len, describe_parts, wrap_parts
@@ -609,8 +610,11 @@ def render_heads_figure(
         for name in ("induction", "previous")
         if any(name in row for row in classes)
     ]
+    shared = stack.source.get("kv_heads")
+    group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
+    kv = [shared_heads(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
-    title = wrapped_title(parts, width, font)
+    title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     present = [name for name in CLASSES if any(name in row for row in classes)]
@@ -628,9 +632,6 @@ def render_heads_figure(
     line = text_extent("Hg", label)[1] * 1.5
     legend_h = line * len(legend_rows) + label * 0.5
     room = text_extent("L00", label)[0] + LABEL_PAD
-
-    shared = stack.source.get("kv_heads")
-    group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
 
     def starts(count: int, grouped: bool) -> list[float]:
         """Where each cell starts, in cells: a small gap after each, a wider one after each group."""
