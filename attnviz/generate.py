@@ -18,7 +18,7 @@ import numpy as np
 
 from .blocked import Keep, Kept
 from .core import Array, causal_mask
-from .errors import AttnvizError, UsageError, out_of_range
+from .errors import AttnvizError, UsageError, out_of_range, printable
 from .progress import Steps, no_progress
 
 if TYPE_CHECKING:
@@ -178,7 +178,8 @@ def generate(
         raise out_of_range("--layer", layer, model.layers, "layer")
     encoding = model.encode(prompt)
     if len(encoding.ids) + new > model.context:
-        raise UsageError(f"{len(encoding.ids)} tokens and {new} more are more than {model.name}'s {model.context}")
+        name = printable(model.name)
+        raise UsageError(f"{len(encoding.ids):,} tokens and {new:,} more are more than {name}'s {model.context:,}")
     budget(len(encoding.ids))
     spelled = min(len(model.tokenizer.tokens), model.weights.shape("token_embd.weight")[0])
     cache = model.start(len(encoding.ids) + new)

@@ -579,3 +579,14 @@ def test_one_layer_of_the_model_view_lies_in_bands_and_keeps_its_colour_bar_titl
     run = cli(*given, "--preset", preset, "-o", str(tmp_path / "v.png"), "--audit")
     assert run.code == 0, run.err
     assert "layer 1 of 2" in cli(*given, "--no-color").out.splitlines()[0]
+
+
+def test_the_model_views_mean_says_its_tiles_are_the_mean_of_the_heads() -> None:
+    """With --mean each tile is one layer's mean; the heading said '3 heads' as if each were drawn."""
+    from attnviz.render.model import stack_parts
+    from attnviz.sources import AttentionStack
+
+    weights = np.full((2, 3, 4, 4), 0.25)
+    stack = AttentionStack(tokens=tuple("abcd"), weights=weights, source={"model": "test"}, causal=False)
+    assert "3 heads" in stack_parts(stack)
+    assert "mean of 3 heads" in stack_parts(AttentionStack(**{**vars(stack), "mean": True}))

@@ -248,7 +248,7 @@ class Bert:
         if not ids:
             raise AttnvizError(f"no tokens: {printable(self.name)}'s tokenizer makes nothing of this text")
         if len(tokens) > self.longest:
-            raise AttnvizError(f"{len(tokens)} tokens, but {self.name} takes at most {self.longest}")
+            raise AttnvizError(f"{len(tokens):,} tokens, but {printable(self.name)} takes at most {self.longest:,}")
         vocabulary = self.weights.shape("embeddings.word_embeddings.weight")[0]
         if max(ids, default=0) >= vocabulary:
             raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, Kept, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged
 from .parts import Rope, overflow_checked, rms_norm, shared_heads
@@ -166,7 +166,7 @@ class Decoder:
         if not ids:
             raise UsageError("no tokens: the text is empty")
         if len(ids) > self.context:
-            raise AttnvizError(f"{len(ids)} tokens, but {self.name} takes at most {self.context}")
+            raise AttnvizError(f"{len(ids):,} tokens, but {printable(self.name)} takes at most {self.context:,}")
         vocabulary = self.weights.shape("token_embd.weight")[0]
         if max(ids) >= vocabulary:
             raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")

@@ -62,6 +62,8 @@ def stack_parts(stack: AttentionStack) -> list[str]:
         size = next(w for w in windows if w is not None)
         parts = [p for p in parts if not p.startswith("causal within")]
         layers += f" (global: {', '.join(wide)}; the others a window of {size} keys)"
+    if stack.mean:
+        parts = [f"mean of {p}" if p.endswith((" head", " heads")) or " heads on " in p else p for p in parts]
     return [*parts[:2], layers, *parts[2:]]
 
 
