@@ -25,7 +25,7 @@ MASK_TOKENS = 512  # every cell's score is written out: beyond this, the heatmap
 
 
 @app.command()
-@opt.with_options(layer=opt.LAYER.variant(causal=True), figure=opt.FIGURE)
+@opt.with_options(layer=opt.LAYER.variant(causal=True, hidden=("from_file", "tokens_file")), figure=opt.FIGURE)
 def mask(
     layer: opt.LayerRequest,
     figure: opt.FigureRequest,
@@ -53,8 +53,6 @@ def mask(
     from dataclasses import replace
 
     one_output(figure.output, as_json, False)
-    if layer.from_file is not None:
-        raise UsageError("the mask view shows scores, and --from files hold weights only: use heatmap")
     if compare and layer.external:
         raise UsageError("--compare switches the random layer's causal mask; a model has its own")
     from ..sources import Want
