@@ -610,7 +610,9 @@ GGUF_KEYS = ["general.architecture", "general.alignment", "llama.block_count", "
              "llama.attention.layer_norm_rms_epsilon", "tokenizer.ggml.model", "tokenizer.ggml.pre",
              "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
              "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
-             "tokenizer.ggml.add_space_prefix"]  # fmt: skip
+             "tokenizer.ggml.add_space_prefix", "llama.attention.sliding_window", "llama.rope.scaling.type",
+             "llama.rope.scaling.factor", "llama.rope.scaling.attn_factor",
+             "llama.rope.scaling.yarn_log_multiplier"]  # fmt: skip
 
 
 def _raw(kind: int, payload: bytes) -> bytes:
@@ -633,6 +635,9 @@ GGUF_VALUES = st.one_of(
 @pytest.mark.memory_cap
 @FUZZ
 @given(changes=st.lists(st.tuples(st.sampled_from(GGUF_KEYS), GGUF_VALUES), min_size=1, max_size=3))
+@example(changes=[("llama.attention.sliding_window", [1, 2, 3])])  # compared with 0: an array's truth raised
+@example(changes=[("llama.rope.scaling.type", [1, 2, 3])])
+@example(changes=[("llama.rope.scaling.yarn_log_multiplier", [1, 2])])
 def test_damaged_gguf_metadata_loads_or_gets_one_line(tmp_path: Path, tiny_gguf, changes: list) -> None:
     metadata, tensors = tiny_gguf
     changed = dict(metadata)
