@@ -8,6 +8,7 @@ layers before the ablated one run once: each ablation runs only its own layer an
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .core import Array, soft_cap, softmax
-from .errors import UsageError
+from .errors import AttnvizError, UsageError
 from .models.parts import shared_heads
 from .threads import one_blas_thread, run_all
 
@@ -87,6 +88,20 @@ def token_text(model: Decoder, token: int) -> str:
     return model.tokenizer.readable(model.tokenizer.tokens[token])
 
 
+def finite(measured: float, model: Decoder, ids: tuple[int, ...], ablated: str = "") -> float:
+    """The measure, unless NaN or infinite: then the error naming the tensor or layer that overflows (generate's),
+    or, where only an ablation overflows, that one; a NaN shown as a change in loss is no measurement."""
+    if math.isfinite(measured):
+        return measured
+    if not ablated:
+        from .generate import damaged_scores
+
+        raise damaged_scores(model, ids)
+    raise AttnvizError(
+        f"{model.weights.path}: {ablated}, the next-token scores are NaN or infinite (overflowing weights)"
+    )
+
+
 def ablate(
     model: Decoder, text: str, method: Method = "zero", target: str | None = None,
     only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
@@ -113,7 +128,7 @@ def ablate(
 
     delta = np.full((model.layers, model.heads), np.nan)
     with one_blas_thread():
-        baseline = measure(model.through(model.embed(np.asarray(ids)), seen=keep))
+        baseline = finite(measure(model.through(model.embed(np.asarray(ids)), seen=keep)), model, ids)
 
         def one(item: tuple[int, int]) -> None:
             layer, head = item
@@ -124,7 +139,8 @@ def ablate(
                 edited[head] = replacement
                 return edited
 
-            delta[layer, head] = measure(model.through(inputs[layer], layer, {layer: edit})) - baseline
+            removed = measure(model.through(inputs[layer], layer, {layer: edit}))
+            delta[layer, head] = finite(removed, model, ids, f"without layer {layer}'s head {head}") - baseline
             if progress is not None:
                 with counted:
                     done.append(item)
@@ -177,7 +193,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         logp = log_probabilities(model.logits(last[query : query + 1]))[0]
         given = query < n - 1
         chosen = ids[query + 1] if given else int(np.argmax(logp))
-        baseline = float(-logp[chosen])
+        baseline = finite(float(-logp[chosen]), model, ids)
         q, k, v = model.attention_inputs(inputs[0], layer)
         k, v = shared_heads(k, v, model.heads)
         dots = np.einsum("hd,hmd->hm", q[:, query].astype(np.float64), k[:, : query + 1].astype(np.float64))
@@ -202,7 +218,8 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
 
             ablated = model.through(inputs[0], layer, {layer: edit})
             logits = model.logits(ablated[query : query + 1])
-            delta[j] = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0]) - baseline
+            removed = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0])
+            delta[j] = finite(removed, model, ids, f"without query {query}'s attention to key {j}") - baseline
 
         if open_keys:
             run_all(one, open_keys)

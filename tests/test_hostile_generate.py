@@ -172,6 +172,19 @@ def test_a_nan_weight_stops_generate_in_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.gguf"]
 
 
+@pytest.mark.parametrize("tensor", NAN_IN)
+@pytest.mark.parametrize(
+    "command", [["ablate"], ["ablate", "--target", " cat"], ["explain", "--importance"]], ids=["loss", "target", "keys"]
+)
+def test_a_nan_weight_stops_ablation_in_one_line(cli, tmp_path: Path, tensor: str, command: list[str]) -> None:
+    """A NaN in the final norm made every Δ NaN, shown as a change in loss with exit 0."""
+    path = write_tiny_llama(tmp_path / "nan.gguf", nan_in=tensor)
+    run = cli(*command, "--model-file", str(path), "the cat sat")
+    assert run.code == 1 and run.out == "", (run.code, run.out)
+    assert run.err.count("\n") == 1 and run.err.startswith("attnviz: error: "), run.err
+    assert repr(tensor) in run.err and "NaN" in run.err  # the tensor, wherever the pass meets it
+
+
 @pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300", "1e-30"])
 @pytest.mark.parametrize("top_k", [[], ["--top-k", "3"]])
 def test_a_tiny_temperature_writes_greedily(cli, tiny: Path, temperature: str, top_k: list[str]) -> None:
