@@ -8,6 +8,7 @@ layers before the ablated one run once: each ablation runs only its own layer an
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .core import Array, soft_cap, softmax
-from .errors import UsageError
+from .errors import AttnvizError, UsageError
 from .models.parts import shared_heads
 from .threads import one_blas_thread, run_all
 
@@ -88,6 +89,20 @@ def token_text(model: Decoder, token: int) -> str:
     return model.tokenizer.readable(model.tokenizer.tokens[token])
 
 
+def finite(measured: float, model: Decoder, ids: tuple[int, ...], ablated: str = "") -> float:
+    """The measure, unless NaN or infinite: then the error naming the tensor or layer that overflows (generate's),
+    or, where only an ablation overflows, that one; a NaN shown as a change in loss is no measurement."""
+    if math.isfinite(measured):
+        return measured
+    if not ablated:
+        from .generate import damaged_scores
+
+        raise damaged_scores(model, ids)
+    raise AttnvizError(
+        f"{model.weights.path}: {ablated}, the next-token scores are NaN or infinite (overflowing weights)"
+    )
+
+
 def ablate(
     model: Decoder, text: str, method: Method = "zero", target: str | None = None,
     only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
@@ -123,6 +138,7 @@ def ablate(
         else:
             last = model.through(model.embed(np.asarray(ids)), seen=keep)[-1:]
             baseline = float(picked_log_probabilities(model.logits(last), np.asarray([chosen]))[0])
+        baseline = finite(baseline, model, ids)
 
         def one(batch: tuple[int, tuple[int, ...]]) -> None:
             layer, heads = batch
@@ -135,7 +151,9 @@ def ablate(
                 measured = -copies_log_probabilities(model, last[:, :-1], np.asarray(ids[1:])).mean(axis=1)
             else:
                 measured = copies_log_probabilities(model, last, np.asarray([chosen]))[:, 0]
-            delta[layer, list(heads)] = measured - baseline
+            for c, head in enumerate(heads):
+                removed = finite(float(measured[c]), model, ids, f"without layer {layer}'s head {head}")
+                delta[layer, head] = removed - baseline
             if progress is not None:
                 with counted:
                     done[0] += len(heads)
@@ -217,7 +235,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         logp = log_probabilities(model.logits(last[query : query + 1]))[0]
         given = query < n - 1
         chosen = ids[query + 1] if given else int(np.argmax(logp))
-        baseline = float(-logp[chosen])
+        baseline = finite(float(-logp[chosen]), model, ids)
         q, k, v = model.attention_inputs(inputs[0], layer)
         k, v = shared_heads(k, v, model.heads)
         dots = np.einsum("hd,hmd->hm", q[:, query].astype(np.float64), k[:, : query + 1].astype(np.float64))
@@ -242,7 +260,8 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
 
             ablated = model.through(inputs[0], layer, {layer: edit})
             logits = model.logits(ablated[query : query + 1])
-            delta[j] = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0]) - baseline
+            removed = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0])
+            delta[j] = finite(removed, model, ids, f"without query {query}'s attention to key {j}") - baseline
 
         if open_keys:
             run_all(one, open_keys)

@@ -212,10 +212,10 @@ def _finite(model: Decoder, logits: Array, weights: Array, ids: tuple[int, ...])
     """The step's scores and attention are finite, else the error naming what made them NaN or infinite."""
     if np.isfinite(logits).all() and np.isfinite(weights).all():
         return
-    raise _damage(model, ids)
+    raise damaged_scores(model, ids)
 
 
-def _damage(model: Decoder, ids: tuple[int, ...]) -> AttnvizError:
+def damaged_scores(model: Decoder, ids: tuple[int, ...]) -> AttnvizError:
     """The first tensor the pass reads that holds NaN or infinity (of the embeddings, only the rows of ``ids``),
     with the part of the model it is; else the layer whose output first overflows (heatmap's check, on the same
     tokens); else the last layer and the head."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 THRESHOLD_VARIABLE = "ATTNVIZ_PROGRESS_AFTER"
 THRESHOLD = 1.0  # seconds: a shorter run shows no bar
+MAX_THRESHOLD = 10.0**6  # seconds (eleven days): ATTNVIZ_PROGRESS_AFTER past it is as good as never
 NARROW = 70  # columns: a terminal narrower shows the count and the times without what is being run
 ESTIMATE_FACTOR = 5  # the estimate line is said for runs expected to take this many thresholds or more
 
@@ -60,13 +61,14 @@ def quiet(silenced: bool) -> Iterator[None]:
 
 
 def threshold() -> float:
-    """Seconds a run goes on before its bar is shown: ATTNVIZ_PROGRESS_AFTER, else 1."""
+    """Seconds a run goes on before its bar is shown: ATTNVIZ_PROGRESS_AFTER (at most MAX_THRESHOLD: the
+    bar's timer cannot wait 10¹³ s, and said so in a traceback from its thread), else 1."""
     given = os.environ.get(THRESHOLD_VARIABLE, "")
     try:
         value = float(given)
     except ValueError:
         return THRESHOLD
-    return value if math.isfinite(value) and value >= 0 else THRESHOLD
+    return min(value, MAX_THRESHOLD) if math.isfinite(value) and value >= 0 else THRESHOLD
 
 
 def on_terminal() -> bool:

@@ -344,3 +344,52 @@ def test_markup_links_and_escapes_stay_text(cli, monkeypatch) -> None:
     run = cli("heatmap", "-", stdin=json.dumps(["[link=http://x]y", "\x1b]8;;http://x\x07z"]).encode())
     assert run.code == 0
     assert "[link=h" in run.out and "\x1b]8" not in run.out and "\\x1b]8" in run.out
+
+
+HOSTILE_ENVIRONMENT = [
+    ("COLUMNS", "²"), ("COLUMNS", "9" * 5000), ("COLUMNS", "0"), ("COLUMNS", "99999999"), ("LINES", "²"),
+    ("ATTNVIZ_PROGRESS_AFTER", "1e13"), ("ATTNVIZ_PROGRESS_AFTER", "nan"), ("ATTNVIZ_PROGRESS_AFTER", "-1"),
+    ("ATTNVIZ_PROGRESS_AFTER", "9" * 5000),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_gguf import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.mark.parametrize(("name", "value"), HOSTILE_ENVIRONMENT, ids=lambda v: v[:12])
+def test_odd_terminal_and_progress_variables_change_nothing_but_the_layout(cli, tiny_llama, monkeypatch, name, value):
+    """rich's int() of COLUMNS ('²', 5,000 digits) raised; COLUMNS=0 printed nothing with exit 0; a threshold of
+    10¹³ s raised in the bar's timer thread; COLUMNS=99999999 made --help hundreds of megabytes."""
+    import threading
+
+    failures: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    monkeypatch.setattr("attnviz.progress.on_terminal", lambda: True)
+    monkeypatch.setenv(name, value)
+    run = cli("heatmap", "--model-file", str(tiny_llama), "the cat sat")
+    for timer in threading.enumerate():
+        if isinstance(timer, threading.Timer):
+            timer.join(2)
+    assert run.code == 0 and "Traceback" not in run.err and "cat" in run.out, run.err
+    assert not failures
+    if name != "COLUMNS":
+        return
+    shown = cli("heatmap", "--help")
+    assert shown.code == 0 and "--model-file" in shown.out and len(shown.out) < 2_000_000
+
+
+def test_typer_reads_a_terminal_width_that_is_a_number_or_none(tmp_path: Path) -> None:
+    """typer's int() of TERMINAL_WIDTH ('x') raised when the help was drawn (in a new process: typer reads it once)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TERMINAL_WIDTH="x", COLUMNS="99999999")
+    shown = subprocess.run([sys.executable, "-m", "attnviz", "heatmap", "--help"], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=60, check=False)  # fmt: skip
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr and "--model-file" in shown.stdout
+    assert len(shown.stdout) < 2_000_000

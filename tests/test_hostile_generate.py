@@ -172,6 +172,29 @@ def test_a_nan_weight_stops_generate_in_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.gguf"]
 
 
+@pytest.mark.parametrize("tensor", NAN_IN)
+@pytest.mark.parametrize(
+    "command", [["ablate"], ["ablate", "--target", " cat"], ["explain", "--importance"]], ids=["loss", "target", "keys"]
+)
+def test_a_nan_weight_stops_ablation_in_one_line(cli, tmp_path: Path, tensor: str, command: list[str]) -> None:
+    """A NaN in the final norm made every Δ NaN, shown as a change in loss with exit 0."""
+    path = write_tiny_llama(tmp_path / "nan.gguf", nan_in=tensor)
+    run = cli(*command, "--model-file", str(path), "the cat sat")
+    assert run.code == 1 and run.out == "", (run.code, run.out)
+    assert run.err.count("\n") == 1 and run.err.startswith("attnviz: error: "), run.err
+    assert repr(tensor) in run.err and "NaN" in run.err  # the tensor, wherever the pass meets it
+
+
+@pytest.mark.parametrize("command", [["ablate"], ["explain", "--importance"]], ids=["heads", "keys"])
+def test_ablation_of_a_text_too_long_to_wait_for_is_refused_before_it_runs(cli, tmp_path: Path, monkeypatch, command):
+    """Each head (or key) removed runs the text again: explain --importance had no cap (350 tokens of SmolLM2 at
+    --layer 0 ran past five minutes; its 8,192 would take days)."""
+    monkeypatch.setattr("attnviz.cli.ablation.ABLATE_TOKENS", 2)
+    run = cli(*command, "--model-file", str(write_tiny_llama(tmp_path / "tiny.gguf")), "the cat sat")
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
+    assert "takes at most 2 tokens; the text is 3" in run.err
+
+
 @pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300", "1e-30"])
 @pytest.mark.parametrize("top_k", [[], ["--top-k", "3"]])
 def test_a_tiny_temperature_writes_greedily(cli, tiny: Path, temperature: str, top_k: list[str]) -> None:

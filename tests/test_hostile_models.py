@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from capped import TIMEOUT
 from capped import _limited as capped_limits
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tiny_bert import write_safetensors, write_tiny_bert
 from tiny_gguf import F32, _string, write_gguf, write_tiny_llama
@@ -81,6 +81,19 @@ def _decoder_tensors(family: str, config: dict, rng: np.random.Generator) -> dic
               p + "self_attn.v_proj.weight": n(kv, h), p + "self_attn.o_proj.weight": n(h, q),
               p + "mlp.gate_proj.weight": n(ffn, h), p + "mlp.up_proj.weight": n(ffn, h),
               p + "mlp.down_proj.weight": n(h, ffn)}  # fmt: skip
+        if family == "phi3":  # q, k and v in one matrix, gate and up in another
+            qkv = [t.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"]
+            t[p + "self_attn.qkv_proj.weight"] = np.concatenate(qkv)
+            t[p + "mlp.gate_up_proj.weight"] = np.concatenate([t.pop(p + "mlp.gate_proj.weight"),
+                                                               t.pop(p + "mlp.up_proj.weight")])  # fmt: skip
+        if family in ("qwen3", "olmo2"):  # OLMo 2 normalises all of q and k, Qwen 3 each head's
+            width = (q, kv) if family == "olmo2" else (d, d)
+            t |= {p + "self_attn.q_norm.weight": n(width[0]), p + "self_attn.k_norm.weight": n(width[1])}
+        if family == "olmo2":  # its norms after attention and the MLP, none before
+            del t[p + "input_layernorm.weight"]
+            t[p + "post_feedforward_layernorm.weight"] = n(h)
+        if family == "gemma2":
+            t |= {p + "pre_feedforward_layernorm.weight": n(h), p + "post_feedforward_layernorm.weight": n(h)}
         if family == "qwen2":
             t |= {
                 p + "self_attn.q_proj.bias": n(q),
@@ -108,6 +121,12 @@ BASES["qwen2"] = BASES["llama"] | {"model_type": "qwen2", "use_sliding_window": 
 BASES["smollm3"] = BASES["llama"] | {"model_type": "smollm3", "no_rope_layers": [1, 0]}
 BASES["gemma3_text"] = BASES["llama"] | {"model_type": "gemma3_text", "head_dim": 4, "sliding_window": 2,
                                          "query_pre_attn_scalar": 4}  # fmt: skip
+BASES["gemma2"] = BASES["gemma3_text"] | {"model_type": "gemma2", "attn_logit_softcapping": 50.0,
+                                         "final_logit_softcapping": 30.0}  # fmt: skip
+BASES["qwen3"] = BASES["llama"] | {"model_type": "qwen3", "head_dim": 4}
+BASES["olmo2"] = BASES["llama"] | {"model_type": "olmo2"}
+BASES["phi3"] = BASES["llama"] | {"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.5],
+                                  "long_factor": [2.0, 3.0]}, "original_max_position_embeddings": 16}  # fmt: skip
 
 
 def _distil(tensors: dict[str, np.ndarray]) -> None:
@@ -538,7 +557,8 @@ ODD_VALUES = [None, 0, -1, 1, 2, 3, 1.5, 1e-40, 1e308, 2**31, 10**19, -(10**19),
               {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4},
               {"rope_type": "linear", "factor": 1e-3}, {"type": "dynamic", "factor": 2}, {"rope_theta": -1},
               {"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 0}}, "gelu", "silu", "relu",
-              "gelu_new"]  # fmt: skip
+              "gelu_new", {"type": "longrope", "short_factor": [5e-324, 1], "long_factor": [1e308, 1]},
+              {"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1], "factor": 1e6}]  # fmt: skip
 KEYS = ["model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim",
         "intermediate_size", "max_position_embeddings", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
         "hidden_act", "activation", "activation_function", "type_vocab_size", "pad_token_id", "n_layers", "n_heads",
@@ -546,7 +566,8 @@ KEYS = ["model_type", "num_hidden_layers", "num_attention_heads", "num_key_value
         "scale_attn_by_inverse_layer_idx", "add_cross_attention", "sliding_window", "use_sliding_window",
         "max_window_layers", "layer_types", "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq",
         "query_pre_attn_scalar", "sliding_window_pattern", "_sliding_window_pattern", "eos_token_id",
-        "architectures"]  # fmt: skip
+        "architectures", "original_max_position_embeddings", "partial_rotary_factor", "attn_logit_softcapping",
+        "final_logit_softcapping", "no_rope_layers", "no_rope_layer_interval"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -566,6 +587,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
 @pytest.mark.parametrize("family", BASES)
 @FUZZ
 @given(changes=st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3))
+@example(changes=[("original_max_position_embeddings", 1)])  # LongRoPE's ln(1) divided: ZeroDivisionError
 def test_a_damaged_config_json_runs_or_gets_one_line(checkpoints, family: str, changes: list) -> None:
     folder, tensors, tokenizer = checkpoints[family]
     config = json.loads((folder / "config.json").read_text())
@@ -588,7 +610,9 @@ GGUF_KEYS = ["general.architecture", "general.alignment", "llama.block_count", "
              "llama.attention.layer_norm_rms_epsilon", "tokenizer.ggml.model", "tokenizer.ggml.pre",
              "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
              "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
-             "tokenizer.ggml.add_space_prefix"]  # fmt: skip
+             "tokenizer.ggml.add_space_prefix", "llama.attention.sliding_window", "llama.rope.scaling.type",
+             "llama.rope.scaling.factor", "llama.rope.scaling.attn_factor",
+             "llama.rope.scaling.yarn_log_multiplier"]  # fmt: skip
 
 
 def _raw(kind: int, payload: bytes) -> bytes:
@@ -611,6 +635,9 @@ GGUF_VALUES = st.one_of(
 @pytest.mark.memory_cap
 @FUZZ
 @given(changes=st.lists(st.tuples(st.sampled_from(GGUF_KEYS), GGUF_VALUES), min_size=1, max_size=3))
+@example(changes=[("llama.attention.sliding_window", [1, 2, 3])])  # compared with 0: an array's truth raised
+@example(changes=[("llama.rope.scaling.type", [1, 2, 3])])
+@example(changes=[("llama.rope.scaling.yarn_log_multiplier", [1, 2])])
 def test_damaged_gguf_metadata_loads_or_gets_one_line(tmp_path: Path, tiny_gguf, changes: list) -> None:
     metadata, tensors = tiny_gguf
     changed = dict(metadata)

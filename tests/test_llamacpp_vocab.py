@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import unicodedata
 from pathlib import Path
 
@@ -15,7 +16,24 @@ from awkward_texts import awkward_texts
 
 from attnviz.errors import AttnvizError
 from attnviz.models.gguf import GGUF
-from attnviz.models.pretokenizers import GPT2, LLAMA3, PRE_TYPES, REGEXES, THOUSANDS, Splitter, cutter, llamacpp
+from attnviz.models.pretokenizers import (
+    DIGIT_GROUPS,
+    GPT2,
+    JAIS2,
+    LLAMA3,
+    LONG_SPACE,
+    PRE_TYPES,
+    REGEXES,
+    THOUSANDS,
+    Splitter,
+    _ecmascript,
+    _pieces,
+    collapse_regex,
+    collapsed,
+    cutter,
+    llamacpp,
+    widened,
+)
 from attnviz.models.tokenizer import byte_alphabet, from_spec
 from attnviz.models.vocabulary import USER_DEFINED, from_gguf
 
@@ -334,6 +352,52 @@ def test_superbpes_thousands_are_cut_where_its_regex_would_cut_them() -> None:
         text = "".join(rng.choice("0123456789a ½") for _ in range(rng.randint(0, 14)))
         cuts = [0, *(m.start() for m in slow.finditer(text) if m.start()), len(text)]
         assert cutter(THOUSANDS)(text) == [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a], text
+
+
+def test_tiny_ayas_digit_groups_are_cut_where_its_regex_would_cut_them() -> None:
+    """attnviz cuts tiny_aya's groups of three in one pass; the regex looks ahead to a run's end from each group."""
+    import random
+
+    import regex
+
+    slow, rng = regex.compile(DIGIT_GROUPS, regex.ASCII | regex.V0), random.Random(0)
+    for _ in range(2000):
+        text = "".join(rng.choice("0123456789a _½\n.A٣") for _ in range(rng.randint(0, 20)))
+        assert cutter(DIGIT_GROUPS)(text) == _pieces(text, [m.span() for m in slow.finditer(widened(text))]), text
+
+
+def test_jais2s_long_runs_of_white_space_are_cut_where_its_regex_would_cut_them(monkeypatch) -> None:
+    """attnviz cuts a long run of white space into jais-2's pieces of 512 without the regex, which scans to the
+    run's end from each piece; on runs longer and shorter than that, among line breaks, letters and digits."""
+    import random
+
+    import regex
+
+    slow, rng = regex.compile(_ecmascript(collapse_regex(JAIS2)), regex.ASCII | regex.V0), random.Random(0)
+    for long_space in (LONG_SPACE, 4):
+        monkeypatch.setattr("attnviz.models.pretokenizers.LONG_SPACE", long_space)
+        for k in range(120):
+            blocks = []
+            for _ in range(rng.randint(1, 4)):
+                blocks.append(rng.choice([" ", "\t", "\xa0", "\u3000", " \t"]) * rng.randint(0 if k % 2 else 500, 2600))
+                blocks.append("".join(rng.choice(" \n\r\x0c\x0b\u2028a1!'s中") for _ in range(rng.randint(0, 5))))
+            text = "".join(blocks)
+            want = _pieces(text, [m.span() for m in slow.finditer(collapsed(text))])
+            assert Splitter((JAIS2,))(text) == want, (long_space, k)
+
+
+@pytest.mark.parametrize(
+    ("pre", "text"),
+    [("jais-2", " " * 1_000_000), ("jais-2", "\u3000" * 400_000), ("jais-2", "\n" + "\t" * 300_000 + "a"),
+     ("tiny_aya", "1" * 100_000), ("tiny_aya", "1" * 100_000 + "a"), ("superbpe", "1" * 300_000)],
+)  # fmt: skip
+def test_a_long_run_of_one_character_is_cut_in_time_linear_in_it(pre: str, text: str) -> None:
+    """Each of these regexes is quadratic in such a run as a regex (jais-2's a million spaces: 30 s; tiny_aya's
+    20,000 digits: 3 s): cut in one pass, a second at most."""
+    cut = llamacpp(PRE_TYPES[pre])
+    started = time.monotonic()
+    assert "".join(cut(text, True)) == "".join(byte_alphabet()[b] for b in text.encode())
+    assert time.monotonic() - started < 2
 
 
 # Hugging Face's own pre-tokenizers for the names (their regexes as llama.cpp's comments quote them)

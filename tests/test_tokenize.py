@@ -17,7 +17,7 @@ from test_llamacpp_vocab import suite
 
 from attnviz.models import load_tokenizer
 from attnviz.models.offsets import Pieces, tokenize
-from attnviz.models.tokenizer import Tokenizer, byte_values, read_tokenizer_json
+from attnviz.models.tokenizer import Tokenizer, byte_values, from_spec, read_tokenizer_json
 
 VOCABULARIES = SHARED.parent / "llamacpp-vocab"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/fixtures is not beside the checkout")
@@ -302,3 +302,17 @@ def test_an_unknown_word_is_its_whole_word_however_long(cli) -> None:
     text = "a " + "x" * 3000 + " b"  # past max_input_chars_per_word: one [UNK] for the word
     doc = json.loads(cli("tokenize", "--model-dir", str(BERT_TOKENIZER), "--json", "--no-special", text).out)
     assert doc["tokens"] == ["a", "[UNK]", "b"] and doc["offsets"] == [[0, 1], [2, 3002], [3003, 3004]]
+
+
+@needs_shared
+def test_offsets_through_a_normaliser_that_joins_characters_take_linear_time() -> None:
+    """NFC joins e + U+0301 into é: the offsets were aligned by difflib, cubic in the text (2,400 characters took
+    29 s, 10,000 hours); past MAX_ALIGNED characters they are laid in proportion."""
+    import time
+
+    spec = json.loads((BERT_TOKENIZER / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer = from_spec(spec | {"normalizer": {"type": "NFC"}})
+    text = "e\u0301x" * 3300
+    started = time.monotonic()
+    well_formed(text, tokenize(tokenizer, text))
+    assert time.monotonic() - started < 2

@@ -127,6 +127,7 @@ def _flag_help(make: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
     given = sys.argv[1:] if argv is None else argv
+    streams.sane_terminal_size()
     for arg in given:
         if not arg.isascii():
             try:

@@ -61,6 +61,25 @@ class _Closed(io.TextIOWrapper):
         pass
 
 
+TERMINAL_SIZES = ("COLUMNS", "LINES", "TERMINAL_WIDTH")
+MAX_TERMINAL_SIZE = 10_000  # columns or lines: wider than any screen, narrower than a memory bomb
+
+
+def sane_terminal_size() -> None:
+    """COLUMNS, LINES and TERMINAL_WIDTH as rich and typer will read them: a whole number from 1 to
+    MAX_TERMINAL_SIZE, or unset. rich calls int() on any value str.isdigit() accepts ('²' raises, and so do
+    5,000 digits), typer on any value at all; rich draws nothing in 0 columns (exit 0, no map), and a help
+    panel is as wide as they say (COLUMNS=99999999: 300 MB of --help)."""
+    for name in TERMINAL_SIZES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not (value.isascii() and value.isdigit()) or not value.strip("0"):
+            del os.environ[name]
+        elif len(value) > len(str(MAX_TERMINAL_SIZE)) or int(value) > MAX_TERMINAL_SIZE:
+            os.environ[name] = str(MAX_TERMINAL_SIZE)
+
+
 def prepare() -> None:
     """Make stdout and stderr safe to write to, whatever the parent left them as; and matplotlib
     independent of the user's settings (attnviz draws with Agg and sets every style it uses)."""

@@ -205,7 +205,10 @@ def explain(
         query = e.query
         if importance:
             from ..ablation import key_importance
+            from .ablation import ABLATE_TOKENS
 
+            if len(att.tokens) > ABLATE_TOKENS:  # a key at a time, each a pass over the text: quadratic
+                raise UsageError(f"--importance takes at most {ABLATE_TOKENS} tokens; the text is {len(att.tokens):,}")
             model.resident()  # each key removed runs the layers from --layer on again
             heads = tuple(range(model.heads)) if all_heads else (head,)
             measured = key_importance(model, layer.text, chosen, query, heads)

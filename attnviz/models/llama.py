@@ -197,7 +197,7 @@ def gguf_window(meta: Settings) -> int | None:
     none), as transformers' Mistral slides. llama.cpp's converter writes no window for Mistral and llama.cpp's
     llama graph reads none: a file that says one is shown as its model attends — transformers' map of the same
     checkpoint — where llama.cpp would let every token see every earlier one."""
-    if meta.get("attention.sliding_window", 0) == 0:
+    if meta.number("attention.sliding_window", 0, low=0, high=2**24) == 0:
         return None
     return meta.count("attention.sliding_window", high=2**24)
 
@@ -210,12 +210,10 @@ def gguf_rope(meta: Settings, base: float, dims: int, weights: Tensors, longrope
     longer than rope.scaling.original_context_length (as transformers picks them: see :class:`Rope`). Any other
     scaling changes the attention in ways attnviz does not run, so the file is refused naming the key, never
     shown without it."""
-    kind = meta.get("rope.scaling.type", "none")
+    kind = meta.choice("rope.scaling.type", "none", ("none", "linear"), " (the scalings attnviz runs)")
     meta.known("rope.scaling.finetuned", "rope.scaling.original_context_length")  # the latter: LongRoPE's alone
-    if kind not in ("none", "linear"):
-        raise meta.fail("rope.scaling.type", kind, "none or linear (the scalings attnviz runs)")
-    if meta.get("rope.scaling.yarn_log_multiplier") not in (None, 1, 1.0, 0, 0.0):
-        raise meta.fail("rope.scaling.yarn_log_multiplier", meta.get("rope.scaling.yarn_log_multiplier"), "absent")
+    if "rope.scaling.yarn_log_multiplier" in meta:
+        meta.choice("rope.scaling.yarn_log_multiplier", 1, (1, 0, 1.0, 0.0), " (absent: YaRN is not run by attnviz)")
     attention = float(meta.number("rope.scaling.attn_factor", 1.0, low=1e-3, high=1e3))
     lengths = ("rope_factors_long.weight", "rope_factors_short.weight")
     for name in lengths:

@@ -63,8 +63,8 @@ class Settings:
             raise self.fail(key, value, f"a number from {low:g} to {high:g}")
         return value
 
-    def count(self, key: str, default: int | None = None, high: int = 2**16) -> int:
-        value = self.number(key, default, high=high)
+    def count(self, key: str, default: int | None = None, high: int = 2**16, low: int = 1) -> int:
+        value = self.number(key, default, low=low, high=high)
         if value != int(value):
             raise self.fail(key, value, "a whole number")
         return int(value)

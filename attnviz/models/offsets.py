@@ -22,13 +22,14 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from ..errors import AttnvizError, printable
-from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, one_budget
+from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, on_time, one_budget
 
 if TYPE_CHECKING:
     import numpy as np
 
 Span = tuple[int, int]
-MAX_ALIGNED = 20_000  # characters a normaliser's output is aligned over by difflib (quadratic at worst)
+MAX_ALIGNED = 512  # characters a normaliser's output is aligned over by difflib (cubic at worst: NFC of 2,400
+# characters of e + U+0301 + x took 29 s, the 20,000 once allowed hours); a longer one in proportion
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,7 @@ def _aligned(segment: str, out: str) -> list[Span]:
     character for character, others as a whole, inserted characters to the character after them."""
     if not segment:
         return [(0, 0)] * len(out)
+    on_time("offsets, aligned to its normaliser's output,")  # the text's budget, over all its segments
     if len(segment) + len(out) > MAX_ALIGNED:  # in proportion: near, not exact
         places = [min(k * len(segment) // len(out), len(segment) - 1) for k in range(len(out))]
         return [(i, i + 1) for i in places]

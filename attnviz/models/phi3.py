@@ -83,6 +83,7 @@ def rope_from_config(config: Settings, d_head: int, context: int) -> Rope:
         result = Rope(base, dims)
     elif kind in LONGROPE:
         rope.known("original_max_position_embeddings")  # the top-level one is used (transformers' standardisation)
+        original = config.count("original_max_position_embeddings", 4096, high=2**24, low=2)  # its log divides
         short, long = (longrope_factors(rope, name, dims) for name in ("short_factor", "long_factor"))
         given = rope.get("factor")
         factor = context / original if given is None else rope.number("factor", low=1e-6, high=1e6)

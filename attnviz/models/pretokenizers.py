@@ -58,14 +58,16 @@ DEEPSEEK_CJK = "[一-龥ࠀ-一가-퟿]+"
 AFMOE_DIGITS = r"\p{AFMoE_digits}"
 HAN = r"\p{Han}+"
 THOUSANDS = r"(?=(\d{3})+(?!\d))"
+DIGIT_GROUPS = r"\d{1,3}(?=(?:\d{3})*\b)"
 LINES = r"[^\n]+|[\n]+"
 SPACE_RUNS = "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}"
+JAIS2 = LLAMA3[: LLAMA3.index(r"|\s+(?!\S)")] + SPACE_RUNS
 
 # llama.cpp's LLAMA_VOCAB_PRE_TYPE_* and the regexes llm_tokenizer_bpe gives each (llama-vocab.cpp)
 REGEXES: dict[str, tuple[str, ...]] = {
     "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"),
     "llama3": (LLAMA3,),
-    "jais2": (LLAMA3[: LLAMA3.index(r"|\s+(?!\S)")] + SPACE_RUNS,),
+    "jais2": (JAIS2,),
     "deepseek-llm": ("[\r\n]", DEEPSEEK_LETTERS, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", DEEPSEEK_CJK, r"\p{N}+"),
     "deepseek3": (r"\p{N}{1,3}", KANA_HAN, DEEPSEEK3),
     "spark2_5": (r"\p{N}{1,3}", KANA_HAN, r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?"
@@ -88,7 +90,7 @@ REGEXES: dict[str, tuple[str, ...]] = {
     "gpt4o": (CASED_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
     "granite-emb-multi": (CASED_WORDS.replace(r"(?=[\p{L}])", r"(?=[\p{L}\p{M}])")
                           + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
-    "tiny-aya": (r"\d{1,3}(?=(?:\d{3})*\b)",
+    "tiny-aya": (DIGIT_GROUPS,
                  CATEGORY_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
     "kimi-k2": (HAN,),
     "superbpe": (r"\p{N}+", THOUSANDS),
@@ -277,11 +279,15 @@ def cutter(regex: str) -> Cut:
         return lambda piece: [piece[s:e] for s, e in custom(piece)]
     if regex == THOUSANDS:  # the same cuts in one pass (as a regex, quadratic in a run of digits)
         return _thousands
+    if regex == DIGIT_GROUPS:  # the same, for tiny-aya's groups of three
+        return lambda piece: _pieces(piece, _digit_groups(widened(piece)))
     classes = any(f"\\p{{{name}}}" in regex for name in PROPERTIES)
     if classes and not regex.isascii():
         raise ValueError("llama.cpp refuses a regex with both \\p{…} classes and characters above ASCII")
     ecma = re.compile(_ecmascript(collapse_regex(regex) if classes else regex), re.ASCII | re.V0)
     form = collapsed if classes else widened
+    if regex == JAIS2:
+        return lambda piece: _pieces(piece, _space_runs(ecma, form(piece)))
     # within the text's time budget: superbpe's lookahead is quadratic in a run of digits, in llama.cpp too
     return lambda piece: _pieces(piece, matches(ecma, form(piece)))
 
@@ -463,6 +469,49 @@ def _thousands(piece: str) -> list[str]:
         edges += [cut for cut in range(end - (end - start) // 3 * 3, end, 3) if cut > 0]
     edges.append(len(piece))
     return [piece[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+def _digit_groups(piece: str) -> list[tuple[int, int]]:
+    """Where ``\\d{1,3}(?=(?:\\d{3})*\\b)`` matches, in one pass: a run of ASCII digits that ends a word (what
+    follows is not ``[A-Za-z0-9_]``) in threes from its end, the first group taking what is left over; a run
+    that a letter or ``_`` follows, nowhere. The regex looks ahead to the run's end from every group:
+    quadratic in a run of digits, 3 s for 20,000 of them."""
+    import regex as re
+
+    spans: list[tuple[int, int]] = []
+    for run in re.finditer(r"[0-9]+", piece):
+        start, end = run.span()
+        if end < len(piece) and (piece[end].isascii() and (piece[end].isalnum() or piece[end] == "_")):
+            continue
+        first = start + (end - start - 1) % 3 + 1
+        spans += [(start, first), *((at, at + 3) for at in range(first, end, 3))]
+    return spans
+
+
+LONG_SPACE = 1024  # white space without a line break past which jais-2's runs of 512 are cut without the regex
+
+
+def _space_runs(ecma: Any, text: str) -> list[tuple[int, int]]:
+    """Where jais-2's regex matches in ``text``, linear in a long run of white space. From a place in a run of
+    white space with no line break from there to its end and more than 513 characters left, every alternative before
+    ``\\s{512}(?!\\S)`` fails (``\\s*[\\r\\n]+`` only after scanning to the run's end, which made a run of
+    n spaces cost n²/1,024: 30 s for a million) and that one matches: the next 512 characters. The scan arrives
+    at such a run's start (no match reaches into it from before), so its pieces of 512 are cut here and the
+    regex runs on the rest, as it would."""
+    import regex as re
+
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for run in re.finditer(rf"(?<![^\S\r\n])[^\S\r\n]{{{LONG_SPACE},}}", text, re.ASCII | re.V0):
+        start, end = run.span()
+        if end < len(text) and text[end] in "\r\n":
+            continue  # a line break ends it: \s*[\r\n]+ takes the run in one match
+        spans += matches(ecma, text, at, start)
+        at = start
+        while end - at > 513:
+            spans.append((at, at + 512))
+            at += 512
+    return spans + matches(ecma, text, at)
 
 
 def _afmoe_digits(piece: str) -> list[tuple[int, int]]:

@@ -209,11 +209,12 @@ def on_time(what: str) -> None:
         raise AttnvizError(f"the tokenizer's {what} found no end on this text within {PATTERN_SECONDS:g} s")
 
 
-def matches(regex: Any, text: str) -> list[tuple[int, int]]:
-    """The spans ``regex`` matches in ``text``; a pattern of a tokenizer.json that backtracks without end
-    (``(a+)+$``) is stopped, in the time the text has left, rather than left to hang."""
+def matches(regex: Any, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """The spans ``regex`` matches in ``text`` (from ``start``, up to ``end`` as though the text ended there); a
+    pattern of a tokenizer.json that backtracks without end (``(a+)+$``) is stopped, in the time the text has
+    left, rather than left to hang."""
     try:
-        return [m.span() for m in regex.finditer(text, timeout=max(_remaining(), 1e-3))]
+        return [m.span() for m in regex.finditer(text, start, end, timeout=max(_remaining(), 1e-3))]
     except TimeoutError:
         raise AttnvizError(
             f"the tokenizer's pattern {printable(repr(regex.pattern))[:60]} found no end on this text "
