@@ -4,6 +4,8 @@ transformers' attention on them."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import struct
 from collections.abc import Mapping
@@ -88,3 +90,15 @@ def texts(name: str, source: str = "hf") -> list[tuple[str, list[int], np.ndarra
         key = f"gguf_attentions:{i}" if source == "gguf" and f"gguf_attentions:{i}" in z else f"attentions:{i}"
         out.append((str(text), z[f"ids:{i}"].tolist(), z[key]))
     return out
+
+
+def changed(parsed: GGUF, changes: Mapping[str, Mapping[str, object]]) -> GGUF:
+    """A copy of a parsed GGUF with ``changes["metadata"]`` (key: value) and ``changes["tensors"]`` (a new name:
+    the existing tensor it copies): the key accounting's tests change a file without writing it again."""
+    file = copy.copy(parsed)
+    file.metadata = dict(file.metadata) | dict(changes["metadata"])
+    tensors = changes["tensors"]
+    file.tensors = dict(file.tensors) | {
+        new: dataclasses.replace(file.tensors[str(old)], name=new) for new, old in tensors.items()
+    }
+    return file

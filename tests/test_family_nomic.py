@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import families
 import nomic_files
 import numpy as np
 import pytest
@@ -41,11 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Files]:
     tokenizer = vocabulary.from_gguf(parsed.metadata, made["gguf"])
 
     def read(path: Path) -> GGUF:
-        file = copy.copy(parsed)
-        file.metadata = dict(file.metadata) | CHANGES["metadata"]
-        added = {new: dataclasses.replace(file.tensors[old], name=new) for new, old in CHANGES["tensors"].items()}
-        file.tensors = dict(file.tensors) | added
-        return file
+        return families.changed(parsed, CHANGES)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gguf_module, "GGUF", read)

@@ -10,8 +10,6 @@ these tests still runs attnviz's loaders on them: the accounting of keys and ten
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -53,11 +51,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Files]:
     folders = checkpoint.folder_tokenizer(made["qwen3", "hf"], "qwen3")
 
     def read(path: Path) -> GGUF:
-        file = copy.copy(parsed[Path(path)])
-        file.metadata = dict(file.metadata) | CHANGES["metadata"]
-        added = {new: dataclasses.replace(file.tensors[old], name=new) for new, old in CHANGES["tensors"].items()}
-        file.tensors = dict(file.tensors) | added
-        return file
+        return families.changed(parsed[Path(path)], CHANGES)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gguf_module, "GGUF", read)
