@@ -129,3 +129,8 @@ def test_rollout_on_a_hundred_million_columns_in_a_capped_child(tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     assert run.stderr == b""
     assert 500 < len(run.stdout) < 10_000
+
+
+def test_tokens_that_only_look_the_same_are_told_apart() -> None:
+    """A model's 'the' and ' the' are two tokens that the terminal shows alike: both get their positions."""
+    assert [t.strip() for t in distinct_labels(["the", " cat", " the"], 12)] == ["the₀", "cat", "the₂"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,10 @@ def score_label(config: dict[str, object]) -> str:
 
 
 def distinct_labels(tokens: tuple[str, ...] | list[str], width: int) -> list[str]:
-    """Abbreviated tokens; one that occurs more than once gets its position as a subscript (the₀, the₄)."""
-    counts: dict[str, int] = {}
-    for token in tokens:
-        counts[token] = counts.get(token, 0) + 1
+    """Abbreviated tokens; a label shown more than once gets its position as a subscript (the₀, the₄), whether the
+    tokens are the same or only look it ('the' and ' the')."""
+    labels = [abbreviate(t, width) for t in tokens]
+    counts = Counter(label.strip() for label in labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-    return [abbreviate(t, width) + (str(i).translate(subscript) if counts[t] > 1 else "") for i, t in enumerate(tokens)]
+    shared = {label for label, count in counts.items() if count > 1}
+    return [label + str(i).translate(subscript) if label.strip() in shared else label for i, label in enumerate(labels)]
