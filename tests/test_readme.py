@@ -1,8 +1,10 @@
-"""The README shows real output: every `$ attnviz …` example without a pipe is run and compared."""
+"""The README shows real output: every `$ attnviz …` example is run and compared, those piped into jq through the
+Python reading of their jq filter below (jq itself is not a dependency)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -12,6 +14,14 @@ from conftest import REPO
 
 FENCE = re.compile(r"```\n(\$ attnviz [^\n|]*)\n(.*?)```", re.S)
 EXAMPLES = FENCE.findall((REPO / "README.md").read_text(encoding="utf-8"))
+PIPED = re.compile(r"^\$ attnviz ([^\n|]*) \| jq (-c )?'([^']*)'[^\n]*\n(.*?)(?=^\$ |```)", re.S | re.M)
+PIPED_EXAMPLES = PIPED.findall((REPO / "README.md").read_text(encoding="utf-8"))
+JQ = {
+    ".rows[] | [.title, .max_abs_difference]": lambda d: [[r["title"], r["max_abs_difference"]] for r in d["rows"]],
+    ".tokens, .config, (.weights | length)": lambda d: [d["tokens"], d["config"], len(d["weights"])],
+    ".weights[0][1]": lambda d: [d["weights"][0][1]],
+}
+"""Each jq filter the README pipes into, as the list of values jq prints: a new filter fails until it is added."""
 
 
 def test_the_readme_has_examples() -> None:
@@ -27,6 +37,21 @@ def test_readme_example_output_is_what_attnviz_prints(cli, monkeypatch, command:
     run = cli(*args, *([] if args[0] == "check" else ["--no-color"]))
     assert run.code == (1 if "FAIL" in shown else 0), run.err
     assert [line.rstrip() for line in run.out.splitlines()] == shown.rstrip("\n").splitlines()
+
+
+@pytest.mark.parametrize(("command", "compact", "jq", "shown"), PIPED_EXAMPLES, ids=[c[2] for c in PIPED_EXAMPLES])
+def test_readme_jq_example_output_is_what_jq_would_print(cli, monkeypatch, command, compact, jq, shown) -> None:
+    monkeypatch.chdir(REPO)
+    run = cli(*shlex.split(command))
+    assert run.code == 0, run.err
+    assert jq in JQ, f"the README pipes into jq {jq!r}: add its reading to JQ"
+    values = JQ[jq](json.loads(run.out))
+    printed = [json.dumps(v, separators=(",", ":")) if compact else json.dumps(v, indent=2) for v in values]
+    assert "\n".join(printed).splitlines() == shown.rstrip("\n").splitlines()
+
+
+def test_the_readme_pipes_into_jq() -> None:
+    assert len(PIPED_EXAMPLES) >= 3
 
 
 def test_the_readmes_deck_is_an_excerpt_of_samples_slides_toml() -> None:
