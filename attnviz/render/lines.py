@@ -44,6 +44,7 @@ POSITIONED_LABEL_SHARE = 0.35  # or of labels that end in their position, 'token
 LINES_SHARE = 0.4  # the lines take at least this share of a panel's width
 STRONGEST = 60  # links drawn of a map longer than that, shared among the heads
 PER_HEAD = 12  # links of each head at least
+SINK_MARK = "†"  # a sink key in the terminal; heatmap's '*' is a row's maximum, one mark one meaning
 MIN_CONTRAST = 4.5  # WCAG's contrast for text: a head's colour against the background, lines and titles alike
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 HEAD_COLOURS = (
@@ -355,7 +356,7 @@ def render_lines(
     else:
         queries, keys = distinct_labels(att.tokens, min(12, chars)), distinct_labels(att.keys, min(12, chars))
     sinks = marked_sinks(att)
-    keys = [f"{key}*" if j in sinks else key for j, key in enumerate(keys)]
+    keys = [f"{key}{SINK_MARK}" if j in sinks else key for j, key in enumerate(keys)]
     label_w = max((cell_len(q) for q in queries), default=0)
     for h, label in enumerate(att.head_labels):
         yield Text(f"\n{label}", style="bold cyan")
@@ -375,7 +376,7 @@ def render_lines(
             query = " " * (label_w - cell_len(queries[i])) + queries[i]
             yield from _filled(Text(f"{query} → ", style="bold"), items, width)
     if sinks:
-        yield Text("*: attention sink", style="dim")
+        yield Text(f"{SINK_MARK}: attention sink", style="dim")
 
 
 def _filled(start: Text, items: list[Text], width: int) -> Iterator[Text]:
