@@ -74,14 +74,21 @@ MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise dra
 
 def shared_heads(heads: int, kv_heads: int) -> str:
     """'query heads 0–2, 3–5 and 6–8 share key/value heads 0, 1 and 2' (grouped-query attention)."""
+    return " ".join(sharing_phrases(heads, kv_heads))
+
+
+def sharing_phrases(heads: int, kv_heads: int) -> list[str]:
+    """:func:`shared_heads` as the phrases a heading may break between: 'query heads 0–2, 3–5 and 6–8',
+    'share key/value heads 0, 1 and 2'."""
     group = heads // kv_heads
     spans = [f"{k * group}–{(k + 1) * group - 1}" if group > 1 else str(k) for k in range(kv_heads)]
     if kv_heads == 1:
-        return f"query heads {spans[0]} share one key/value head"
+        return [f"query heads {spans[0]}", "share one key/value head"]
     ids = [str(k) for k in range(kv_heads)]
-    return (
-        f"query heads {', '.join(spans[:-1])} and {spans[-1]} share key/value heads {', '.join(ids[:-1])} and {ids[-1]}"
-    )
+    return [
+        f"query heads {', '.join(spans[:-1])} and {spans[-1]}",
+        f"share key/value heads {', '.join(ids[:-1])} and {ids[-1]}",
+    ]
 
 
 def tile_starts(count: int, size: int, gap: int, group: int = 0) -> list[int]:
@@ -614,7 +621,7 @@ def render_heads_figure(
     ]
     shared = stack.source.get("kv_heads")
     group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
-    kv = [shared_heads(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
+    kv = [sharing_phrases(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
     title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
