@@ -147,6 +147,13 @@ def marked_sinks(att: Attention) -> set[int]:
     return {int(s["key"]) for s in att.config.get("sinks") or []}
 
 
+def labelled_rows(listed: list[int], step: int, marked: set[int]) -> list[int]:
+    """The rows of a column listing ``listed`` tokens that get a label: every ``step``-th, and each ``marked``
+    one (a sink, outlined) wherever it falls, the thinned labels too near it left out so that none overlap."""
+    kept = [r for r, token in enumerate(listed) if token in marked]
+    return sorted({*kept, *(r for r in range(0, len(listed), step) if all(abs(r - k) >= step for k in kept))})
+
+
 def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]]:
     """(head, query, key, weight) for every allowed weight of at least ``min_weight``."""
     found = np.argwhere((att.weights >= min_weight) & att.allowed[None])
@@ -208,7 +215,9 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
     step = tick_step(rows, room[1] / 72, font)
     share = LABEL_SHARE if "strongest" not in att.config else POSITIONED_LABEL_SHARE
     chars = max(3, min(14, int(room[0] * share / (font * 0.62))))
-    listed = {(0, i) for q, _ in panels for i in q[::step]} | {(1, j) for _, k in panels for j in k[::step]}
+    sinks = marked_sinks(att)
+    listed = {(0, i) for q, _ in panels for i in q[::step]}
+    listed |= {(1, k[r]) for _, k in panels for r in labelled_rows(k, step, sinks)}
     shown = [_cut((att.tokens, att.keys)[side][i], chars) for side, i in sorted(listed)] or ["queries"]
     title = max(style.smallest, font * 0.9)
     side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
@@ -236,7 +245,7 @@ def _draw_links(
         label = _cut(att.tokens[i], lay.chars)
         ax.text(0, r, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
     sinks = marked_sinks(att)
-    for r in range(0, m, lay.step):
+    for r in labelled_rows(keys, lay.step, sinks):
         label = _cut(att.keys[keys[r]], lay.chars)
         shown = ax.text(1, r, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right)
         shown.set_clip_on(False)
