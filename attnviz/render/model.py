@@ -45,9 +45,14 @@ if TYPE_CHECKING:
 
 
 def stack_parts(stack: AttentionStack) -> list[str]:
-    """The configuration line of a whole model: its source and size, without a layer."""
+    """The configuration line of a whole model: its source and size, without a layer (nor that layer's sinks:
+    each tile has its own, :func:`sink_notes`)."""
+    from dataclasses import replace
+
     kept = stack.kept_layers
-    parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
+    first = stack.layer(kept[0])
+    config = {k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "sink_mode")}
+    parts = [p for p in describe_parts(replace(first, config=config)) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif len(kept) == 1:
@@ -198,7 +203,7 @@ def render_model_figure(
     font, label = style.font_size, style.scaled(0.8)
     width = style.figure_size(0.5, wide=True)[0]
     tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
-    tile += [SINK_PARTS[sinks]] if sinks in SINK_PARTS and stack.key_mass is not None and stack.key_mass.any() else []
+    tile += sink_notes(stack, sinks)
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
@@ -296,6 +301,18 @@ def render_model_figure(
 
 
 SINK_PARTS = {"mark": "sinks outlined (each tile's own)", "hide": "sinks hidden in each tile: rows renormalised"}
+
+
+def sink_notes(stack: AttentionStack, sinks: str) -> list[str]:
+    """What the model view's title says of its tiles' sinks, from the stack, not from how it was asked for: a
+    stack whose tiles had sinks hidden (the model's with --sinks hide, or a document's read back) says so; one
+    with ``sinks`` "mark" and a sink in some tile says they are outlined."""
+    if any(keys for layer in stack.hidden for keys in layer):
+        return [SINK_PARTS["hide"]]
+    found = (stack.key_mass is not None and stack.key_mass.any()) or any(
+        tile for layer in stack.recorded for tile in layer
+    )
+    return [SINK_PARTS["mark"]] if sinks == "mark" and found else []
 
 
 def outline_tile_sinks(
