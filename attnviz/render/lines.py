@@ -225,10 +225,17 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
 
 
 def _draw_links(
-    ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle, lay: LinesLayout, listed: Listed
+    ax: Axes,
+    att: Attention,
+    heads: list[int],
+    min_weight: float,
+    style: FigureStyle,
+    lay: LinesLayout,
+    listed: Listed,
+    columns: bool = True,
 ) -> None:
     """The ``listed`` queries down the left, keys down the right (outside the panel, in the room the layout
-    left), a line for each link of at least ``min_weight``."""
+    left), a line for each link of at least ``min_weight``; the ``columns`` titled ('queries', 'keys')."""
     from matplotlib.collections import LineCollection
     from matplotlib.transforms import blended_transform_factory
 
@@ -262,7 +269,7 @@ def _draw_links(
         colour = head_colour(h if len(att.head_labels) > 1 else 0, style)
         rgba = [(*_rgb(colour), float(0.15 + 0.85 * v)) for v in w]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=0.5 + 4.0 * w, capstyle="round"))
-    for x, name in ((0, "queries"), (1, "keys")):
+    for x, name in ((0, "queries"), (1, "keys")) if columns else ():
         ha, dx = ("right", -LABEL_PAD) if x == 0 else ("left", LABEL_PAD)
         at = ax.transAxes + points_offset(ax.figure, dx, lay.font * 0.7)
         ax.text(x, 1, name, ha=ha, va="bottom", fontsize=lay.title, color=muted, fontstyle="italic", transform=at)
@@ -302,7 +309,8 @@ def render_lines_figure(
     pad, gap = font * 0.8, font * 1.5
     parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
-    per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
+    columns = lines_height(1, font)  # the column titles, over the first row of panels: every panel's are the same
+    per_row = lines_height(1, font) + TITLE_PAD + font  # each panel's title
 
     def arranged(cols: int) -> Arrangement:
         rows = -(-panels // cols)
@@ -311,7 +319,7 @@ def render_lines_figure(
         panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
         for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
             head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
-            panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
+            panel_h = (height * 72 - 2 * pad - head - legend - columns - (rows - 1) * gap) / rows - per_row
             lay = lines_layout(att, style, (panel_w, panel_h), listed)
             if lay.step == 1:
                 break
@@ -335,13 +343,14 @@ def render_lines_figure(
     for index in range(panels):
         r, c = divmod(index, cols)
         x = pad + c * (panel_w + gap) + lay.side
-        y = height * 72 - pad - head - per_row - r * (panel_h + per_row + gap) - panel_h
+        y = height * 72 - pad - head - columns - per_row - r * (panel_h + per_row + gap) - panel_h
         box = (x / 72 / width, y / 72 / height, (panel_w - 2 * lay.side) / 72 / width, panel_h / 72 / height)
         ax = fig.add_axes(box)
-        _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index])
+        _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index], columns=r == 0)
         name = names[index]
         colour = head_colour(index, style) if layout == "side" else style.colours["text"]
-        ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font + 0.3 * font)
+        above = lines_height(1, lay.title) if r == 0 else 0.0  # the column titles
+        ax.set_title(name, fontweight="bold", color=colour, pad=above + lay.font + 0.3 * font)
     if legend:
         from matplotlib.lines import Line2D
 
