@@ -23,6 +23,13 @@ POSITIONS: tuple[str, ...] = ("none", "sinusoidal")
 MAX_SEED = 2**64 - 1  # the largest integer a JSON document holds for attnviz to read back (20 digits)
 
 
+def check_seed(seed: int) -> int:
+    """``seed`` when it is one every command's --seed takes (0 to MAX_SEED: a document holds it and reads back)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be from 0 to 2^64 - 1 ({MAX_SEED}), got {seed}")
+    return seed
+
+
 @dataclass(frozen=True)
 class LayerConfig:
     """Everything that decides the numbers. ``positions=None`` means the default for ``embed``."""
@@ -46,8 +53,7 @@ class LayerConfig:
                 f"--d-model {self.d_model} is not divisible by --heads {self.heads}: "
                 f"each head needs d_k = d_model / heads dimensions"
             )
-        if not 0 <= self.seed <= MAX_SEED:
-            raise UsageError(f"--seed must be from 0 to 2^64 - 1 ({MAX_SEED}), got {self.seed}")
+        check_seed(self.seed)
         if self.embed not in EMBEDS:
             raise UsageError(f"--embed must be one of {', '.join(EMBEDS)}, got {self.embed!r}")
         if self.positions is None:

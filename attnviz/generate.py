@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .blocked import Keep, Kept
+from .config import check_seed
 from .core import Array, causal_mask
 from .errors import AttnvizError, UsageError, out_of_range, printable
 from .progress import Steps, no_progress
@@ -40,6 +41,7 @@ class Sampling:
             raise UsageError(f"--temperature must be from 0 (greedy) to 100, got {self.temperature:g}")
         if self.top_k is not None and self.top_k < 1:
             raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
+        check_seed(self.seed)
 
     @property
     def greedy(self) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import check_seed
 from .core import Array, softmax
 from .errors import UsageError
 from .resources import ensure_fits
@@ -77,8 +78,7 @@ def measure_saturation(dk_max: int = 1024, keys: int = 64, trials: int = 200, se
         raise UsageError(f"--keys must be at least 2 (entropy is normalised by log keys), got {keys}")
     if trials < 1:
         raise UsageError(f"--trials must be at least 1, got {trials}")
-    if seed < 0:
-        raise UsageError(f"--seed must be 0 or more, got {seed}")
+    check_seed(seed)
     ensure_fits(
         8 * 3 * max(_BATCH_NUMBERS, (keys + 1) * dk_max) + 8 * 4 * trials * keys,
         f"--dk-max {dk_max} with {keys} keys and {trials} trials",

@@ -228,6 +228,25 @@ def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path)
     assert line in console.export_text()
 
 
+def test_the_heading_breaks_the_sharing_sentence_between_its_phrases_at_every_preset() -> None:
+    """SmolLM2's 9 query heads on 3 key/value heads: 'share key/value heads 0, 1 and 2' is never cut to '0, 1' /
+    'and 2' (as it was on --preset paper); the sentence breaks, if at all, before 'share'."""
+    from attnviz.ablation import Ablation
+    from attnviz.render.ablation import render_ablation_figure
+    from attnviz.render.audit import audit
+    from attnviz.render.figure import FigureStyle
+
+    delta = np.random.default_rng(0).normal(size=(30, 9))
+    result = Ablation(tuple("abcde"), (1, 2, 3, 4, 5), "zero", 7.2608, delta, kv_heads=3)
+    phrases = ["query heads 0–2, 3–5 and 6–8", "share key/value heads 0, 1 and 2"]
+    for preset in PRESETS:
+        fig = render_ablation_figure(result, "smollm2", FigureStyle(preset=preset))
+        lines = fig._suptitle.get_text().split("\n")
+        sharing = lines[next(i for i, line in enumerate(lines) if line.startswith("query heads")) :]
+        assert sharing in ([" ".join(phrases)], phrases), (preset, sharing)
+        assert audit(fig) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

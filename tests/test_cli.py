@@ -139,6 +139,21 @@ def test_no_color_environment_gives_plain_text(cli, monkeypatch: pytest.MonkeyPa
     assert "\x1b" not in cli("heatmap", "a", "b").out
 
 
+def test_every_command_that_prints_a_report_takes_no_color_from_one_definition(cli, tmp_path: Path) -> None:
+    """--no-color on every command with a terminal view (check's is plain anyway; batch writes files), one option."""
+    import typer
+
+    from attnviz.cli import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    options = {name: next((p for p in c.params if p.name == "no_color"), None) for name, c in commands.items()}
+    assert [name for name, option in options.items() if option is None] == ["batch"]
+    assert len({(tuple(o.opts), o.help) for o in options.values() if o is not None}) == 1
+    np.save(tmp_path / "a.npy", np.full((2, 2), 0.5))
+    plain, colourless = (cli("check", str(tmp_path / "a.npy"), *extra) for extra in ([], ["--no-color"]))
+    assert colourless.code == 0 and colourless.out == plain.out and "ok   finite" in plain.out
+
+
 def test_markup_and_control_characters_in_tokens_are_shown_literally(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FORCE_COLOR", "1")
     run = cli("heatmap", "-", stdin=json.dumps(["[b]x", "\x1b[2J", "a\u202eb", "\x07"]).encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -260,9 +261,42 @@ def test_a_model_view_with_its_sinks_hidden_reads_back_as_written(cli, tmp_path:
     assert run.code == 1 and run.err.count("\n") == 1 and "'sinks_hidden'" in run.err, run.err
 
 
+@pytest.mark.parametrize("mean", [[], ["--mean"]], ids=["heads", "mean"])
+def test_a_model_view_drawn_from_its_document_says_its_sinks_were_hidden_as_drawn_directly(
+    cli, tmp_path: Path, monkeypatch, mean: list[str]
+) -> None:
+    """The model view's title says the tiles' sinks were hidden, drawn from the maps with --sinks hide and
+    drawn from the document that run wrote (which needs no --sinks: they are hidden in it) alike."""
+    import attnviz.render.model as model
+
+    headings: list[str] = []
+    drawn = model.draw_heading
+    monkeypatch.setattr(model, "draw_heading", lambda fig, title, *a: headings.append(title) or drawn(fig, title, *a))
+    source = tmp_path / "sunk.npy"
+    np.save(source, _sunk(2, 2))
+    (tmp_path / "view.json").write_text(
+        cli("heatmap", "--from", str(source), "--all-layers", *mean, "--sinks", "hide", "--json").out
+    )
+    for run in (["--from", str(source), "--sinks", "hide"], ["--from", str(tmp_path / "view.json")]):
+        assert cli("heatmap", *run, "--all-layers", *mean, "-o", str(tmp_path / "view.png")).code == 0
+    direct, read_back = ([part for part in re.split(r" · |\n", heading) if "sink" in part] for heading in headings)
+    assert direct == read_back == ["sinks hidden in each tile: rows renormalised"]
+
+
 def test_a_seed_is_one_a_document_can_hold(cli) -> None:
     """--seed up to 2^64 - 1 (20 digits, the longest integer attnviz reads from JSON) reads back; beyond, refused."""
     document = cli("heatmap", "a", "b", "--seed", str(2**64 - 1), "--json").out
     assert cli("heatmap", "--from", "-", "--json", stdin=document.encode()).out == document
     run = cli("heatmap", "a", "b", "--seed", str(2**64))
     assert run.code == 2 and run.err.count("\n") == 1 and "--seed" in run.err, run.err
+
+
+def test_saturation_and_generate_take_the_seeds_the_other_commands_take(cli, tmp_path: Path) -> None:
+    """--seed is capped at 2^64 - 1 by every command alike (config.check_seed), before anything runs."""
+    small = ["--keys", "4", "--trials", "2", "--dk-max", "2", "--json"]
+    assert json.loads(cli("saturation", *small, "--seed", str(2**64 - 1)).out)["seed"] == 2**64 - 1
+    gguf = str(write_tiny_llama(tmp_path / "m.gguf"))
+    for command in (["saturation", *small], ["generate", "--model-file", gguf, "the cat", "--new", "1"]):
+        run = cli(*command, "--seed", str(2**64))
+        assert run.code == 2 and run.err.count("\n") == 1, run.err
+        assert "--seed must be from 0 to 2^64 - 1" in run.err

@@ -297,7 +297,7 @@ def test_rollout_and_lines_find_and_hide_sinks(cli, tmp_path: Path) -> None:
 
 
 def test_lines_sinks_mark_marks_the_sink_keys(cli, tmp_path: Path) -> None:
-    """--sinks mark outlines the sinks' key labels in the figure and stars them in the terminal, as it says."""
+    """--sinks mark outlines the sinks' key labels in the figure and marks them (†) in the terminal, as it says."""
     path = tmp_path / "sink.npy"
     np.save(path, planted_sink(12)[None])
     figures = {mode: tmp_path / f"{mode}.svg" for mode in ("show", "mark")}
@@ -305,4 +305,31 @@ def test_lines_sinks_mark_marks_the_sink_keys(cli, tmp_path: Path) -> None:
         assert cli("lines", "--from", str(path), "--sinks", mode, "-o", str(figure), "--audit").code == 0
     assert 'id="sinks"' in figures["mark"].read_text() and 'id="sinks"' not in figures["show"].read_text()
     marked, shown = (cli("lines", "--from", str(path), "--sinks", m, "--no-color").out for m in ("mark", "show"))
-    assert "→ 0* " in marked and "*: attention sink" in marked and "*" not in shown
+    assert "→ 0† " in marked and "†: attention sink" in marked and "†" not in shown
+    assert "*" not in marked  # heatmap's row maximum; a sink has its own mark
+
+
+def test_lines_labels_and_outlines_a_sink_between_its_thinned_labels() -> None:
+    """9 heads on a slide label every 3rd of 23 keys: the sink, key 7, is labelled and outlined in each panel
+    all the same, the thinned labels beside it (6, 9) left out so that none overlap (the audit)."""
+    from attnviz.attention import Attention
+    from attnviz.core import causal_mask
+    from attnviz.render.audit import audit
+    from attnviz.render.figure import FigureStyle
+    from attnviz.render.heatmap import figure_heading
+    from attnviz.render.lines import render_lines_figure
+
+    n = 23
+    weights = np.random.default_rng(0).random((9, n, n)) * np.tril(np.ones((n, n)))
+    weights[:, 7:, 7] += weights[:, 7:].sum(axis=-1) * 4
+    sinks = [{"key": 7, "token": "7", "mass": 0.55}]
+    att = Attention(tuple(map(str, range(n))), weights / weights.sum(axis=-1, keepdims=True),
+                    tuple(f"head {h}" for h in range(9)), {"sinks": sinks, "sink_mode": "mark"},
+                    mask=causal_mask(n))  # fmt: skip
+    fig = render_lines_figure(att, FigureStyle(preset="slide"))
+    assert "labelled every 3rd" in figure_heading(fig)
+    outlined = [t for ax in fig.axes for t in ax.texts if t.get_gid() == "sinks"]
+    assert [t.get_text() for t in outlined] == ["7"] * 9
+    keys = [t.get_text() for t in fig.axes[0].texts if t.get_ha() == "left" and t.get_text() != "keys"]
+    assert keys == ["0", "3", "7", "12", "15", "18", "21"]
+    assert audit(fig) == []

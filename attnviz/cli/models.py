@@ -221,6 +221,7 @@ def check(
         ),
     ] = None,
     as_json: opt.Json = False,
+    no_color: opt.NoColor = False,  # its report is plain text anyway; taken as every view takes it
 ) -> None:
     """Verify an attention file; exit 1 when anything fails, for use in CI.
 

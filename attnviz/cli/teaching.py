@@ -397,7 +397,7 @@ def lines(
 ) -> None:
     """The head view: a line from each query to each key, as strong as its weight.
 
-    --sinks mark outlines the sinks' key labels (in the terminal: key*); --sinks hide drops the links
+    --sinks mark outlines the sinks' key labels (in the terminal: key†); --sinks hide drops the links
     to them and renormalises the rest; on a long map they are left out anyway.
 
     [bold]Examples[/bold]

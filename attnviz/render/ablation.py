@@ -16,7 +16,7 @@ from ..ablation import Ablation, Importance, strongest
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate
-from .model import GROUP_GAP, shared_heads
+from .model import GROUP_GAP, shared_heads, sharing_phrases
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -95,9 +95,9 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
     width = fig.get_size_inches()[0]
-    shares = result.kv_heads is not None and result.kv_heads < heads
-    kv = ["\n" + wrapped_sentence(grouping(result), width, style.font_size)] if shares else []
-    fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(kv),
+    kv = result.kv_heads if result.kv_heads is not None and result.kv_heads < heads else None
+    shared = [] if kv is None else ["\n" + wrapped_sentence(sharing_phrases(heads, kv), width, style.font_size)]
+    fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(shared),
                  fontweight="bold")  # fmt: skip
     return fig
 

@@ -50,9 +50,29 @@ def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> st
     return "\n".join(wrap_parts(parts, max(20, int(width_inches * 72 / (font_size * 0.62)))))
 
 
-def wrapped_sentence(sentence: str, width_inches: float, font_size: float) -> str:
-    """A sentence under the configuration line, wrapped between its words to the figure's width."""
-    return "\n".join(wrap_parts(sentence.split(" "), max(20, int(width_inches * 72 / (font_size * 0.62))), " "))
+def wrapped_sentence(phrases: Sequence[str], width_inches: float, font_size: float) -> str:
+    """A sentence under the configuration line, given as its phrases ('query heads 0–2 and 3–5', 'share
+    key/value heads 0 and 1'), as many to a line as the figure's width holds in the heading's bold font:
+    broken between phrases, and between the words of a phrase only when it alone is wider than a line."""
+    room = width_inches * 72 - font_size  # half a letter clear of each edge
+
+    def fits(line: str) -> bool:
+        return text_extent(line, font_size * 1.05, weight="bold")[0] <= room
+
+    lines: list[str] = []
+    for phrase in phrases:
+        joined = f"{lines[-1]} {phrase}" if lines else phrase
+        if lines and fits(joined):
+            lines[-1] = joined
+            continue
+        lines.append("")
+        for word in phrase.split(" "):
+            joined = f"{lines[-1]} {word}" if lines[-1] else word
+            if fits(joined) or not lines[-1]:
+                lines[-1] = joined
+            else:
+                lines.append(word)
+    return "\n".join(lines)
 
 
 def luminance(rgba: Sequence[float] | np.ndarray) -> Any:

@@ -44,6 +44,7 @@ POSITIONED_LABEL_SHARE = 0.35  # or of labels that end in their position, 'token
 LINES_SHARE = 0.4  # the lines take at least this share of a panel's width
 STRONGEST = 60  # links drawn of a map longer than that, shared among the heads
 PER_HEAD = 12  # links of each head at least
+SINK_MARK = "†"  # a sink key in the terminal; heatmap's '*' is a row's maximum, one mark one meaning
 MIN_CONTRAST = 4.5  # WCAG's contrast for text: a head's colour against the background, lines and titles alike
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 HEAD_COLOURS = (
@@ -146,6 +147,13 @@ def marked_sinks(att: Attention) -> set[int]:
     return {int(s["key"]) for s in att.config.get("sinks") or []}
 
 
+def labelled_rows(listed: list[int], step: int, marked: set[int]) -> list[int]:
+    """The rows of a column listing ``listed`` tokens that get a label: every ``step``-th, and each ``marked``
+    one (a sink, outlined) wherever it falls, the thinned labels too near it left out so that none overlap."""
+    kept = [r for r, token in enumerate(listed) if token in marked]
+    return sorted({*kept, *(r for r in range(0, len(listed), step) if all(abs(r - k) >= step for k in kept))})
+
+
 def links(att: Attention, min_weight: float) -> list[tuple[int, int, int, float]]:
     """(head, query, key, weight) for every allowed weight of at least ``min_weight``."""
     found = np.argwhere((att.weights >= min_weight) & att.allowed[None])
@@ -207,7 +215,9 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
     step = tick_step(rows, room[1] / 72, font)
     share = LABEL_SHARE if "strongest" not in att.config else POSITIONED_LABEL_SHARE
     chars = max(3, min(14, int(room[0] * share / (font * 0.62))))
-    listed = {(0, i) for q, _ in panels for i in q[::step]} | {(1, j) for _, k in panels for j in k[::step]}
+    sinks = marked_sinks(att)
+    listed = {(0, i) for q, _ in panels for i in q[::step]}
+    listed |= {(1, k[r]) for _, k in panels for r in labelled_rows(k, step, sinks)}
     shown = [_cut((att.tokens, att.keys)[side][i], chars) for side, i in sorted(listed)] or ["queries"]
     title = max(style.smallest, font * 0.9)
     side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
@@ -215,10 +225,17 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
 
 
 def _draw_links(
-    ax: Axes, att: Attention, heads: list[int], min_weight: float, style: FigureStyle, lay: LinesLayout, listed: Listed
+    ax: Axes,
+    att: Attention,
+    heads: list[int],
+    min_weight: float,
+    style: FigureStyle,
+    lay: LinesLayout,
+    listed: Listed,
+    columns: bool = True,
 ) -> None:
     """The ``listed`` queries down the left, keys down the right (outside the panel, in the room the layout
-    left), a line for each link of at least ``min_weight``."""
+    left), a line for each link of at least ``min_weight``; the ``columns`` titled ('queries', 'keys')."""
     from matplotlib.collections import LineCollection
     from matplotlib.transforms import blended_transform_factory
 
@@ -235,7 +252,7 @@ def _draw_links(
         label = _cut(att.tokens[i], lay.chars)
         ax.text(0, r, label, ha="right", va="center", fontsize=lay.font, color=colour, transform=left, clip_on=False)
     sinks = marked_sinks(att)
-    for r in range(0, m, lay.step):
+    for r in labelled_rows(keys, lay.step, sinks):
         label = _cut(att.keys[keys[r]], lay.chars)
         shown = ax.text(1, r, label, ha="left", va="center", fontsize=lay.font, color=text, transform=right)
         shown.set_clip_on(False)
@@ -252,7 +269,7 @@ def _draw_links(
         colour = head_colour(h if len(att.head_labels) > 1 else 0, style)
         rgba = [(*_rgb(colour), float(0.15 + 0.85 * v)) for v in w]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=0.5 + 4.0 * w, capstyle="round"))
-    for x, name in ((0, "queries"), (1, "keys")):
+    for x, name in ((0, "queries"), (1, "keys")) if columns else ():
         ha, dx = ("right", -LABEL_PAD) if x == 0 else ("left", LABEL_PAD)
         at = ax.transAxes + points_offset(ax.figure, dx, lay.font * 0.7)
         ax.text(x, 1, name, ha=ha, va="bottom", fontsize=lay.title, color=muted, fontstyle="italic", transform=at)
@@ -292,7 +309,8 @@ def render_lines_figure(
     pad, gap = font * 0.8, font * 1.5
     parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
-    per_row = lines_height(1, font) + TITLE_PAD + lines_height(1, font) + font  # panel title, column titles
+    columns = lines_height(1, font)  # the column titles, over the first row of panels: every panel's are the same
+    per_row = lines_height(1, font) + TITLE_PAD + font  # each panel's title
 
     def arranged(cols: int) -> Arrangement:
         rows = -(-panels // cols)
@@ -301,7 +319,7 @@ def render_lines_figure(
         panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
         for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
             head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
-            panel_h = (height * 72 - 2 * pad - head - legend - (rows - 1) * gap) / rows - per_row
+            panel_h = (height * 72 - 2 * pad - head - legend - columns - (rows - 1) * gap) / rows - per_row
             lay = lines_layout(att, style, (panel_w, panel_h), listed)
             if lay.step == 1:
                 break
@@ -325,13 +343,14 @@ def render_lines_figure(
     for index in range(panels):
         r, c = divmod(index, cols)
         x = pad + c * (panel_w + gap) + lay.side
-        y = height * 72 - pad - head - per_row - r * (panel_h + per_row + gap) - panel_h
+        y = height * 72 - pad - head - columns - per_row - r * (panel_h + per_row + gap) - panel_h
         box = (x / 72 / width, y / 72 / height, (panel_w - 2 * lay.side) / 72 / width, panel_h / 72 / height)
         ax = fig.add_axes(box)
-        _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index])
+        _draw_links(ax, att, shown_heads[index], min_weight, style, lay, listed[index], columns=r == 0)
         name = names[index]
         colour = head_colour(index, style) if layout == "side" else style.colours["text"]
-        ax.set_title(name, fontweight="bold", color=colour, pad=lines_height(1, lay.title) + lay.font + 0.3 * font)
+        above = lines_height(1, lay.title) if r == 0 else 0.0  # the column titles
+        ax.set_title(name, fontweight="bold", color=colour, pad=above + lay.font + 0.3 * font)
     if legend:
         from matplotlib.lines import Line2D
 
@@ -355,7 +374,7 @@ def render_lines(
     else:
         queries, keys = distinct_labels(att.tokens, min(12, chars)), distinct_labels(att.keys, min(12, chars))
     sinks = marked_sinks(att)
-    keys = [f"{key}*" if j in sinks else key for j, key in enumerate(keys)]
+    keys = [f"{key}{SINK_MARK}" if j in sinks else key for j, key in enumerate(keys)]
     label_w = max((cell_len(q) for q in queries), default=0)
     for h, label in enumerate(att.head_labels):
         yield Text(f"\n{label}", style="bold cyan")
@@ -375,7 +394,7 @@ def render_lines(
             query = " " * (label_w - cell_len(queries[i])) + queries[i]
             yield from _filled(Text(f"{query} → ", style="bold"), items, width)
     if sinks:
-        yield Text("*: attention sink", style="dim")
+        yield Text(f"{SINK_MARK}: attention sink", style="dim")
 
 
 def _filled(start: Text, items: list[Text], width: int) -> Iterator[Text]:

@@ -45,9 +45,14 @@ if TYPE_CHECKING:
 
 
 def stack_parts(stack: AttentionStack) -> list[str]:
-    """The configuration line of a whole model: its source and size, without a layer."""
+    """The configuration line of a whole model: its source and size, without a layer (nor that layer's sinks:
+    each tile has its own, :func:`sink_notes`)."""
+    from dataclasses import replace
+
     kept = stack.kept_layers
-    parts = [p for p in describe_parts(stack.layer(kept[0])) if not p.startswith("layer ")]
+    first = stack.layer(kept[0])
+    config = {k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "sink_mode")}
+    parts = [p for p in describe_parts(replace(first, config=config)) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif len(kept) == 1:
@@ -74,14 +79,21 @@ MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise dra
 
 def shared_heads(heads: int, kv_heads: int) -> str:
     """'query heads 0–2, 3–5 and 6–8 share key/value heads 0, 1 and 2' (grouped-query attention)."""
+    return " ".join(sharing_phrases(heads, kv_heads))
+
+
+def sharing_phrases(heads: int, kv_heads: int) -> list[str]:
+    """:func:`shared_heads` as the phrases a heading may break between: 'query heads 0–2, 3–5 and 6–8',
+    'share key/value heads 0, 1 and 2'."""
     group = heads // kv_heads
     spans = [f"{k * group}–{(k + 1) * group - 1}" if group > 1 else str(k) for k in range(kv_heads)]
     if kv_heads == 1:
-        return f"query heads {spans[0]} share one key/value head"
+        return [f"query heads {spans[0]}", "share one key/value head"]
     ids = [str(k) for k in range(kv_heads)]
-    return (
-        f"query heads {', '.join(spans[:-1])} and {spans[-1]} share key/value heads {', '.join(ids[:-1])} and {ids[-1]}"
-    )
+    return [
+        f"query heads {', '.join(spans[:-1])} and {spans[-1]}",
+        f"share key/value heads {', '.join(ids[:-1])} and {ids[-1]}",
+    ]
 
 
 def tile_starts(count: int, size: int, gap: int, group: int = 0) -> list[int]:
@@ -191,7 +203,7 @@ def render_model_figure(
     font, label = style.font_size, style.scaled(0.8)
     width = style.figure_size(0.5, wide=True)[0]
     tile = [f"each tile: {n} × {m} tokens"] if stack.pooled is None else []  # pooled: the first part says so
-    tile += [SINK_PARTS[sinks]] if sinks in SINK_PARTS and stack.key_mass is not None and stack.key_mass.any() else []
+    tile += sink_notes(stack, sinks)
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
@@ -289,6 +301,18 @@ def render_model_figure(
 
 
 SINK_PARTS = {"mark": "sinks outlined (each tile's own)", "hide": "sinks hidden in each tile: rows renormalised"}
+
+
+def sink_notes(stack: AttentionStack, sinks: str) -> list[str]:
+    """What the model view's title says of its tiles' sinks, from the stack, not from how it was asked for: a
+    stack whose tiles had sinks hidden (the model's with --sinks hide, or a document's read back) says so; one
+    with ``sinks`` "mark" and a sink in some tile says they are outlined."""
+    if any(keys for layer in stack.hidden for keys in layer):
+        return [SINK_PARTS["hide"]]
+    found = (stack.key_mass is not None and stack.key_mass.any()) or any(
+        tile for layer in stack.recorded for tile in layer
+    )
+    return [SINK_PARTS["mark"]] if sinks == "mark" and found else []
 
 
 def outline_tile_sinks(
@@ -614,7 +638,7 @@ def render_heads_figure(
     ]
     shared = stack.source.get("kv_heads")
     group = heads // int(shared) if shared and not stack.mean and len(stack.kept_heads) == stack.heads else 0
-    kv = [shared_heads(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
+    kv = [sharing_phrases(heads, heads // group)] if group > 1 else []  # which heads the gaps set apart
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
     title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
