@@ -20,7 +20,6 @@ import re
 import stat
 import sys
 import tomllib
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +229,7 @@ def safe_name(name: str) -> str:
     """One file name inside the output directory: no path separators, no controls, at most 255 bytes."""
     if not plain_name(name) or name.startswith("~"):
         raise UsageError(f"the name {printable(repr(name))} would leave the output directory")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):
+    if printable(name) != name:
         raise UsageError(f"the name {printable(repr(name))} holds control characters")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES - 4:
         raise UsageError(f"the name {printable(repr(name[:40]))}… is longer than a file name can be (255 bytes)")
