@@ -18,7 +18,7 @@ import numpy as np
 
 from .core import Array, soft_cap, softmax
 from .errors import AttnvizError, UsageError
-from .models.parts import shared_heads
+from .models.parts import overflow_checked, shared_heads
 from .threads import one_blas_thread, run_all
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def ablate(
     delta = np.full((model.layers, model.heads), np.nan)
     done = [0]
     counted = threading.Lock()
-    with one_blas_thread():
+    with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         if chosen is None:
             baseline = next_token_loss(model, model.through(model.embed(np.asarray(ids)), seen=keep), ids)
         else:
@@ -230,7 +230,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         if index == layer:
             inputs.append(x)
 
-    with one_blas_thread():
+    with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         last = model.through(model.embed(np.asarray(ids)), seen=keep)
         logp = log_probabilities(model.logits(last[query : query + 1]))[0]
         given = query < n - 1
