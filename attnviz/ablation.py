@@ -234,7 +234,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         last = model.through(model.embed(np.asarray(ids)), seen=keep)
         logp = log_probabilities(model.logits(last[query : query + 1]))[0]
         given = query < n - 1
-        chosen = ids[query + 1] if given else int(np.argmax(logp))
+        chosen = ids[query + 1] if given else int(np.argmax(logp[: model.spelled()]))
         baseline = finite(float(-logp[chosen]), model, ids)
         q, k, v = model.attention_inputs(inputs[0], layer)
         k, v = shared_heads(k, v, model.heads)
