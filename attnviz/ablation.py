@@ -78,10 +78,11 @@ def target_id(model: Decoder, word: str) -> int:
     from .errors import printable
 
     names = model.tokenizer.tokenize(word)
-    if len(names) != 1:
-        shown = " ".join(repr(model.tokenizer.readable(t)) for t in names) or "none"
-        raise UsageError(f"--target must be one token of the model; {printable(repr(word))} is {len(names)}: "
-                         f"{printable(shown)}")  # fmt: skip
+    if len(names) != 1:  # the first few tokens of a long target: the message stays a line
+        shown = " ".join(repr(model.tokenizer.readable(t)) for t in names[:8]) + (" …" if len(names) > 8 else "")
+        quoted = printable(repr(word[:40])) + ("…" if len(word) > 40 else "")
+        raise UsageError(f"--target must be one token of the model; {quoted} is {len(names):,}: "
+                         f"{printable(shown) or 'none'}")  # fmt: skip
     return model.tokenizer.vocab[names[0]]
 
 

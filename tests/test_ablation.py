@@ -242,6 +242,17 @@ def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path)
     [
         (["ablate", "the cat"], "ablate runs a decoder"),
         (["ablate", "--model-file", "TINY", "the cat", "--target", "xyzzy"], "--target must be one token"),
+        (
+            [
+                "ablate",
+                "--model-file",
+                "TINY",
+                "the cat",
+                "--target",
+                "ab " * 30_000,
+            ],  # its first tokens: 400 KB before
+            "'ab ab ab ab ab ab ab ab ab ab ab ab ab a'… is 90,000: 'a' 'b' ' ' 'a' 'b' ' ' 'a' 'b' …",
+        ),
         (["ablate", "--model-file", "TINY", "t"], "at least 2 tokens"),
         (["explain", "the cat", "--importance"], "--importance measures a decoder"),
         (["explain", "--model-file", "TINY", "the cat", "--all-heads"], "--all-heads goes with --importance"),
@@ -249,4 +260,4 @@ def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path)
 )
 def test_mistakes_get_one_line(cli, tiny: Path, args: list[str], message: str) -> None:
     run = cli(*[str(tiny) if a == "TINY" else a for a in args])
-    assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1
+    assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1 and len(run.err) < 300
