@@ -18,7 +18,7 @@ import numpy as np
 
 from .core import Array, soft_cap, softmax
 from .errors import AttnvizError, UsageError
-from .models.parts import shared_heads
+from .models.parts import overflow_checked, shared_heads
 from .threads import one_blas_thread, run_all
 
 if TYPE_CHECKING:
@@ -78,10 +78,11 @@ def target_id(model: Decoder, word: str) -> int:
     from .errors import printable
 
     names = model.tokenizer.tokenize(word)
-    if len(names) != 1:
-        shown = " ".join(repr(model.tokenizer.readable(t)) for t in names) or "none"
-        raise UsageError(f"--target must be one token of the model; {printable(repr(word))} is {len(names)}: "
-                         f"{printable(shown)}")  # fmt: skip
+    if len(names) != 1:  # the first few tokens of a long target: the message stays a line
+        shown = " ".join(repr(model.tokenizer.readable(t)) for t in names[:8]) + (" …" if len(names) > 8 else "")
+        quoted = printable(repr(word[:40])) + ("…" if len(word) > 40 else "")
+        raise UsageError(f"--target must be one token of the model; {quoted} is {len(names):,}: "
+                         f"{printable(shown) or 'none'}")  # fmt: skip
     return model.tokenizer.vocab[names[0]]
 
 
@@ -132,7 +133,7 @@ def ablate(
     delta = np.full((model.layers, model.heads), np.nan)
     done = [0]
     counted = threading.Lock()
-    with one_blas_thread():
+    with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         if chosen is None:
             baseline = next_token_loss(model, model.through(model.embed(np.asarray(ids)), seen=keep), ids)
         else:
@@ -230,11 +231,11 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         if index == layer:
             inputs.append(x)
 
-    with one_blas_thread():
+    with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         last = model.through(model.embed(np.asarray(ids)), seen=keep)
         logp = log_probabilities(model.logits(last[query : query + 1]))[0]
         given = query < n - 1
-        chosen = ids[query + 1] if given else int(np.argmax(logp))
+        chosen = ids[query + 1] if given else int(np.argmax(logp[: model.spelled()]))
         baseline = finite(float(-logp[chosen]), model, ids)
         q, k, v = model.attention_inputs(inputs[0], layer)
         k, v = shared_heads(k, v, model.heads)

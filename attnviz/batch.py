@@ -20,7 +20,6 @@ import re
 import stat
 import sys
 import tomllib
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +229,7 @@ def safe_name(name: str) -> str:
     """One file name inside the output directory: no path separators, no controls, at most 255 bytes."""
     if not plain_name(name) or name.startswith("~"):
         raise UsageError(f"the name {printable(repr(name))} would leave the output directory")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name):
+    if printable(name) != name:
         raise UsageError(f"the name {printable(repr(name))} holds control characters")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES - 4:
         raise UsageError(f"the name {printable(repr(name[:40]))}… is longer than a file name can be (255 bytes)")
@@ -562,7 +561,8 @@ def default_jobs() -> int:
 def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, progress: bool) -> list[Outcome]:
     """Draw what is out of date, ``jobs`` figures at a time; the manifest is kept even when interrupted.
 
-    A file is recorded once it is complete (renamed into place), with what it is on disk."""
+    A file is recorded once it is complete (renamed into place), with what it is on disk. A file in a figure's
+    place that the manifest does not name (the user's own, in a folder -o named) is not replaced without ``force``."""
     make_directory(directory)
     manifest = load_manifest(directory)  # also under --force: what is in its place must be a file
     outcomes: list[Outcome] = []
@@ -571,9 +571,13 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
         digest = None if force else up_to_date(entry, directory, manifest)
         if digest:
             outcomes.append(Outcome(entry, "skipped", sha256=digest))
+        elif not force and entry.filename not in manifest and _regular_file(directory / entry.filename):
+            outcomes.append(Outcome(entry, "failed", f"{printable(str(directory / entry.filename))}: exists and "
+                                    "batch did not draw it: remove it, or give --force to replace it"))  # fmt: skip
         else:
             todo.append(entry)
-            manifest.pop(entry.filename, None)  # redrawn or failed: the entries of other plans and shards stay
+            if entry.filename in manifest:  # batch's own, out of date until redrawn (a failure leaves it so)
+                manifest[entry.filename] = {**manifest[entry.filename], "key": ""}
     with contextlib.ExitStack() as stack:
         steps = stack.enter_context(bar("figure", "drawing", after=0)) if progress and todo else no_progress
         steps(len(outcomes), len(entries))
@@ -590,6 +594,14 @@ def run_plan(entries: list[Entry], directory: Path, *, jobs: int, force: bool, p
             raise
     save_manifest(directory, manifest)
     return sorted(outcomes, key=lambda o: o.entry.index)
+
+
+def _regular_file(path: Path) -> bool:
+    """A regular file there (not a link: writing refuses those in its own words)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _in_batch_mode(outcomes: Iterator[Outcome]) -> Iterator[Outcome]:

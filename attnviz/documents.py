@@ -21,11 +21,15 @@ MASK_SCHEMA = "attnviz.mask/1"  # one head's map, with its mask and scores
 MODEL_SCHEMA = "attnviz.model/1"  # every layer's maps, and the model's source
 GENERATE_SCHEMA = "attnviz.generate/1"
 MAPS = "the --json of heatmap (or its --jsonl), mask, heatmap --all-layers and generate"  # what holds a map
+JSON_BYTES_PER_BYTE = 16
+"""Memory a JSON map takes per byte of its text, at the most (measured: 14, with check, for maps of 0.5, 1 or 300):
+the text, its Python lists of numbers (a float is 32 bytes of list and object for the 4 of "0.5,") and the arrays
+made from them."""
 
 
 def read_json_source(path: Path, limit: int) -> Any:
     """A JSON document from a file or '-' (stdin), or the list of a JSON Lines stream's documents."""
-    from .inputs import bounded, decode, parse_json, read_file
+    from .inputs import bounded, decode, parse_json, read_at_most, read_file
     from .resources import ensure_fits, human_bytes
 
     where = "stdin" if str(path) == "-" else str(path)
@@ -34,10 +38,11 @@ def read_json_source(path: Path, limit: int) -> Any:
 
         if sys.stdin is None:
             raise AttnvizError("stdin is closed: give the attention file's path to --from")
-        raw = bounded(sys.stdin.buffer.read(limit + 1), "stdin", limit)
+        raw = bounded(read_at_most(sys.stdin.buffer, limit), "stdin", limit)
     else:
         raw = read_file(path, limit, "an attention file")
-    ensure_fits(5 * len(raw), f"reading {where} ({human_bytes(len(raw))} of JSON)", "use .npy or .npz")
+    read = f"reading {where} ({human_bytes(len(raw))} of JSON)"
+    ensure_fits(JSON_BYTES_PER_BYTE * len(raw), read, "use .npy or .npz")
     text = decode(raw, where)
     del raw
     lines = [line for line in text.splitlines() if line.strip()]

@@ -68,6 +68,7 @@ def explain_decoder(
     """Row ``query`` (default: the last) of head ``head`` of a decoder's layer ``layer`` step by step, from that
     layer's own queries, keys and values, and the layer's attention as the views take it."""
     from .blocked import Keep, attend
+    from .models.parts import overflow_checked
     from .sources import kept_stack, model_source
 
     encoding = model.encode(text)
@@ -81,7 +82,9 @@ def explain_decoder(
     _check(query, head, n, model.heads)
     q, k, v = model.layer_inputs(encoding.ids, layer)
     scale, cap, keep = model.scale(layer), model.softcap(layer), Keep(heads=(head,), scores=True)
-    _, kept = attend(q, k, v, scale=scale, causal=True, window=model.windows[layer], softcap=cap, keep=keep)
+    with overflow_checked():
+        _, kept = attend(q, k, v, scale=scale, causal=True, window=model.windows[layer], softcap=cap, keep=keep)
+    model.finite(kept.weights, layer)  # the forward pass's check: an overflowing layer is refused, not shown as NaN
     source = model_source(model, text, None, encoding.ids)
     stack = kept_stack(encoding.tokens, {layer: kept}, source, keep=keep, layers=model.layers, heads=model.heads,
                        causal=True)  # fmt: skip

@@ -183,7 +183,7 @@ def generate(
         name = printable(model.name)
         raise UsageError(f"{len(encoding.ids):,} tokens and {new:,} more are more than {name}'s {model.context:,}")
     budget(len(encoding.ids))
-    spelled = min(len(model.tokenizer.tokens), model.weights.shape("token_embd.weight")[0])
+    spelled = model.spelled()
     cache = model.start(len(encoding.ids) + new)
     prompt_pass = functools.partial(progress, unit="prompt layer")
     logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep), prompt_pass)

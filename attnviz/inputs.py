@@ -145,9 +145,23 @@ def read_file(path: Path, limit: int = MAX_INPUT, what: str = "") -> bytes:
     reading fails (see open_regular). A file that grows while read is still cut at ``limit``."""
     with open_regular(path, limit, what) as stream:
         try:
-            return bounded(stream.read(limit + 1), printable(str(path)), limit)
+            first = min(limit, os.fstat(stream.fileno()).st_size) + 1  # the whole file in one read, as a rule
+            return bounded(read_at_most(stream, limit, first), printable(str(path)), limit)
         except OSError as err:
             raise AttnvizError(f"{printable(str(path))}: cannot be read ({err.strerror})") from None
+
+
+def read_at_most(stream: BinaryIO, limit: int, first: int = 2**16) -> bytes:
+    """What ``stream`` holds, up to ``limit`` + 1 bytes (the one more tells a longer stream), read ``first`` bytes
+    then ever larger chunks at a time: ``read(n)`` allocates its n bytes before it reads any, so one read of a
+    limit's worth took a GiB of address space for any JSON file or stdin (under ``ulimit -v``, a 1 KB file
+    refused as out of memory)."""
+    chunks, total, size = [], 0, first
+    while total <= limit and (chunk := stream.read(min(size, limit + 1 - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+        size = min(2 * max(size, 2**16), 2**26)
+    return b"".join(chunks)
 
 
 def bounded(data: bytes, source: str, limit: int = MAX_INPUT) -> bytes:
@@ -160,7 +174,7 @@ def read_stdin() -> str:
     """Standard input as text, at most MAX_INPUT bytes; asked for with '-' only."""
     if sys.stdin is None:
         raise AttnvizError("stdin is closed: give the text as arguments or with --file")
-    return decode(bounded(sys.stdin.buffer.read(MAX_INPUT + 1), "stdin"), "stdin")
+    return decode(bounded(read_at_most(sys.stdin.buffer, MAX_INPUT), "stdin"), "stdin")
 
 
 def read_text(args: list[str], file: Path | None = None) -> str:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 MAX_ATTENTION_JSON = 1024 * 2**20
 MAX_ATTENTION_ARRAY = 2**36  # 64 GiB of .npy or .npz: the memory check (ensure_fits) refuses most before that
-JSON_BYTES_PER_BYTE = 5  # the text, its Python lists of floats, and the array made from them
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 

@@ -200,6 +200,15 @@ def test_explain_importance_json_and_figure(cli, tiny: Path, tmp_path: Path) -> 
         assert run.code == 0, run.err
 
 
+def test_the_top_prediction_is_a_token_the_tokenizer_spells(cli, tmp_path: Path) -> None:
+    """Spare rows of the output matrix past the vocabulary (Qwen2's): the likeliest of all 2,264 was a spare row,
+    an id with no token (IndexError); the target is chosen among the spelled ids, as generate chooses."""
+    spare = write_tiny_llama(tmp_path / "spare.gguf", spare_rows=2000)
+    run = cli("explain", "--model-file", str(spare), "the cat sat", "--importance", "--json")
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["importance"]["target_id"] < 264  # the tokenizer's 264 tokens
+
+
 def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path) -> None:
     """The tiny model's 4 query heads share 2 key/value heads: two blocks of 2 columns, a gap between them, and the
     line saying which heads share which, in the figure and under the table."""
@@ -252,6 +261,17 @@ def test_the_heading_breaks_the_sharing_sentence_between_its_phrases_at_every_pr
     [
         (["ablate", "the cat"], "ablate runs a decoder"),
         (["ablate", "--model-file", "TINY", "the cat", "--target", "xyzzy"], "--target must be one token"),
+        (
+            [
+                "ablate",
+                "--model-file",
+                "TINY",
+                "the cat",
+                "--target",
+                "ab " * 30_000,
+            ],  # its first tokens: 400 KB before
+            "'ab ab ab ab ab ab ab ab ab ab ab ab ab a'… is 90,000: 'a' 'b' ' ' 'a' 'b' ' ' 'a' 'b' …",
+        ),
         (["ablate", "--model-file", "TINY", "t"], "at least 2 tokens"),
         (["explain", "the cat", "--importance"], "--importance measures a decoder"),
         (["explain", "--model-file", "TINY", "the cat", "--all-heads"], "--all-heads goes with --importance"),
@@ -259,4 +279,4 @@ def test_the_heading_breaks_the_sharing_sentence_between_its_phrases_at_every_pr
 )
 def test_mistakes_get_one_line(cli, tiny: Path, args: list[str], message: str) -> None:
     run = cli(*[str(tiny) if a == "TINY" else a for a in args])
-    assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1
+    assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1 and len(run.err) < 300

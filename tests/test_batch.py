@@ -116,6 +116,13 @@ def test_names_cannot_leave_the_output_directory(tmp_path: Path, name: str) -> N
     assert "would leave the output directory" in errors[0] or "needs a name" in errors[0]
 
 
+@pytest.mark.parametrize("name", ["a\\u001bb", "a\\u00adb", "a\\u2028b", "a\\u2029b", "a\\u202eb", "a\\u0007"])
+def test_names_hold_no_character_the_terminal_would_act_on(tmp_path: Path, name: str) -> None:
+    """The characters printable() escapes, line and paragraph separators too, never reach a file name."""
+    entries, errors = plans.load_plan(write(tmp_path, f'[[figure]]\nname = "{name}"\ncommand = "saturation"\n'))
+    assert entries == [] and len(errors) == 1 and "holds control characters" in errors[0], errors
+
+
 def test_shards_cover_the_plan_once(tmp_path: Path) -> None:
     entries, _ = plans.load_plan(write(tmp_path))
     for count in (1, 2, 3, 7):

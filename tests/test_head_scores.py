@@ -159,6 +159,13 @@ def test_repeat_random_states_its_words_and_seed(cli, llama: Path) -> None:
     assert doc["sequence"] == {"tokens": len(doc["tokens"]), "repeat": "random", "words": 40, "seed": 0}
 
 
+@pytest.mark.parametrize("top", [5, 10**20])
+def test_top_past_the_heads_lists_every_head_once(cli, top: int) -> None:
+    """--top 10^20 made a table of 10^20 columns (hung, its memory growing); a column per head there is."""
+    run = cli("heads", "the", "cat", "sat", "--top", str(top), "--no-color")
+    assert run.code == 0 and "#4" in run.out and "#5" not in run.out, run
+
+
 def _portrait_stack(layers: int, heads: int, kv: int) -> AttentionStack:
     return AttentionStack(
         tokens=("a", "b"),

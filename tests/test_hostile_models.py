@@ -115,6 +115,7 @@ BASES: dict[str, dict[str, object]] = {
     "llama": {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
               "hidden_size": 8, "intermediate_size": 16, "max_position_embeddings": 32, "rms_norm_eps": 1e-6},
 }  # fmt: skip
+BASES["xlm-roberta"] = BASES["roberta"] | {"model_type": "xlm-roberta"}
 BASES["mistral"] = BASES["llama"] | {"model_type": "mistral", "sliding_window": 2}
 BASES["qwen2"] = BASES["llama"] | {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 2,
                                    "max_window_layers": 1}  # fmt: skip
@@ -146,7 +147,7 @@ def _distil(tensors: dict[str, np.ndarray]) -> None:
 def write_checkpoint(folder: Path, family: str, changes: dict[str, object] | None = None) -> Path:
     """A tiny checkpoint folder of ``family``: config.json (``changes`` applied), its tensors, and a tokenizer
     (BERT's vocab.txt and tokenizer_config.json; a decoder's tokenizer.json and generation_config.json)."""
-    if family in ("bert", "roberta", "distilbert"):
+    if family in ("bert", "roberta", "xlm-roberta", "distilbert"):
         write_tiny_bert(folder, config_changes=BASES[family] | (changes or {}),
                         tensor_changes=_distil if family == "distilbert" else None)  # fmt: skip
         if family == "distilbert":  # DistilBERT's config.json has its own names, none of BERT's
@@ -184,7 +185,7 @@ def shard(folder: Path) -> Path:
     return folder
 
 
-TEXTS = {"bert": "the cat sat", "roberta": "the cat sat", "distilbert": "the cat sat"}
+TEXTS = dict.fromkeys(("bert", "roberta", "xlm-roberta", "distilbert"), "the cat sat")
 
 
 @pytest.mark.parametrize("family", BASES)

@@ -112,6 +112,28 @@ def test_o_naming_a_link_is_refused_too(cli, shared: Path) -> None:
     assert notes.read_bytes() == b"mine" and (shared / "latest.png").is_symlink()
 
 
+def test_a_file_batch_did_not_draw_is_not_replaced_without_force(cli, shared: Path, monkeypatch) -> None:
+    """-o names the user's own folder: a figure's name that is already one of its files leaves that file alone,
+    until --force; a figure batch drew is still redrawn, after a failed redraw (its old file kept) too."""
+    home = shared.parent / "home"
+    (home / "fig.png").write_bytes(b"the user's own figure")
+    run = cli("batch", "plan.toml", "-j", "1", "-o", str(home))
+    assert run.code == 1 and errors(run.err) == [
+        f"attnviz: error: plan.toml: figure 'fig' (line 6): {home / 'fig.png'}: exists and batch did not draw it: "
+        "remove it, or give --force to replace it"
+    ]
+    assert (home / "fig.png").read_bytes() == b"the user's own figure" and (home / "other.png").exists()
+    (shared / "plan.toml").write_text(PLAN.replace('"a b c"', '"a b c"\nseed = 1'))
+    assert cli("batch", "plan.toml", "-j", "1", "-o", str(home), "--force").code == 0
+    assert (home / "fig.png").read_bytes().startswith(b"\x89PNG")
+    (shared / "plan.toml").write_text(PLAN)  # fig.png, batch's own now, out of date
+    with monkeypatch.context() as patched:
+        _broken(patched, RuntimeError("boom"))
+        assert "figure 'fig' (line 6): unexpected error" in cli("batch", "plan.toml", "-j", "1", "-o", str(home)).err
+    run = cli("batch", "plan.toml", "-j", "1", "-o", str(home), "--json")
+    assert run.code == 0 and {f["name"]: f["status"] for f in json.loads(run.out)["figures"]}["fig"] == "drawn"
+
+
 # The default output folder.
 
 

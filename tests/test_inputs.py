@@ -73,3 +73,33 @@ def test_a_dash_among_other_tokens_is_a_token() -> None:
 def test_arguments_and_file_together_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not both"):
         read_tokens(["a"], tmp_path / "t.txt")
+
+
+@pytest.mark.parametrize("source", ["file", "stdin", "stream"])
+def test_a_limit_is_not_allocated_before_the_bytes_are_read(tmp_path: Path, monkeypatch, source: str) -> None:
+    """read(limit + 1) allocated its GiB before reading a byte: under ulimit -v any JSON file or stdin was refused."""
+    import os
+    import tracemalloc
+
+    from attnviz.documents import read_json_source
+    from attnviz.inputs import read_at_most, read_file
+
+    path = tmp_path / "doc.json"
+    path.write_bytes(b"[" + b"0," * 50_000 + b"0]")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(open(path, "rb")))  # noqa: SIM115 - closed with the test
+    tracemalloc.start()
+    if source == "file":
+        assert len(read_file(path, 2**30)) == path.stat().st_size
+    elif source == "stdin":
+        assert len(read_json_source(Path("-"), 2**30)) == 50_001
+    else:
+        read, write = os.pipe()
+        os.write(write, b"x" * 50_000)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            assert read_at_most(pipe, 2**30) == b"x" * 50_000
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 * 2**20, peak
+    with open(path, "rb") as stream:
+        assert len(read_at_most(stream, 1000)) == 1001  # one byte past the limit tells a longer stream

@@ -165,3 +165,27 @@ def test_save_too_large_for_memory_says_what_save_can_do(cli, tmp_path: Path, mo
     run = cli("heatmap", "--model-file", gguf, "the cat sat on the mat", "--save", str(tmp_path / "w.npz"))
     assert run.code == 1 and "--save of" in run.err and "shorter text" in run.err and "--layer" not in run.err, run.err
     assert not (tmp_path / "w.npz").exists()
+
+
+def test_a_json_map_is_refused_by_what_reading_it_takes(cli, tmp_path: Path, monkeypatch) -> None:
+    """Reading a JSON map takes JSON_BYTES_PER_BYTE times its text at the most (measured here with tracemalloc,
+    on a map of 0s and 1s, the shortest numbers there are); the memory check asks for that much (it asked for 5
+    times: a 1 GiB map passed a check of 5 GiB and took 15)."""
+    import tracemalloc
+
+    import attnviz.resources
+    from attnviz.documents import JSON_BYTES_PER_BYTE
+    from attnviz.sources import file_stack
+
+    path = tmp_path / "map.json"
+    n = 400
+    path.write_text(json.dumps([[[int(i == j) for j in range(n)] for i in range(n)]], separators=(",", ":")))
+    size = path.stat().st_size
+    tracemalloc.start()
+    file_stack(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert 8 * size < peak < JSON_BYTES_PER_BYTE * size, (peak / size, JSON_BYTES_PER_BYTE)
+    monkeypatch.setattr(attnviz.resources, "available_memory", lambda: peak)
+    run = cli("check", str(path))
+    assert run.code == 1 and "of JSON) needs about" in run.err and "use .npy or .npz" in run.err, run.err

@@ -128,7 +128,9 @@ def _llama_with_f32(path: Path, value: float, monkeypatch: pytest.MonkeyPatch) -
 # attention); 1e30: scores that overflow in layer 0.
 LLAMA_CASES = {1e10: "layer 1 gives NaN or infinity", 1e30: "layer 0 gives NaN or infinity"}
 LLAMA_VIEWS = [("heatmap",), ("heatmap", "--all-layers"), ("heatmap", "-o", "out.png"), ("generate", "-n", "3"),
-               ("generate", "-n", "3", "-o", "out.gif")]  # fmt: skip
+               ("generate", "-n", "3", "-o", "out.gif"), ("explain",), ("explain", "--json"),
+               ("explain", "-o", "out.png"), ("explain", "--importance"), ("ablate",),
+               ("ablate", "--mean", "--json")]  # fmt: skip
 
 
 @pytest.mark.parametrize("value", LLAMA_CASES)
@@ -142,6 +144,21 @@ def test_a_gguf_llama_whose_weights_overflow_is_refused_naming_the_layer(
     command, *options = view
     _refused(cli(command, "--model-file", "big.gguf", *options, "the", "cat"), message=LLAMA_CASES[value])
     assert not list(tmp_path.glob("out.*"))
+
+
+@pytest.mark.parametrize("view", [("ablate",), ("ablate", "--target", "a"), ("explain", "--importance", "--all-heads")])
+def test_next_token_scores_that_overflow_are_refused_without_warnings(
+    cli, no_warnings, tmp_path, monkeypatch, view
+) -> None:
+    """Finite layers, a final norm of 3e38: only the next-token scores overflow (warnings of the loss's exp())."""
+    monkeypatch.chdir(tmp_path)
+    quantise = tiny_gguf.quantise
+    with monkeypatch.context() as patch:  # the last F32 tensor written is the final norm
+        patch.setattr(tiny_gguf, "quantise", lambda x, kind: quantise(x * 3e38 if x.shape == (32,) and (x == 1).all()
+                                                                      else x, kind))  # fmt: skip
+        tiny_gguf.write_tiny_llama(tmp_path / "big.gguf")
+    command, *options = view
+    _refused(cli(command, "--model-file", "big.gguf", *options, "the", "cat"), message="the next token's scores")
 
 
 def test_a_layer_before_the_overflow_is_still_shown(cli, no_warnings, tmp_path, monkeypatch) -> None:

@@ -30,7 +30,9 @@ def batch(
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Figures drawn at once. Default: the cores.", show_default=False),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Redraw every figure, changed or not.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Redraw every figure, changed or not, over any file in its place.")
+    ] = False,
     audit: Annotated[
         bool,
         typer.Option(

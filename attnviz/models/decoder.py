@@ -175,6 +175,11 @@ class Decoder:
     def words(self) -> list[str]:
         return self.tokenizer.words()
 
+    def spelled(self) -> int:
+        """How many of the next-token scores are of ids the tokenizer can spell: the first ones (an output matrix
+        may have spare rows past the vocabulary, as Qwen2's do). A token the model writes is chosen among these."""
+        return min(len(self.tokenizer.tokens), self.weights.shape("token_embd.weight")[0])
+
     def finite(self, values: Array, after: int) -> None:
         """Values made by layer ``after`` (-1: the embeddings) are finite, else name the damaged tensor."""
         if np.isfinite(values).all():

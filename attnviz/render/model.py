@@ -528,13 +528,13 @@ def render_heads(
     yield Text("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
 
     def ranked_table(title: str, tables: dict[str, tuple[str, Array]]) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        table.add_column(title)
-        for rank in range(top):
-            table.add_column(f"#{rank + 1}", justify="right")
         by_pattern: dict[str, list[tuple[int, int, float]]] = {}
         for name, layer, head, score in ranking({k: v for k, (_, v) in tables.items()}, top):
             by_pattern.setdefault(name, []).append((layer, head, score))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column(title)
+        for rank in range(max(map(len, by_pattern.values()), default=0)):  # every head at most, whatever --top asks
+            table.add_column(f"#{rank + 1}", justify="right")
         for name, (label, _) in tables.items():
             cells: list[Text | str] = [label]
             for layer, head, score in by_pattern[name]:
