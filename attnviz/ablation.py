@@ -222,7 +222,8 @@ class Importance:
 
 
 def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tuple[int, ...]) -> Importance:
-    """The change in the next-token loss at ``query`` when its attention to each key is removed in ``heads``."""
+    """The change in the next-token loss at ``query`` when its attention to each key is removed in ``heads``. The
+    tokens after the query change nothing at it (the model is causal): every pass runs the text up to the query."""
     encoding = model.encode(text)
     ids, n = encoding.ids, len(encoding.ids)
     inputs: list[Array] = []
@@ -232,8 +233,8 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
             inputs.append(x)
 
     with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
-        last = model.through(model.embed(np.asarray(ids)), seen=keep)
-        logp = log_probabilities(model.logits(last[query : query + 1]))[0]
+        last = model.through(model.embed(np.asarray(ids[: query + 1])), seen=keep)
+        logp = log_probabilities(model.logits(last[-1:]))[0]
         given = query < n - 1
         chosen = ids[query + 1] if given else int(np.argmax(logp[: model.spelled()]))
         baseline = finite(float(-logp[chosen]), model, ids)
@@ -260,7 +261,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
                 return edited
 
             ablated = model.through(inputs[0], layer, {layer: edit})
-            logits = model.logits(ablated[query : query + 1])
+            logits = model.logits(ablated[-1:])
             removed = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0])
             delta[j] = finite(removed, model, ids, f"without query {query}'s attention to key {j}") - baseline
 
