@@ -143,3 +143,13 @@ def test_a_folder_tensor_no_family_reads_is_refused(tmp_path: Path) -> None:
     write_safetensors(folder / "model.safetensors", stored)
     with pytest.raises(AttnvizError, match=r"tensor 'model.layers.0.self_attn.q_norm.weight' is not one attnviz runs"):
         load_model(None, model_dir=folder)
+
+
+def test_a_range_in_a_refusal_is_written_as_numbers_are() -> None:
+    """16,777,216, not 1.67772e+07: the bound a user must come under, readable; fractions as they are."""
+    from attnviz.models.metadata import Settings
+
+    with pytest.raises(AttnvizError, match=r"from 1 to 16,777,216"):
+        Settings({"n": 2**30}, "config.json").number("n", high=2**24)
+    with pytest.raises(AttnvizError, match=r"from 1e-06 to 0\.5"):
+        Settings({"n": 2}, "config.json").number("n", low=1e-6, high=0.5)

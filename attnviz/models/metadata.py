@@ -60,7 +60,7 @@ class Settings:
     def number(self, key: str, default: float | None = None, *, low: float = 1, high: float = 2**16) -> float:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise self.fail(key, value, f"a number from {low:g} to {high:g}")
+            raise self.fail(key, value, f"a number from {bound(low)} to {bound(high)}")
         return value
 
     def count(self, key: str, default: int | None = None, high: int = 2**16, low: int = 1) -> int:
@@ -119,3 +119,8 @@ def refuse_unread(settings: Settings, inert: frozenset[str], family: str) -> Non
                 f"{settings.where}: {settings.label}{shown} is a setting attnviz does not run for {family}; "
                 "it may change the attention, so the file is refused rather than shown without it"
             )
+
+
+def bound(limit: float) -> str:
+    """A limit as a message shows it: 16,777,216, not 1.67772e+07; 1e-06 as it is."""
+    return f"{int(limit):,}" if float(limit).is_integer() and abs(limit) >= 1 else f"{limit:g}"
