@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
-from .errors import AttnvizError, UsageError, printable
+from .errors import AttnvizError, UsageError, printable, quoted
 from .progress import bar, no_progress
 
 COMMANDS = (
@@ -139,14 +139,14 @@ def _expand(
         raise UsageError("a [[figure]] must be a table")
     command = raw.get("command", defaults.get("command"))
     if command not in COMMANDS:
-        raise UsageError(f"command must be one of {', '.join(COMMANDS)}, got {printable(repr(command))}")
+        raise UsageError(f"command must be one of {', '.join(COMMANDS)}, got {quoted(command)}")
     template = raw.get("name")
     if not isinstance(template, str) or not template:
         raise UsageError("every figure needs a name")
     formats = FILMS if command == "generate" else ("png", "svg", "pdf")
     fmt = raw.get("format", defaults.get("format", formats[0]))
     if fmt not in formats:
-        raise UsageError(f"format of {command} must be {' or '.join(formats)}, got {printable(repr(fmt))}")
+        raise UsageError(f"format of {command} must be {' or '.join(formats)}, got {quoted(fmt)}")
     accepted = _parameters(command)
     options = {k.replace("-", "_"): v for k, v in defaults.items() if k.replace("-", "_") in accepted}
     for key, value in raw.items():
@@ -183,19 +183,19 @@ def _template_parts(template: str, options: dict[str, Any]) -> list[tuple[str, s
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as err:
-        raise UsageError(f"the name {printable(repr(template))} is not a valid template ({err})") from None
+        raise UsageError(f"the name {quoted(template)} is not a valid template ({err})") from None
     for text, field_name, spec, conversion in parsed:
         if field_name is None:
             parts.append((text, None))
             continue
         if spec or conversion or not field_name.isidentifier():
             raise UsageError(
-                f"the name {printable(repr(template))} has {{{printable(field_name)}"
+                f"the name {quoted(template)} has {{{printable(field_name)}"
                 f"{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}: "
                 "a name's placeholders are plain {option}"
             )
         if field_name not in options:
-            raise UsageError(f"the name {printable(repr(template))} has a placeholder with no option: {field_name!r}")
+            raise UsageError(f"the name {quoted(template)} has a placeholder with no option: {field_name!r}")
         parts.append((text, field_name))
     return parts
 
@@ -204,7 +204,7 @@ def _inside(value: Any, name: str, base: Path, roots: tuple[Path, ...]) -> str:
     """A path the plan names, resolved (symbolic links too); it must lie inside one of ``roots``."""
     option = "--" + name.replace("_", "-").replace("from-file", "from")
     if not isinstance(value, str) or not value or "\0" in value:
-        raise UsageError(f"{name} must be a path, got {printable(repr(value))}")
+        raise UsageError(f"{name} must be a path, got {quoted(value)}")
     resolved = Path(os.path.realpath(base / value))
     contents = sorted(resolved.iterdir()) if name == "model_dir" and resolved.is_dir() else []
     if not all(_within(path, roots) for path in [resolved, *contents]):  # a model's config.json may link out
@@ -269,7 +269,7 @@ def command_args(entry: Entry, path: Path) -> list[str]:
                 raise UsageError('tokens = "-" would read stdin; a plan gives its tokens or a file')
         elif param.is_flag:
             if not isinstance(value, bool):
-                raise UsageError(f"{param.name} is on or off: true or false, got {printable(repr(value))}")
+                raise UsageError(f"{param.name} is on or off: true or false, got {quoted(value)}")
             if value is True:
                 options.append(flag)
             elif value is False and param.secondary_opts:
@@ -549,7 +549,7 @@ def shard(entries: list[Entry], spec: str | None) -> list[Entry]:
         return entries
     match = re.fullmatch(r"(\d+)/(\d+)", spec.strip())
     if not match or not 1 <= int(match[1]) <= int(match[2]):
-        raise UsageError(f"--shard must be K/N with 1 ≤ K ≤ N, like 2/4, got {spec!r}")
+        raise UsageError(f"--shard must be K/N with 1 ≤ K ≤ N, like 2/4, got {quoted(spec)}")
     k, n = int(match[1]), int(match[2])
     return [e for e in entries if e.index % n == k - 1]
 

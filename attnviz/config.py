@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from .errors import UsageError
+from .errors import UsageError, quoted
 
 Embed = Literal["token", "position", "textbook"]
 Positions = Literal["none", "sinusoidal"]
@@ -55,11 +55,11 @@ class LayerConfig:
             )
         check_seed(self.seed)
         if self.embed not in EMBEDS:
-            raise UsageError(f"--embed must be one of {', '.join(EMBEDS)}, got {self.embed!r}")
+            raise UsageError(f"--embed must be one of {', '.join(EMBEDS)}, got {quoted(self.embed)}")
         if self.positions is None:
             object.__setattr__(self, "positions", "sinusoidal" if self.embed == "token" else "none")
         if self.positions not in POSITIONS:
-            raise UsageError(f"--positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+            raise UsageError(f"--positions must be one of {', '.join(POSITIONS)}, got {quoted(self.positions)}")
         if self.pad_to is not None and self.pad_to < 1:
             raise UsageError(f"--pad-to must be at least 1, got {self.pad_to}")
         self.scale_value  # noqa: B018 - validates the scale early
@@ -93,9 +93,9 @@ def parse_scale(scale: str | float, d_k: int) -> float:
     try:
         value = float(scale)
     except (TypeError, ValueError):
-        raise UsageError(f"--scale must be 'sqrt', 'none' or a number, got {scale!r}") from None
+        raise UsageError(f"--scale must be 'sqrt', 'none' or a number, got {quoted(scale)}") from None
     if not math.isfinite(value) or abs(value) > MAX_SCALE:
-        raise UsageError(f"--scale must be a number from -{MAX_SCALE:g} to {MAX_SCALE:g}, got {scale!r}")
+        raise UsageError(f"--scale must be a number from -{MAX_SCALE:g} to {MAX_SCALE:g}, got {quoted(scale)}")
     return value
 
 

@@ -53,6 +53,16 @@ def printable(text: str, keep: str = "") -> str:
     )
 
 
+def quoted(value: object, limit: int = 60) -> str:
+    """A user's value as a message quotes it: its repr, escaped (:func:`printable`), cut to ``limit`` characters
+    with … (a 100 KB --scale or file name gives a line, not 100 KB)."""
+    shown = printable(repr(value))
+    if len(shown) <= limit:
+        return shown
+    close = shown[0] if shown[0] in "'\"" else ""
+    return shown[: limit - 1 - len(close)] + "…" + close
+
+
 def say(message: str) -> None:
     """One message on stderr, with any control or bidi characters it quotes shown escaped. On a terminal
     it is folded at spaces to the terminal's width (never inside a word or an option such as --chars,

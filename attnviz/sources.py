@@ -21,7 +21,7 @@ from .attention import Attention
 from .blocked import Keep, Kept
 from .config import Pool, SinkMode
 from .core import Array, BoolArray, causal_mask
-from .errors import AttnvizError, UsageError, out_of_range, printable
+from .errors import AttnvizError, UsageError, out_of_range, printable, quoted
 from .inputs import decode, open_regular, read_file, tokens_from_text
 from .progress import bar, duration
 from .resources import ensure_fits, human_bytes
@@ -572,7 +572,7 @@ def parse_padding(text: str, keys: int) -> np.ndarray:
         text = decode(read_file(source), text)
     values = text.replace(",", " ").replace("[", " ").replace("]", " ").split()
     if not all(v in ("0", "1", "true", "false") for v in values):
-        raise UsageError(f"--padding must be 0 or 1 per key, like '0 0 1', got {text[:40]!r}")
+        raise UsageError(f"--padding must be 0 or 1 per key, like '0 0 1', got {quoted(text, 40)}")
     if len(values) != keys:
         raise UsageError(f"--padding gives {len(values)} flags, but the attention has {keys} keys")
     return np.array([v in ("1", "true") for v in values])

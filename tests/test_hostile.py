@@ -393,3 +393,33 @@ def test_typer_reads_a_terminal_width_that_is_a_number_or_none(tmp_path: Path) -
                            env=env, cwd=tmp_path, timeout=60, check=False)  # fmt: skip
     assert shown.returncode == 0 and "Traceback" not in shown.stderr and "--model-file" in shown.stdout
     assert len(shown.stdout) < 2_000_000
+
+
+HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["heatmap", "a", "b", "--scale", HUGE],
+        ["heatmap", "a", "b", "--scale", "1" * 100_000],
+        ["heatmap", "a", "b", "--embed", HUGE],
+        ["heatmap", "a", "b", "--positions", HUGE],
+        ["heatmap", "a", "b", "-o", "fig." + HUGE],
+        ["heatmap", "a", "b", "-o", "fig.png", "--format", HUGE],
+        ["heatmap", "a", "b", "-o", "fig.png", "--size", HUGE],
+        ["heatmap", "a", "b", "-o", "fig.png", "--cmap", HUGE],
+        ["heatmap", "a", "b", "-o", "fig.png", "--theme", HUGE],
+        ["heatmap", "a", "b", "-o", "fig.png", "--preset", HUGE],
+        ["heatmap", "a", "b", "--padding", "0 " + HUGE],
+        ["batch", "plan.toml", "-o", "out", "--shard", HUGE],
+    ],
+    ids=lambda a: a[3] if a[3] != "-o" else a[-2],
+)
+def test_a_huge_option_value_is_quoted_briefly(cli, tmp_path: Path, monkeypatch, args: list[str]) -> None:
+    """The refusal quotes the start of the value (errors.quoted), not 100 KB of it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.toml").write_text('[[figure]]\ncommand = "heatmap"\ntext = "a b"\n')
+    run = cli(*args)
+    assert run.code != 0
+    assert "Traceback" not in run.err and len(run.err) < 600, run.err[:300]

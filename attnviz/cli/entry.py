@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .._version import __version__
-from ..errors import AttnvizError, printable, say
+from ..errors import AttnvizError, printable, quoted, say
 from . import streams
 
 APP_SETTINGS: dict[str, Any] = {
@@ -54,6 +54,13 @@ def _root(
 def _fail(message: str, code: int) -> int:
     say(f"attnviz: error: {message}")
     return code
+
+
+def _briefly(message: str) -> str:
+    """typer's message with each long value it quotes cut as attnviz's own messages cut theirs (errors.quoted)."""
+    import re
+
+    return re.sub(r"'([^']{60,})'", lambda m: quoted(m.group(1)), message)
 
 
 def _reflow(help_text: str) -> str:
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         ctx = getattr(err, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        return _fail(err.format_message() + hint, err.exit_code)
+        return _fail(_briefly(err.format_message()) + hint, err.exit_code)
     except AttnvizError as err:
         return _fail(str(err), err.exit_code)
     except (KeyboardInterrupt, typer.Abort):

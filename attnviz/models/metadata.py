@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, quoted
 
 # The most attnviz takes from any model file, whatever its header says (the GGUF and safetensors readers,
 # a checkpoint folder's JSON files): past these a file is refused before anything is allocated.
@@ -45,7 +45,7 @@ class Settings:
         return sorted(k for k in keys if k not in self.asked)
 
     def fail(self, key: str, value: object, wanted: str) -> AttnvizError:
-        shown = printable(repr(value))[:40]
+        shown = quoted(value, 40)
         return AttnvizError(f"{self.where}: {self.label}{self.prefix}{key} = {shown} is not {wanted}")
 
     def choice(self, key: str, default: object, runs: tuple[object, ...], why: str = "") -> object:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from .._version import __version__
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, UsageError, printable, quoted
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -84,9 +84,9 @@ class FigureStyle:
 
     def __post_init__(self) -> None:
         if self.theme not in THEMES:
-            raise UsageError(f"--theme must be light or dark, got {self.theme!r}")
+            raise UsageError(f"--theme must be light or dark, got {quoted(self.theme)}")
         if self.preset not in PRESETS:
-            raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+            raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {quoted(self.preset)}")
         if self.dpi is not None and not 10 <= self.dpi <= 2400:
             raise UsageError(f"--dpi must be between 10 and 2400, got {self.dpi}")
         if self.size is not None and not all(0.5 <= s <= 100 for s in self.size):
@@ -162,9 +162,9 @@ def parse_size(text: str) -> tuple[float, float]:
     try:
         width, height = (float(part) for part in text.lower().split("x"))
     except ValueError:
-        raise UsageError(f"--size must be WIDTHxHEIGHT in inches, like 8x4.5, got {text!r}") from None
+        raise UsageError(f"--size must be WIDTHxHEIGHT in inches, like 8x4.5, got {quoted(text)}") from None
     if not (math.isfinite(width) and math.isfinite(height)) or width <= 0 or height <= 0:
-        raise UsageError(f"--size must be two positive numbers, got {text!r}")
+        raise UsageError(f"--size must be two positive numbers, got {quoted(text)}")
     return width, height
 
 
@@ -175,7 +175,9 @@ def colormap(name: str) -> Colormap:
     try:
         cmap = mpl.colormaps[name]
     except KeyError:
-        raise UsageError(f"--cmap {name!r} is not a matplotlib colour map (try viridis, cividis or Greys)") from None
+        raise UsageError(
+            f"--cmap {quoted(name)} is not a matplotlib colour map (try viridis, cividis or Greys)"
+        ) from None
     return cmap.with_extremes(bad=(0, 0, 0, 0))
 
 
@@ -368,13 +370,15 @@ def format_of(path: str, explicit: str | None) -> str:
     """--format, else the file's extension; '-' (stdout) defaults to PNG."""
     if explicit is not None:
         if explicit not in FORMATS:
-            raise UsageError(f"--format must be png, svg or pdf, got {explicit!r}")
+            raise UsageError(f"--format must be png, svg or pdf, got {quoted(explicit)}")
         return explicit
     if path == "-":
         return "png"
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
-        raise UsageError(f"cannot tell the format of {path!r} from its extension: use .png, .svg or .pdf, or --format")
+        raise UsageError(
+            f"cannot tell the format of {quoted(path)} from its extension: use .png, .svg or .pdf, or --format"
+        )
     return suffix
 
 

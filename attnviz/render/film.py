@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config import ColourScale, SinkMode
 from ..core import Array
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, quoted
 from ..structure import SCALE_NAMES, colour_floor, colour_values, readable, scale_ticks
 from .figure import STYLE_ATTRIBUTE, FigureStyle, colormap, figure_context, tick_step
 from .heatmap import labelled
@@ -45,7 +45,9 @@ HEAT_ROWS = 256  # rows of the map coloured at a time
 def film_format(path: str) -> str:
     suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
     if suffix not in FILM_FORMATS:
-        raise UsageError(f"cannot tell the animation's format from {path!r}: use .gif, .png (animated), .mp4 or .webm")
+        raise UsageError(
+            f"cannot tell the animation's format from {quoted(path)}: use .gif, .png (animated), .mp4 or .webm"
+        )
     if suffix in ("mp4", "webm") and shutil.which("ffmpeg") is None:
         raise UsageError(f".{suffix} needs ffmpeg on the PATH, which this machine lacks; use .gif or .png")
     return suffix
