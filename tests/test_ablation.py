@@ -280,3 +280,15 @@ def test_the_heading_breaks_the_sharing_sentence_between_its_phrases_at_every_pr
 def test_mistakes_get_one_line(cli, tiny: Path, args: list[str], message: str) -> None:
     run = cli(*[str(tiny) if a == "TINY" else a for a in args])
     assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1 and len(run.err) < 300
+
+
+def test_a_byte_token_is_quoted_in_the_headings_escaped_once() -> None:
+    """A token the tokenizer shows as \\xa3 (a byte alone) reads '\\xa3' in the heading, not repr's '\\\\xa3'."""
+    from attnviz.ablation import Importance
+    from attnviz.render.ablation import importance_heading
+
+    shown = "\\xa3"
+    importance = Importance(0, 1, (0,), shown, 113, True, 1.0, np.zeros(2))
+    heading = importance_heading(importance, ("a", shown))
+    assert "query 1 '\\xa3'" in heading[0] and "loss of '\\xa3'" in heading[2]
+    assert "\\\\" not in " ".join(heading)

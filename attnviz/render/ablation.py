@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..ablation import Ablation, Importance, strongest
+from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate
@@ -26,17 +27,22 @@ if TYPE_CHECKING:
 TOP = 10
 
 
+def token_quoted(token: str) -> str:
+    """A token as the headings quote it: in quotes, escaped once (a byte token reads '\\x99', not repr's '\\\\x99')."""
+    return f"'{printable(token)}'"
+
+
 def measure_label(result: Ablation) -> str:
     if result.target is None:
         return "Δ next-token loss (nats)"
-    return f"Δ log p({result.target!r} next)"
+    return f"Δ log p({token_quoted(result.target)} next)"
 
 
 def ablation_heading(result: Ablation, model: str) -> list[str]:
     baseline = (
         f"loss {result.baseline:.4f} over {len(result.ids) - 1} next tokens"
         if result.target is None
-        else f"log p({result.target!r}) {result.baseline:.4f} after the last token"
+        else f"log p({token_quoted(result.target)}) {result.baseline:.4f} after the last token"
     )
     return [f"{result.method} ablation", model, f"{len(result.ids)} tokens", baseline]
 
@@ -128,9 +134,9 @@ def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[
     heads = "every head" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
     source = "the next token" if importance.given else "the model's top prediction"
     return [
-        f"query {importance.query} {abbreviate(tokens[importance.query], 16)!r}",
+        f"query {importance.query} {token_quoted(abbreviate(tokens[importance.query], 16))}",
         f"layer {importance.layer}, {heads}",
-        f"loss of {importance.target!r} ({source}) {importance.baseline:.4f}",
+        f"loss of {token_quoted(importance.target)} ({source}) {importance.baseline:.4f}",
     ]
 
 
