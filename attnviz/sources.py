@@ -293,8 +293,9 @@ def model_stack(
     The forward pass streams: each layer's attention is computed a block of rows at a time and
     handed over (to ``consume``, if given, else kept for the stack), then dropped; layers after the
     last one wanted are not run. ``repeat`` makes induction heads visible: "text" runs the text
-    twice, "random" runs 40 random words of the model's vocabulary (seed 0) twice, so that only a
-    head that copies from the first half can predict the second.
+    twice, "random" runs 40 random words of the model's vocabulary (seed 0) twice, each with the space
+    before it (the tokens a word is after a space: the second copy the same tokens as the first), so
+    that only a head that copies from the first half can predict the second.
     """
     from .models import load_model
 
@@ -310,8 +311,9 @@ def model_stack(
             raise AttnvizError(
                 f"--repeat random: {printable(model.name)}'s vocabulary has no whole-word tokens to draw from"
             )
-        text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), RANDOM_WORDS))
-    if repeat is not None:
+        drawn = "".join(f" {words[i]}" for i in np.random.default_rng(0).integers(0, len(words), RANDOM_WORDS))
+        text = drawn + drawn  # each word with its space: the first copy is the same tokens as the second
+    elif repeat is not None:
         text = f"{text} {text}"
     encoding = model.encode(text, pair)
     layers = want.chosen_layers(model.layers)

