@@ -182,6 +182,15 @@ CLASS_NAMES = {
     "local": "local (last 4 tokens)",
     "broad": "broad",
 }
+CLASS_SCORES = {
+    "sink": "α₁",
+    "previous": "weight on it",
+    "induction": "weight on it",
+    "duplicate": "weight on it",
+    "local": "weight on them",
+    "broad": "entropy ÷ ln n",
+}
+"""What the number in a portrait's cell of each class is (:meth:`HeadScores.classes`)."""
 
 
 @dataclass(frozen=True)

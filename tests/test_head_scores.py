@@ -223,3 +223,11 @@ def test_smollm2s_induction_heads_copy_on_random_words_and_not_on_plain_text(cli
     assert np.array(doc["transformerlens"]["induction"])[18, 6] > 0.4  # at most about ½ on a sequence twice
     plain = json.loads(cli("heads", "--model", "smollm2", "A quick brown fox jumps over one lazy dog.", "--json").out)
     assert np.array(plain["transformerlens"]["induction"])[18, 6] < 0.1
+
+
+def test_the_portraits_legend_says_what_each_classs_numbers_are() -> None:
+    """A sink's cell shows α₁, a pattern's the weight on it, a broad head's entropy ÷ ln n: the legend says which."""
+    classes = [["sink", "previous", "broad"]]
+    fig = render_heads_figure(_portrait_stack(1, 3, 3), classes, np.array([[0.5, 0.6, 0.7]]), FigureStyle())
+    shown = {t for c in fig.findobj(lambda a: a.get_gid() == "legend") for t in c.labels}
+    assert {"sink (first token): α₁", "previous token: weight on it", "broad: entropy ÷ ln n"} <= shown

@@ -165,6 +165,7 @@ def render_importance_figure(
     heads = "all heads" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
     weight_ax.set_title(f"attention weight (head {e.head})", fontsize=style.scaled(0.8))
     delta_ax.set_title(f"Δ loss, key removed ({heads})", fontsize=style.scaled(0.8))
+    delta_ax.set_xlabel("nats", fontsize=style.scaled(0.7))
     for ax in (weight_ax, delta_ax):
         ax.tick_params(labelsize=style.scaled(0.6), length=0)
     fig.suptitle(

@@ -623,7 +623,7 @@ def render_heads_figure(
     from matplotlib.patches import Rectangle
     from matplotlib.transforms import blended_transform_factory
 
-    from ..analysis import CLASS_NAMES, CLASSES
+    from ..analysis import CLASS_NAMES, CLASS_SCORES, CLASSES
     from .heatmap import annotation_font, luminance
 
     layers, heads = len(classes), len(classes[0]) if classes else 0
@@ -644,7 +644,7 @@ def render_heads_figure(
     pad = font * 0.8
     heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     present = [name for name in CLASSES if any(name in row for row in classes)]
-    entries = [f"{CLASS_NAMES[name]}" for name in present]
+    entries = [f"{CLASS_NAMES[name]}: {CLASS_SCORES[name]}" for name in present]  # what its cells' numbers are
     swatch = label * 1.1
     entry_w = [swatch + label * 0.4 + text_extent(e, label)[0] + label * 1.2 for e in entries]
     legend_rows: list[list[int]] = [[]]
