@@ -596,7 +596,10 @@ def merged(parts: list[str], rank: Rank, what: str) -> list[str]:
     n = len(parts)
     parts = list(parts)
     following, preceding = list(range(1, n + 1)), list(range(-1, n - 1))  # following: -1 once merged into its left
-    pair = [rank(parts[i], parts[i + 1]) for i in range(n - 1)]  # the rank of the pair each part begins
+    pair: list[float | None] = []  # the rank of the pair each part begins
+    for start in range(0, n - 1, ON_TIME_EVERY):
+        on_time(what)
+        pair += [rank(parts[i], parts[i + 1]) for i in range(start, min(start + ON_TIME_EVERY, n - 1))]
     waiting: dict[float, list[int]] = {}
     for i, found in enumerate(pair):
         if found is not None:
