@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tiny_bert import VOCAB, write_tiny_bert
 
 from attnviz.errors import AttnvizError
-from attnviz.models.tokenizer import MAX_ADDED_CHARACTERS, MAX_PATTERN_PARTS, Matcher, from_spec, pattern_parts
+from attnviz.models.tokenizer import MAX_ADDED_CHARACTERS, MAX_PATTERN_PARTS, Matcher, from_spec, merged, pattern_parts
 from attnviz.models.vocabulary import from_gguf
 
 BASE = {
@@ -272,6 +272,61 @@ def test_a_wordpiece_vocabulary_of_many_lengths_is_stopped_by_the_budget(monkeyp
     with pytest.raises(AttnvizError, match="WordPiece model found no end"):
         tokenizer.tokenize(text)
     assert time.perf_counter() - start < 2
+
+
+def _merged_one_at_a_time(parts: list[str], rank) -> list[str]:
+    """The definition: merge the adjacent pair of lowest rank, the leftmost among equals, and look again."""
+    parts = list(parts)
+    while True:
+        found = [(r, i) for i in range(len(parts) - 1) if (r := rank(parts[i], parts[i + 1])) is not None]
+        if not found:
+            return parts
+        _, i = min(found)
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]], dict[str, int]]:
+    """A piece, merges of stretches of it cut in two (in any order), and scores of stretches of it (many equal)."""
+    piece = draw(st.text(alphabet="abc", max_size=40))
+    if len(piece) < 2:
+        return piece, [], {}
+    stretches = st.tuples(st.integers(0, len(piece) - 2), st.integers(2, 5), st.integers(1, 4))
+    pairs, scores = [], {}
+    for start, size, cut in draw(st.lists(stretches, max_size=16)):
+        stretch = piece[start : start + size]
+        pairs.append((stretch[: min(cut, len(stretch) - 1)], stretch[min(cut, len(stretch) - 1) :]))
+        scores[stretch] = draw(st.integers(-2, 2))
+    return piece, pairs, scores
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(tables())
+def test_merging_is_the_lowest_leftmost_pair_one_at_a_time(table: tuple[str, list, dict[str, int]]) -> None:
+    """Any merge table, in the order it was learnt or not (a merge that makes a pair ranked before it), and
+    SentencePiece's scores with ties: the queues of ranks give what one merge at a time gives."""
+    piece, pairs, scores = table
+    ranks = {pair: rank for rank, pair in enumerate(pairs)}
+    by_pair = lambda left, right: ranks.get((left, right))  # noqa: E731
+    by_union = lambda left, right: None if (s := scores.get(left + right)) is None else -s  # noqa: E731
+    for rank in (by_pair, by_union):
+        assert merged(list(piece), rank, "merges") == _merged_one_at_a_time(list(piece), rank)
+
+
+@pytest.mark.parametrize("kind", ["BPE", "SentencePiece"])
+def test_merging_a_long_piece_is_stopped_by_the_budget(monkeypatch, tmp_path: Path, kind: str) -> None:
+    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.05)
+    monkeypatch.setattr("attnviz.models.tokenizer.ON_TIME_EVERY", 64)
+    if kind == "BPE":
+        raw = spec(model={"type": "BPE", "vocab": {"a": 0, "aa": 1}, "merges": ["a a"]}, normalizer=None,
+                   pre_tokenizer=None, post_processor=None, decoder=None)  # fmt: skip
+        tokenizer = from_spec(raw)
+    else:
+        tokenizer = from_gguf(sentencepiece(["<unk>", "▁", "a", "aa", "▁a"], [0, -1, -2, -3, -4]), tmp_path)
+    start = time.perf_counter()
+    with pytest.raises(AttnvizError, match=f"{kind} merges found no end on this text within 0.05 s"):
+        tokenizer.encode("a" * 400_000)
+    assert time.perf_counter() - start < 1.5
 
 
 def added(contents: list[str], first: int = len(VOCAB), **flags: bool) -> list[dict]:

@@ -118,3 +118,33 @@ def test_a_file_multiplies_a_block_of_rows_at_a_time(tmp_path, monkeypatch) -> N
         matrix = model.tensor(name).astype(np.float64)
         scale = (np.abs(x) @ np.abs(matrix).T).max()
         np.testing.assert_allclose(model.product(x, name), x @ matrix.T, rtol=0, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("source", ["gguf", "folder", "folder, stored in × out"])
+def test_a_product_gives_back_the_pages_of_each_block_of_rows(tmp_path, monkeypatch, source: str) -> None:
+    """GGUF files and safetensors folders alike: after each block of rows, its bytes of the file are released
+    (weights.release: out of the process's memory), so a whole model is never resident at once; a matrix
+    stored in × out (GPT-2's), whose blocks are columns of every stored row, is released once, whole."""
+    from tiny_bert import write_safetensors
+    from tiny_gguf import F32, write_gguf
+
+    from attnviz.models import weights
+    from attnviz.models.gguf import GGUF
+
+    matrix = np.random.default_rng(0).standard_normal((37, 64)).astype(np.float32)
+    if source == "gguf":
+        write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"}, {"w": (F32, (37, 64), matrix.tobytes())})
+        tensors: weights.Tensors = GGUF(tmp_path / "m.gguf")
+    else:
+        stored = matrix.T.copy() if "in × out" in source else matrix
+        write_safetensors(tmp_path / "model.safetensors", {"norm": np.ones(5, np.float32), "w": stored})
+        tensors = weights.FolderTensors(tmp_path, lambda name: name, lambda name: "in × out" in source)
+    released: list[bytes] = []
+    monkeypatch.setattr(
+        weights, "release", lambda mapped, start, length: released.append(mapped[start : start + length])
+    )
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * 64 * 3)  # 3 rows a block: 13 blocks
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(tensors.product(x, "w"), x @ matrix.T, rtol=1e-5, atol=1e-5)
+    assert len(released) == (1 if "in × out" in source else 13)
+    assert b"".join(released) == (matrix.T.tobytes() if "in × out" in source else matrix.tobytes())

@@ -192,12 +192,12 @@ class GGUF:
         info, raw = self.raw(name)
         x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
 
+        from .weights import by_rows, release
+
         def block(start: int, stop: int) -> np.ndarray:
             result = times(x, raw[start:stop], info.kind)
-            self.release(info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+            release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
             return result
-
-        from .weights import by_rows
 
         return by_rows(len(x), info.shape, block)
 
@@ -215,14 +215,6 @@ class GGUF:
         row_bytes = width // per_block * block_bytes
         raw = np.frombuffer(self.data, dtype=np.uint8, count=height * row_bytes, offset=info.offset)
         return info, raw.reshape(height, row_bytes)
-
-    def release(self, start: int, length: int) -> None:
-        """The whole pages of bytes start … start + length out of this process's resident memory: read again, they
-        come back from the system's file cache."""
-        page = mmap.PAGESIZE
-        first, last = -(-start // page) * page, (start + length) // page * page
-        if last > first and hasattr(mmap, "MADV_DONTNEED"):
-            self.data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def _is(value: object, kind: str) -> bool:

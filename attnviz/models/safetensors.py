@@ -10,7 +10,7 @@ import math
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +37,13 @@ MAX_DIMENSIONS = 8
 
 @dataclass(frozen=True)
 class Stored:
-    """A tensor as the file holds it, memory-mapped: ``float32()`` reads it (bfloat16 widened)."""
+    """A tensor as the file holds it, memory-mapped: ``float32()`` reads it (bfloat16 widened); ``mapped`` and
+    ``offset`` say where its bytes are, so that a product can give back the pages it has read."""
 
     array: np.ndarray
     dtype: str
+    mapped: mmap.mmap | None = field(default=None, compare=False)
+    offset: int = 0  # of its first byte in ``mapped``
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -94,11 +97,13 @@ def read_safetensors(path: Path) -> dict[str, Stored]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        tensors[name] = _tensor(where, name, info, data, data_len)
+        tensors[name] = _tensor(where, name, info, data, data_len, mapped, 8 + header_len)
     return tensors
 
 
-def _tensor(where: str, name: str, info: object, data: np.ndarray | None, data_len: int) -> Stored:
+def _tensor(
+    where: str, name: str, info: object, data: np.ndarray | None, data_len: int, mapped: mmap.mmap | None, base: int
+) -> Stored:
     shown = printable(repr(name))[:80]
     try:
         dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]  # type: ignore[index]
@@ -124,4 +129,4 @@ def _tensor(where: str, name: str, info: object, data: np.ndarray | None, data_l
         )
     assert data is not None or count == 0
     raw = data[start:end] if data is not None else np.zeros(0, dtype=np.uint8)
-    return Stored(raw.view(DTYPES[dtype]).reshape(shape), dtype)
+    return Stored(raw.view(DTYPES[dtype]).reshape(shape), dtype, mapped, base + start)

@@ -6,6 +6,7 @@ whichever format its weights came in; a folder's names are translated as the fol
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +67,16 @@ def by_rows(n: int, shape: tuple[int, ...], block: Callable[[int, int], np.ndarr
 
     run_blocks(one, range(0, height, step))
     return out
+
+
+def release(mapped: mmap.mmap, start: int, length: int) -> None:
+    """The whole pages of bytes start … start + length of a file mapped read-only out of this process's resident
+    memory: read again, they come back from the system's file cache. A product calls it after each block of
+    rows, so a model's weights are resident a block at a time, not the whole file once every layer has run."""
+    page = mmap.PAGESIZE
+    first, last = -(-start // page) * page, (start + length) // page * page
+    if last > first and hasattr(mmap, "MADV_DONTNEED"):
+        mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def rows(weights: Tensors, name: str) -> int:
@@ -130,12 +141,20 @@ class FolderTensors:
         stored, transposed = self.stored[name], self.transposed(name)
         x = np.asarray(x, dtype=np.float32)
 
+        row_bytes = stored.array.strides[0] if stored.array.ndim else 0
+
         def block(start: int, stop: int) -> np.ndarray:
             values = stored.float32(np.s_[:, start:stop]).T if transposed else stored.float32(np.s_[start:stop])
             values = self.adjust(name, values) if self.adjust is not None else values
-            return np.asarray(x @ values.T, dtype=np.float32)
+            result = np.asarray(x @ values.T, dtype=np.float32)
+            if stored.mapped is not None and not transposed:
+                release(stored.mapped, stored.offset + start * row_bytes, (stop - start) * row_bytes)
+            return result
 
-        return by_rows(len(x), self.shape(name), block)
+        out = by_rows(len(x), self.shape(name), block)
+        if stored.mapped is not None and transposed:  # a block is a few columns of every stored row: all at the end
+            release(stored.mapped, stored.offset, stored.array.nbytes)
+        return out
 
 
 def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
