@@ -31,6 +31,23 @@ def test_a_clean_figure_has_no_problems() -> None:
     assert audit(render_heatmap_figure(att, FigureStyle())) == []
 
 
+def test_an_audit_after_writing_reuses_that_drawing_unless_the_figure_changed(monkeypatch) -> None:
+    """--audit measures the drawing the PNG was written from (no second drawing); a figure changed since is
+    drawn again, so what was added is measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnviz.render.figure import figure_bytes
+
+    drawn = []
+    draw = FigureCanvasAgg.draw
+    monkeypatch.setattr(FigureCanvasAgg, "draw", lambda canvas: (drawn.append(canvas), draw(canvas))[1])
+    fig = render_heatmap_figure(self_attention(SIX, LayerConfig(heads=2)), FigureStyle())
+    figure_bytes(fig, "png", {})
+    assert len(drawn) == 1 and audit(fig) == [] and len(drawn) == 1
+    fig.text(0.97, 0.2, "runs off the edge", fontsize=12)
+    assert any("'runs off the edge' leaves the canvas" in p for p in audit(fig)) and len(drawn) == 2
+
+
 def test_text_below_the_presets_smallest_is_caught() -> None:
     fig = blank(FigureStyle(preset="slide"))
     ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))

@@ -98,13 +98,18 @@ def plain(text: str) -> str:
 
 
 def _draw(fig: Figure) -> Any:
+    """The renderer of the figure drawn by Agg at its output size: the one that drew it last if nothing
+    changed since (a PNG just written; --audit measured every figure twice), else a new drawing's."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     engine = fig.get_layout_engine()
     if engine is not None:  # as figure_bytes does: lay out once, then draw
         engine.execute(fig)
         fig.set_layout_engine(None)
-    canvas: Any = FigureCanvasAgg(fig)
+    canvas: Any = fig.canvas
+    if isinstance(canvas, FigureCanvasAgg) and not fig.stale and getattr(canvas, "renderer", None) is not None:
+        return canvas.get_renderer()  # type: ignore[no-untyped-call]
+    canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return canvas.get_renderer()
 
