@@ -232,7 +232,7 @@ def safe_name(name: str) -> str:
     if printable(name) != name:
         raise UsageError(f"the name {printable(repr(name))} holds control characters")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES - 4:
-        raise UsageError(f"the name {printable(repr(name[:40]))}… is longer than a file name can be (255 bytes)")
+        raise UsageError(f"the name {quoted(name, 44)} is longer than a file name can be (255 bytes)")
     return name
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, UsageError, printable, quoted
 
 if TYPE_CHECKING:
     from ..blocked import Keep, Kept
@@ -121,7 +121,7 @@ def refuse_unused(model: object, weights: Tensors) -> None:
         if name not in reads and not INERT_TENSORS.fullmatch(name):
             family = printable(str(getattr(model, "family", "")))
             raise AttnvizError(
-                f"{weights.path}: tensor {printable(repr(weights.stored_name(name)))[:80]} is not one attnviz runs "
+                f"{weights.path}: tensor {quoted(weights.stored_name(name), 80)} is not one attnviz runs "
                 f"for {family}; "
                 "it may change the attention, so the file is refused rather than shown without it"
             )
@@ -186,7 +186,7 @@ def model_location(name: str | None, model_dir: Path | None = None, model_file: 
     if name not in MODELS:
         raise UsageError(
             f"--model must be one of {', '.join(MODELS)}, ollama:NAME[:TAG] or hf:ORG/NAME "
-            f"(or give --model-dir or --model-file), got {printable(repr(name))[:80]}"
+            f"(or give --model-dir or --model-file), got {quoted(name, 80)}"
         )
     spec = MODELS[name]
     exists = Path.is_dir if spec.architecture == "folder" else Path.is_file
@@ -267,7 +267,7 @@ def load_gguf(path: Path, name: str) -> Model:
     architecture = file.metadata.get("general.architecture")
     if architecture not in loaders:
         raise AttnvizError(
-            f"{path}: architecture {printable(repr(architecture))[:40]}; "
+            f"{path}: architecture {quoted(architecture, 40)}; "
             f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
         )
     meta = gguf_settings(file.metadata, path, str(architecture))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, UsageError, printable, quoted
 from ..threads import one_blas_thread
 from . import Consumer, Encoding, damaged
 from .metadata import Settings
@@ -134,7 +134,7 @@ def token_types(meta: Settings, named: Renamed) -> int:
     said = meta.values.get("tokenizer.ggml.token_type_count", types)
     if said != types:
         raise AttnvizError(
-            f"{named.path}: tokenizer.ggml.token_type_count {printable(repr(said))[:20]} is not the {types} rows "
+            f"{named.path}: tokenizer.ggml.token_type_count {quoted(said, 20)} is not the {types} rows "
             "of token_types.weight"
         )
     return types

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, quoted
 from ..inputs import open_regular, parse_json, read_file
 from . import bert, gemma2, gemma3, gpt2, llama, nomic_bert, olmo2, phi3, qwen3, refuse_unused, smollm3
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
@@ -200,7 +200,7 @@ def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer
     raw, path = read_config(directory)
     family = raw.get("model_type") or _guess_family(raw, directory)
     if not isinstance(family, str) or family not in FAMILIES:
-        shown = printable(repr(family))[:40] if family is not None else "missing"
+        shown = quoted(family, 40) if family is not None else "missing"
         raise AttnvizError(f"{path}: model_type {shown} is not supported; attnviz reads {', '.join(sorted(FAMILIES))}")
     assert isinstance(family, str)
     spec = FAMILIES[family]

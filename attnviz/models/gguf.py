@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, quoted
 from ..inputs import open_regular
 from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
@@ -94,7 +94,7 @@ class GGUF:
         infos = [self.tensor_info() for _ in range(n_tensors)]
         alignment = self.metadata.get("general.alignment", 32)
         if type(alignment) is not int or not 0 < alignment <= 1 << 20:
-            raise self.error(f"general.alignment {printable(repr(alignment))[:40]} is not a sensible alignment")
+            raise self.error(f"general.alignment {quoted(alignment, 40)} is not a sensible alignment")
         start = -(-self.pos // alignment) * alignment
         self.tensors: dict[str, TensorInfo] = {}
         for name, shape, kind, offset in infos:
@@ -230,12 +230,12 @@ def _is(value: object, kind: str) -> bool:
 def _kind(value: object) -> str:
     if isinstance(value, np.ndarray):
         return f"an array of {value.dtype}"
-    return "an array of strings" if isinstance(value, list) else f"{type(value).__name__} {printable(repr(value))[:40]}"
+    return "an array of strings" if isinstance(value, list) else f"{type(value).__name__} {quoted(value, 40)}"
 
 
 def _shown(name: str) -> str:
     """A tensor's name as a message quotes it: escaped, and cut (a name can be as long as the file)."""
-    return printable(repr(name))[:80]
+    return quoted(name, 80)
 
 
 def dequantise(raw: np.ndarray, kind: int) -> np.ndarray:

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, UsageError, printable, quoted
 from ..inputs import open_regular, parse_json, read_file
 from . import MODELS, ModelSpec, model_location, supported
 from .metadata import MAX_CONFIG_BYTES, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
@@ -76,7 +76,7 @@ def ollama_parts(spec: str) -> tuple[str, str, str, str]:
         path, _, tag = spec.rpartition(":")
     parts = path.split("/")
     if not (1 <= len(parts) <= 3 and all(map(_plain, [*parts, tag])) and (len(parts) == 1 or "." not in parts[-2])):
-        shown = printable(repr("ollama:" + spec))[:120]
+        shown = quoted("ollama:" + spec, 120)
         raise UsageError(f"--model {shown} is not an Ollama model name: {OLLAMA_FORM} (letters, digits, _ . -)")
     host, namespace, model = [OLLAMA_HOST, OLLAMA_NAMESPACE][: 3 - len(parts)] + parts
     return host, namespace, model, tag
@@ -130,7 +130,7 @@ def _model_blob(manifest: Path, root: Path) -> Path:
     digest = chosen[0].get("digest")
     found = DIGEST.fullmatch(digest) if isinstance(digest, str) else None
     if found is None:
-        raise AttnvizError(f"{where}: the model layer's digest {printable(repr(digest))[:80]} is not sha256:<64 hex>")
+        raise AttnvizError(f"{where}: the model layer's digest {quoted(digest, 80)} is not sha256:<64 hex>")
     blob = root / "blobs" / f"sha256-{found.group(1)}"
     if not os.path.lexists(blob):
         raise AttnvizError(f"{where}: the model's blob {_shown(blob)} is missing (pull the model again)")
@@ -184,7 +184,7 @@ def hf_parts(spec: str) -> tuple[str, str]:
     file = parts[len(repo) :]
     good = all(_plain(p) and "--" not in p and not p.endswith((".", "-")) for p in repo)
     if not good or not all(p not in ("", ".", "..") and p.isprintable() and "\\" not in p for p in file):
-        shown = printable(repr("hf:" + spec))[:120]
+        shown = quoted("hf:" + spec, 120)
         raise UsageError(f"--model {shown} is not a Hugging Face model name: {HF_FORM}")
     return "/".join(repo), "/".join(file)
 
@@ -223,7 +223,7 @@ def _hf_snapshot(repo: str, shown: str) -> Path:
         )
     commit = read_file(ref, MAX_MANIFEST_BYTES, "a Hugging Face ref").decode("ascii", "replace").strip()
     if COMMIT.fullmatch(commit) is None:
-        raise AttnvizError(f"{_shown(ref)}: {printable(repr(commit))[:60]} is not a commit hash")
+        raise AttnvizError(f"{_shown(ref)}: {quoted(commit, 60)} is not a commit hash")
     snapshot = folder / "snapshots" / commit
     if not snapshot.is_dir():
         raise AttnvizError(f"{printable(shown)}: the snapshot {_shown(snapshot)} that refs/main names is missing")

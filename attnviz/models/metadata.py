@@ -114,7 +114,7 @@ def refuse_unread(settings: Settings, inert: frozenset[str], family: str) -> Non
     """The file refused, naming the first key its loader did not ask about and that is not known inert."""
     for key in settings.unread():
         if key not in inert:
-            shown = printable(repr(settings.prefix + key))[:80]
+            shown = quoted(settings.prefix + key, 80)
             raise AttnvizError(
                 f"{settings.where}: {settings.label}{shown} is a setting attnviz does not run for {family}; "
                 "it may change the attention, so the file is refused rather than shown without it"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, quoted
 from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, on_time, one_budget
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def tokenize(tokenizer: Tokenizer, text: str, *, special: bool = True) -> Pieces
     chosen = chosen if special else own
     missing = next((n for n, _, _ in chosen if n not in tokenizer.vocab), None)
     if missing is not None:
-        raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
+        raise AttnvizError(f"the tokenizer has no token {quoted(missing, 40)} (its parts disagree)")
     return Pieces(
         tokens=tuple(tokenizer.readable(n) for n, _, _ in chosen),
         ids=tuple(tokenizer.vocab[n] for n, _, _ in chosen),

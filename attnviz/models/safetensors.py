@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, quoted
 from ..inputs import open_regular, parse_json
 from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
@@ -104,7 +104,7 @@ def read_safetensors(path: Path) -> dict[str, Stored]:
 def _tensor(
     where: str, name: str, info: object, data: np.ndarray | None, data_len: int, mapped: mmap.mmap | None, base: int
 ) -> Stored:
-    shown = printable(repr(name))[:80]
+    shown = quoted(name, 80)
     try:
         dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]  # type: ignore[index]
         if not isinstance(shape, list) or not all(type(s) is int for s in [*shape, start, end]):
@@ -113,9 +113,7 @@ def _tensor(
     except (KeyError, TypeError, ValueError):
         raise AttnvizError(f"{where}: tensor {shown} has a malformed entry in the header") from None
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise AttnvizError(
-            f"{where}: tensor {shown} has dtype {printable(repr(dtype))[:40]}, which attnviz cannot read"
-        )
+        raise AttnvizError(f"{where}: tensor {shown} has dtype {quoted(dtype, 40)}, which attnviz cannot read")
     if len(shape) > MAX_DIMENSIONS or min(shape, default=0) < 0 or math.prod(d or 1 for d in shape) > MAX_ELEMENTS:
         raise AttnvizError(
             f"{where}: tensor {shown} has shape {list(shape)[: MAX_DIMENSIONS + 1]}, which no tensor has"

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, quoted
 
 MAX_TOKENIZER_BYTES = 256 * 2**20
 MAX_STEPS = 256  # components of a tokenizer's pipeline, nested Sequences' steps included
@@ -120,7 +120,7 @@ def compiled(pattern: str) -> Any:
     whose compiled form would be too big is refused before it is compiled (compiling has no timeout)."""
     import regex  # type: ignore[import-untyped]
 
-    shown = printable(repr(pattern))[:60]
+    shown = quoted(pattern, 60)
     if pattern_parts(pattern) > MAX_PATTERN_PARTS:
         raise TokenizerError(f"the pattern {shown} compiles to more than {MAX_PATTERN_PARTS:,} parts")
     try:
@@ -218,7 +218,7 @@ def matches(regex: Any, text: str, start: int = 0, end: int | None = None) -> li
         return [m.span() for m in regex.finditer(text, start, end, timeout=max(_remaining(), 1e-3))]
     except TimeoutError:
         raise AttnvizError(
-            f"the tokenizer's pattern {printable(repr(regex.pattern))[:60]} found no end on this text "
+            f"the tokenizer's pattern {quoted(regex.pattern, 60)} found no end on this text "
             f"within {PATTERN_SECONDS:g} s"
         ) from None
 
@@ -266,7 +266,7 @@ def split(text: str, matches: Iterable[tuple[int, int]], behaviour: str, invert:
     elif behaviour == "MergedWithNext":  # a match joins the piece after it
         pieces = _joined(spans, lambda match, neighbour: match and not neighbour, backwards=True)
     else:
-        raise TokenizerError(f"Split behavior {printable(repr(behaviour))[:40]} is not one attnviz knows")
+        raise TokenizerError(f"Split behavior {quoted(behaviour, 40)} is not one attnviz knows")
     return [text[s:e] for s, e in pieces if e > s]
 
 
@@ -342,7 +342,7 @@ def _pattern(spec: Any, where: str) -> Callable[[str], list[tuple[int, int]]]:
     if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
         regex = compiled(spec["Regex"])
         return lambda text: matches(regex, text)
-    raise TokenizerError(f"{where}: pattern {printable(repr(spec))[:60]} is neither a String nor a Regex")
+    raise TokenizerError(f"{where}: pattern {quoted(spec, 60)} is neither a String nor a Regex")
 
 
 Step = Callable[[str, int], str]  # (text, the most characters it may become) -> text
@@ -533,7 +533,7 @@ def pre_tokenizer(spec: Any) -> PreTokenizer:
         replacement = _replacement(spec)
         scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
         if scheme not in ("always", "first", "never"):
-            raise TokenizerError(f"Metaspace prepend_scheme {printable(repr(scheme))[:40]} is not one attnviz knows")
+            raise TokenizerError(f"Metaspace prepend_scheme {quoted(scheme, 40)} is not one attnviz knows")
         return metaspace(replacement, scheme, bool(spec.get("split", True)))
     raise TokenizerError(f"pre_tokenizer {kind!r} is not supported")
 
@@ -553,7 +553,7 @@ class WordPiece:
 
     def __init__(self, vocab: dict[str, int], unknown: str, prefix: str = "##", longest: int = 100) -> None:
         if unknown not in vocab:
-            raise TokenizerError(f"the WordPiece unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
+            raise TokenizerError(f"the WordPiece unk_token {quoted(unknown, 40)} is not in the vocabulary")
         self.vocab, self.unknown, self.prefix, self.longest = vocab, unknown, prefix, longest
         self.lengths = sorted({len(t) for t in vocab})  # what a word's first piece may be; the others, sans prefix
         self.continued = sorted({len(t) - len(prefix) for t in vocab if t.startswith(prefix) and len(t) > len(prefix)})
@@ -674,7 +674,7 @@ class BPE:
         self.vocab = vocab
         self.ranks = {pair: rank for rank, pair in enumerate(merges)}
         if unknown is not None and unknown not in vocab:
-            raise TokenizerError(f"the BPE unk_token {printable(repr(unknown))[:40]} is not in the vocabulary")
+            raise TokenizerError(f"the BPE unk_token {quoted(unknown, 40)} is not in the vocabulary")
         self.unknown, self.fuse_unknown = unknown, fuse_unknown
         self.byte_fallback, self.ignore_merges = byte_fallback, ignore_merges
         self._tokens = lru_cache(maxsize=65536)(self._merge)
@@ -804,7 +804,7 @@ def _merges(entries: list[Any]) -> list[tuple[str, str]]:
     pairs = [tuple(e.split(" ")) if type(e) is str else tuple(e) if type(e) is list else () for e in entries]
     wrong = [e for e, p in zip(entries, pairs, strict=True) if len(p) != 2 or not all(type(x) is str and x for x in p)]
     if wrong:
-        raise TokenizerError(f"merge {printable(repr(wrong[0]))[:60]} is not two tokens")
+        raise TokenizerError(f"merge {quoted(wrong[0], 60)} is not two tokens")
     return pairs  # type: ignore[return-value]
 
 
@@ -880,17 +880,15 @@ def template(spec: Any, vocab: dict[str, int]) -> Template:
                     name, type_id = item["SpecialToken"].get("id"), item["SpecialToken"].get("type_id", 0)
                     found = specials.get(name) if isinstance(name, str) else None
                     if not isinstance(found, dict) or not isinstance(found.get("tokens"), list):
-                        raise TokenizerError(
-                            f"the template's special token {printable(repr(name))[:40]} is not defined"
-                        )
+                        raise TokenizerError(f"the template's special token {quoted(name, 40)} is not defined")
                     out.append(Part(tuple(map(str, found["tokens"])), "", _type_id(type_id)))
                 elif isinstance(item, dict) and isinstance(item.get("Sequence"), dict):
                     which, type_id = item["Sequence"].get("id"), item["Sequence"].get("type_id", 0)
                     if which not in ("A", "B"):
-                        raise TokenizerError(f"the template's sequence {printable(repr(which))[:20]} is not A or B")
+                        raise TokenizerError(f"the template's sequence {quoted(which, 20)} is not A or B")
                     out.append(Part((), which, _type_id(type_id)))
                 else:
-                    raise TokenizerError(f"the template item {printable(repr(item))[:60]} is not one attnviz knows")
+                    raise TokenizerError(f"the template item {quoted(item, 60)} is not one attnviz knows")
             return tuple(out)
 
         return Template(parts(spec.get("single")), parts(spec.get("pair")))
@@ -899,7 +897,7 @@ def template(spec: Any, vocab: dict[str, int]) -> Template:
 
 def _type_id(value: Any) -> int:
     if type(value) is not int or not 0 <= value < 2**16:
-        raise TokenizerError(f"the template's type_id {printable(repr(value))[:20]} is not a small whole number")
+        raise TokenizerError(f"the template's type_id {quoted(value, 20)} is not a small whole number")
     return value
 
 
@@ -962,7 +960,7 @@ def _replacement(spec: dict[str, Any]) -> str:
     """Metaspace's replacement, one character (as Hugging Face requires: a longer one multiplies text)."""
     replacement = _string(spec, "replacement")
     if len(replacement) != 1:
-        raise TokenizerError(f"Metaspace replacement {printable(repr(replacement))[:40]} is not one character")
+        raise TokenizerError(f"Metaspace replacement {quoted(replacement, 40)} is not one character")
     return replacement
 
 
@@ -1166,7 +1164,7 @@ class Tokenizer:
             names, types = self.template.apply(first, self.tokenize(pair) if pair is not None else None)
             missing = next((t for t in names if t not in self.vocab), None)
             if missing is not None:
-                raise AttnvizError(f"the tokenizer has no token {printable(repr(missing))[:40]} (its parts disagree)")
+                raise AttnvizError(f"the tokenizer has no token {quoted(missing, 40)} (its parts disagree)")
             return [self.readable(t) for t in names], [self.vocab[t] for t in names], types
 
     def readable(self, token: str) -> str:
@@ -1252,9 +1250,9 @@ def _components(specs: list[Any]) -> Iterator[dict[str, Any]]:
 
 def _added(entry: Any) -> AddedToken:
     if not (isinstance(entry, dict) and isinstance(entry.get("content"), str) and type(entry.get("id")) is int):
-        raise TokenizerError(f"added token {printable(repr(entry))[:60]} has no content or id")
+        raise TokenizerError(f"added token {quoted(entry, 60)} has no content or id")
     if entry["id"] < 0:
-        raise TokenizerError(f"added token {printable(repr(entry['content']))[:40]} has the id {entry['id']}")
+        raise TokenizerError(f"added token {quoted(entry['content'], 40)} has the id {entry['id']}")
     flags = {k: bool(entry.get(k, False)) for k in ("lstrip", "rstrip", "single_word")}
     special = bool(entry.get("special", False))
     return AddedToken(entry["content"], entry["id"], special, bool(entry.get("normalized", not special)), **flags)
@@ -1263,7 +1261,7 @@ def _added(entry: Any) -> AddedToken:
 def _kind(spec: Any, what: str, default: str | None = None) -> str:
     kind = spec.get("type", default) if isinstance(spec, dict) else None
     if not isinstance(kind, str):
-        raise TokenizerError(f"{what} {printable(repr(spec))[:60]} has no type")
+        raise TokenizerError(f"{what} {quoted(spec, 60)} has no type")
     return kind
 
 

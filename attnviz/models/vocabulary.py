@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ..errors import AttnvizError, printable, say
+from ..errors import AttnvizError, printable, quoted, say
 from ..inputs import decode, parse_json, read_file
 from .metadata import MAX_CONFIG_BYTES, Settings
 from .pretokenizers import PRE_TYPES, PreType, llamacpp
@@ -69,7 +69,7 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         _refuse_unread(settings, path, kind)
         return wordpiece
     if kind not in ("gpt2", "llama"):
-        shown = printable(repr(kind))[:40]
+        shown = quoted(kind, 40)
         raise AttnvizError(
             f"{path}: tokenizer {shown}; attnviz reads byte-level BPE (gpt2), SentencePiece (llama) "
             "and WordPiece (bert)"
@@ -81,7 +81,7 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         if value is None:
             return default if default is not None and default < len(tokens) else None
         if type(value) is not int or not 0 <= value < len(tokens):
-            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {printable(repr(value))[:40]} is not a token")
+            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {quoted(value, 40)} is not a token")
         return value
 
     for key in ("precompiled_charsmap", "normalizer.lowercase", "normalizer.strip_accents"):
@@ -135,7 +135,7 @@ def _pre_type(settings: Settings, path: Path) -> PreType:
     pre = settings.get("pre")
     if isinstance(pre, str) and pre in PRE_TYPES:
         return PRE_TYPES[pre]
-    said = "no tokenizer.ggml.pre" if pre is None else f"tokenizer.ggml.pre {printable(repr(pre))[:60]}"
+    said = "no tokenizer.ggml.pre" if pre is None else f"tokenizer.ggml.pre {quoted(pre, 60)}"
     known = "" if pre is None else ", a pre-tokenizer llama.cpp does not know"
     say(
         f"attnviz: warning: {printable(str(path))}: {said}{known}; cutting the text as llama.cpp's default "
@@ -203,7 +203,7 @@ def _sentencepiece(
     extra = settings.get("remove_extra_whitespaces", False)
     for key, value in (("add_space_prefix", prefix), ("remove_extra_whitespaces", extra)):
         if type(value) is not bool:
-            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {printable(repr(value))[:40]} is not true or false")
+            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {quoted(value, 40)} is not true or false")
     return Tokenizer(
         vocab,
         ScoredMerges(vocab, dict(zip(tokens, scores.tolist(), strict=True)), tokens[unknown or 0]),
@@ -256,9 +256,7 @@ def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenize
         for key in keys:
             value = settings.get(f"{key}_token_id")
             if value is not None and (type(value) is not int or not 0 <= value < len(names)):
-                raise AttnvizError(
-                    f"{path}: tokenizer.ggml.{key}_token_id {printable(repr(value))[:40]} is not a token"
-                )
+                raise AttnvizError(f"{path}: tokenizer.ggml.{key}_token_id {quoted(value, 40)} is not a token")
             if value is not None:
                 return names[value]
         return None
@@ -266,7 +264,7 @@ def _wordpiece(settings: Settings, meta: dict[str, Any], path: Path) -> Tokenize
     def flag(key: str, default: bool | None) -> bool | None:
         value = settings.get(key, default)
         if value is not None and type(value) is not bool:
-            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {printable(repr(value))[:40]} is not true or false")
+            raise AttnvizError(f"{path}: tokenizer.ggml.{key} {quoted(value, 40)} is not true or false")
         return value
 
     unknown = token("unknown") or "[UNK]"

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import AttnvizError, printable
+from ..errors import AttnvizError, printable, quoted
 from ..inputs import parse_json, read_file
 from ..threads import run_blocks
 from .metadata import MAX_TENSORS
@@ -180,7 +180,7 @@ def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
         by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, Stored] = {}
     for shard in sorted(by_shard):
-        shown = printable(repr(shard))[:60]
+        shown = quoted(shard, 60)
         if Path(shard).name != shard or shard in (".", ".."):
             raise AttnvizError(f"{where}: shard {shown} is not a file name in the folder")
         if not os.path.lexists(directory / shard):
@@ -188,7 +188,7 @@ def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
         stored = read_safetensors(directory / shard)
         for name in by_shard[shard]:
             if name not in stored:
-                shown_name = printable(repr(name))[:80]
+                shown_name = quoted(name, 80)
                 raise AttnvizError(f"{where}: says {printable(shard)[:60]} holds tensor {shown_name}; it does not")
             tensors[name] = stored[name]
     return tensors
