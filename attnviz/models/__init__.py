@@ -270,6 +270,7 @@ def load_gguf(path: Path, name: str) -> Model:
             f"{path}: architecture {quoted(architecture, 40)}; "
             f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
         )
+    file.refuse_uncounted(str(architecture))
     meta = gguf_settings(file.metadata, path, str(architecture))
     model = loaders[str(architecture)](name, file, meta, from_gguf(file.metadata, path), str(architecture))
     refuse_unread(meta, INERT_GGUF_KEYS, str(architecture))
