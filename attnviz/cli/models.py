@@ -298,10 +298,15 @@ def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
       attnviz models --json
     """
     from .. import schema
+    from ..errors import say
     from ..models import supported
     from ..models.locate import available, hf_cache, ollama_roots
+    from ..models.walk import Walk
 
-    found = available()
+    walk = Walk()
+    found = available(walk)
+    if walk.summary():
+        say(f"attnviz: {walk.summary()}")
     looked_in = {"ollama": [str(root) for root in ollama_roots()], "hf": [str(hf_cache())]}
     families = {"gguf": supported("gguf"), "folder": supported("folder")}
     if as_json:
