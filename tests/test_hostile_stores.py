@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 from fake_stores import cache_repo, home_fixture, pull  # noqa: F401 (the fixture home)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import AttnvizError
+from attnviz.models import locate as locate_module
 from attnviz.models import model_location
 from attnviz.models import walk as walk_module
+
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def listing(cli) -> tuple[dict[str, dict], str]:
@@ -293,3 +298,99 @@ def test_a_store_root_may_be_a_link(cli, home: Path, tmp_path: Path, monkeypatch
     found, err = listing(cli)
     assert err == "" and found["ollama:tiny:latest"]["runs"] and found["hf:org/tiny-GGUF"]["runs"]
     assert model_location("ollama:tiny")[0] == tmp_path / "ollama-link" / blob.relative_to(real / "ollama")
+
+
+# Any shape: a snapshot of random folders, files and links, each link to another entry, `.`, `/`, its own blobs,
+# a sibling's blobs, a file or folder outside, or nothing. Whatever the shape, the listing and the names agree,
+# and nothing is read from outside the snapshot's own files and its repository's blobs.
+
+TARGETS = ["entry", "self", "root", "blob", "sibling-blob", "outside-file", "outside-folder", "dangling", "up"]
+
+
+@st.composite
+def snapshot_shapes(draw: st.DrawFn) -> list[tuple[str, int, str]]:
+    """(kind, parent, target) for each new entry: kind folder, file or link; parent an earlier folder (0 is the
+    snapshot); a link's target one of TARGETS (an entry: the one with the index drawn next)."""
+    shape: list[tuple[str, int, str]] = []
+    for _ in range(draw(st.integers(1, 14))):
+        folders = [0] + [i + 1 for i, (kind, _, _) in enumerate(shape) if kind == "folder"]
+        kind = draw(st.sampled_from(["folder", "file", "link", "link"]))
+        target = draw(st.sampled_from(TARGETS)) if kind == "link" else ""
+        if target == "entry":
+            target = str(draw(st.integers(0, len(shape))))
+        shape.append((kind, draw(st.sampled_from(folders)), target))
+    return shape
+
+
+def _build(home: Path, shape: list[tuple[str, int, str]]) -> Path:
+    snapshot = _gguf_repo(home)
+    blob = (snapshot / "tiny.gguf").resolve()
+    sibling = (_gguf_repo(home, "org/other-GGUF", seed=1) / "tiny.gguf").resolve()
+    (home / "outside").mkdir()
+    write_tiny_llama(home / "outside" / "x.gguf", seed=2)
+    places = [snapshot]
+    for number, (kind, parent, target) in enumerate(shape):
+        path = places[parent] / (f"e{number}.gguf" if kind != "folder" else f"d{number}")
+        places.append(path)
+        if kind == "folder":
+            path.mkdir()
+        elif kind == "file":
+            write_tiny_llama(path, seed=3)
+        else:
+            special = {"self": Path("."), "root": Path("/"), "blob": blob, "sibling-blob": sibling,
+                       "outside-file": home / "outside" / "x.gguf", "outside-folder": home / "outside",
+                       "dangling": home / "gone", "up": Path("..")}  # fmt: skip
+            goal = places[int(target)] if target.isdigit() else special[target]
+            path.symlink_to(goal if not goal.is_absolute() or target == "root" else os.path.relpath(goal, path.parent))
+    return snapshot
+
+
+def _names(snapshot: Path, home: Path, depth: int = 4) -> set[str]:
+    """Every name under which a walk that follows links finds a .gguf file in the test's home (bounded: depth,
+    breadth); through a link to `/`, the names of the files outside and of the snapshot's own."""
+    names: set[str] = set()
+    pending = [(snapshot, "", 0)]
+    through_root = [home / "outside" / "x.gguf", snapshot / "tiny.gguf"]
+    while pending and len(names) < 2000:
+        folder, prefix, level = pending.pop()
+        try:
+            children = sorted(os.listdir(folder))[:20]
+        except OSError:
+            continue
+        for child in children:
+            path = folder / child
+            real = Path(os.path.realpath(path))
+            if real == Path("/"):
+                names.update(prefix + child + str(p) for p in through_root)
+            elif real.is_relative_to(home.resolve()) and real.is_dir() and level < depth:
+                pending.append((path, prefix + child + "/", level + 1))
+            elif child.endswith(".gguf") and real.is_file():
+                names.add(prefix + child)
+    return names
+
+
+@FUZZ
+@given(shape=snapshot_shapes())
+def test_any_snapshot_shape_lists_and_runs_only_its_own_files(cli, tmp_path_factory, monkeypatch, shape) -> None:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(locate_module, "SYSTEM_OLLAMA", home / "no-service")
+    snapshot = _build(home, shape)
+    blobs = (snapshot / "tiny.gguf").resolve().parent
+    found, err = listing(cli)
+    listed = {Path(m["path"]).relative_to(snapshot).as_posix(): m for name, m in found.items() if "tiny-GGUF" in name}
+    assert "tiny.gguf" in listed and all(m["runs"] for m in listed.values())
+    for name in listed:  # what is listed runs, as the listing names it, from its own files
+        shown = f"hf:org/tiny-GGUF/{name}" if len(listed) > 1 else "hf:org/tiny-GGUF"
+        assert shown in found and model_location(shown) == (snapshot / name, "gguf")
+        real = (snapshot / name).resolve()
+        assert real.parent == blobs or not (snapshot / name).is_symlink()
+    for name in _names(snapshot, home):  # and nothing else does, under any name a link could give it
+        try:
+            path, _ = model_location(f"hf:org/tiny-GGUF/{name}")
+        except AttnvizError as refusal:
+            assert "\n" not in str(refusal)
+            continue
+        assert name in listed, (name, sorted(listed), err)
