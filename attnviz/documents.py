@@ -40,7 +40,7 @@ def read_json_source(path: Path, limit: int) -> Any:
             raise AttnvizError("stdin is closed: give the attention file's path to --from")
         raw = bounded(read_at_most(sys.stdin.buffer, limit), "stdin", limit)
     else:
-        raw = read_file(path, limit, "an attention file")
+        raw = read_file(path, limit, "an attention file", pipes=True)
     read = f"reading {where} ({human_bytes(len(raw))} of JSON)"
     ensure_fits(JSON_BYTES_PER_BYTE * len(raw), read, "use .npy or .npz")
     text = decode(raw, where)
