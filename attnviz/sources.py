@@ -696,4 +696,6 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
 
 def read_tokens_file(path: Path) -> list[str]:
     """--tokens-file: text (split on whitespace) or a JSON array of strings."""
-    return tokens_from_text(decode(read_file(path, pipes=True), str(path)), str(path), force_json=path.suffix == ".json")
+    return tokens_from_text(
+        decode(read_file(path, pipes=True), str(path)), str(path), force_json=path.suffix == ".json"
+    )

@@ -80,6 +80,7 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
     """A FIFO that a thread fills with a text once it is opened, as `<(printf …)` does."""
     path = tmp_path / "fifo"
     os.mkfifo(path)
+
     def fill() -> None:
         try:
             path.write_bytes(b"the cat sat\n")
