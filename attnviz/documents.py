@@ -144,6 +144,17 @@ def stack_source(doc: Any, where: str) -> dict[str, Any] | None:
     return source
 
 
+def stack_mean_of(doc: Any, where: str) -> int:
+    """How many heads each map of an ``attnviz.model/1`` document averages (``mean_of``, written by ``--mean``);
+    0 when its maps are heads."""
+    if not isinstance(doc, dict) or doc.get("schema") != MODEL_SCHEMA or "mean_of" not in doc:
+        return 0
+    count = doc["mean_of"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**20 or doc.get("heads") != 1:
+        raise AttnvizError(f"{where}: 'mean_of' must be the count of heads the one map of each layer averages")
+    return count
+
+
 Tiles = tuple[tuple[Any, ...], ...]  # per layer, per map
 
 
