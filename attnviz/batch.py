@@ -439,12 +439,14 @@ def draw(entry: Entry, directory: Path) -> Outcome:
     import typer
 
     from .errors import LayoutProblems
+    from .inputs import files_only
 
     problems: list[str] = []
     try:
         command = _command(entry.command)
-        ctx = command.make_context(entry.command, list(entry.args))
-        command.invoke(ctx)
+        with files_only():
+            ctx = command.make_context(entry.command, list(entry.args))
+            command.invoke(ctx)
     except LayoutProblems as found:  # drawn and written; --audit measured what is wrong with it
         problems = found.problems
     except AttnvizError as err:

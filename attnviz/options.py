@@ -305,7 +305,6 @@ AuditOption = Annotated[
 
 QUIET_HELP = "No progress bar or time estimate on stderr (shown only when stderr is a terminal)."
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP, rich_help_panel=P_OUT)]
-QuietLong = Annotated[bool, typer.Option("--quiet", help=QUIET_HELP, rich_help_panel=P_OUT)]  # where -q is taken
 
 
 # Option groups: a command names a group as one parameter; the group's options take its place
@@ -521,8 +520,8 @@ FIGURE = OptionGroup(figure_options)
 
 def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Replace each parameter named in ``groups`` by that group's options, for Typer to read; and give the
-    command -q/--quiet (:data:`Quiet`; --quiet alone where -q means something else) unless it declares its own
-    ``quiet``, which then silences the progress bar too."""
+    command -q/--quiet (:data:`Quiet`: -q means --quiet in every command) unless it declares its own ``quiet``,
+    which then silences the progress bar too."""
 
     def decorate(command: Callable[..., R]) -> Callable[..., R]:
         signature = inspect.signature(command, eval_str=True)
@@ -531,9 +530,8 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
             parameters.extend(groups[p.name].parameters if p.name in groups else [p])
         own = "quiet" in signature.parameters
         if not own:
-            short = any("-q" in (getattr(info, "param_decls", None) or ()) for p in parameters for info in _infos(p))
             kind = inspect.Parameter.KEYWORD_ONLY
-            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=QuietLong if short else Quiet))
+            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=Quiet))
 
         @functools.wraps(command)
         def wrapper(**values: Any) -> R:
@@ -551,11 +549,6 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
         return wrapper
 
     return decorate
-
-
-def _infos(parameter: inspect.Parameter) -> tuple[Any, ...]:
-    """The typer declarations in a parameter's ``Annotated`` type."""
-    return getattr(parameter.annotation, "__metadata__", ())
 
 
 def parse_layers(text: str) -> tuple[int, ...]:

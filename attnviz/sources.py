@@ -407,7 +407,7 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    from .documents import read_json_source, stack_sinks, stack_source
+    from .documents import read_json_source, stack_mean_of, stack_sinks, stack_source
 
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
@@ -439,7 +439,9 @@ def file_stack(
     stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
     if sinks is not None:
         stack = replace(stack, recorded=sinks[0], hidden=sinks[1])
-    return honour(stack, want or Want())
+    honoured = honour(stack, want or Want())
+    averaged = stack_mean_of(document, where)
+    return replace(honoured, mean=True, total_heads=averaged) if averaged else honoured
 
 
 def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
@@ -696,4 +698,6 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
 
 def read_tokens_file(path: Path) -> list[str]:
     """--tokens-file: text (split on whitespace) or a JSON array of strings."""
-    return tokens_from_text(decode(read_file(path), str(path)), str(path), force_json=path.suffix == ".json")
+    return tokens_from_text(
+        decode(read_file(path, pipes=True), str(path)), str(path), force_json=path.suffix == ".json"
+    )

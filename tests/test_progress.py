@@ -121,10 +121,21 @@ def test_a_film_says_its_steps_and_frames_at_40_columns(cli, tiny: Path, tmp_pat
     assert all(len(line) <= 40 for line in _screen_lines(run.err) if "━" in line), run.err
 
 
-def test_explain_keeps_q_for_its_query_and_takes_quiet(cli) -> None:
-    run = cli("explain", "the cat sat", "-q", "1", "--quiet")
-    assert run.code == 0, run.err
-    assert run.out == cli("explain", "the cat sat", "--query", "1").out != cli("explain", "the cat sat").out
+def test_every_short_flag_means_one_thing_in_every_command() -> None:
+    """-q is --quiet everywhere (explain's --query has no short form): a short flag never changes meaning."""
+    import typer.main
+
+    from attnviz.cli.entry import app, register
+
+    register()
+    meanings: dict[str, set[str]] = {}
+    for command in typer.main.get_command(app).commands.values():
+        for param in command.params:
+            long = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts if len(o) == 2):
+                meanings.setdefault(short, set()).update(long)
+    assert meanings["-q"] == {"--quiet"}
+    assert all(len(longs) == 1 for longs in meanings.values()), meanings
 
 
 def test_ctrl_c_during_the_bar_removes_it_and_leaves_no_file(cli, tiny: Path, tmp_path, monkeypatch) -> None:

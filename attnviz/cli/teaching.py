@@ -137,7 +137,6 @@ def explain(
         int | None,
         typer.Option(
             "--query",
-            "-q",
             min=0,
             help="The query position. Default: the last token.",
             show_default=False,

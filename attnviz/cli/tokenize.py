@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -52,6 +51,7 @@ def tokenize(
 
       attnviz tokenize --model-file vocab.gguf --file text.txt
     """
+    from ..inputs import read_text
     from ..models import load_tokenizer
     from ..models.offsets import tokenize as split
 
@@ -60,7 +60,7 @@ def tokenize(
         raise UsageError("tokenize needs a model's tokenizer: give --model, --model-dir or --model-file")
     if sum(given) > 1:
         raise UsageError("choose one of --model, --model-dir and --model-file")
-    source = _text(text, file, stdin)
+    source = read_text(text, file, stdin=stdin)
     tokenizer, name = load_tokenizer(model, model_dir, model_file)
     pieces = split(tokenizer, source, special=not no_special)
     if as_json:
@@ -69,23 +69,6 @@ def tokenize(
         write_json([schema.tokenize_document(name, source, pieces)])
         return
     print_view(lambda color, width: _table(name, source, pieces, color, width), no_color)
-
-
-def _text(args: list[str] | None, file: Path | None, stdin: bool) -> str:
-    """The text exactly as given: arguments joined by spaces, a file's or stdin's characters, none dropped."""
-    from ..inputs import decode, read_file, read_stdin
-
-    reads_stdin = stdin or args == ["-"] or (file is not None and str(file) == "-")
-    sources = [bool(args) and args != ["-"], file is not None and str(file) != "-", reads_stdin]
-    if sum(sources) > 1:
-        raise UsageError("give the text one way: as arguments, with --file, or on stdin (--stdin or -)")
-    if reads_stdin:
-        return read_stdin()
-    if file is not None:
-        return decode(read_file(file), str(file))
-    if args is None:
-        raise UsageError("no text: give it as arguments, with --file, or on stdin with --stdin")
-    return " ".join(args)
 
 
 def shown_piece(token: str) -> str:
