@@ -212,6 +212,9 @@ CONFIG_FIELDS: dict[str, Any] = {
     "window": _count,
     "softcap": lambda v: _number(v) or isinstance(v, list) and all(x is None or _number(x) for x in v),
     "kv_heads": _count,
+    "max_tokens": lambda v: (
+        isinstance(v, dict) and _count(v.get("kept")) and _count(v.get("tokens")) and v["kept"] <= v["tokens"]
+    ),
     "strongest": lambda v: (
         isinstance(v, dict)
         and _count(v.get("links"))

@@ -119,6 +119,18 @@ Pair = Annotated[
         rich_help_panel=P_SOURCE,
     ),
 ]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=1,
+        max=2**24,
+        help="Run only the text's first N tokens (the model's own tokens, its template's kept), said in the "
+        "title: for a document longer than the model takes.",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
 LayerIndex = Annotated[
     int | None,
     typer.Option(
@@ -326,6 +338,7 @@ class LayerRequest:
     layer: int | None = None
     from_file: Path | None = None
     repeat: str | None = None
+    max_tokens: int | None = None
 
     @property
     def external(self) -> bool:
@@ -339,8 +352,9 @@ class LayerRequest:
         if self.from_file is not None:
             return replay(file_stack(self.from_file, self.tokens or None, "the tokens given", want), consume)
         return model_stack(
-            self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file, want, consume
-        )
+            self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file, want, consume,
+            self.max_tokens,
+        )  # fmt: skip
 
     def attention(self, want: Want | None = None) -> Attention:
         """One layer's attention (a model's ``--layer``, by default its last) as ``want`` asks for it."""
@@ -390,6 +404,7 @@ def layer_options(
     model_dir: ModelDir = None,
     model_file: ModelFile = None,
     pair: Pair = None,
+    max_tokens: MaxTokens = None,
     layer: LayerIndex = None,
     from_file: FromFile = None,
     tokens_file: TokensFile = None,
@@ -415,6 +430,8 @@ def layer_options(
     from .inputs import read_key_tokens, read_text, read_tokens
 
     if not external:
+        if max_tokens is not None:
+            raise UsageError("--max-tokens goes with --model: a model tokenises its text itself")
         for name, value in (("--pair", pair), ("--layer", layer), ("--tokens-file", tokens_file)):
             if value is not None:
                 raise UsageError(f"{name} goes with --model or --from")
@@ -429,8 +446,8 @@ def layer_options(
         from .inputs import stdin_alias
 
         from_file = stdin_alias(from_file)
-        if pair is not None:
-            raise UsageError("--pair goes with --model")
+        if pair is not None or max_tokens is not None:
+            raise UsageError(f"{'--pair' if pair is not None else '--max-tokens'} goes with --model")
         from .sources import read_tokens_file
 
         given = (
@@ -453,6 +470,7 @@ def layer_options(
         text=read_text(tokens or [], file),
         pair=pair,
         layer=layer,
+        max_tokens=max_tokens,
     )
 
 
@@ -514,7 +532,9 @@ class OptionGroup:
 
 
 LAYER = OptionGroup(layer_options)
-RANDOM_LAYER = LAYER.variant(hidden=("model", "model_dir", "model_file", "pair", "layer", "from_file", "tokens_file"))
+RANDOM_LAYER = LAYER.variant(
+    hidden=("model", "model_dir", "model_file", "pair", "max_tokens", "layer", "from_file", "tokens_file")
+)
 FIGURE = OptionGroup(figure_options)
 
 

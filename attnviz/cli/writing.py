@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "from_file", "tokens_file"),
+            "chars", "pair", "max_tokens", "from_file", "tokens_file"),
 )  # fmt: skip
 P_WRITE = "Writing"
 

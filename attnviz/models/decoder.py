@@ -17,7 +17,7 @@ from ..blocked import NOTHING, Keep, Kept, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, damaged
+from . import Consumer, Encoding, TooLong, damaged, first_tokens
 from .parts import Rope, overflow_checked, rms_norm, shared_heads
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
@@ -156,21 +156,27 @@ class Decoder:
                     f"the hyperparameters imply {list(shape)}"
                 )
 
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
+    def encode(self, text: str, pair: str | None = None, first: int | None = None) -> Encoding:
+        """The text's tokens; ``first``: only the first so many (--max-tokens), the text beyond left out."""
         if pair is not None:
             raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
-        longest = max(map(len, self.tokenizer.tokens), default=1)
-        if len(text) > self.context * min(longest, 64):
+        longest = min(max(map(len, self.tokenizer.tokens), default=1), 64)
+        if first is None and len(text) > self.context * longest:
             raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
         tokens, ids, types = self.tokenizer.encode(text)
         if not ids:
             raise UsageError("no tokens: the text is empty")
-        if len(ids) > self.context:
-            raise AttnvizError(f"{len(ids):,} tokens, but {printable(self.name)} takes at most {self.context:,}")
+        encoding = Encoding(tuple(tokens), tuple(ids), tuple(types))
+        if first is not None:
+            encoding = first_tokens(encoding, Encoding(*map(tuple, self.tokenizer.encode(""))), first)
+        if len(encoding.ids) > self.context:
+            count = len(encoding.ids)
+            raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.context:,}", count,
+                          self.context)  # fmt: skip
         vocabulary = self.weights.shape("token_embd.weight")[0]
-        if max(ids) >= vocabulary:
+        if max(encoding.ids) >= vocabulary:
             raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
-        return Encoding(tuple(tokens), tuple(ids), tuple(types))
+        return encoding
 
     def words(self) -> list[str]:
         return self.tokenizer.words()

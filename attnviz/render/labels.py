@@ -137,6 +137,10 @@ def describe_parts(att: Attention) -> list[str]:
             f"{real:,} token{'s' if real != 1 else ''}"
             + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")
         ]
+    if isinstance(c.get("max_tokens"), dict):
+        kept, total = c["max_tokens"]["kept"], c["max_tokens"]["tokens"]
+        first = f"the first {kept:,} of {total:,} tokens (--max-tokens)"
+        parts = [first, *parts[1:]] if parts[0] == f"{kept:,} tokens" else [parts[0], first, *parts[1:]]
     if "model" in c:
         shared = f" on {c['kv_heads']} key/value head{'s' if c['kv_heads'] != 1 else ''}" if "kv_heads" in c else ""
         parts += [
