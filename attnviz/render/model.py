@@ -35,6 +35,7 @@ from .heatmap import (
     wrapped_title,
 )
 from .labels import abbreviate, cell_len, describe_parts, wrap_parts
+from .literal import literal
 from .outlines import draw_texts, text_path
 from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
@@ -500,12 +501,12 @@ def render_rollout(
     att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
     yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
-    yield Text(f"\n{title}", style="bold cyan")
+    yield literal(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)
     label_w = max(cell_len(name) for name, _ in shown)
     bar_w = max(10, min(BAR_WIDTH, width - label_w - 10))
     for name, value in shown:
-        line = Text(" " * (label_w - cell_len(name)) + name + " ")
+        line = literal(" " * (label_w - cell_len(name)) + name + " ")
         line.append("█" * max(1, round(bar_w * value / peak)) if value > 0 else "", style="cyan" if color else "")
         line.append(f" {value:.3f}")
         yield line
@@ -525,7 +526,7 @@ def render_heads(
     """For each pattern, the heads that follow it most; then the field's scores and the sink share."""
     from ..analysis import sink_share
 
-    yield Text("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
+    yield literal("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
 
     def ranked_table(title: str, tables: dict[str, tuple[str, Array]]) -> Table:
         by_pattern: dict[str, list[tuple[int, int, float]]] = {}
