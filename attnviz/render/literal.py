@@ -31,21 +31,9 @@ def literal(text: str, style: str | Style = "", **options: Any) -> Text:
     return Text(shown, style=style, **options)
 
 
-def assembled(*parts: str | tuple[str, str | Style]) -> Text:
-    """Text of several parts, each a string or (string, style), each shown as :func:`literal` shows it:
-    a view's own styles around outside text without markup."""
-    from rich.text import Text
-
-    out = Text()
-    for part in parts:
-        text, style = (part, "") if isinstance(part, str) else part
-        out.append_text(literal(text, style))
-    return out
-
-
 def plain_console(**options: Any) -> Console:
     """A Console that reads no markup and no emoji codes in any string it is given, and highlights nothing:
-    whatever reaches it as a string is shown as it is (the second lock behind :func:`literal`)."""
+    whatever reaches it as a string is shown as it is (a second lock behind :func:`literal`)."""
     from rich.console import Console
 
     return Console(markup=False, emoji=False, highlight=False, **options)
