@@ -46,8 +46,13 @@ BAR_TICK_ROOM = 7.0  # points from the colour bar to its numbers: a tick mark an
 
 
 def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> str:
-    """The configuration line, wrapped between its parts to the figure's width."""
-    return "\n".join(wrap_parts(parts, max(20, int(width_inches * 72 / (font_size * 0.62)))))
+    """The configuration line, wrapped between its parts to the figure's width (a part longer than a line
+    between its words)."""
+    chars = max(20, int(width_inches * 72 / (font_size * 0.62)))
+    lines = wrap_parts(parts, chars)
+    return "\n".join(
+        w for line in lines for w in (wrap_parts(line.split(" "), chars, " ") if len(line) > chars else [line])
+    )
 
 
 def wrapped_sentence(phrases: Sequence[str], width_inches: float, font_size: float) -> str:
