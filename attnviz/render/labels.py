@@ -174,11 +174,11 @@ def describe_parts(att: Attention) -> list[str]:
     return parts
 
 
-LISTED = 5  # entries a heading lists in full; past that, the first three, the last and how many
+LISTED = 8  # entries a heading lists in full; past that, the first four, the last and how many
 
 
 def shortened(entries: Sequence[object], noun: str, most: int = LISTED) -> str:
-    """'3, 7 and 11', or past ``most`` entries '3, 7, 11, … 599 (150 layers)' (``noun`` in the plural): a list in
+    """'3, 7 and 11', or past ``most`` entries '3, 7, 11, 15, … 599 (150 layers)' (``noun`` in the plural): a list in
     a heading, a title or a legend stays one short phrase however deep or wide the model, where listing every
     layer would run off the canvas."""
     shown = [str(e) for e in entries]
@@ -186,7 +186,7 @@ def shortened(entries: Sequence[object], noun: str, most: int = LISTED) -> str:
         return "".join(shown)
     if len(shown) <= most:
         return f"{', '.join(shown[:-1])} and {shown[-1]}"
-    return f"{', '.join(shown[:3])}, … {shown[-1]} ({len(shown):,} {noun})"
+    return f"{', '.join(shown[:4])}, … {shown[-1]} ({len(shown):,} {noun})"
 
 
 def wrap_parts(parts: list[str], width: int, separator: str = " · ") -> list[str]:
