@@ -92,7 +92,7 @@ def write_tiny_llama(
     spare_rows: int = 0,
     layers: int = 2,
 ) -> Path:
-    """2 layers (or ``layers``), 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
+    """``layers`` layers (2), 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary, a few merges.
 
     ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN; ``extra``
     adds F32 tensors (rope_freqs.weight, say); ``spare_rows`` rows more in the (tied) embeddings than the tokenizer
