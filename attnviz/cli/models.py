@@ -257,11 +257,10 @@ def check(
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:
-        from rich.console import Console
-
         from ..errors import fold_message
+        from ..render.literal import plain_console
 
-        width = Console().width if sys.stdout.isatty() else 0
+        width = plain_console().width if sys.stdout.isatty() else 0
 
         def say_line(line: str) -> None:  # on a terminal, folded at spaces as messages are, never inside a word
             print(fold_message(line, width) if width else line)
@@ -322,19 +321,22 @@ def _models_view(
     from rich.table import Table
     from rich.text import Text
 
+    from ..render.literal import literal
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("model", "format", "family", "size", "runs"):
         table.add_column(column, justify="right" if column == "size" else "left")
     for f in found:
         runs = "yes" if f.runs else "not installed" if f.source == "package" and f.path is None else "no"
         shown = Text(runs, style=("green" if f.runs else "red") if color else "")
-        table.add_row(f.model, f.format or "—", f.family or "—", "—" if f.size is None else _bytes(f.size), shown)
+        size = "—" if f.size is None else _bytes(f.size)
+        table.add_row(literal(f.model), literal(f.format or "—"), literal(f.family or "—"), size, shown)
     yield table
     for f in found:
         if not f.runs and f.note:
-            yield Text(f"{f.model}: {f.note}", style="dim")
+            yield literal(f"{f.model}: {f.note}", style="dim")
     ollama = " and ".join(map(_home, looked_in["ollama"]))
-    yield Text(f"looked in: Ollama {ollama} · Hugging Face {_home(looked_in['hf'][0])}", style="dim")
+    yield literal(f"looked in: Ollama {ollama} · Hugging Face {_home(looked_in['hf'][0])}", style="dim")
     yield Text(
         f"attnviz runs GGUF files of {', '.join(families['gguf'])} and folders of model_type "
         f"{', '.join(families['folder'])}",

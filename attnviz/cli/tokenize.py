@@ -84,6 +84,8 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
     rich's Table, which takes half a minute over the 40,000 rows of a long document."""
     from rich.text import Text
 
+    from ..render.literal import literal
+
     shown = [shown_piece(t) for t in pieces.tokens]
     slices = [
         "" if span is None or span[0] == span[1] else shown_piece(text[span[0] : span[1]]) for span in pieces.offsets
@@ -97,7 +99,7 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
     keep = [0, 1, 2, 3, 4] if differs and fixed + widths[2] + widths[3] + 2 <= width else [0, 1, 2, 4]
     if keep == [0, 1, 2, 4]:
         widths[2] = max(5, min(widths[2], width - fixed))  # a longer token folds onto the next lines
-    yield Text(f"{plural(len(shown), 'token')} · {name} · {plural(len(text), 'character')}")
+    yield literal(f"{plural(len(shown), 'token')} · {name} · {plural(len(text), 'character')}")
     if shown:
         yield Text(_row([headings[c] for c in keep], [widths[c] for c in keep], keep), "bold" if color else "")
         yield Text("─" * (sum(widths[c] for c in keep) + 2 * (len(keep) - 1)), no_wrap=True)
@@ -105,13 +107,13 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
         for k in range(len(shown)):
             row = _row([columns[c][k] for c in keep], [widths[c] for c in keep], keep)
             if color and pieces.template[k]:
-                yield from [Text("\n".join(lines), no_wrap=True)] if lines else []
-                yield Text(row, style="dim", no_wrap=True)
+                yield from [literal("\n".join(lines), no_wrap=True)] if lines else []
+                yield literal(row, style="dim", no_wrap=True)
                 lines = []
                 continue
             lines.append(row)
             if len(lines) == ROWS_AT_ONCE or k == len(shown) - 1:
-                yield Text("\n".join(lines), no_wrap=True)
+                yield literal("\n".join(lines), no_wrap=True)
                 lines = []
     spaced = any("␣" in cell for cell in (*shown, *(slices if 3 in keep else [])))
     notes = [*(["␣: a space"] if spaced else []), "chars: start–end in the text (end excluded)"]
@@ -119,7 +121,7 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
         notes.append("—: added by the template, from no text (--no-special leaves it out)")
     if differs and 3 not in keep:
         notes.append("the text of each token: a wider terminal, or --json")
-    yield Text(" · ".join(notes), style="dim")
+    yield literal(" · ".join(notes), style="dim")
 
 
 def _row(cells: list[str], widths: list[int], columns: list[int]) -> str:
