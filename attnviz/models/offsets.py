@@ -65,8 +65,9 @@ def tokenize(tokenizer: Tokenizer, text: str, *, special: bool = True) -> Pieces
     )
 
 
-def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Span]:
-    """The span of ``text`` each of ``names`` (the tokens :meth:`Tokenizer.tokenize` gave for it) stands for."""
+def token_offsets(tokenizer: Tokenizer, text: str, names: list[str], scan: Scan | None = None) -> list[Span]:
+    """The span of ``text`` each of ``names`` (the tokens :meth:`Tokenizer.tokenize` gave for it) stands for;
+    ``scan`` counts the work of laying them along the text."""
     import numpy as np
 
     byte_level = _byte_level(tokenizer)
@@ -92,7 +93,7 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Spa
     ends = list(accumulate(len(part.encode("utf-8", "surrogatepass")) for part in parts))  # of the segments
     cut = tokenizer.pre_tokenizer
     words = (lambda at: _word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
-    laid = np.array(_lay(surfaces, flat, words), dtype=np.int64).reshape(-1, 2)
+    laid = np.array(_lay(surfaces, flat, words, scan), dtype=np.int64).reshape(-1, 2)
     first = origins[char_of[laid[:, 0]], 0]
     last = origins[char_of[np.maximum(laid[:, 1] - 1, 0)], 1]
     ends_at = np.where(laid[:, 1] > laid[:, 0], last, first)  # an empty span stays empty, where it is
@@ -133,15 +134,22 @@ def _surface(tokenizer: Tokenizer, name: str, byte_level: bool, unknown: str | N
             return (bytes([int(name[3:5], 16)]),)
         except ValueError:
             pass
+    spelt = name if byte_level else name.replace("▁", " ")  # as the pipeline spelt it, then as the decoder shows it
     shown = tokenizer.display(name)
-    return ((shown if byte_level else shown.replace("▁", " ")).encode("utf-8", "surrogatepass"),)
+    shown = shown if byte_level else shown.replace("▁", " ")
+    return tuple(dict.fromkeys(t.encode("utf-8", "surrogatepass") for t in (spelt, shown)))
 
 
-def _lay(surfaces: list[tuple[bytes, ...]], flat: bytes, word_at: Callable[[int], Span] | None) -> list[Span]:
+def _lay(
+    surfaces: list[tuple[bytes, ...]], flat: bytes, word_at: Callable[[int], Span] | None, scan: Scan | None = None
+) -> list[Span]:
     """Each token's byte span in ``flat``, in order: where the last one ended, else past white space the
-    pre-tokeniser dropped, else at its next occurrence; leading spaces the pipeline put in (a dummy prefix) are
-    let go of where the text has none. An unknown token is the word there (``word_at``: WordPiece's, a whole
-    word) or takes what lies between its neighbours (a character each when there are as many)."""
+    pre-tokeniser dropped, else at its next occurrence (near, or further while the scan's budget lasts); leading
+    spaces the pipeline put in (a dummy prefix) are let go of where the text has none. An unknown token, and one
+    whose text is not found, is the word there (``word_at``: WordPiece's, a whole word) or takes what lies between
+    its neighbours (a character each when there are as many)."""
+    scan = scan if scan is not None else Scan()
+    scan.start(flat)
     spans: list[Span] = [(0, 0)] * len(surfaces)
     at, waiting = 0, list[int]()
 
@@ -152,18 +160,19 @@ def _lay(surfaces: list[tuple[bytes, ...]], flat: bytes, word_at: Callable[[int]
             waiting.clear()
 
     for k, surface in enumerate(surfaces):
+        if k % ON_TIME_EVERY == 0:
+            on_time("offsets")
         if not surface and word_at is not None:
             spans[k] = word_at(at)
             at = max(at, spans[k][1])
             continue
-        if not surface:
+        found = scan.find(surface, at) if surface else None
+        if found is None:
             waiting.append(k)
             continue
-        found = _find(flat, surface, at)
-        start, end = found if found is not None else (at, at)
-        settle(start)
-        spans[k] = (start, end)
-        at = end
+        settle(found[0])
+        spans[k] = found
+        at = found[1]
     settle(len(flat))
     return spans
 
@@ -206,27 +215,67 @@ def _word_at(flat: bytes, at: int, cut: Callable[[str, bool], list[str]], ends: 
         size *= 2
 
 
-def _find(flat: bytes, surface: tuple[bytes, ...], at: int) -> Span | None:
-    for candidate in surface:
-        if candidate and flat.startswith(candidate, at):
-            return at, at + len(candidate)
-    variants = []
-    for candidate in surface:
-        variants.append(candidate)
-        while variants[-1].startswith(b" "):
-            variants.append(variants[-1][1:])
-    text = [v for v in variants if v]
-    for where in (at, _skip_space(flat, at)):
-        for v in text:
-            if flat.startswith(v, where):
-                return where, where + len(v)
-        if not any(c.strip(b" ") for c in surface):  # only spaces, and not the text's here: put in by the pipeline
-            return at, at
-    found = [(i, -len(v)) for v in text if (i := flat.find(v, at)) >= 0]
-    if not found:
-        return None
-    start, length = min(found)
-    return start, start - length
+NEAR = 256  # bytes past where the last token ended that a token's text is looked for in
+FAR = 4  # × the text's length: what looking further (for text a Split dropped) may cost in all, where it finds nothing
+ON_TIME_EVERY = 4096  # tokens laid between two looks at the text's time budget
+
+
+class Scan:
+    """One forward scan over the text the model saw, in time linear in it: a token's text is looked for where
+    the last one ended, then within NEAR bytes, then further only while FAR × the text's length of fruitless
+    looking is left (a look that finds moves the scan on, so finding costs the text's length in all), and never
+    again for a text already missing from an earlier place. ``work`` counts the bytes looked at."""
+
+    def __init__(self) -> None:
+        self.work = 0
+        self.flat = b""
+        self.far_left = 0
+        self.missing: dict[bytes, int] = {}  # a text, and the place from which it is known to be nowhere
+
+    def start(self, flat: bytes) -> None:
+        self.flat, self.far_left, self.missing = flat, FAR * len(flat) + NEAR, {}
+
+    def find(self, surface: tuple[bytes, ...], at: int) -> Span | None:
+        """Where the first of ``surface``'s texts (or that text with its leading spaces let go) is, from ``at``."""
+        flat = self.flat
+        texts = [v for v in dict.fromkeys(v for c in surface for v in (c, c[1:], c.lstrip(b" ")) if v)]
+        for where in (at, self._past_space(at)):
+            for v in texts:
+                self.work += len(v)
+                if flat.startswith(v, where):
+                    return where, where + len(v)
+            if not any(c.strip(b" ") for c in surface):  # only spaces, and not the text's here: put in by the pipeline
+                return at, at
+        near = [(i, -len(v)) for v in texts if (i := self._near(v, at)) >= 0]
+        if not near:
+            near = [(i, -len(v)) for v in texts if (i := self._far(v, at)) >= 0]
+        if not near:
+            return None
+        start, length = min(near)
+        return start, start - length
+
+    def _past_space(self, at: int) -> int:
+        if getattr(self, "_spaced", (-1, 0))[0] != at:  # the same place again (a token not found there): not rescanned
+            self._spaced = (at, _skip_space(self.flat, at))
+            self.work += self._spaced[1] - at + 1
+        return self._spaced[1]
+
+    def _near(self, text: bytes, at: int) -> int:
+        end = min(len(self.flat), at + NEAR + len(text))
+        self.work += end - at
+        return self.flat.find(text, at, end)
+
+    def _far(self, text: bytes, at: int) -> int:
+        if self.missing.get(text, len(self.flat) + 1) <= at or self.far_left <= 0:
+            return -1
+        end = min(len(self.flat), at + self.far_left + len(text))
+        found = self.flat.find(text, at, end)
+        self.work += (found if found >= 0 else end) - at
+        if found < 0:
+            self.far_left -= end - at
+            if end == len(self.flat):
+                self.missing[text] = at
+        return found
 
 
 def _skip_space(flat: bytes, at: int) -> int:
@@ -245,17 +294,33 @@ def _between(flat: bytes, start: int, end: int) -> Span:
 
 
 def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray]:
-    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2)."""
+    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2): what
+    it made of nothing (Prepend's ``▁``, SentencePiece's dummy prefix, a Replace of an empty match at the start)
+    an empty span where it stands; what a Replace made of a match, that match (as Hugging Face maps them)."""
     import numpy as np
 
     out = segment if normalise is None else normalise(segment)
     if out == segment:
         return out, _one_each(len(segment))
     assert normalise is not None
-    for pieces in (_each(normalise, segment), _each_after(normalise, segment)):
-        if pieces is not None and "".join(pieces) == out:
-            return out, _one_each(len(segment)).repeat([len(p) for p in pieces], axis=0)
-    return out, np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
+    front, after = _each_after(normalise, segment)
+    spans = _spans(segment, after, front, out) if front else None  # first where it puts something in front
+    if spans is None:
+        spans = _spans(segment, _each(normalise, segment), 0, out)
+    if spans is None:
+        spans = _spans(segment, after, front, out)
+    return out, spans if spans is not None else np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
+
+
+def _spans(segment: str, pieces: list[str] | None, front: int, out: str) -> np.ndarray | None:
+    """Each character of ``out`` from ``segment[i]`` whose normal form is ``pieces[i]``, after ``front`` characters
+    put in front of it (an empty span at 0); None if the pieces are not ``out``."""
+    import numpy as np
+
+    if pieces is None or "".join(pieces) != out[front:]:
+        return None
+    made = _one_each(len(segment)).repeat(list(map(len, pieces)), axis=0)
+    return np.concatenate([np.zeros((front, 2), np.int32), made])
 
 
 def _each(normalise: Normalizer, segment: str) -> list[str]:
@@ -264,8 +329,9 @@ def _each(normalise: Normalizer, segment: str) -> list[str]:
     return [cache[c] if c in cache else cache.setdefault(c, normalise(c)) for c in segment]
 
 
-def _each_after(normalise: Normalizer, segment: str) -> list[str] | None:
-    """Each character normalised after an ``a``: for normalisers that also put something in front (Prepend)."""
+def _each_after(normalise: Normalizer, segment: str) -> tuple[int, list[str] | None]:
+    """Each character normalised after an ``a``: for normalisers that also put something in front (Prepend, the
+    dummy prefix), which is how many characters they put in front of the text, and the first character's part."""
     base = normalise("a")
     cache: dict[str, str | None] = {}
 
@@ -275,26 +341,40 @@ def _each_after(normalise: Normalizer, segment: str) -> list[str] | None:
             cache[c] = after[len(base) :] if after.startswith(base) else None
         return cache[c]
 
-    pieces = [normalise(segment[0]), *map(alone, segment[1:])]
-    return None if any(p is None for p in pieces) else pieces  # type: ignore[return-value]
+    pieces = list(map(alone, segment))
+    first = normalise(segment[0])
+    if any(p is None for p in pieces) or not first.endswith(pieces[0] or ""):
+        return 0, None
+    return len(first) - len(pieces[0] or ""), pieces  # type: ignore[return-value]
 
 
 def _aligned(segment: str, out: str) -> list[Span]:
-    """``out``'s characters mapped to ``segment``'s by difflib's matching blocks: changed runs of equal length
-    character for character, others as a whole, inserted characters to the character after them."""
+    """``out``'s characters mapped to ``segment``'s by difflib's matching blocks, past what the two begin and end
+    with alike: changed runs of equal length character for character, others as a whole, inserted characters an
+    empty span where they stand."""
     if not segment:
         return [(0, 0)] * len(out)
     on_time("offsets, aligned to its normaliser's output,")  # the text's budget, over all its segments
-    if len(segment) + len(out) > MAX_ALIGNED:  # in proportion: near, not exact
-        places = [min(k * len(segment) // len(out), len(segment) - 1) for k in range(len(out))]
-        return [(i, i + 1) for i in places]
+    same = 0
+    while same < min(len(segment), len(out)) and segment[same] == out[same]:
+        same += 1
+    tail = 0
+    while tail < min(len(segment), len(out)) - same and segment[-1 - tail] == out[-1 - tail]:
+        tail += 1
+    inner, changed = segment[same : len(segment) - tail], out[same : len(out) - tail]
+    head = [(k, k + 1) for k in range(same)]
+    end = [(k, k + 1) for k in range(len(segment) - tail, len(segment))]
+    if not inner:  # only put in
+        return head + [(same, same)] * len(changed) + end
+    if len(inner) + len(changed) > MAX_ALIGNED:  # in proportion: near, not exact
+        return head + [(i, i + 1) for i in (same + k * len(inner) // len(changed) for k in range(len(changed)))] + end
     spans: list[Span] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, segment, out, autojunk=False).get_opcodes():
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, inner, changed, autojunk=False).get_opcodes():
+        i1, i2 = i1 + same, i2 + same
         if op == "equal" or (op == "replace" and i2 - i1 == j2 - j1):
             spans += [(i1 + k, i1 + k + 1) for k in range(j2 - j1)]
         elif op == "replace":
             spans += [(i1, i2)] * (j2 - j1)
         elif op == "insert":
-            near = min(i1, len(segment) - 1)
-            spans += [(near, near + 1)] * (j2 - j1)
-    return spans
+            spans += [(i1, i1)] * (j2 - j1)
+    return head + spans + end
