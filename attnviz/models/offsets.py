@@ -231,14 +231,22 @@ class Scan:
         self.flat = b""
         self.far_left = 0
         self.missing: dict[bytes, int] = {}  # a text, and the place from which it is known to be nowhere
+        self.spaced = (-1, 0)  # the last place white space was skipped from, and where it ends
+        self.texts: dict[tuple[bytes, ...], list[bytes]] = {}
 
     def start(self, flat: bytes) -> None:
-        self.flat, self.far_left, self.missing = flat, FAR * len(flat) + NEAR, {}
+        self.flat, self.far_left, self.missing, self.spaced = flat, FAR * len(flat) + NEAR, {}, (-1, 0)
 
     def find(self, surface: tuple[bytes, ...], at: int) -> Span | None:
         """Where the first of ``surface``'s texts (or that text with its leading spaces let go) is, from ``at``."""
         flat = self.flat
-        texts = [v for v in dict.fromkeys(v for c in surface for v in (c, c[1:], c.lstrip(b" ")) if v)]
+        self.work += len(surface[0])
+        if flat.startswith(surface[0], at):  # the common case: the token's text, where the last one ended
+            return at, at + len(surface[0])
+        texts = self.texts.get(surface)
+        if texts is None:
+            variants = (v for c in surface for v in (c, c[1:], c.lstrip(b" ")) if v)
+            texts = self.texts[surface] = list(dict.fromkeys(variants))
         for where in (at, self._past_space(at)):
             for v in texts:
                 self.work += len(v)
@@ -255,10 +263,10 @@ class Scan:
         return start, start - length
 
     def _past_space(self, at: int) -> int:
-        if getattr(self, "_spaced", (-1, 0))[0] != at:  # the same place again (a token not found there): not rescanned
-            self._spaced = (at, _skip_space(self.flat, at))
-            self.work += self._spaced[1] - at + 1
-        return self._spaced[1]
+        if self.spaced[0] != at:  # the same place again (a token not found there): not rescanned
+            self.spaced = (at, _skip_space(self.flat, at))
+            self.work += self.spaced[1] - at + 1
+        return self.spaced[1]
 
     def _near(self, text: bytes, at: int) -> int:
         end = min(len(self.flat), at + NEAR + len(text))
