@@ -14,9 +14,10 @@ import pytest
 from test_llamacpp_vocab import spm
 from tiny_gguf import write_gguf
 
-from attnviz.models import offsets
+from attnviz.models import laying
 from attnviz.models import tokenizer as pipeline
-from attnviz.models.offsets import NEAR, Scan, token_offsets
+from attnviz.models.laying import NEAR, Scan
+from attnviz.models.offsets import token_offsets
 from attnviz.models.tokenizer import from_spec
 
 # --- the work of laying tokens along the text ---------------------------------------------------------------------
@@ -118,13 +119,13 @@ def test_offsets_past_the_texts_time_budget_are_refused_in_one_line(cli, tmp_pat
     """The budget is the one the text's patterns share: spent (as a slow pipeline would spend it), one line."""
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "tokenizer.json").write_text(json.dumps(REWRITING["decoder Replace a → b"]))
-    real = offsets.on_time
+    real = laying.on_time
 
     def spent(what: str) -> None:
         pipeline._deadline.set(0.0)
         real(what)
 
-    monkeypatch.setattr(offsets, "on_time", spent)
+    monkeypatch.setattr(laying, "on_time", spent)
     run = cli("tokenize", "--model-dir", str(tmp_path / "t"), "--json", "ab" * 1000)
     assert run.code == 1 and run.out == "", run
     assert run.err == "attnviz: error: the tokenizer's offsets found no end on this text within 20 s\n", run.err
