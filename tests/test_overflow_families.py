@@ -10,6 +10,7 @@ from pathlib import Path
 import families
 import numpy as np
 import pytest
+from capped import assert_refused, attnviz
 from hf_checkpoints import expanded
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -73,3 +74,61 @@ def test_every_model_command_refuses_an_overflowing_gguf_in_one_line_without_a_w
         assert "NaN or infinity" in run.err or "NaN or infinite" in run.err, (command, run.err)
     tokens = cli("tokenize", "--model-file", str(path), "the", "cat", "sat")  # reads the vocabulary alone
     assert tokens.code == 0 and tokens.err == "", tokens
+
+
+# the same, on Hugging Face folders of every family (the encoders with the commands that run them)
+FOLDER_PLACES = {
+    "embeddings": ("embed_tokens.", "wte.", "word_embeddings."),
+    "norm weights": ("layernorm.weight", "ln_1.weight", "ln_2.weight", "LayerNorm.weight", "layer_norm.weight"),
+    "query and key weights": ("q_proj.", "k_proj.", "qkv_proj.", "c_attn.", "query.", "key.", "q_lin.", "k_lin."),
+}
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert")
+ENCODER_COMMANDS = [
+    ("heatmap",),
+    ("heatmap", "--all-layers"),
+    ("lines",),
+    ("rollout",),
+    ("heads",),
+]  # explain: decoders
+
+
+def huge_folder(family: str, place: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny Hugging Face checkpoint of ``family`` with the tensors of ``place`` all HUGE."""
+    import test_hostile_models as hostile
+    import tiny_bert
+
+    def huge(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        changed = [k for k in tensors if any(part in k for part in FOLDER_PLACES[place])]
+        assert changed, (family, place, sorted(tensors))
+        return tensors | {k: np.full_like(tensors[k], HUGE) for k in changed}
+
+    decoder_tensors, write_safetensors = hostile._decoder_tensors, tiny_bert.write_safetensors
+    with monkeypatch.context() as patch:
+        patch.setattr(hostile, "_decoder_tensors", lambda *args: huge(decoder_tensors(*args)))
+        patch.setattr(tiny_bert, "write_safetensors", lambda path, tensors: write_safetensors(path, huge(tensors)))
+        return hostile.write_checkpoint(folder, family)
+
+
+@pytest.mark.parametrize("place", FOLDER_PLACES)
+@pytest.mark.parametrize("family", [*ENCODERS, "gpt2", "llama", "mistral", "qwen2", "smollm3", "gemma3_text", "gemma2",
+                                    "qwen3", "olmo2", "phi3"])  # fmt: skip
+def test_every_model_command_refuses_an_overflowing_folder_in_one_line_without_a_warning(
+    cli, tmp_path, monkeypatch, family: str, place: str
+) -> None:
+    folder = huge_folder(family, place, tmp_path / family, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for command in ENCODER_COMMANDS if family in ENCODERS else COMMANDS:
+        run = cli(*command, "--model-dir", str(folder), "the", "cat", "sat")
+        assert run.code == 1, (command, run)
+        assert run.err.count("\n") == 1 and run.err.startswith("attnviz: error: "), (command, run.err)
+        assert "NaN or infinity" in run.err or "NaN or infinite" in run.err, (command, run.err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [("heatmap",), ("generate", "-n", "2"), ("explain", "--importance"), ("heads",)])
+def test_real_stderr_holds_the_one_line_alone(huge, tmp_path, command) -> None:
+    """As a user sees it, in a child process (where a warning would be printed, not raised): the issue's file."""
+    err = assert_refused(
+        attnviz(*command, "--model-file", str(huge[("gemma2", "embeddings")]), "the", "cat", cwd=tmp_path)
+    )
+    assert "Warning" not in err and "the embeddings give NaN or infinity" in err, err
