@@ -27,6 +27,8 @@ PLACES = {
 COMMANDS = [
     ("heatmap",),
     ("heatmap", "--all-layers"),
+    ("heatmap", "--json"),
+    ("mask",),
     ("lines",),
     ("rollout",),
     ("heads",),
@@ -86,6 +88,8 @@ ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert")
 ENCODER_COMMANDS = [
     ("heatmap",),
     ("heatmap", "--all-layers"),
+    ("heatmap", "--json"),
+    ("mask",),
     ("lines",),
     ("rollout",),
     ("heads",),
