@@ -118,7 +118,8 @@ class Scan:
             return at, at + len(surface[0])
         texts = self.texts.get(surface)
         if texts is None:
-            variants = (v for c in surface for v in (c, c[1:], c.lstrip(b" ")) if v)
+            spaced = [c for c in surface if c.startswith(b" ")]  # one space let go of, then all
+            variants = (v for v in (*surface, *(c[1:] for c in spaced), *(c.lstrip(b" ") for c in spaced)) if v)
             texts = self.texts[surface] = list(dict.fromkeys(variants))
         for where in (at, self._past_space(at)):
             for v in texts:
