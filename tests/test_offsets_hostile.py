@@ -18,7 +18,7 @@ from attnviz.models import laying
 from attnviz.models import tokenizer as pipeline
 from attnviz.models.laying import NEAR, Scan
 from attnviz.models.offsets import token_offsets
-from attnviz.models.tokenizer import from_spec
+from attnviz.models.tokenizer import byte_alphabet, from_spec
 
 # --- the work of laying tokens along the text ---------------------------------------------------------------------
 
@@ -133,7 +133,8 @@ def test_offsets_past_the_texts_time_budget_are_refused_in_one_line(cli, tmp_pat
 
 # --- what the pipeline puts in covers nothing ---------------------------------------------------------------------
 
-PUT_IN = {"▁": 0, "d": 1, "c": 2, " ": 3, "Ġ": 4, "[CLS]": 5, "[SEP]": 6}
+PUT_IN = {"▁": 0, "d": 1, "c": 2, " ": 3, "Ġ": 4, "[CLS]": 5, "[SEP]": 6, "é": 7, "e": 8, "\u0301": 9}
+PUT_IN |= {byte_alphabet()[b]: 10 + k for k, b in enumerate("\u0301".encode())}  # its bytes, for ByteLevel
 METASPACE_DECODER = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}
 
 
@@ -162,6 +163,14 @@ PIPELINES = {
         lambda first: 1,
     ),  # fmt: skip
     "Replace of the start": (put_in(replace("^", "▁", regex=True)), lambda first: 1),
+    "NFC, then Prepend (aligned)": (
+        put_in(sequence("normalizer", {"type": "NFC"}, {"type": "Prepend", "prepend": "▁"})),
+        lambda first: 1,
+    ),  # fmt: skip
+    "Metaspace add_prefix_space (older files)": (
+        put_in(pre_tokenizer={"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}),
+        lambda first: first != " ",
+    ),  # fmt: skip
     "Metaspace always": (put_in(pre_tokenizer=metaspace("always")), lambda first: first != " "),
     "Metaspace first": (put_in(pre_tokenizer=metaspace("first")), lambda first: first != " "),
     "Metaspace always, unsplit": (put_in(pre_tokenizer=metaspace("always", False)), lambda first: first != " "),
@@ -172,17 +181,18 @@ PIPELINES = {
     ),  # fmt: skip
     "Prepend and a template": (put_in({"type": "Prepend", "prepend": "▁"}, post_processor=TEMPLATE), lambda f: 1),
 }
-PUT_IN_TEXTS = ["d", " d", "dc d", "  dd ", "c", "d [CLS]c"]
+PUT_IN_TEXTS = ["d", " d", "dc d", "  dd ", "c", "d [CLS]c", "de\u0301 c", "e\u0301"]
 
 
 def assert_tiles(text: str, pieces: dict, inserted: int) -> None:
-    """The spans, in order, cover the text once each (a token per character here), all but ``inserted`` of
-    them a character; those are empty, where they stand. The template's tokens have none."""
+    """The spans, in order, cover the text once each (a token per character here, or per byte of one: those
+    share it), all but ``inserted`` of them a character; those are empty, where they stand. The template's
+    tokens have none."""
     spans = [s for s in pieces["offsets"] if s is not None]
-    at = 0
+    at, last = 0, None
     for a, b in spans:
-        assert a == at, (text, pieces)
-        at = b
+        assert a == at or [a, b] == last, (text, pieces)
+        at, last = b, [a, b]
     assert at == len(text), (text, pieces)
     assert sum(a == b for a, b in spans) == inserted, (text, pieces)
     assert all(pieces["tokens"][k].strip() == "" for k, s in enumerate(pieces["offsets"]) if s and s[0] == s[1])

@@ -156,7 +156,11 @@ def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.nda
         spans = _spans(segment, _each(normalise, segment), 0, out)
     if spans is None:
         spans = _spans(segment, after, front, out)
-    return out, spans if spans is not None else np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
+    if spans is None:  # what it put in front stays put in (an empty span), the rest aligned
+        put = front if out[:front] == normalise(segment[0])[:front] else 0
+        aligned = [(0, 0)] * put + _aligned(segment, out[put:])
+        spans = np.array(aligned, dtype=np.int64).reshape(-1, 2)
+    return out, spans
 
 
 def _spans(segment: str, pieces: list[str] | None, front: int, out: str) -> np.ndarray | None:
@@ -188,11 +192,10 @@ def _each_after(normalise: Normalizer, segment: str) -> tuple[int, list[str] | N
             cache[c] = after[len(base) :] if after.startswith(base) else None
         return cache[c]
 
+    first, own = normalise(segment[0]), alone(segment[0])
+    front = len(first) - len(own) if own is not None and first.endswith(own) else 0
     pieces = list(map(alone, segment))
-    first = normalise(segment[0])
-    if any(p is None for p in pieces) or not first.endswith(pieces[0] or ""):
-        return 0, None
-    return len(first) - len(pieces[0] or ""), pieces  # type: ignore[return-value]
+    return front, None if any(p is None for p in pieces) else pieces  # type: ignore[return-value]
 
 
 def _aligned(segment: str, out: str) -> list[Span]:
