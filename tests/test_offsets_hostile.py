@@ -154,32 +154,35 @@ TEMPLATE = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[C
             "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [5], "tokens": ["[CLS]"]},
                                            "[SEP]": {"id": "[SEP]", "ids": [6], "tokens": ["[SEP]"]}}}  # fmt: skip
 
-# each way of putting characters in, and how many it puts in before a text (segment) given what it starts with
+# each way of putting characters in, and how many it puts in a text (a segment between added tokens)
 PIPELINES = {
-    "Prepend ▁": (put_in({"type": "Prepend", "prepend": "▁"}), lambda first: 1),
-    "Prepend ▁▁": (put_in({"type": "Prepend", "prepend": "▁▁"}), lambda first: 2),
+    "Prepend ▁": (put_in({"type": "Prepend", "prepend": "▁"}), lambda part: 1),
+    "Prepend ▁▁": (put_in({"type": "Prepend", "prepend": "▁▁"}), lambda part: 2),
     "Prepend, spaces as ▁ (Llama 2)": (
         put_in(sequence("normalizer", {"type": "Prepend", "prepend": "▁"}, replace(" ", "▁"))),
-        lambda first: 1,
+        lambda part: 1,
     ),  # fmt: skip
-    "Replace of the start": (put_in(replace("^", "▁", regex=True)), lambda first: 1),
+    "Replace of the start": (put_in(replace("^", "▁", regex=True)), lambda part: 1),
     "NFC, then Prepend (aligned)": (
         put_in(sequence("normalizer", {"type": "NFC"}, {"type": "Prepend", "prepend": "▁"})),
-        lambda first: 1,
+        lambda part: 1,
     ),  # fmt: skip
     "Metaspace add_prefix_space (older files)": (
         put_in(pre_tokenizer={"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}),
-        lambda first: first != " ",
+        lambda part: part[:1] != " ",
     ),  # fmt: skip
-    "Metaspace always": (put_in(pre_tokenizer=metaspace("always")), lambda first: first != " "),
-    "Metaspace first": (put_in(pre_tokenizer=metaspace("first")), lambda first: first != " "),
-    "Metaspace always, unsplit": (put_in(pre_tokenizer=metaspace("always", False)), lambda first: first != " "),
-    "Metaspace never": (put_in(pre_tokenizer=metaspace("never")), lambda first: 0),
+    "Replace d by ▁d (d kept)": (put_in(replace("d", "▁d")), lambda part: part.count("d")),
+    "Replace d by d▁ (d kept)": (put_in(replace("d", "d▁")), lambda part: part.count("d")),
+    "Replace of a space by a space and ▁": (put_in(replace(" ", " ▁")), lambda part: part.count(" ")),
+    "Metaspace always": (put_in(pre_tokenizer=metaspace("always")), lambda part: part[:1] != " "),
+    "Metaspace first": (put_in(pre_tokenizer=metaspace("first")), lambda part: part[:1] != " "),
+    "Metaspace always, unsplit": (put_in(pre_tokenizer=metaspace("always", False)), lambda part: part[:1] != " "),
+    "Metaspace never": (put_in(pre_tokenizer=metaspace("never")), lambda part: 0),
     "ByteLevel prefix space": (
         put_in(pre_tokenizer={"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}),
-        lambda first: first != " ",
+        lambda part: part[:1] != " ",
     ),  # fmt: skip
-    "Prepend and a template": (put_in({"type": "Prepend", "prepend": "▁"}, post_processor=TEMPLATE), lambda f: 1),
+    "Prepend and a template": (put_in({"type": "Prepend", "prepend": "▁"}, post_processor=TEMPLATE), lambda part: 1),
 }
 PUT_IN_TEXTS = ["d", " d", "dc d", "  dd ", "c", "d [CLS]c", "de\u0301 c", "e\u0301"]
 
@@ -208,7 +211,7 @@ def test_what_a_tokenizer_json_puts_in_covers_nothing(cli, tmp_path: Path, name:
     assert run.code == 0 and run.err == "", run.err
     pieces = json.loads(run.out)
     segments = text.split("[CLS]")  # the added token cuts the text: each part its own normalised segment
-    inserted = sum(int(count(s[:1])) for k, s in enumerate(segments) if s and (k == 0 or "first" not in name))
+    inserted = sum(int(count(s)) for k, s in enumerate(segments) if s and (k == 0 or "first" not in name))
     assert_tiles(text, pieces, inserted)
     assert (pieces["offsets"][0] is None) == ("template" in name)
 
@@ -238,3 +241,12 @@ def test_nothing_is_put_in_where_the_text_has_the_space_itself() -> None:
     tokenizer = from_spec(put_in(pre_tokenizer=metaspace("always")))
     assert token_offsets(tokenizer, " d", tokenizer.tokenize(" d")) == [(0, 1), (1, 2)]
     assert np.array_equal(token_offsets(tokenizer, "d", tokenizer.tokenize("d")), [(0, 0), (0, 1)])
+
+
+def test_a_token_of_what_was_put_in_and_the_texts_own_characters_has_their_span() -> None:
+    """Only a token of nothing but what was put in is empty: ``▁d`` (a Replace of d by ▁d) is d's span."""
+    spec = put_in(replace("d", "▁d"))
+    spec["model"] = {"type": "BPE", "vocab": PUT_IN | {"▁d": 20}, "merges": [["▁", "d"]]}
+    tokenizer = from_spec(spec)
+    assert tokenizer.tokenize("cdc") == ["c", "▁d", "c"]
+    assert token_offsets(tokenizer, "cdc", tokenizer.tokenize("cdc")) == [(0, 1), (1, 2), (2, 3)]

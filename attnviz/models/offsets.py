@@ -73,15 +73,21 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str], scan: Scan 
     byte_level = _byte_level(tokenizer)
     parts: list[str] = []  # the text as the model saw it: added tokens as written, the rest normalised
     froms: list[np.ndarray] = []  # for each of its characters, the span of ``text`` it came from: (start, end)
+    puts: list[np.ndarray] = []  # and, for one the normaliser put in, where it stands (else -1)
     at = 0
     for segment, added in tokenizer._cut(text, tokenizer._raw):
         start = text.find(segment, at)
-        normal, mapped = (segment, _one_each(len(segment))) if added else _normalised(tokenizer.normalizer, segment)
+        if added:
+            normal, mapped, put = segment, _one_each(len(segment)), np.full(len(segment), -1)
+        else:
+            normal, mapped, put = _normalised(tokenizer.normalizer, segment)
         parts.append(normal if byte_level else normal.replace("▁", " "))
         froms.append(mapped + start)
+        puts.append(np.where(put >= 0, put + start, -1))
         at = start + len(segment)
     seen = "".join(parts)
     origins = np.concatenate([*froms, [[len(text), len(text)]]])  # and one for the end
+    placed = np.concatenate([*puts, [-1]])
     flat = seen.encode("utf-8", "surrogatepass")
     leading = (np.frombuffer(flat, np.uint8) & 0xC0) != 0x80
     char_of = np.append(np.cumsum(leading, dtype=np.int32) - 1, len(seen))  # each byte's character, and the end's
@@ -94,9 +100,12 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str], scan: Scan 
     cut = tokenizer.pre_tokenizer
     words = (lambda at: word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
     laid = np.array(lay(surfaces, flat, words, scan), dtype=np.int64).reshape(-1, 2)
-    first = origins[char_of[laid[:, 0]], 0]
-    last = origins[char_of[np.maximum(laid[:, 1] - 1, 0)], 1]
+    firsts, lasts = char_of[laid[:, 0]], char_of[np.maximum(laid[:, 1] - 1, 0)]
+    first, last = origins[firsts, 0], origins[lasts, 1]
     ends_at = np.where(laid[:, 1] > laid[:, 0], last, first)  # an empty span stays empty, where it is
+    real = np.concatenate([[0], np.cumsum(placed < 0)])  # the text's own characters before each
+    alone = (laid[:, 1] > laid[:, 0]) & (real[lasts + 1] == real[firsts])  # a token of what was put in alone
+    first, ends_at = np.where(alone, placed[firsts], first), np.where(alone, placed[firsts], ends_at)
     return list(zip(first.tolist(), ends_at.tolist(), strict=True))
 
 
@@ -140,38 +149,51 @@ def _surface(tokenizer: Tokenizer, name: str, byte_level: bool, unknown: str | N
     return tuple(dict.fromkeys(t.encode("utf-8", "surrogatepass") for t in (spelt, shown)))
 
 
-def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray]:
-    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2): what
-    it made of nothing (Prepend's ``▁``, SentencePiece's dummy prefix, a Replace of an empty match at the start)
-    an empty span where it stands; what a Replace made of a match, that match (as Hugging Face maps them)."""
+def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """The normaliser's text; for each of its characters, the span of ``segment`` it came from (n, 2), as Hugging
+    Face maps them (what a Replace made of a match, that match); and where a character stands that the normaliser
+    put in rather than made of the text (n,; else -1): Prepend's ``▁``, SentencePiece's dummy prefix, a Replace of
+    an empty match at the start (these have an empty span too), what a Replace put beside the character it kept."""
     import numpy as np
 
     out = segment if normalise is None else normalise(segment)
     if out == segment:
-        return out, _one_each(len(segment))
+        return out, _one_each(len(segment)), np.full(len(segment), -1)
     assert normalise is not None
     front, after = _each_after(normalise, segment)
-    spans = _spans(segment, after, front, out) if front else None  # first where it puts something in front
-    if spans is None:
-        spans = _spans(segment, _each(normalise, segment), 0, out)
-    if spans is None:
-        spans = _spans(segment, after, front, out)
-    if spans is None:  # what it put in front stays put in (an empty span), the rest aligned
-        put = front if out[:front] == normalise(segment[0])[:front] else 0
-        aligned = [(0, 0)] * put + _aligned(segment, out[put:])
-        spans = np.array(aligned, dtype=np.int64).reshape(-1, 2)
-    return out, spans
+    found = _spans(segment, after, front, out) if front else None  # first where it puts something in front
+    if found is None:
+        found = _spans(segment, _each(normalise, segment), 0, out)
+    if found is None:
+        found = _spans(segment, after, front, out)
+    if found is not None:
+        return out, *found
+    put = front if out[:front] == normalise(segment[0])[:front] else 0  # what it put in front stays put in
+    spans = np.array([(0, 0)] * put + _aligned(segment, out[put:]), dtype=np.int64).reshape(-1, 2)
+    return out, spans, np.where(spans[:, 0] == spans[:, 1], spans[:, 0], -1)
 
 
-def _spans(segment: str, pieces: list[str] | None, front: int, out: str) -> np.ndarray | None:
+def _spans(segment: str, pieces: list[str] | None, front: int, out: str) -> tuple[np.ndarray, np.ndarray] | None:
     """Each character of ``out`` from ``segment[i]`` whose normal form is ``pieces[i]``, after ``front`` characters
-    put in front of it (an empty span at 0); None if the pieces are not ``out``."""
+    put in front of it (an empty span at 0), and where those put in stand: the ``front``, and what stands beside
+    a character its piece holds unchanged (Replace ``d`` by ``▁d``; BERT's spaces around a CJK character). None if
+    the pieces are not ``out``."""
     import numpy as np
 
     if pieces is None or "".join(pieces) != out[front:]:
         return None
-    made = _one_each(len(segment)).repeat(list(map(len, pieces)), axis=0)
-    return np.concatenate([np.zeros((front, 2), np.int32), made])
+    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    spans = np.concatenate([np.zeros((front, 2), np.int64), _one_each(len(segment)).repeat(lengths, axis=0)])
+    put = np.full(len(out), -1, np.int64)
+    put[:front] = 0
+    starts = front + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for i in np.flatnonzero(lengths > 1).tolist():
+        kept = pieces[i].find(segment[i])
+        if kept >= 0:
+            at = int(starts[i])
+            put[at : at + kept] = i
+            put[at + kept + 1 : at + len(pieces[i])] = i + 1
+    return spans, put
 
 
 def _each(normalise: Normalizer, segment: str) -> list[str]:
