@@ -246,7 +246,7 @@ def test_nothing_is_put_in_where_the_text_has_the_space_itself() -> None:
 def test_a_token_of_what_was_put_in_and_the_texts_own_characters_has_their_span() -> None:
     """Only a token of nothing but what was put in is empty: ``▁d`` (a Replace of d by ▁d) is d's span."""
     spec = put_in(replace("d", "▁d"))
-    spec["model"] = {"type": "BPE", "vocab": PUT_IN | {"▁d": 20}, "merges": [["▁", "d"]]}
+    spec["model"] = {"type": "BPE", "vocab": PUT_IN | {"▁d": len(PUT_IN)}, "merges": [["▁", "d"]]}
     tokenizer = from_spec(spec)
     assert tokenizer.tokenize("cdc") == ["c", "▁d", "c"]
     assert token_offsets(tokenizer, "cdc", tokenizer.tokenize("cdc")) == [(0, 1), (1, 2), (2, 3)]
