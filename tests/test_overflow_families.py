@@ -22,8 +22,14 @@ PLACES = {
     "embeddings": ("token_embd.",),
     "norm weights": ("attn_norm.", "ffn_norm.", "post_attention_norm.", "post_ffw_norm."),
     "query and key weights": ("attn_q.", "attn_k.", "attn_qkv."),
+    # past these, attention is finite: a view may run (and say nothing on stderr); what needs the scores, one line
+    "final norm": ("output_norm.",),
+    "feed-forward": ("ffn_down.", "ffn_up."),
+    "values and output": ("attn_v.", "attn_output.", "attn_qkv."),
 }
 
+LATER = ("final norm", "feed-forward", "values and output")
+PAST_ATTENTION = [("heatmap", "--all-layers"), ("generate", "-n", "2"), ("ablate",), ("explain", "--importance")]
 COMMANDS = [
     ("heatmap",),
     ("heatmap", "--all-layers"),
@@ -69,8 +75,11 @@ def test_every_model_command_refuses_an_overflowing_gguf_in_one_line_without_a_w
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = huge[(name, place)]
-    for command in COMMANDS:
+    for command in COMMANDS if place not in LATER else PAST_ATTENTION:
         run = cli(*command, "--model-file", str(path), "the", "cat", "sat")
+        if run.code == 0 and place in LATER:
+            assert run.err == "", (command, run.err)
+            continue
         assert run.code == 1, (command, run)
         assert run.err.count("\n") == 1 and run.err.startswith("attnviz: error: "), (command, run.err)
         assert "NaN or infinity" in run.err or "NaN or infinite" in run.err, (command, run.err)
