@@ -247,9 +247,9 @@ class Decoder:
         if start and any(rope.switches(start) for rope in self.shape.ropes):
             return self.rotated_again(ids, cache, keep, progress)
         cache.ids[start:] = [int(i) for i in ids]
-        x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(ids), start)
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
@@ -302,8 +302,8 @@ class Decoder:
     def layer_inputs(self, ids: tuple[int, ...], layer: int) -> tuple[Array, Array, Array]:
         """Layer ``layer``'s queries, keys and values of the tokens ``ids``, each (heads, n, d) (a key/value head
         repeated for each query head it serves): the numbers ``attnviz explain`` shows step by step."""
-        x = self.embed(np.asarray(ids))
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(ids))
             for i in range(layer + 1):
                 self.finite(x, i - 1)
                 q, k, v = self.attention_inputs(x, i)
@@ -322,8 +322,8 @@ class Decoder:
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
         time: never (layers, heads, n, n). Layers after the last one asked for are not run.
         """
-        x = self.embed(np.asarray(encoding.ids))
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(encoding.ids))
             last = max(keep)
             for layer in range(last + 1):
                 output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))
