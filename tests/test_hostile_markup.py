@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_stores import cache_repo, home_fixture, pull  # noqa: F401  (home_fixture: the fixture "home", an empty home)
 from rich._emoji_codes import EMOJI
-from test_locate import cache_repo, home, pull  # noqa: F401  (home: the fixture of an empty home)
 from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import printable

@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fake_stores import MODEL_LAYER, cache_repo, home_fixture, pull  # noqa: F401 (the fixture home)
 from hf_checkpoints import rebuild, reference, smollm2_tokenizer_json
+from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import AttnvizError
@@ -160,7 +162,11 @@ def test_attnviz_models_lists_packages_ollama_and_the_hf_cache(cli, home: Path, 
         write_tiny_llama(tmp_path / "q.gguf", meta_changes={"general.architecture": "qwen9"}),
     )
     pull(store, "library/broken/latest", manifest={"layers": []})
-    cache_repo(hub, "org/llama-tiny", {"config.json": '{"model_type": "llama"}', "model.safetensors": "x" * 100})
+    cache_repo(
+        hub,
+        "org/llama-tiny",
+        {"config.json": '{"model_type": "llama"}', "model.safetensors": "x" * 100, "tokenizer.json": "{}"},
+    )
     cache_repo(hub, "org/t5-small", {"config.json": '{"model_type": "t5"}'})
     write_tiny_llama(tmp_path / "q2.gguf", seed=3)
     cache_repo(hub, "org/two-GGUF", {"a.gguf": write_tiny_llama(tmp_path / "a.gguf"), "b.gguf": tmp_path / "q2.gguf"})
@@ -179,7 +185,7 @@ def test_attnviz_models_lists_packages_ollama_and_the_hf_cache(cli, home: Path, 
     assert found["ollama:qwen-next:4b"]["family"] == "qwen9" and found["ollama:qwen-next:4b"]["runs"] is False
     assert found["ollama:broken:latest"]["runs"] is False and MODEL_LAYER in found["ollama:broken:latest"]["note"]
     assert found["hf:org/llama-tiny"] | {"path": None} == {
-        "model": "hf:org/llama-tiny", "source": "hf", "format": "folder", "family": "llama", "bytes": 123,
+        "model": "hf:org/llama-tiny", "source": "hf", "format": "folder", "family": "llama", "bytes": 125,
         "runs": True, "path": None, "note": "",
     }  # fmt: skip
     assert found["hf:org/t5-small"]["runs"] is False and found["hf:org/t5-small"]["family"] == "t5"
@@ -238,3 +244,62 @@ def test_a_vocabulary_only_gguf_is_listed_as_one_tokenize_reads(cli, home: Path,
     found = {m["model"]: m for m in json.loads(cli("models", "--json").out)["models"]}
     assert found["ollama:vocab:latest"]["runs"] is False
     assert "attnviz tokenize" in found["ollama:vocab:latest"]["note"]
+
+
+def _bert_files(tmp_path: Path, name: str) -> dict[str, Path | str]:
+    folder = write_tiny_bert(tmp_path / name)
+    return {p.name: p for p in folder.iterdir()}
+
+
+LISTINGS: dict[str, Callable[[dict[str, Path | str]], dict[str, Path | str]]] = {
+    "complete": lambda files: files,
+    "no tokenizer": lambda files: {k: v for k, v in files.items() if k != "vocab.txt"},
+    "pickled weights": lambda files: {
+        **{k: v for k, v in files.items() if k != "model.safetensors"},
+        "pytorch_model.bin": "PK pickled",
+    },
+    "config and pickle alone (a cached gpt2)": lambda files: {
+        "config.json": '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 8}',
+        "pytorch_model.bin": "PK pickled",
+    },
+    "a llama without its tokenizer.json": lambda files: {
+        "config.json": '{"model_type": "llama"}',
+        "model.safetensors": files["model.safetensors"],
+    },
+}
+
+
+@pytest.mark.parametrize("case", LISTINGS)
+def test_models_says_yes_only_for_a_folder_that_loads(cli, home: Path, tmp_path: Path, case: str) -> None:
+    """The listing reads the files the loader reads first; where it says no, it says what is missing, and where it
+    says yes the model loads (a cached gpt2 of config.json and pytorch_model.bin was listed, then refused)."""
+    hub = home / ".cache" / "huggingface" / "hub"
+    cache_repo(hub, "org/x", LISTINGS[case](_bert_files(tmp_path, "bert")))
+    listed = {m["model"]: m for m in json.loads(cli("models", "--json").out)["models"]}["hf:org/x"]
+    loaded = cli("heatmap", "--model", "hf:org/x", "a", "--json")
+    if listed["runs"]:
+        assert loaded.code == 0, (case, loaded.err)
+    else:
+        assert loaded.code != 0 and listed["note"].startswith(("no ", "attnviz")), (case, listed)
+    expected = {"complete": True, "no tokenizer": False, "pickled weights": False}
+    if case in expected:
+        assert listed["runs"] is expected[case], (case, listed)
+    if "pickle" in case:
+        assert "pytorch_model.bin is a PyTorch pickle" in listed["note"]
+    table = cli("models", "--no-color")
+    assert table.code == 0 and ("hf:org/x: no " in table.out) is (not listed["runs"] and "no " in listed["note"])
+
+
+def test_a_long_model_name_is_never_cut(cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "bartowski/SmolLM2-135M-Instruct-GGUF"
+    gguf = "SmolLM2-135M-Instruct-Q4_K_M-with-a-long-file-name.gguf"
+    files = {gguf: write_tiny_llama(tmp_path / "m.gguf"), "other.gguf": write_tiny_llama(tmp_path / "o.gguf", seed=2)}
+    cache_repo(home / ".cache" / "huggingface" / "hub", name, files)  # two files: each is named
+    for columns in (40, 80, 200):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        table = cli("models", "--no-color")
+        assert table.code == 0 and "…" not in table.out, table.out
+        lines = table.out.splitlines()
+        assert all(len(line) <= columns for line in lines), table.out
+        names = "".join(line.split(" ")[0] for line in lines if not line.startswith(("  ", "looked", "attnviz")))
+        assert f"hf:{name}/{gguf}" in names, table.out

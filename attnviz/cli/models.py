@@ -311,27 +311,43 @@ def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
     if as_json:
         write_json([schema.models_document(found, looked_in, families)])
         return
-    print_view(lambda color, width: _models_view(found, looked_in, families, color), no_color)
+    print_view(lambda color, width: _models_view(found, looked_in, families, color, width), no_color)
+
+
+NAME_AT_LEAST = 24  # cells: a name column narrower than this is no column; each model then takes two lines
 
 
 def _models_view(
-    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]], color: bool
+    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]], color: bool, width: int
 ) -> Iterator[RenderableType]:
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
+    from ..render.labels import cell_len
     from ..render.literal import literal
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for column in ("model", "format", "family", "size", "runs"):
-        table.add_column(column, justify="right" if column == "size" else "left")
+    rows = []
     for f in found:
         runs = "yes" if f.runs else "not installed" if f.source == "package" and f.path is None else "no"
         shown = Text(runs, style=("green" if f.runs else "red") if color else "")
-        size = "—" if f.size is None else _bytes(f.size)
-        table.add_row(literal(f.model), literal(f.format or "—"), literal(f.family or "—"), size, shown)
-    yield table
+        rows.append((literal(f.model), literal(f.format or "—"), literal(f.family or "—"), _size_of(f), shown))
+    others = [max([len(h), *(cell_len(r[i].plain if isinstance(r[i], Text) else str(r[i])) for r in rows)])
+              for i, h in enumerate(("format", "family", "size", "runs"), 1)]  # fmt: skip
+    if width - sum(others) - 2 * len(others) >= NAME_AT_LEAST:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column("model", overflow="fold")  # a name is never cut: it folds onto the next line
+        for column in ("format", "family", "size", "runs"):
+            table.add_column(column, justify="right" if column == "size" else "left", no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        yield table
+    else:  # too narrow for a name beside its details: the name whole on its line, the details under it
+        for name, fmt, family, size, runs in rows:
+            yield name
+            yield (
+                Text("  ").append_text(fmt).append(" · ").append_text(family).append(f" · {size} · ").append_text(runs)
+            )
     for f in found:
         if not f.runs and f.note:
             yield literal(f"{f.model}: {f.note}", style="dim")
@@ -342,6 +358,10 @@ def _models_view(
         f"{', '.join(families['folder'])}",
         style="dim",
     )
+
+
+def _size_of(found: Found) -> str:
+    return "—" if found.size is None else _bytes(found.size)
 
 
 def _bytes(count: int) -> str:

@@ -383,6 +383,7 @@ def gguf_tensor_count(path: Path) -> int | None:
 
 def _folder(model: str, source: str, path: Path, size: int | None = None) -> Found:
     from .checkpoint import _guess_family as guess_family  # the loader's own reading of an older config.json
+    from .checkpoint import missing_files
 
     config = path / "config.json"
     size = _tree_size(path) if size is None else size
@@ -398,6 +399,9 @@ def _folder(model: str, source: str, path: Path, size: int | None = None) -> Fou
     ok = isinstance(family, str) and family in supported("folder")
     shown = family if isinstance(family, str) else None
     note = "" if ok else f"attnviz does not run model_type {printable(shown or 'missing')}"
+    if ok and shown is not None:
+        note = missing_files(path, shown)
+        ok = not note
     return Found(model, source, "folder", shown, size, ok, path, note)
 
 
