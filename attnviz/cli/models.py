@@ -331,8 +331,8 @@ def _models_view(
     for f in found:
         runs = "yes" if f.runs else "not installed" if f.source == "package" and f.path is None else "no"
         shown = Text(runs, style=("green" if f.runs else "red") if color else "")
-        rows.append((literal(f.model), literal(f.format or "—"), literal(f.family or "—"), _size_of(f), shown))
-    others = [max([len(h), *(cell_len(r[i].plain if isinstance(r[i], Text) else str(r[i])) for r in rows)])
+        rows.append((literal(f.model), literal(f.format or "—"), literal(f.family or "—"), Text(_size_of(f)), shown))
+    others = [max([len(h), *(cell_len(r[i].plain) for r in rows)])
               for i, h in enumerate(("format", "family", "size", "runs"), 1)]  # fmt: skip
     if width - sum(others) - 2 * len(others) >= NAME_AT_LEAST:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
@@ -343,11 +343,10 @@ def _models_view(
             table.add_row(*row)
         yield table
     else:  # too narrow for a name beside its details: the name whole on its line, the details under it
-        for name, fmt, family, size, runs in rows:
+        for name, fmt, family, size, running in rows:
             yield name
-            yield (
-                Text("  ").append_text(fmt).append(" · ").append_text(family).append(f" · {size} · ").append_text(runs)
-            )
+            details = Text("  ").append_text(fmt).append(" · ").append_text(family).append(" · ").append_text(size)
+            yield details.append(" · ").append_text(running)
     for f in found:
         if not f.runs and f.note:
             yield literal(f"{f.model}: {f.note}", style="dim")

@@ -254,7 +254,8 @@ class Bert:
             raise AttnvizError(f"no tokens: {printable(self.name)}'s tokenizer makes nothing of this text")
         encoding = Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
         if first is not None:
-            encoding = first_tokens(encoding, Encoding(*map(tuple, self.tokenizer.encode(""))), first)
+            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
+            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
         if len(encoding.ids) > self.longest:
             count = len(encoding.ids)
             raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.longest:,}", count,

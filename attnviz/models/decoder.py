@@ -168,7 +168,8 @@ class Decoder:
             raise UsageError("no tokens: the text is empty")
         encoding = Encoding(tuple(tokens), tuple(ids), tuple(types))
         if first is not None:
-            encoding = first_tokens(encoding, Encoding(*map(tuple, self.tokenizer.encode(""))), first)
+            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
+            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
         if len(encoding.ids) > self.context:
             count = len(encoding.ids)
             raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.context:,}", count,
