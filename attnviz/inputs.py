@@ -114,6 +114,8 @@ def open_regular(path: Path | str, limit: int, what: str = "", *, pipes: bool = 
     and tokens a user's own shell names (``--file <(…)``), never inside a plan (:func:`files_only`).
     """
     name = printable(str(path))
+    if pipes and _PIPES_READ.get() and _names_fifo(path):
+        return _opened_fifo(path, name)
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -128,8 +130,7 @@ def open_regular(path: Path | str, limit: int, what: str = "", *, pipes: bool = 
         info = os.fstat(descriptor)
         if stat.S_ISDIR(info.st_mode):
             raise AttnvizError(f"{name}: is a directory, not a file")
-        piped = pipes and _PIPES_READ.get() and stat.S_ISFIFO(info.st_mode)
-        if not stat.S_ISREG(info.st_mode) and not piped:
+        if not stat.S_ISREG(info.st_mode):
             raise AttnvizError(f"{name}: is {_kind(info.st_mode)}, not a regular file; attnviz reads only files")
         if info.st_size > limit:
             raise AttnvizError(
@@ -141,6 +142,26 @@ def open_regular(path: Path | str, limit: int, what: str = "", *, pipes: bool = 
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def _names_fifo(path: Path | str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _opened_fifo(path: Path | str, name: str) -> BinaryIO:
+    """A pipe the user's own shell names, opened as cat opens it: waiting for its writer (opened without blocking, a
+    FIFO whose writer comes later reads as empty). Whatever else is there once it is open is refused."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise AttnvizError(f"{name}: cannot be read ({err.strerror})") from None
+    if not stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise AttnvizError(f"{name}: changed while it was opened")
+    return os.fdopen(descriptor, "rb")
 
 
 def _kind(mode: int) -> str:

@@ -322,7 +322,7 @@ def model_stack(
     try:
         encoding = model.encode(text, pair, max_tokens)
     except TooLong as long:
-        raise UsageError(f"{long}; --max-tokens {long.longest} runs the first {long.longest}") from None
+        raise AttnvizError(f"{long}; --max-tokens {long.longest} runs the first {long.longest}") from None
     layers = want.chosen_layers(model.layers)
     want.check_heads(model.heads)
     n = len(encoding.ids)

@@ -288,6 +288,8 @@ def _capped_cases(root: Path) -> dict[str, tuple[str, list[str]]]:
         damage(gguf)
         cases[f"GGUF as {kind}"] = ("gguf", [str(gguf)])
         for suffix, command in ((".npy", "heatmap"), (".npz", "check"), (".json", "heatmap")):
+            if (suffix, kind) == (".json", "FIFO"):
+                continue  # a JSON document your own shell pipes in is read (test_text_as_given); a plan's is not
             path = root / f"attention-{kind.strip('/').replace('/', '-')}{suffix}"
             damage(path)
             cases[f"{suffix} as {kind}"] = ("cli", [command, str(path)] if command == "check" else

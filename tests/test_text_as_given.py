@@ -96,12 +96,25 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
     writer.join(5)
 
 
-@pytest.mark.parametrize("option", ["--file", "--tokens-file-with-from", "--model-text"])
+@pytest.mark.parametrize("option", ["--file", "--tokens-file-with-from", "--model-text", "--from-json"])
 def test_a_pipe_from_the_users_shell_is_read(cli, tmp_path: Path, fifo: Path, option: str) -> None:
     if option == "--file":
         assert _tokens(cli, "heatmap", "--file", str(fifo)) == ["the", "cat", "sat"]
     elif option == "--model-text":
         assert read_text([], fifo) == "the cat sat\n"
+    elif option == "--from-json":
+        named = tmp_path / "doc.json"
+        os.mkfifo(named)
+        document = cli("heatmap", "x", "y", "--json").out.encode()
+
+        def feed() -> None:
+            with open(named, "wb") as out:
+                out.write(document)
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()  # a named FIFO whose writer comes later: read once it does, as cat reads it
+        assert _tokens(cli, "heatmap", "--from", str(named)) == ["x", "y"]
+        writer.join(5)
     else:
         document = tmp_path / "a.npy"
         np.save(document, np.full((1, 3, 3), 1 / 3))

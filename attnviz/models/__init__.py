@@ -69,6 +69,22 @@ def first_tokens(encoding: Encoding, template: Encoding, count: int) -> Encoding
     )
 
 
+def fitted(
+    name: str, tokenizer: Tokenizer, encoding: Encoding, first: int | None, longest: int, vocabulary: int, path: object
+) -> Encoding:
+    """``encoding`` as a model takes it, or one line of why not: its first ``first`` tokens (--max-tokens), no more
+    than the model's ``longest``, every id one of its ``vocabulary`` (of the weights at ``path``)."""
+    if first is not None:
+        opened, opened_ids, opened_types = tokenizer.encode("")  # the template alone
+        encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
+    count = len(encoding.ids)
+    if count > longest:
+        raise TooLong(f"{count:,} tokens, but {printable(name)} takes at most {longest:,}", count, longest)
+    if max(encoding.ids, default=0) >= vocabulary:
+        raise AttnvizError(f"{path}: the tokenizer has more tokens than the model's {vocabulary:,}")
+    return encoding
+
+
 @dataclass(frozen=True)
 class ModelAttention:
     """Every layer's weights and pre-softmax scores, (layers, heads, n, n): what a short input's tests compare."""

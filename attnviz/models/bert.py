@@ -22,7 +22,7 @@ from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable, quoted
 from ..threads import one_blas_thread
-from . import Consumer, Encoding, TooLong, damaged, first_tokens
+from . import Consumer, Encoding, damaged, fitted
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
 from .tokenizer import Tokenizer
@@ -252,18 +252,9 @@ class Bert:
         tokens, ids, type_ids = self.tokenizer.encode(text, pair)
         if not ids:
             raise AttnvizError(f"no tokens: {printable(self.name)}'s tokenizer makes nothing of this text")
-        encoding = Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
-        if first is not None:
-            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
-            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
-        if len(encoding.ids) > self.longest:
-            count = len(encoding.ids)
-            raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.longest:,}", count,
-                          self.longest)  # fmt: skip
         vocabulary = self.weights.shape("embeddings.word_embeddings.weight")[0]
-        if max(encoding.ids, default=0) >= vocabulary:
-            raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
-        return encoding
+        encoding = Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
+        return fitted(self.name, self.tokenizer, encoding, first, self.longest, vocabulary, self.weights.path)
 
     def words(self) -> list[str]:
         return self.tokenizer.words()

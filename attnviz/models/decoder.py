@@ -15,9 +15,9 @@ import numpy as np
 
 from ..blocked import NOTHING, Keep, Kept, attend
 from ..core import Array
-from ..errors import AttnvizError, UsageError, printable
+from ..errors import AttnvizError, UsageError
 from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, TooLong, damaged, first_tokens
+from . import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, shared_heads
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
@@ -166,18 +166,9 @@ class Decoder:
         tokens, ids, types = self.tokenizer.encode(text)
         if not ids:
             raise UsageError("no tokens: the text is empty")
-        encoding = Encoding(tuple(tokens), tuple(ids), tuple(types))
-        if first is not None:
-            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
-            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
-        if len(encoding.ids) > self.context:
-            count = len(encoding.ids)
-            raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.context:,}", count,
-                          self.context)  # fmt: skip
         vocabulary = self.weights.shape("token_embd.weight")[0]
-        if max(encoding.ids) >= vocabulary:
-            raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
-        return encoding
+        encoding = Encoding(tuple(tokens), tuple(ids), tuple(types))
+        return fitted(self.name, self.tokenizer, encoding, first, self.context, vocabulary, self.weights.path)
 
     def words(self) -> list[str]:
         return self.tokenizer.words()
