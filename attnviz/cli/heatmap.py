@@ -104,6 +104,12 @@ def heatmap(
         return
     if layers is not None and not all_layers:
         raise UsageError("--layers goes with --all-layers (one layer: --layer)")
+    if output.is_page(figure):
+        if head is not None and mean:
+            raise UsageError("choose either --head or --mean, not both")
+        chosen = None if layers is None else opt.parse_layers(layers)
+        heatmap_page(layer, figure, head, mean, all_layers, chosen, pool, color_scale, sinks)
+        return
     if all_layers:
         chosen = None if layers is None else opt.parse_layers(layers)
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen, sinks)
@@ -144,6 +150,45 @@ def heatmap(
         show=lambda color, width: views.terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
     )
+
+
+def heatmap_page(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: int | None,
+    mean: bool,
+    all_layers: bool,
+    layers: tuple[int, ...] | None,
+    pool: Pool | None,
+    color_scale: str,
+    sinks: SinkMode,
+) -> None:
+    """heatmap -o FILE.html: every head of the layer (with --all-layers every layer: the model view) on one
+    page that starts at --head; maps pooled (and kept to 8 bits) only as far as the page's size needs."""
+    from ..render import html
+    from ..sources import Want
+
+    if all_layers and not layer.external:
+        raise UsageError("--all-layers needs a model with layers: --model or --from")
+    if all_layers and layer.layer is not None:
+        raise UsageError("choose either --layer or --all-layers")
+    want = Want(
+        layers=layers if all_layers else None,
+        mean=mean,
+        pool=pool or "max",
+        sinks=sinks,
+        sinks_each=True,
+        bins=html.page_bins(len(layers) if layers else None if all_layers else 1, pooled=pool is not None),
+    )
+    start = {"head": head or 0, "scale": color_scale, "sinks": sinks}
+    if all_layers:
+        stack = layer.stack(want)
+        made = stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean)
+        output.write_page(figure, lambda: html.stack_page(stack, figure.style, made, view="model", **start))
+        return
+    att = layer.attention(want)
+    made = figure_description("heatmap", att, figure.style, head=head, mean=mean)
+    output.write_page(figure, lambda: html.attention_page(att, figure.style, made, view="heatmap", **start))
 
 
 JSON_BINS = 256  # a pooled map as JSON: finer than any figure of it needs, small enough to read
