@@ -246,10 +246,10 @@
     const w = weights(state.part, state.layer, state.head), allowed = mask(p, state.layer);
     const scale = scaleOf(p), floor = p.floor;
     const side = Math.min(style.panel, Math.max(160, window.innerWidth - 24 * style.font));
-    const cell = side / Math.max(n, m);
+    const cell = Math.min(side / Math.max(n, m), style.font * 3.6);
     const font = Math.max(style.font * 0.75, Math.min(style.font * 0.85, cell / 1.15));
     const rowStep = tickStep(n, cell * n, font), colStep = tickStep(m, cell * m, font);
-    const room = Math.min(font * 0.62 * 14, side * 0.45);
+    const room = Math.min(widest(p, rows, cols, rowStep, colStep, font) + font * 0.5, side * 0.45, font * 0.62 * 16);
     const top = room + font * 1.6, left = room + font * 1.6;
     Object.assign(heat, { cell, x: left, y: top, width: cell * m, height: cell * n, rows, cols, font });
     panelBox.style.width = left + cell * m + "px";
@@ -284,6 +284,14 @@
     labelNote = rowStep > 1 || colStep > 1 ? (pooled(p) ? "bins" : "tokens") + " labelled every " + ordinal(Math.max(rowStep, colStep)) : "";
     drawLegend(scale, floor, cell * n);
     $("heatmap").dataset.map = [state.part, state.layer, state.head, scale, state.sinks].join("/");
+  }
+  const measure = document.createElement("canvas").getContext("2d");
+  function widest(p, rows, cols, rowStep, colStep, font) {  // the longest label shown, in pixels
+    measure.font = font + "px " + getComputedStyle(document.body).fontFamily;
+    let most = 0;
+    for (let i = rows[0]; i < rows[1]; i += rowStep) most = Math.max(most, measure.measureText(cut(queries(p)[i], 16)).width);
+    for (let j = cols[0]; j < cols[1]; j += colStep) most = Math.max(most, measure.measureText(cut(keys(p)[j], 16)).width);
+    return most;
   }
   function hatch(ctx) {
     const tile = document.createElement("canvas");
