@@ -118,17 +118,17 @@ def part_stack(
     n, m = weights.shape[2:]
     if queries is None:
         raise UsageError(f"{what}: the tokens are required")
+    queries = list(queries)
     for label, tokens, count in (("queries", queries, n), ("keys", keys if keys is not None else queries, m)):
         if len(tokens) != count:
             raise UsageError(f"{what} has {count} {label}, but {len(tokens)} tokens were given for them")
-    cross = keys is not None
-    causal = not cross and n > 1 and not np.triu(weights.sum(axis=(0, 1)), 1).any()
+    causal = keys is None and n > 1 and not np.triu(weights.sum(axis=(0, 1)), 1).any()
     stack = AttentionStack(
         tokens=tuple(queries),
         weights=weights.astype(np.float32),
         source={"model": name, "causal": causal},
         causal=causal,
-        key_tokens=tuple(keys) if cross else None,
+        key_tokens=None if keys is None else tuple(keys),
     )
     layers = None if include_layers is None else tuple(int(i) for i in include_layers)
     heads = None if include_heads is None else tuple(int(h) for h in include_heads)
@@ -200,7 +200,7 @@ def shown(page: Page, html_action: str) -> Page | None:
     return None
 
 
-def start_of(parts: list[dict[str, Any]], layer: int | None, heads: Sequence[int] | None) -> dict[str, int]:
+def start_of(parts: list[dict[str, Any]], layer: int | None, heads: Sequence[int] | None) -> dict[str, Any]:
     """Where the page starts: ``layer`` (a layer's number, among those included) and the first of ``heads``."""
     numbers = [entry["layer"] for entry in parts[0]["layers"]]
     if layer is not None and layer not in numbers:
