@@ -267,3 +267,22 @@ def test_the_command_line_writes_pages_of_heatmap_and_lines_only(tmp_path: Path,
     link.symlink_to(tmp_path / "elsewhere.html")
     run = cli("heatmap", "the", "cat", "-o", str(link))
     assert run.code == 1 and "is a symbolic link" in run.err and not (tmp_path / "elsewhere.html").exists()
+
+
+def test_a_plan_writes_pages_and_keeps_them_when_unchanged(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[figure]]\nname = "map-{head}"\ncommand = "heatmap"\nformat = "html"\ntokens = "the cat sat"\n'
+        'head = [0, 1]\n\n[[figure]]\nname = "lines"\ncommand = "lines"\nformat = "html"\ntokens = "a b"\n'
+        '\n[[figure]]\nname = "mask"\ncommand = "mask"\nformat = "html"\ntokens = "a b"\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    run = cli("batch", str(plan), "-o", str(out))
+    assert run.code != 0 and "format of mask must be png or svg or pdf" in run.err
+    plan.write_text(plan.read_text(encoding="utf-8").rsplit("[[figure]]", 1)[0], encoding="utf-8")
+    assert cli("batch", str(plan), "-o", str(out)).code == 0
+    assert sorted(p.name for p in out.glob("*.html")) == ["lines.html", "map-0.html", "map-1.html"]
+    assert blob_of((out / "map-1.html").read_text(encoding="utf-8"))["start"]["head"] == 1
+    again = cli("batch", str(plan), "-o", str(out))
+    assert again.code == 0 and "0 drawn, 3 up to date" in again.err
