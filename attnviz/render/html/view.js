@@ -163,7 +163,7 @@
     const parts = [...layer.heading];
     const sink = sinkPhrase(p, entry);
     if (sink) parts.push(sink);
-    if (!pooled(p) && SCALE_PHRASE[scaleOf(p)]) parts.push(SCALE_PHRASE[scaleOf(p)]);
+    if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p)]) parts.push(SCALE_PHRASE[scaleOf(p)]);
     if (p.encoding === "u8") parts.push(data.precision);
     if (labelNote) parts.push(labelNote);
     $("heading").textContent = parts.join(" · ");
@@ -194,7 +194,7 @@
     menu("layer", "Layer", p.layers.map((l, k) => [k, "layer " + l.layer]), state.layer, (v) => choose(+v, state.head));
     if (p.layers.length < 2) selects.layer.parentElement.hidden = true;
     menu("head", "Head", layerOf().maps.map((mp, k) => [k, shortLabel(mp.label)]), state.head, (v) => choose(state.layer, +v));
-    menu("scale", "Colour", [["auto", "auto (" + p.scale + ")"], ["linear", "linear"], ["log", "log"], ["power", "square root"]], state.scale, (v) => { state.scale = v; show(true); });
+    if (data.view !== "lines") menu("scale", "Colour", [["auto", "auto (" + p.scale + ")"], ["linear", "linear"], ["log", "log"], ["power", "square root"]], state.scale, (v) => { state.scale = v; show(true); });
     const fixed = p.layers.some((l) => l.maps.some((mp) => mp.hidden.length));
     const sinkOptions = fixed ? [["hide", "hidden (before pooling)"]] : pooled(p) ? [["show", "shown"], ["mark", "marked"]] : [["show", "shown"], ["mark", "marked"], ["hide", "hidden"]];
     if (fixed) state.sinks = "hide";
@@ -250,7 +250,7 @@
     const font = Math.max(style.font * 0.75, Math.min(style.font * 0.85, cell / 1.15));
     const rowStep = tickStep(n, cell * n, font), colStep = tickStep(m, cell * m, font);
     const room = Math.min(widest(p, rows, cols, rowStep, colStep, font) + font * 0.5, side * 0.45, font * 0.62 * 16);
-    const top = room + font * 1.6, left = room + font * 1.6;
+    const top = room + font * 1.8, left = room + font * 2.2;
     Object.assign(heat, { cell, x: left, y: top, width: cell * m, height: cell * n, rows, cols, font });
     panelBox.style.width = left + cell * m + "px";
     panelBox.style.height = top + cell * n + "px";
@@ -533,7 +533,8 @@
     const box = $("tiles"), p = part();
     box.replaceChildren();
     const heads = Math.max(...p.layers.map((l) => l.maps.length));
-    const size = Math.max(28, Math.min(style.font * 4, Math.floor((window.innerWidth - 8 * style.font) / heads) - 6));
+    const room = Math.max(heads * 30, window.innerWidth * 0.42 - 6 * style.font);
+    const size = Math.max(24, Math.min(style.font * 4, Math.floor(room / heads) - 6));
     const grid = el("div", null, "tile-grid");
     grid.style.gridTemplateColumns = "auto repeat(" + heads + ", " + size + "px)";
     grid.append(el("div"));
@@ -615,4 +616,5 @@
   let resized = 0;
   window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { if (data.view === "model") buildTiles(); show(true); }, 150); });
   document.body.dataset.ready = "yes";
+  document.body.dataset.readyAt = String(Math.round(performance.now()));  // since the page was asked for
 })();
