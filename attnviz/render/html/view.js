@@ -537,8 +537,8 @@
     const size = Math.max(24, Math.min(style.font * 4, Math.floor(room / heads) - 6));
     const grid = el("div", null, "tile-grid");
     grid.style.gridTemplateColumns = "auto repeat(" + heads + ", " + size + "px)";
-    grid.append(el("div"));
-    for (let h = 0; h < heads; h++) grid.append(el("div", shortLabel(p.layers[0].maps[h] ? p.layers[0].maps[h].label : "head " + h), "tile-head"));
+    grid.append(el("div", "head", "tile-layer"));
+    for (let h = 0; h < heads; h++) grid.append(el("div", shortLabel(p.layers[0].maps[h] ? p.layers[0].maps[h].label : "head " + h).replace(/^head /, ""), "tile-head"));
     p.layers.forEach((layer, l) => {
       grid.append(el("div", "layer " + layer.layer, "tile-layer"));
       layer.maps.forEach((entry, h) => {
@@ -608,6 +608,7 @@
   }
   const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"] }[data.view];
   for (const id of panels) $(id).hidden = false;
+  if (data.view === "model") $("heatmap-panel").prepend($("map-title"));  // beside the tiles, over its map
   $("keys-help").textContent = "Keys: ← → head · ↑ ↓ layer · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
   $("made-text").textContent = JSON.stringify(data.made, null, 2);
   buildControls();
