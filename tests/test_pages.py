@@ -286,3 +286,22 @@ def test_a_plan_writes_pages_and_keeps_them_when_unchanged(tmp_path: Path, cli: 
     assert blob_of((out / "map-1.html").read_text(encoding="utf-8"))["start"]["head"] == 1
     again = cli("batch", str(plan), "-o", str(out))
     assert again.code == 0 and "0 drawn, 3 up to date" in again.err
+
+
+def test_the_readmes_sample_page_is_what_attnviz_writes_now(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """samples/pages/ holds a page and screenshots of pages (tools/page_screenshots.py makes them): the page is
+    what its command writes now, and every screenshot the README shows is there."""
+    from conftest import REPO, SAMPLES
+    from test_samples import installed
+
+    README = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"\]\(samples/(pages/[^)]+\.png)\)", README))
+    assert shown and all((SAMPLES / name).is_file() for name in shown)
+    if not installed("minilm"):
+        pytest.skip("samples/pages/minilm-model-view.html is not checked: it needs the minilm package")
+    page = tmp_path / "page.html"
+    run = cli("heatmap", "--model", "minilm", "--file", str(SAMPLES / "sentence.txt"), "--all-layers", "-o", str(page))
+    assert run.code == 0
+    assert page.read_bytes() == (SAMPLES / "pages" / "minilm-model-view.html").read_bytes(), (
+        "samples/pages/ is not what attnviz writes now: python tools/page_screenshots.py"
+    )

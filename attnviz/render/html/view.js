@@ -609,7 +609,8 @@
   const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"] }[data.view];
   for (const id of panels) $(id).hidden = false;
   if (data.view === "model") $("heatmap-panel").prepend($("map-title"));  // beside the tiles, over its map
-  $("keys-help").textContent = "Keys: ← → head · ↑ ↓ layer · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
+  const layered = data.parts.some((p) => p.layers.length > 1);
+  $("keys-help").textContent = "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
   $("made-text").textContent = JSON.stringify(data.made, null, 2);
   buildControls();
   if (data.view === "model") buildTiles();
