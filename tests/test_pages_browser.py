@@ -79,6 +79,12 @@ def pages() -> Iterator[dict[str, Path]]:
     assert main(["heatmap", "--causal", "--heads", "4", *words, "-o", str(folder / "heatmap.html")]) == 0
     assert main(["lines", "--heads", "2", "--theme", "dark", *words, "-o", str(folder / "lines.html")]) == 0
     assert main(["heatmap", "-o", str(folder / "hostile-cli.html"), "--", *HOSTILE[:-1]]) == 0
+    long = folder / "long.txt"
+    long.write_text(" ".join((words * 40)[:400]), encoding="utf-8")
+    pooled = ["heatmap", "--file", str(long), "--causal", "--pool", "max", "-o", str(folder / "pooled.html")]
+    assert main(pooled) == 0
+    slide = ["heatmap", "--preset", "slide", "--theme", "dark", "--cmap", "magma", *words]
+    assert main([*slide, "-o", str(folder / "slide.html")]) == 0
     rng = np.random.default_rng(0)
     tokens = ["[CLS]", *words, "[SEP]"]
     model = attnviz.model_view(with_sink(rng, 3, 4, len(tokens)), tokens, html_action="return")
@@ -144,7 +150,18 @@ def wait_for(browser: Any, condition: Any) -> None:
     WebDriverWait(browser, 10).until(lambda d: condition())
 
 
-@pytest.mark.parametrize("name", ["heatmap", "lines", "model", "hostile", "hostile-cli"])
+PAGES = ["heatmap", "lines", "model", "hostile", "hostile-cli", "pooled", "slide"]
+LAYOUT = (Path(__file__).parent / "page_layout.js").read_text(encoding="utf-8")  # returns the problems found
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_nothing_overlaps_or_is_cut(browser: Any, pages: dict[str, Path], name: str) -> None:
+    """The pages' equivalent of --audit: labels, ticks, titles and menus clear of each other and of the map."""
+    opened(browser, pages[name])
+    assert browser.execute_script(LAYOUT) == []
+
+
+@pytest.mark.parametrize("name", PAGES)
 def test_opens_offline_asking_for_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
     opened(browser, pages[name])
     assert browser.execute_script("return document.getElementById('heading').textContent")

@@ -250,7 +250,7 @@
     const font = Math.max(style.font * 0.75, Math.min(style.font * 0.85, cell / 1.15));
     const rowStep = tickStep(n, cell * n, font), colStep = tickStep(m, cell * m, font);
     const room = Math.min(widest(p, rows, cols, rowStep, colStep, font) + font * 0.5, side * 0.45, font * 0.62 * 16);
-    const top = room + font * 1.8, left = room + font * 2.2;
+    const top = room + style.font * 2, left = room + style.font * 2.4;
     Object.assign(heat, { cell, x: left, y: top, width: cell * m, height: cell * n, rows, cols, font });
     panelBox.style.width = left + cell * m + "px";
     panelBox.style.height = top + cell * n + "px";
@@ -341,8 +341,8 @@
     for (let i = rows[0]; i < rows[1]; i += rowStep) {
       const label = el("div", cut(queries(p)[i], chars), "query-label" + (qPad[i] ? " padding" : ""));
       label.style.top = top + (i - rows[0] + 0.5) * cell + "px";
-      label.style.left = "0px";
-      label.style.width = left - 4 + "px";
+      label.style.left = left - 4 - room + "px";
+      label.style.width = room + "px";
       label.style.fontSize = font + "px";
       queryBox.append(label);
     }
