@@ -305,3 +305,26 @@ def test_the_readmes_sample_page_is_what_attnviz_writes_now(tmp_path: Path, cli:
     assert page.read_bytes() == (SAMPLES / "pages" / "minilm-model-view.html").read_bytes(), (
         "samples/pages/ is not what attnviz writes now: python tools/page_screenshots.py"
     )
+
+
+def test_a_page_starts_where_the_options_say_and_says_what_it_pooled(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    page = tmp_path / "page.html"
+    words = ["the", "cat", "sat", "on", "the", "mat"]
+    run = cli("heatmap", *words, "--head", "2", "--sinks", "mark", "--color-scale", "power", "--theme", "dark",
+              "--cmap", "magma", "--preset", "slide", "-o", str(page))  # fmt: skip
+    assert run.code == 0
+    blob = blob_of(page.read_text(encoding="utf-8"))
+    assert blob["start"] == {"part": 0, "layer": 0, "head": 2, "scale": "power", "sinks": "mark"}
+    assert blob["style"]["theme"] == "dark" and blob["style"]["preset"] == "slide" and blob["style"]["font"] == 24
+    assert blob["style"]["cmap"][0] == "#000004" and len(blob["style"]["cmap"]) == 256  # magma's ends
+    assert blob["parts"][0]["pooled"] is None and blob["parts"][0]["encoding"] == "f32"
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(words * 60), encoding="utf-8")  # 360 tokens: --pool max bins them
+    assert cli("heatmap", "--file", str(long), "--causal", "--pool", "max", "-o", str(page)).code == 0
+    part = blob_of(page.read_text(encoding="utf-8"))["parts"][0]
+    assert part["pooled"] == {"method": "max", "tokens": 360, "bins": 256}
+    assert len(part["queries"]) == 256 and part["queries"][:2] == ["0", "1–2"] and len(part["tokens"]) == 360
+    assert part["layers"][0]["heading"][0] == "360 tokens max-pooled into 256 × 256 bins"
+    shown = page_data.decode(part["layers"][0]["maps"][1]["weight"], part["encoding"], (256, 256))
+    run = cli("heatmap", "--pool", "max", "--file", str(long), "--causal", "--json")
+    np.testing.assert_allclose(shown, np.array(json.loads(run.out)["weights"][1]), rtol=2**-23, atol=0)  # the JSON's

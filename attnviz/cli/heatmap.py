@@ -188,7 +188,10 @@ def heatmap_page(
         return
     att = layer.attention(want)
     made = figure_description("heatmap", att, figure.style, head=head, mean=mean)
-    output.write_page(figure, lambda: html.attention_page(att, figure.style, made, view="heatmap", **start))
+    tokens = None if layer.external else layer.tokens
+    output.write_page(
+        figure, lambda: html.attention_page(att, figure.style, made, view="heatmap", tokens=tokens, **start)
+    )
 
 
 JSON_BINS = 256  # a pooled map as JSON: finer than any figure of it needs, small enough to read

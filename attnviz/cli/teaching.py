@@ -420,7 +420,10 @@ def lines(
         att = layer.attention(Want(sinks=sinks, sinks_each=True, bins=html.page_bins(1)))
         made = figure_description("lines", att, figure.style, head=head, min_weight=min_weight)
         start = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
-        output.write_page(figure, lambda: html.attention_page(att, figure.style, made, view="lines", **start))
+        tokens = None if layer.external else layer.tokens
+        output.write_page(
+            figure, lambda: html.attention_page(att, figure.style, made, view="lines", tokens=tokens, **start)
+        )
         return
     from ..structure import find_sinks, hide_sinks
 

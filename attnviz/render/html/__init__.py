@@ -59,10 +59,16 @@ def page_data(
 
 
 def attention_page(
-    att: Attention, style: FigureStyle, made: dict[str, Any], *, view: str = "heatmap", **start: Any
+    att: Attention,
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str = "heatmap",
+    tokens: Sequence[str] | None = None,
+    **start: Any,
 ) -> bytes:
-    """One layer's page (``heatmap``: every head, or ``lines``: the head view)."""
-    return page_bytes(page_data(view, [attention_part(att)], style, made, **start))
+    """One layer's page (``heatmap``: every head, or ``lines``: the head view); ``tokens``: a pooled map's."""
+    return page_bytes(page_data(view, [attention_part(att, tokens=tokens)], style, made, **start))
 
 
 def stack_page(

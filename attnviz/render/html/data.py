@@ -179,14 +179,15 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
     )
 
 
-def attention_part(att: Attention, name: str = "") -> dict[str, Any]:
-    """One layer's maps, each with its own sinks."""
+def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None = None) -> dict[str, Any]:
+    """One layer's maps, each with its own sinks; a pooled map's ``tokens`` (those its bins stand for), if known."""
     if "pooled" in att.config:
         found = list(att.config.get("sinks") or [])
         hidden = list(att.config.get("sinks_hidden") or [])
         count = len(att.head_labels)
+        known = tokens if tokens is not None and len(tokens) == att.config["pooled"]["tokens"] else None
         return part_entry(name, [att], encoding_for([[att]]), sinks=[[found] * count],
-                          hidden=[[hidden] * count] if hidden else ())  # fmt: skip
+                          hidden=[[hidden] * count] if hidden else (), tokens=known)  # fmt: skip
     return part_entry(name, [att], encoding_for([[att]]))
 
 
