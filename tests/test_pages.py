@@ -198,8 +198,22 @@ def test_model_view_takes_include_layers_heads_and_the_encoder_decoder_form(tmp_
     assert parts[2]["queries"] == decoder and parts[2]["keys"] == encoder
     both.save(tmp_path / "page.html")
     assert (tmp_path / "page.html").read_text(encoding="utf-8") == both.data
+
+
+def test_html_action_view_displays_the_page_in_ipython(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "IPython", None)  # no IPython: said, not a traceback
     with pytest.raises(UsageError, match="html_action='view' shows the page in a notebook"):
         attnviz.head_view(bertviz_attention(), list("abcdef"))
+    shown: list[Any] = []
+    display = types.ModuleType("IPython.display")
+    display.display = shown.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.setitem(sys.modules, "IPython.display", display)
+    assert attnviz.model_view(bertviz_attention(), list("abcdef")) is None
+    assert len(shown) == 1 and shown[0]._repr_html_().startswith("<iframe srcdoc=")
 
 
 def test_a_decoders_attention_is_masked_as_causal() -> None:

@@ -395,9 +395,9 @@
     const text = describeCell(at.query, at.key);
     tip(text, event.clientX, event.clientY);
     $("readout").textContent = text;
-    drawActive();
+    drawCursor();  // the lines stay as they are: a cell is not a token
   });
-  over.addEventListener("mouseleave", () => { state.hover = null; hideTip(); drawActive(); });
+  over.addEventListener("mouseleave", () => { state.hover = null; hideTip(); drawCursor(); });
   function tokenText(p, side, index) {
     const label = side === "query" ? queries(p)[index] : keys(p)[index];
     if (!pooled(p) || !p.tokens) return label;
