@@ -97,6 +97,8 @@ def heatmap(
       attnviz heatmap --model minilm "The quick brown fox." --layer 2 --head 9
 
       attnviz heatmap --model minilm "The quick brown fox." --all-layers -o grid.png
+
+      attnviz heatmap --model minilm "The quick fox." --all-layers -o page.html
     """
     one_output(figure.output, as_json, jsonl, save)
     if save is not None:

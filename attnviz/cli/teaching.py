@@ -407,6 +407,8 @@ def lines(
       attnviz lines "the cat sat on the mat" --head 2 -o lines.svg
 
       attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2
+
+      attnviz lines --model minilm "The quick brown fox." -L 2 -o lines.html
     """
 
     from ..sources import Want
