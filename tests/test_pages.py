@@ -342,3 +342,9 @@ def test_a_page_starts_where_the_options_say_and_says_what_it_pooled(tmp_path: P
     shown = page_data.decode(part["layers"][0]["maps"][1]["weight"], part["encoding"], (256, 256))
     run = cli("heatmap", "--pool", "max", "--file", str(long), "--causal", "--json")
     np.testing.assert_allclose(shown, np.array(json.loads(run.out)["weights"][1]), rtol=2**-23, atol=0)  # the JSON's
+    exact = part["exact"]  # the map the page opens on (head 0), at every token: it fits
+    assert exact["at"] == [0, 0] and exact["pooled"] is None and len(exact["queries"]) == 360
+    whole = json.loads(cli("heatmap", "--file", str(long), "--causal", "--head", "0", "--json").out)["weights"][0]
+    opened = page_data.decode(exact["layers"][0]["maps"][0]["weight"], exact["encoding"], (360, 360))
+    np.testing.assert_allclose(opened, np.array(whole), rtol=2**-23, atol=1e-30)
+    assert not attnviz.render.html.exact_fits(1025)  # past 1,024 tokens a page holds its maps pooled only

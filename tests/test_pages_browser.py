@@ -287,3 +287,23 @@ def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, 
     shown_text = browser.execute_script("return document.getElementById('lines').textContent")
     assert "</script><img" in shown_text and "<b>x</b>" in shown_text
     assert problems(browser) == []
+
+
+def test_a_pooled_page_opens_on_its_first_map_at_every_token(browser: Any, pages: dict[str, Path]) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    opened(browser, pages["pooled"])
+    heading = browser.find_element("id", "heading")
+    count = "return document.querySelectorAll('[data-side=query]').length"
+    assert "this map at every token (the others max-pooled into 256 × 256 bins)" in heading.text
+    assert browser.execute_script(count) == 400
+    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    assert heading.text.startswith("400 tokens max-pooled into 256 × 256 bins")
+    assert browser.execute_script(count) == 256
+    token = browser.find_element("css selector", '[data-side="query"][data-index="100"]')
+    ActionChains(browser).move_to_element(token).perform()
+    assert browser.find_element("id", "readout").text.startswith("query 100 “tokens 156–157: ")
+    ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
+    assert browser.execute_script(count) == 400
+    assert problems(browser) == []

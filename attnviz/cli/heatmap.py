@@ -5,6 +5,7 @@ Long sequences are pooled to the resolution shown; --all-layers shows every laye
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -183,16 +184,26 @@ def heatmap_page(
         bins=html.page_bins(len(layers) if layers else None if all_layers else 1, pooled=pool is not None),
     )
     start = {"head": head or 0, "scale": color_scale, "sinks": sinks}
+    one = dataclasses.replace(want, heads=None if mean else (head or 0,), bins=None)  # the first map, whole
     if all_layers:
         stack = layer.stack(want)
         made = stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean)
-        output.write_page(figure, lambda: html.stack_page(stack, figure.style, made, view="model", **start))
+        first = stack.kept_layers[0]
+        exact = None
+        if stack.rows is not None and html.exact_fits(len(stack.tokens)):
+            exact = layer.stack(dataclasses.replace(one, layers=(first,))).layer(first)
+        output.write_page(
+            figure, lambda: html.stack_page(stack, figure.style, made, view="model", exact=exact, **start)
+        )
         return
     att = layer.attention(want)
     made = figure_description("heatmap", att, figure.style, head=head, mean=mean)
     tokens = None if layer.external else layer.tokens
+    pooled = att.config.get("pooled")
+    exact = layer.attention(one) if pooled and html.exact_fits(int(pooled["tokens"])) else None
     output.write_page(
-        figure, lambda: html.attention_page(att, figure.style, made, view="heatmap", tokens=tokens, **start)
+        figure,
+        lambda: html.attention_page(att, figure.style, made, view="heatmap", tokens=tokens, exact=exact, **start),
     )
 
 

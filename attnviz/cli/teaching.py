@@ -421,7 +421,7 @@ def lines(
 
         att = layer.attention(Want(sinks=sinks, sinks_each=True, bins=html.page_bins(1)))
         made = figure_description("lines", att, figure.style, head=head, min_weight=min_weight)
-        start = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
+        start: dict[str, Any] = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
         tokens = None if layer.external else layer.tokens
         output.write_page(
             figure, lambda: html.attention_page(att, figure.style, made, view="lines", tokens=tokens, **start)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._version import __version__
-from .data import QUANTISED_FLOOR, attention_part, page_bins, stack_part, style_entry
+from .data import QUANTISED_FLOOR, attention_part, page_bins, part_entry, stack_part, style_entry
 from .page import VIEWS, json_blob, page_bytes, page_html
 
 if TYPE_CHECKING:
@@ -20,7 +20,18 @@ if TYPE_CHECKING:
     from ...sources import AttentionStack
     from ..figure import FigureStyle
 
-__all__ = ["VIEWS", "attention_page", "json_blob", "page_bins", "page_bytes", "page_data", "page_html", "stack_page"]
+__all__ = [
+    "EXACT_BYTES",
+    "VIEWS",
+    "attention_page",
+    "exact_fits",
+    "json_blob",
+    "page_bins",
+    "page_bytes",
+    "page_data",
+    "page_html",
+    "stack_page",
+]
 
 
 def precision() -> str:
@@ -58,6 +69,22 @@ def page_data(
     }
 
 
+EXACT_BYTES = 4 * 2**20  # a pooled page also holds its first map whole, as float32, when it is no larger
+
+
+def exact_fits(tokens: int, keys: int | None = None) -> bool:
+    """Whether a pooled page can hold the map it opens on at every token, exactly."""
+    return tokens * (keys or tokens) * 4 <= EXACT_BYTES
+
+
+def with_exact(part: dict[str, Any], exact: Attention | None, layer: int, head: int) -> dict[str, Any]:
+    """The part with ``exact``, the map of its ``layer`` and ``head`` at every token, drawn in its place."""
+    if exact is None:
+        return part
+    whole = part_entry(part["name"], [exact], "f32")
+    return {**part, "exact": {**whole, "at": [layer, head]}}
+
+
 def attention_page(
     att: Attention,
     style: FigureStyle,
@@ -65,14 +92,25 @@ def attention_page(
     *,
     view: str = "heatmap",
     tokens: Sequence[str] | None = None,
+    exact: Attention | None = None,
     **start: Any,
 ) -> bytes:
-    """One layer's page (``heatmap``: every head, or ``lines``: the head view); ``tokens``: a pooled map's."""
-    return page_bytes(page_data(view, [attention_part(att, tokens=tokens)], style, made, **start))
+    """One layer's page (``heatmap``: every head, or ``lines``: the head view); ``tokens``: a pooled map's,
+    ``exact``: the map it starts on at every token (of a pooled page)."""
+    part = with_exact(attention_part(att, tokens=tokens), exact, 0, int(start.get("head", 0)))
+    return page_bytes(page_data(view, [part], style, made, **start))
 
 
 def stack_page(
-    stack: AttentionStack, style: FigureStyle, made: dict[str, Any], *, view: str = "model", **start: Any
+    stack: AttentionStack,
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str = "model",
+    exact: Attention | None = None,
+    **start: Any,
 ) -> bytes:
-    """Every kept layer's page: the model view (``model``), or a heatmap or head view with a layer menu."""
-    return page_bytes(page_data(view, [stack_part(stack)], style, made, **start))
+    """Every kept layer's page: the model view (``model``), or a heatmap or head view with a layer menu;
+    ``exact``: the map it starts on at every token (of a pooled page)."""
+    part = with_exact(stack_part(stack), exact, int(start.get("layer", 0)), int(start.get("head", 0)))
+    return page_bytes(page_data(view, [part], style, made, **start))

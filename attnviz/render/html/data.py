@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..figure import FigureStyle
 
 PAGE_BYTES = 16 * 2**20  # the weights of a page, before base64: a 3,027-token model page stays under 25 MB
+F32_BYTES = 4 * 2**20  # the weights of a page kept exact (float32) when they fit this; else 8 bits
 MAX_BINS = 256  # a pooled map's side: finer than a panel on a screen shows
 QUANTISED_FLOOR = 1e-6  # the smallest weight 8 bits tell apart from 0; below it, this
 PAGE_FONT = {"screen": 14, "slide": 24, "paper": 12}  # pixels: a slide's is read from the back of a room
@@ -47,9 +48,9 @@ def page_bins(layers: int | None, pooled: bool = False) -> Any:
 
 
 def encoding_for(parts: Sequence[Sequence[Attention]]) -> str:
-    """'f32' when every map fits PAGE_BYTES as float32, else 'u8'."""
+    """'f32' when every map fits F32_BYTES as float32, else 'u8' (a page in a notebook is kept in the notebook)."""
     total = sum(att.weights.size for layers in parts for att in layers)
-    return "f32" if total * 4 <= PAGE_BYTES else "u8"
+    return "f32" if total * 4 <= F32_BYTES else "u8"
 
 
 def encode(weights: np.ndarray, encoding: str) -> str:

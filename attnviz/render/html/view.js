@@ -49,9 +49,14 @@
   }
 
   // ---- the data: parts, layers, maps, decoded when first shown ----
+  data.parts.forEach((p, k) => { p.id = "p" + k; if (p.exact) p.exact.id = "x" + k; });
   const part = () => data.parts[state.part];
+  function shown() {  // the map drawn: the chosen one, or its every-token copy when the page holds one (pooled pages)
+    const p = part(), exact = p.exact;
+    if (exact && exact.at[0] === state.layer && exact.at[1] === state.head) return { p: exact, layer: 0, head: 0 };
+    return { p, layer: state.layer, head: state.head };
+  }
   const layerOf = () => part().layers[state.layer];
-  const mapOf = () => layerOf().maps[state.head];
   const queries = (p) => p.queries;
   const keys = (p) => p.keys || p.queries;
   const pooled = (p) => !!p.pooled;
@@ -77,7 +82,7 @@
   function mask(p, layer) {
     const index = p.layers[layer].mask;
     if (index === null || index === undefined) return null;
-    return remember("mask " + state.part + " " + index, () => {
+    return remember("mask " + p.id + " " + index, () => {
       const packed = bytesOf(p.masks[index]);
       const n = queries(p).length, m = keys(p).length, out = new Uint8Array(n * m);
       for (let k = 0; k < n * m; k++) out[k] = (packed[k >> 3] >> (7 - (k & 7))) & 1;
@@ -89,10 +94,10 @@
     if (state.sinks === "hide" && !pooled(p)) return entry.sinks.map((s) => s.key);
     return [];
   }
-  function weights(partIndex, layer, head) {
-    const p = data.parts[partIndex], entry = p.layers[layer].maps[head];
+  function weights(p, layer, head) {
+    const entry = p.layers[layer].maps[head];
     const hide = hiddenKeys(p, entry);
-    return remember([partIndex, layer, head, hide.join(",")].join(" "), () => {
+    return remember([p.id, layer, head, hide.join(",")].join(" "), () => {
       const raw = bytesOf(entry.weight);
       let w;
       if (p.encoding === "f32") w = new Float64Array(new Float32Array(raw.buffer));
@@ -133,14 +138,14 @@
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
   }
   function number(weight) {
-    const approx = part().encoding === "u8" && weight > 0 ? "≈" : "";
+    const approx = shown().p.encoding === "u8" && weight > 0 ? "≈" : "";
     if (weight !== 0 && weight < 0.001) return approx + weight.toExponential(1);
     return approx + weight.toFixed(3);
   }
 
   // ---- what is shown: rows and columns (a sentence pair's filter), the heading ----
   function ranges() {
-    const p = part(), n = queries(p).length, m = keys(p).length, b = p.sentence_b_start;
+    const p = shown().p, n = queries(p).length, m = keys(p).length, b = p.sentence_b_start;
     const a = [0, b], bb = [b, n];
     switch (state.sentences) {
       case "aa": return { rows: a, cols: [0, b] };
@@ -159,8 +164,10 @@
   }
   let labelNote = "";
   function drawHeading() {
-    const p = part(), layer = layerOf(), entry = mapOf();
+    const { p, layer: l, head } = shown(), layer = p.layers[l], entry = layer.maps[head];
     const parts = [...layer.heading];
+    const whole = part().pooled;
+    if (p !== part()) parts.push("this map at every token (the others " + whole.method + "-pooled into " + whole.bins + " × " + whole.bins + " bins)");
     const sink = sinkPhrase(p, entry);
     if (sink) parts.push(sink);
     if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p)]) parts.push(SCALE_PHRASE[scaleOf(p)]);
@@ -241,9 +248,9 @@
   const panelBox = $("heatmap-box");
   const heat = { cell: 1, x: 0, y: 0, width: 0, height: 0 };
   function drawHeatmap() {
-    const p = part(), { rows, cols } = ranges();
+    const { p, layer, head } = shown(), { rows, cols } = ranges();
     const n = rows[1] - rows[0], m = cols[1] - cols[0], M = keys(p).length;
-    const w = weights(state.part, state.layer, state.head), allowed = mask(p, state.layer);
+    const w = weights(p, layer, head), allowed = mask(p, layer);
     const scale = scaleOf(p), floor = p.floor;
     const side = Math.min(style.panel, Math.max(160, window.innerWidth - 24 * style.font));
     const cell = Math.min(side / Math.max(n, m), style.font * 3.6);
@@ -279,11 +286,11 @@
     ctx.drawImage(small, 0, 0, ctx.canvas.width, ctx.canvas.height);
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     if (cell >= style.font * 2.2 && !pooled(p)) writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor);
-    if (state.sinks === "mark") markSinks(ctx, p, cell, n, cols);
+    if (state.sinks === "mark") markSinks(ctx, p.layers[layer].maps[head], cell, n, cols);
     labelAxes(p, rows, cols, cell, font, rowStep, colStep, room, top, left);
     labelNote = rowStep > 1 || colStep > 1 ? (pooled(p) ? "bins" : "tokens") + " labelled every " + ordinal(Math.max(rowStep, colStep)) : "";
     drawLegend(scale, floor, cell * n);
-    $("heatmap").dataset.map = [state.part, state.layer, state.head, scale, state.sinks].join("/");
+    $("heatmap").dataset.map = [p.id, layer, head, scale, state.sinks].join("/");
   }
   const measure = document.createElement("canvas").getContext("2d");
   function widest(p, rows, cols, rowStep, colStep, font) {  // the longest label shown, in pixels
@@ -315,10 +322,10 @@
       ctx.fillText(w[k].toFixed(2), (j - cols[0] + 0.5) * cell, (i - rows[0] + 0.5) * cell);
     }
   }
-  function markSinks(ctx, p, cell, n, cols) {
+  function markSinks(ctx, entry, cell, n, cols) {
     ctx.save();
     ctx.setLineDash([5, 3]); ctx.lineWidth = 1.5; ctx.strokeStyle = style.colours.text;
-    for (const sink of mapOf().sinks) {
+    for (const sink of entry.sinks) {
       const c = sink.column - cols[0];
       if (c < 0 || c >= cols[1] - cols[0]) continue;
       ctx.strokeRect(c * cell + 0.75, 0.75, Math.max(cell - 1.5, 1), n * cell - 1.5);
@@ -406,11 +413,11 @@
     return "tokens " + label + ": " + cut(inside.join(""), 40);
   }
   function describeCell(query, key) {
-    const p = part(), M = keys(p).length, allowed = mask(p, state.layer);
+    const { p, layer, head } = shown(), M = keys(p).length, allowed = mask(p, layer);
     const what = pooled(p) ? (p.pooled.method === "max" ? "max weight" : "mean weight") : "weight";
-    const head = "query " + query + " “" + tokenText(p, "query", query) + "” → key " + key + " “" + tokenText(p, "key", key) + "”: ";
-    if (allowed && !allowed[query * M + key]) return head + "masked (this query may not see this key)";
-    return head + what + " " + number(weights(state.part, state.layer, state.head)[query * M + key]);
+    const said = "query " + query + " “" + tokenText(p, "query", query) + "” → key " + key + " “" + tokenText(p, "key", key) + "”: ";
+    if (allowed && !allowed[query * M + key]) return said + "masked (this query may not see this key)";
+    return said + what + " " + number(weights(p, layer, head)[query * M + key]);
   }
   function tip(text, x, y) {
     const t = $("tooltip");
@@ -425,7 +432,7 @@
   // ---- the lines: tokens left (queries) and right (keys), a line per weight, as opaque as the weight ----
   const lines = { rows: [], cols: [] };
   function drawLines() {
-    const p = part(), { rows, cols } = ranges();
+    const p = shown().p, { rows, cols } = ranges();
     const box = $("lines");
     box.replaceChildren();
     const font = style.font, row = Math.round(font * 1.5);
@@ -471,8 +478,8 @@
   }
   function drawLinks() {
     if ($("lines-panel").hidden || !lines.group) return;
-    const p = part(), M = keys(p).length, w = weights(state.part, state.layer, state.head);
-    const allowed = mask(p, state.layer), { rows, cols } = ranges();
+    const { p, layer, head } = shown(), M = keys(p).length, w = weights(p, layer, head);
+    const allowed = mask(p, layer), { rows, cols } = ranges();
     const colourOf = style.head_colours[state.head % style.head_colours.length];
     const links = [];
     const active = state.active;
@@ -507,7 +514,7 @@
     $("lines").dataset.links = String(links.length);
   }
   function readout(active, links) {
-    const p = part(), side = active.side === "query" ? "query" : "key";
+    const p = shown().p, side = active.side === "query" ? "query" : "key";
     const top = [...links].sort((a, b) => b[2] - a[2]).slice(0, 5);
     const named = top.map(([i, j, weight]) => "“" + cut(active.side === "query" ? keys(p)[j] : queries(p)[i], 20) + "” " + number(weight));
     return side + " " + active.index + " “" + cut(tokenText(p, side, active.index), 60) + "”: " + (active.side === "query" ? "attends most to " : "most attended by ") + (named.join(", ") || "nothing");
@@ -573,7 +580,7 @@
   function drawTile(tile) {
     const p = part(), l = +tile.dataset.layer, h = +tile.dataset.head;
     const n = queries(p).length, m = keys(p).length;
-    const w = weights(state.part, l, h), allowed = mask(p, l), scale = scaleOf(p);
+    const w = weights(p, l, h), allowed = mask(p, l), scale = scaleOf(p);
     const image = new ImageData(m, n);
     for (let k = 0; k < n * m; k++) {
       if (allowed && !allowed[k]) continue;
