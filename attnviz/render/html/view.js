@@ -429,7 +429,8 @@
   }
   function hideTip() { $("tooltip").hidden = true; }
 
-  // ---- the lines: tokens left (queries) and right (keys), a line per weight, as opaque as the weight ----
+  // ---- the lines: tokens left (queries) and right (keys), a line per weight, opacity and width by weight
+  // (as render/lines.py draws them: 0.15 + 0.85 × weight) ----
   const lines = { rows: [], cols: [] };
   function drawLines() {
     const p = shown().p, { rows, cols } = ranges();
@@ -508,7 +509,7 @@
     }
     const fragment = document.createDocumentFragment();
     for (const [i, j, weight] of links) {
-      fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: colourOf, "stroke-opacity": Math.min(1, weight).toFixed(3), "stroke-width": (1 + 2.5 * weight).toFixed(2) }));
+      fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: colourOf, "stroke-opacity": (0.15 + 0.85 * Math.min(1, weight)).toFixed(3), "stroke-width": (0.7 + 4 * weight).toFixed(2) }));
     }
     lines.group.replaceChildren(fragment);
     $("lines").dataset.links = String(links.length);
