@@ -438,7 +438,8 @@
     box.replaceChildren();
     const font = style.font, row = Math.round(font * 1.5);
     const n = rows[1] - rows[0], m = cols[1] - cols[0];
-    const chars = 16, labelW = Math.min(font * 0.62 * chars, 12 * font), numberW = font * 3.6;
+    const chars = 16, numberW = font * 3.6;
+    const labelW = Math.min(widest(p, rows, cols, 1, 1, font * 0.95) + font * 0.6, 12 * font);
     const gap = Math.max(font * 8, data.view === "lines" ? style.panel * 0.5 : style.panel * 0.35);
     const xq = numberW + labelW, xk = xq + gap;
     const width = xk + labelW + numberW, height = Math.max(n, m) * row + font * 2.4;
