@@ -253,6 +253,7 @@ def test_sinks_and_colour_scale_switch_as_the_figures_do(browser: Any, pages: di
     drawn = canvas(browser)
     Select(browser.find_element("id", "choose-sinks")).select_by_value("mark")
     assert "sinks marked: key 0 (" in heading.text
+    assert len(browser.find_elements("css selector", "#lines rect.sink")) == 1  # its key label outlined too
     marked = canvas(browser)
     assert marked != drawn
     Select(browser.find_element("id", "choose-sinks")).select_by_value("hide")

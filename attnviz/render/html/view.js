@@ -472,6 +472,16 @@
     for (let i = rows[0]; i < rows[1]; i++) lines.rows.push(place("query", i, i - rows[0], xq - 6, "end", queries(p)[i], qPad[i]));
     for (let j = cols[0]; j < cols[1]; j++) lines.cols.push(place("key", j, j - cols[0], xk + 6, "start", keys(p)[j], kPad[j]));
     Object.assign(lines, { group, xq, xk, rows0: rows[0], cols0: cols[0] });
+    if (state.sinks === "mark") {  // outlined as the figures outline a sink's key label
+      const entry = p.layers[shown().layer].maps[shown().head];
+      for (const sink of entry.sinks) {
+        const at = lines.cols[sink.column - cols[0]];
+        if (!at) continue;
+        const b = at.text.getBBox();
+        box.append(svg("rect", { x: b.x - 3, y: b.y - 2, width: b.width + 6, height: b.height + 4, fill: "none",
+          stroke: style.colours.text, "stroke-dasharray": "4 3", class: "sink" }));
+      }
+    }
     drawActive();
   }
   function drawActive() {
