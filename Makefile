@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint samples slides bench clean
+.PHONY: demo test lint samples pages slides bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ lint: $(VENV)/.installed-test
 samples: $(VENV)/.installed-test
 	$(BIN)/attnviz batch samples/gallery.toml -o samples --force --audit
 	$(BIN)/python tools/contact_sheet.py samples/gallery.toml samples samples/contact-sheet.png
+
+# The README's page (samples/pages/*.html) and screenshots of pages, taken in headless chromium.
+pages: $(VENV)/.installed-test
+	$(BIN)/python tools/page_screenshots.py
 
 # The lecture deck of samples/slides.toml, redrawn only where it changed.
 slides: $(VENV)/.installed-test

@@ -43,6 +43,8 @@ _EXPORTS = {
     "render_heatmap_figure": "render.heatmap",
     "render_mask_figure": "render.mask",
     "render_saturation_figure": "render.saturation",
+    "head_view": "render.html.notebook",
+    "model_view": "render.html.notebook",
 }
 
 __all__ = [
@@ -60,9 +62,11 @@ __all__ = [
     "file_stack",
     "generate",
     "head_patterns",
+    "head_view",
     "load_model",
     "measure_saturation",
     "model_stack",
+    "model_view",
     "multi_head_attention",
     "padding_mask",
     "render_heatmap_figure",
@@ -87,6 +91,7 @@ if TYPE_CHECKING:
     from .models import load_model
     from .render.figure import FigureStyle, save_figure
     from .render.heatmap import render_heatmap_figure
+    from .render.html.notebook import head_view, model_view
     from .render.mask import render_mask_figure
     from .render.saturation import render_saturation_figure
     from .saturation import measure_saturation

@@ -69,3 +69,9 @@ class Attention:
             label = f"mean of {self.weights.shape[0]} heads"
             return replace(self, weights=self.weights.mean(axis=0, keepdims=True), scores=None, head_labels=(label,))
         return self
+
+    def _repr_html_(self) -> str:
+        """In a notebook: every head's heatmap and lines, on a page of its own (an iframe)."""
+        from .render.html.notebook import attention_view
+
+        return attention_view(self)._repr_html_()

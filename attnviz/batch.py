@@ -43,6 +43,7 @@ COMMANDS = (
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
+PAGES = ("heatmap", "lines")  # the commands that also write a page (.html)
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 WRITING_OPTIONS = {"output", "save"}
@@ -152,7 +153,9 @@ def _expand(
     template = raw.get("name")
     if not isinstance(template, str) or not template:
         raise UsageError("every figure needs a name")
-    formats = FILMS if command == "generate" else ("png", "svg", "pdf")
+    formats = (
+        FILMS if command == "generate" else ("png", "svg", "pdf", "html") if command in PAGES else ("png", "svg", "pdf")
+    )
     fmt = raw.get("format", defaults.get("format", formats[0]))
     if fmt not in formats:
         raise UsageError(f"format of {command} must be {' or '.join(formats)}, got {quoted(fmt)}")

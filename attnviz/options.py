@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 
@@ -251,16 +251,18 @@ Output = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write a figure to this file (.png, .svg, .pdf), or - for stdout.",
+        help="Write a figure to this file (.png, .svg, .pdf; heatmap and lines: also an interactive .html page), "
+        "or - for stdout.",
         show_default=False,
         rich_help_panel=P_FIG,
     ),
 ]
+OutputFormat = Literal[Format, "html"]  # html: a page, for the views that have one (heatmap, lines)
 FormatOption = Annotated[
-    Format | None,
+    OutputFormat | None,
     typer.Option(
         "--format",
-        help="Image format. Default: from the file's extension (png for -).",
+        help="Image format, or html for a page. Default: from the file's extension (png for -).",
         show_default=False,
         rich_help_panel=P_FIG,
     ),

@@ -203,6 +203,12 @@ class AttentionStack:
         """(layer, its kept maps) for each kept layer."""
         yield from zip(self.kept_layers, self.weights, strict=True)
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the model view (every layer and head), on a page of its own (an iframe)."""
+        from .render.html.notebook import stack_view
+
+        return stack_view(self)._repr_html_()
+
     def layer(self, index: int | None = None) -> Attention:
         """One layer (default: the last) as the views take it."""
         count = self.layers
@@ -434,23 +440,25 @@ def file_stack(
         raise AttnvizError(f"expected {n} tokens for a {tuple(weights.shape)} tensor, got {len(chosen)} from {where}")
     if n != m:
         raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
-    if not np.isfinite(weights).all():
-        raise AttnvizError(f"--from {path}: the weights hold NaN or infinity (attnviz check {path} says where)")
-    if (weights < 0).any():
-        raise AttnvizError(f"--from {path}: some weights are negative (attnviz check {path} says where)")
-    with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
-        sums = weights.sum(axis=-1)
-    if not np.allclose(sums, 1.0, atol=1e-3):
-        raise AttnvizError(
-            f"--from {path}: some rows do not sum to 1, so these are not attention weights "
-            f"(attnviz check {path} says where)"
-        )
+    check_weights(weights, f"--from {path}", f" (attnviz check {path} says where)")
     stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
     if sinks is not None:
         stack = replace(stack, recorded=sinks[0], hidden=sinks[1])
     honoured = honour(stack, want or Want())
     averaged = stack_mean_of(document, where)
     return replace(honoured, mean=True, total_heads=averaged) if averaged else honoured
+
+
+def check_weights(weights: Array, where: str, hint: str = "") -> None:
+    """Refuse what are not attention weights: NaN or infinity, negative numbers, rows that do not sum to 1."""
+    if not np.isfinite(weights).all():
+        raise AttnvizError(f"{where}: the weights hold NaN or infinity{hint}")
+    if (weights < 0).any():
+        raise AttnvizError(f"{where}: some weights are negative{hint}")
+    with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
+        sums = weights.sum(axis=-1)
+    if not np.allclose(sums, 1.0, atol=1e-3):
+        raise AttnvizError(f"{where}: some rows do not sum to 1, so these are not attention weights{hint}")
 
 
 def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:

@@ -5,6 +5,7 @@ Long sequences are pooled to the resolution shown; --all-layers shows every laye
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,8 @@ def heatmap(
       attnviz heatmap --model minilm "The quick brown fox." --layer 2 --head 9
 
       attnviz heatmap --model minilm "The quick brown fox." --all-layers -o grid.png
+
+      attnviz heatmap --model minilm "The quick fox." --all-layers -o page.html
     """
     one_output(figure.output, as_json, jsonl, save)
     if save is not None:
@@ -104,6 +107,12 @@ def heatmap(
         return
     if layers is not None and not all_layers:
         raise UsageError("--layers goes with --all-layers (one layer: --layer)")
+    if output.is_page(figure):
+        if head is not None and mean:
+            raise UsageError("choose either --head or --mean, not both")
+        chosen = None if layers is None else opt.parse_layers(layers)
+        heatmap_page(layer, figure, head, mean, all_layers, chosen, pool, color_scale, sinks)
+        return
     if all_layers:
         chosen = None if layers is None else opt.parse_layers(layers)
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen, sinks)
@@ -143,6 +152,58 @@ def heatmap(
         ),
         show=lambda color, width: views.terminal.render_heatmap(att, color=color, width=width),
         compact=jsonl,
+    )
+
+
+def heatmap_page(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    head: int | None,
+    mean: bool,
+    all_layers: bool,
+    layers: tuple[int, ...] | None,
+    pool: Pool | None,
+    color_scale: str,
+    sinks: SinkMode,
+) -> None:
+    """heatmap -o FILE.html: every head of the layer (with --all-layers every layer: the model view) on one
+    page that starts at --head; maps pooled (and kept to 8 bits) only as far as the page's size needs."""
+    from ..render import html
+    from ..sources import Want
+
+    if all_layers and not layer.external:
+        raise UsageError("--all-layers needs a model with layers: --model or --from")
+    if all_layers and layer.layer is not None:
+        raise UsageError("choose either --layer or --all-layers")
+    want = Want(
+        layers=layers if all_layers else None,
+        mean=mean,
+        pool=pool or "max",
+        sinks=sinks,
+        sinks_each=True,
+        bins=html.page_bins(len(layers) if layers else None if all_layers else 1, pooled=pool is not None),
+    )
+    start = {"head": head or 0, "scale": color_scale, "sinks": sinks}
+    one = dataclasses.replace(want, heads=None if mean else (head or 0,), bins=None)  # the first map, whole
+    if all_layers:
+        stack = layer.stack(want)
+        made = stack_figure_description("heatmap --all-layers", stack, figure.style, head=head, mean=mean)
+        first = stack.kept_layers[0]
+        exact = None
+        if stack.rows is not None and html.exact_fits(len(stack.tokens)):
+            exact = layer.stack(dataclasses.replace(one, layers=(first,))).layer(first)
+        output.write_page(
+            figure, lambda: html.stack_page(stack, figure.style, made, view="model", exact=exact, **start)
+        )
+        return
+    att = layer.attention(want)
+    made = figure_description("heatmap", att, figure.style, head=head, mean=mean)
+    tokens = None if layer.external else layer.tokens
+    pooled = att.config.get("pooled")
+    exact = layer.attention(one) if pooled and html.exact_fits(int(pooled["tokens"])) else None
+    output.write_page(
+        figure,
+        lambda: html.attention_page(att, figure.style, made, view="heatmap", tokens=tokens, exact=exact, **start),
     )
 
 

@@ -135,10 +135,44 @@ def stack_figure_description(command: str, stack: AttentionStack, style: FigureS
     }
 
 
+PAGE_SUFFIXES = (".html", ".htm")
+PAGE_VIEWS = "heatmap (also --all-layers: the model view) and lines"
+
+
+def is_page(figure: opt.FigureRequest) -> bool:
+    """Whether -o asks for a page: --format html, or a file named .html (or .htm) with no --format."""
+    if figure.output is None:
+        return False
+    if figure.fmt is not None:
+        return figure.fmt == "html"
+    return figure.output != "-" and Path(figure.output).suffix.lower() in PAGE_SUFFIXES
+
+
+def write_page(figure: opt.FigureRequest, build: Callable[[], bytes]) -> None:
+    """A page (-o FILE.html): built, then written as a figure is (atomically, never through a link)."""
+    from ..render.figure import write_output
+
+    assert figure.output is not None
+    if figure.audit:
+        raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
+    if figure.output == "-" and sys.stdout.isatty():
+        raise UsageError("refusing to write an HTML page to the terminal: redirect stdout, or give -o FILE.html")
+    from ..progress import bar
+
+    with bar("drawing", "stdout" if figure.output == "-" else figure.output) as progress:
+        progress(0, 0, "writing the page")
+        data = build()
+    write_output(data, figure.output, sys.stdout.buffer)
+    if figure.output != "-" and ANNOUNCE:
+        say(f"wrote {figure.output} ({len(data) / 1e6:.1f} MB)" if len(data) >= 1e6 else f"wrote {figure.output}")
+
+
 def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], description: dict[str, Any]) -> None:
     from ..render.figure import figure_bytes, format_of, write_output
 
     assert figure.output is not None
+    if is_page(figure):
+        raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
     chosen = format_of(figure.output, figure.fmt)
     from ..render.figure import missing_glyphs
 

@@ -406,11 +406,26 @@ def lines(
       attnviz lines "the cat sat on the mat" --head 2 -o lines.svg
 
       attnviz lines "the cat sat on the mat" --layout overlay --min-weight 0.2
+
+      attnviz lines --model minilm "The quick brown fox." -L 2 -o lines.html
     """
 
     from ..sources import Want
 
     one_output(figure.output, as_json, False)
+    from . import output
+
+    if output.is_page(figure):  # every head, starting at --head: the head view to explore
+        from ..render import html
+
+        att = layer.attention(Want(sinks=sinks, sinks_each=True, bins=html.page_bins(1)))
+        made = figure_description("lines", att, figure.style, head=head, min_weight=min_weight)
+        start: dict[str, Any] = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
+        tokens = None if layer.external else layer.tokens
+        output.write_page(
+            figure, lambda: html.attention_page(att, figure.style, made, view="lines", tokens=tokens, **start)
+        )
+        return
     from ..structure import find_sinks, hide_sinks
 
     att = layer.attention(Want(heads=None if head is None else (head,)))

@@ -1,0 +1,116 @@
+"""Pages: a view as one self-contained, interactive HTML file (see :mod:`.page` for what makes it safe).
+
+The same request as a figure's goes in — an :class:`~attnviz.attention.Attention` (one layer) or an
+:class:`~attnviz.sources.AttentionStack` (every layer), a :class:`~attnviz.render.figure.FigureStyle`,
+the colour scale and what to do with sinks — and the page's bytes come out, the same for the same request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._version import __version__
+from .data import QUANTISED_FLOOR, attention_part, page_bins, part_entry, stack_part, style_entry
+from .page import VIEWS, json_blob, page_bytes, page_html
+
+if TYPE_CHECKING:
+    from ...attention import Attention
+    from ...sources import AttentionStack
+    from ..figure import FigureStyle
+
+__all__ = [
+    "EXACT_BYTES",
+    "VIEWS",
+    "attention_page",
+    "exact_fits",
+    "json_blob",
+    "page_bins",
+    "page_bytes",
+    "page_data",
+    "page_html",
+    "stack_page",
+]
+
+
+def precision() -> str:
+    """What 8 bits on a log scale keep of a weight: each within half a step of the scale."""
+    half_step = math.exp(-math.log(QUANTISED_FLOOR) / 254 / 2) - 1
+    return f"weights kept to 8 bits (each within {half_step:.1%})"
+
+
+def page_data(
+    view: str,
+    parts: Sequence[dict[str, Any]],
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    layer: int = 0,
+    head: int = 0,
+    scale: str = "auto",
+    sinks: str = "show",
+    min_weight: float = 0.05,
+) -> dict[str, Any]:
+    """Everything the page's script reads: the parts, where it starts, the style and how it was made."""
+    first = parts[0]
+    layer = max(0, min(layer, len(first["layers"]) - 1))
+    head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
+    return {
+        "attnviz": __version__,
+        "view": view,
+        "parts": list(parts),
+        "start": {"part": 0, "layer": layer, "head": head, "scale": scale, "sinks": sinks},
+        "style": style_entry(style),
+        "made": made,
+        "min_weight": min_weight,
+        "quantised_floor": QUANTISED_FLOOR,
+        "precision": precision(),
+    }
+
+
+EXACT_BYTES = 4 * 2**20  # a pooled page also holds its first map whole, as float32, when it is no larger
+
+
+def exact_fits(tokens: int, keys: int | None = None) -> bool:
+    """Whether a pooled page can hold the map it opens on at every token, exactly."""
+    return tokens * (keys or tokens) * 4 <= EXACT_BYTES
+
+
+def with_exact(part: dict[str, Any], exact: Attention | None, layer: int, head: int) -> dict[str, Any]:
+    """The part with ``exact``, the map of its ``layer`` and ``head`` at every token, drawn in its place."""
+    if exact is None:
+        return part
+    whole = part_entry(part["name"], [exact], "f32")
+    return {**part, "exact": {**whole, "at": [layer, head]}}
+
+
+def attention_page(
+    att: Attention,
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str = "heatmap",
+    tokens: Sequence[str] | None = None,
+    exact: Attention | None = None,
+    **start: Any,
+) -> bytes:
+    """One layer's page (``heatmap``: every head, or ``lines``: the head view); ``tokens``: a pooled map's,
+    ``exact``: the map it starts on at every token (of a pooled page)."""
+    part = with_exact(attention_part(att, tokens=tokens), exact, 0, int(start.get("head", 0)))
+    return page_bytes(page_data(view, [part], style, made, **start))
+
+
+def stack_page(
+    stack: AttentionStack,
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str = "model",
+    exact: Attention | None = None,
+    **start: Any,
+) -> bytes:
+    """Every kept layer's page: the model view (``model``), or a heatmap or head view with a layer menu;
+    ``exact``: the map it starts on at every token (of a pooled page)."""
+    part = with_exact(stack_part(stack), exact, int(start.get("layer", 0)), int(start.get("head", 0)))
+    return page_bytes(page_data(view, [part], style, made, **start))

@@ -1,0 +1,211 @@
+"""What a page carries: the maps of every layer and head, encoded compactly, with their labels, sinks and style.
+
+A page holds one or more *parts* (a self-attention model has one; an encoder–decoder has its encoder,
+decoder and cross-attention), each a list of layers, each a list of maps (heads, or their mean). Weights
+travel as base64 of float32 (exact) or, when a page would be too large, of 8 bits on a log scale from
+QUANTISED_FLOOR to 1 (2.7% apart at most: the page says so); the script decodes a map when it is shown.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...attention import Attention
+from ...structure import choose_scale, colour_floor, described_sinks, key_mass, sink_column
+from ..labels import describe_parts, visible_token
+
+if TYPE_CHECKING:
+    from ...sources import AttentionStack
+    from ..figure import FigureStyle
+
+PAGE_BYTES = 16 * 2**20  # the weights of a page, before base64: a 3,027-token model page stays under 25 MB
+F32_BYTES = 4 * 2**20  # the weights of a page kept exact (float32) when they fit this; else 8 bits
+MAX_BINS = 256  # a pooled map's side: finer than a panel on a screen shows
+QUANTISED_FLOOR = 1e-6  # the smallest weight 8 bits tell apart from 0; below it, this
+PAGE_FONT = {"screen": 14, "slide": 24, "paper": 12}  # pixels: a slide's is read from the back of a room
+PANEL = {"screen": 520, "slide": 640, "paper": 440}  # the heatmap's side in pixels, at most
+STATE_KEYS = ("sinks", "sinks_hidden", "sink_mode", "color_scale")  # what the page changes, not its heading
+
+
+def page_bins(layers: int | None, pooled: bool = False) -> Any:
+    """Want.bins for a page of ``layers`` layers (None: the model's all): the full map while every map of
+    the page fits PAGE_BYTES at 8 bits (or ``pooled``: --pool asked for bins), else the bins that fit."""
+
+    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
+        maps = (layers or int(config.get("layers", 1))) * shown
+        fits = max(2, min(MAX_BINS, math.isqrt(PAGE_BYTES // max(maps, 1))))
+        if pooled:
+            return min(fits, n)
+        return None if maps * n * n <= PAGE_BYTES else fits
+
+    return bins
+
+
+def encoding_for(parts: Sequence[Sequence[Attention]]) -> str:
+    """'f32' when every map fits F32_BYTES as float32, else 'u8' (a page in a notebook is kept in the notebook)."""
+    total = sum(att.weights.size for layers in parts for att in layers)
+    return "f32" if total * 4 <= F32_BYTES else "u8"
+
+
+def encode(weights: np.ndarray, encoding: str) -> str:
+    """A map as base64: float32 little-endian, or 8-bit codes (0: zero; 1–255: log scale from the floor to 1)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if encoding == "f32":
+        return base64.b64encode(w.astype("<f4").tobytes()).decode("ascii")
+    low = math.log(QUANTISED_FLOOR)
+    with np.errstate(divide="ignore"):
+        position = (np.log(np.maximum(w, QUANTISED_FLOOR)) - low) / -low
+    codes = np.where(w > 0, 1 + np.rint(np.clip(position, 0.0, 1.0) * 254), 0).astype(np.uint8)
+    return base64.b64encode(codes.tobytes()).decode("ascii")
+
+
+def decode(text: str, encoding: str, shape: tuple[int, int]) -> np.ndarray:
+    """The inverse of :func:`encode` (what the page's script does), for tests and for reading a page back."""
+    raw = base64.b64decode(text)
+    if encoding == "f32":
+        return np.frombuffer(raw, dtype="<f4").astype(np.float64).reshape(shape)
+    codes = np.frombuffer(raw, dtype=np.uint8).astype(np.float64)
+    low = math.log(QUANTISED_FLOOR)
+    values = np.where(codes > 0, np.exp(low * (1 - (codes - 1) / 254)), 0.0)
+    return values.reshape(shape)
+
+
+def bits(allowed: np.ndarray) -> str:
+    """A mask (n, m) as base64 of its bits, row-major, most significant bit first."""
+    return base64.b64encode(np.packbits(allowed.astype(bool).ravel()).tobytes()).decode("ascii")
+
+
+def map_sinks(att: Attention, index: int, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Map ``index``'s own sinks (a pooled map's as its source ``found`` them at full resolution), each with
+    the column that holds it."""
+    if found is None:
+        mass = key_mass(att.weights[index : index + 1], None if att.mask is None else att.mask,
+                        own=att.key_tokens is None)  # fmt: skip
+        found = described_sinks(mass[0], len(att.tokens), att.keys)
+    return [{**s, "token": visible_token(str(s["token"])), "column": sink_column(att.config, int(s["key"]))}
+            for s in found]  # fmt: skip
+
+
+def heading_parts(att: Attention) -> list[str]:
+    """The configuration line of a layer, without what the page switches (sinks, colour scale)."""
+    config = {k: v for k, v in att.config.items() if k not in STATE_KEYS}
+    return describe_parts(replace(att, config=config))
+
+
+def layer_entry(
+    att: Attention, encoding: str, masks: list[str], sinks: list[list[dict[str, Any]]] | None = None,
+    hidden: Sequence[Sequence[int]] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """One layer of a part: its heading, its mask (an index into ``masks``, shared) and its maps."""
+    mask = None
+    if att.mask is not None and not att.mask.all():
+        packed = bits(att.mask)
+        if packed not in masks:
+            masks.append(packed)
+        mask = masks.index(packed)
+    maps = []
+    for index, label in enumerate(att.head_labels):
+        maps.append(
+            {
+                "label": label,
+                "weight": encode(att.weights[index], encoding),
+                "sinks": map_sinks(att, index, None if sinks is None else sinks[index]),
+                "hidden": list(hidden[index]) if hidden else [],
+            }
+        )
+    return {"layer": att.config.get("layer", 0), "heading": heading_parts(att), "mask": mask, "maps": maps}
+
+
+def part_entry(
+    name: str,
+    layers: Sequence[Attention],
+    encoding: str,
+    *,
+    sinks: Sequence[list[list[dict[str, Any]]] | None] = (),
+    hidden: Sequence[Sequence[Sequence[int]]] = (),
+    tokens: Sequence[str] | None = None,
+    sentence_b_start: int | None = None,
+) -> dict[str, Any]:
+    """A part of a page: its layers (Attention each, as the views take them) and the labels of their axes.
+    ``tokens``: a pooled part's tokens, which its bins' labels ("12–23") stand for."""
+    first = layers[0]
+    masks: list[str] = []
+    entries = [
+        layer_entry(att, encoding, masks, sinks[k] if sinks else None, hidden[k] if hidden else ())
+        for k, att in enumerate(layers)
+    ]
+    pooled = first.config.get("pooled")
+    return {
+        "name": name,
+        "queries": [visible_token(t) for t in first.tokens],
+        "keys": None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens],
+        "padding": [bool(p) for p in first.padding] or None,
+        "key_padding": [bool(p) for p in first.key_padding] or None,
+        "tokens": None if tokens is None else [visible_token(t) for t in tokens],
+        "pooled": pooled,
+        "floor": colour_floor(first.config, len(first.keys)),
+        "scale": choose_scale(first, "auto", [s for e in entries for m in e["maps"] for s in m["sinks"]]),
+        "encoding": encoding,
+        "masks": masks,
+        "layers": entries,
+        "sentence_b_start": sentence_b_start,
+    }
+
+
+def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
+    """Every kept layer of ``stack``, each map with its own sinks (found at full resolution)."""
+    layers = [stack.layer(i) for i in stack.kept_layers]
+    pooled = stack.rows is not None
+    sinks: list[list[list[dict[str, Any]]] | None] = []
+    hidden: list[list[tuple[int, ...]]] = []
+    for position, att in enumerate(layers):
+        if pooled:
+            sinks.append([list(stack.sinks(position, k).get("sinks", [])) for k in range(len(att.head_labels))])
+        else:
+            sinks.append(None)
+        hidden.append([tuple(stack.sinks(position, k).get("sinks_hidden", [])) for k in range(len(att.head_labels))])
+    return part_entry(
+        name,
+        layers,
+        encoding_for([layers]),
+        sinks=sinks,
+        hidden=hidden if any(any(h) for h in hidden) else (),
+        tokens=stack.tokens if pooled else None,
+    )
+
+
+def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None = None) -> dict[str, Any]:
+    """One layer's maps, each with its own sinks; a pooled map's ``tokens`` (those its bins stand for), if known."""
+    if "pooled" in att.config:
+        found = list(att.config.get("sinks") or [])
+        hidden = list(att.config.get("sinks_hidden") or [])
+        count = len(att.head_labels)
+        known = tokens if tokens is not None and len(tokens) == att.config["pooled"]["tokens"] else None
+        return part_entry(name, [att], encoding_for([[att]]), sinks=[[found] * count],
+                          hidden=[[hidden] * count] if hidden else (), tokens=known)  # fmt: skip
+    return part_entry(name, [att], encoding_for([[att]]))
+
+
+def style_entry(style: FigureStyle) -> dict[str, Any]:
+    """The page's look: the theme's colours, the colour map as 256 colours, the preset's sizes, head colours."""
+    from ..figure import colormap
+    from ..lines import head_colour
+
+    cmap = colormap(style.cmap)
+    colours = (np.asarray(cmap(np.linspace(0, 1, 256)))[:, :3] * 255).round().astype(int)
+    return {
+        "theme": style.theme,
+        "colours": dict(style.colours),
+        "cmap": ["#" + "".join(f"{int(v):02x}" for v in c) for c in colours],
+        "cmap_name": style.cmap,
+        "preset": style.preset,
+        "font": PAGE_FONT[style.preset],
+        "panel": PANEL[style.preset],
+        "head_colours": [head_colour(h, style) for h in range(12)],
+    }

@@ -1,0 +1,641 @@
+// attnviz's page: one layer and head at a time as a heatmap (canvas) and as lines (SVG), every map of a
+// model as tiles. Plain DOM; every token, name and label is put in as text (textContent), never markup.
+// Names follow attnviz's Python: part, layer, head, query, key, weight.
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  const style = data.style;
+  const $ = (id) => document.getElementById(id);
+  const SVG = "http://www.w3.org/2000/svg";
+  const SCALE_NAMES = { linear: "", log: " (log scale)", power: " (square-root scale)" };
+  const SCALE_PHRASE = { linear: "", log: "log colour scale", power: "square-root colour scale" };
+  const cmap = style.cmap.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
+
+  const start = data.start;
+  const state = {
+    part: start.part, layer: start.layer, head: start.head, scale: start.scale || "auto",
+    sinks: start.sinks, sentences: "all", active: null, hover: null,
+  };
+
+  // ---- the theme and preset: CSS variables (the style's own rules read them) ----
+  const root = document.documentElement.style;
+  for (const [name, value] of Object.entries(style.colours)) root.setProperty("--" + name, value);
+  root.setProperty("--font", style.font + "px");
+  document.body.classList.add("theme-" + style.theme, "preset-" + style.preset);
+
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  }
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    return node;
+  }
+  function ordinal(k) {
+    const suffix = k % 100 >= 10 && k % 100 <= 20 ? "th" : ({ 1: "st", 2: "nd", 3: "rd" })[k % 10] || "th";
+    return k + suffix;
+  }
+  function plural(count, noun) { return count + " " + noun + (count === 1 ? "" : "s"); }
+  function cut(text, chars) {
+    const points = Array.from(text);
+    return points.length <= chars ? text : points.slice(0, Math.max(1, chars - 1)).join("").trimEnd() + "…";
+  }
+  function tickStep(count, lengthPx, fontPx) {  // render.figure.tick_step: every k-th label, so none overlap
+    const fits = Math.max(1, Math.floor(lengthPx / (fontPx * 1.15) + 1e-6));
+    return Math.max(1, Math.ceil(count / fits));
+  }
+
+  // ---- the data: parts, layers, maps, decoded when first shown ----
+  data.parts.forEach((p, k) => { p.id = "p" + k; if (p.exact) p.exact.id = "x" + k; });
+  const part = () => data.parts[state.part];
+  function shown() {  // the map drawn: the chosen one, or its every-token copy when the page holds one (pooled pages)
+    const p = part(), exact = p.exact;
+    if (exact && exact.at[0] === state.layer && exact.at[1] === state.head) return { p: exact, layer: 0, head: 0 };
+    return { p, layer: state.layer, head: state.head };
+  }
+  const layerOf = () => part().layers[state.layer];
+  const queries = (p) => p.queries;
+  const keys = (p) => p.keys || p.queries;
+  const pooled = (p) => !!p.pooled;
+  const scaleOf = (p) => (state.scale === "auto" ? p.scale : state.scale);
+
+  const lut = new Float64Array(256);
+  for (let q = 1; q < 256; q++) lut[q] = Math.exp(Math.log(data.quantised_floor) * (1 - (q - 1) / 254));
+
+  function bytesOf(b64) {
+    const text = atob(b64);
+    const out = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+    return out;
+  }
+  const cache = new Map();
+  function remember(key, make) {
+    if (cache.has(key)) { const v = cache.get(key); cache.delete(key); cache.set(key, v); return v; }
+    const value = make();
+    cache.set(key, value);
+    if (cache.size > 24) cache.delete(cache.keys().next().value);
+    return value;
+  }
+  function mask(p, layer) {
+    const index = p.layers[layer].mask;
+    if (index === null || index === undefined) return null;
+    return remember("mask " + p.id + " " + index, () => {
+      const packed = bytesOf(p.masks[index]);
+      const n = queries(p).length, m = keys(p).length, out = new Uint8Array(n * m);
+      for (let k = 0; k < n * m; k++) out[k] = (packed[k >> 3] >> (7 - (k & 7))) & 1;
+      return out;
+    });
+  }
+  function hiddenKeys(p, entry) {  // the keys hidden from a map: by its source (pooled), or by the page
+    if (entry.hidden.length) return entry.hidden;
+    if (state.sinks === "hide" && !pooled(p)) return entry.sinks.map((s) => s.key);
+    return [];
+  }
+  function weights(p, layer, head) {
+    const entry = p.layers[layer].maps[head];
+    const hide = hiddenKeys(p, entry);
+    return remember([p.id, layer, head, hide.join(",")].join(" "), () => {
+      const raw = bytesOf(entry.weight);
+      let w;
+      if (p.encoding === "f32") w = new Float64Array(new Float32Array(raw.buffer));
+      else { w = new Float64Array(raw.length); for (let k = 0; k < raw.length; k++) w[k] = lut[raw[k]]; }
+      if (hide.length && !entry.hidden.length) withoutKeys(w, keys(p).length, hide);
+      return w;
+    });
+  }
+  function withoutKeys(w, m, hidden) {  // structure.without_keys: the keys set to 0, each row renormalised
+    for (let row = 0; row < w.length; row += m) {
+      let left = 0;
+      for (let j = 0; j < m; j++) if (!hidden.includes(j)) left += w[row + j];
+      if (left <= 0) continue;
+      for (let j = 0; j < m; j++) w[row + j] = hidden.includes(j) ? 0 : w[row + j] / left;
+    }
+  }
+
+  // ---- colour: structure.colour_values and scale_ticks ----
+  function position(weight, scale, floor) {
+    const w = Math.min(1, Math.max(0, weight));
+    if (scale === "log") { const low = Math.log10(floor); return Math.min(1, Math.max(0, (Math.log10(Math.max(w, floor)) - low) / -low)); }
+    if (scale === "power") return Math.sqrt(w);
+    return w;
+  }
+  function colour(pos) { return cmap[Math.min(255, Math.max(0, Math.round(pos * 255)))]; }
+  function ticks(scale, floor) {
+    if (scale === "log") {
+      const low = Math.log10(floor), out = [];
+      const sup = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
+      for (let p = Math.ceil(low); p <= 0; p++) out.push([(p - low) / -low, p ? "10" + String(p).split("").map((ch) => sup[ch]).join("") : "1"]);
+      return out;
+    }
+    if (scale === "power") return [[0, "0"], [Math.sqrt(0.05), "0.05"], [0.5, "0.25"], [Math.sqrt(0.5), "0.50"], [1, "1.00"]];
+    return [[0, "0.00"], [0.25, "0.25"], [0.5, "0.50"], [0.75, "0.75"], [1, "1.00"]];
+  }
+  function luminance(rgb) {
+    const lin = rgb.map((v) => { const c = v / 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); });
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+  }
+  function number(weight) {
+    const approx = shown().p.encoding === "u8" && weight > 0 ? "≈" : "";
+    if (weight !== 0 && weight < 0.001) return approx + weight.toExponential(1);
+    return approx + weight.toFixed(3);
+  }
+
+  // ---- what is shown: rows and columns (a sentence pair's filter), the heading ----
+  function ranges() {
+    const p = shown().p, n = queries(p).length, m = keys(p).length, b = p.sentence_b_start;
+    const a = [0, b], bb = [b, n];
+    switch (state.sentences) {
+      case "aa": return { rows: a, cols: [0, b] };
+      case "bb": return { rows: bb, cols: [b, m] };
+      case "ab": return { rows: a, cols: [b, m] };
+      case "ba": return { rows: bb, cols: [0, b] };
+      default: return { rows: [0, n], cols: [0, m] };
+    }
+  }
+  function sinkPhrase(p, entry) {
+    const hidden = hiddenKeys(p, entry);
+    if (hidden.length) return "sinks hidden (key" + (hidden.length > 1 ? "s " : " ") + hidden.join(", ") + "): rows renormalised";
+    if (state.sinks === "mark" && entry.sinks.length)
+      return "sinks marked: " + entry.sinks.map((s) => "key " + s.key + " (" + Math.round(s.mass * 100) + "%)").join(", ");
+    return "";
+  }
+  let labelNote = "";
+  function drawHeading() {
+    const { p, layer: l, head } = shown(), layer = p.layers[l], entry = layer.maps[head];
+    const parts = [...layer.heading];
+    const whole = part().pooled;
+    if (p !== part()) parts.push("this map at every token (the others " + whole.method + "-pooled into " + whole.bins + " × " + whole.bins + " bins)");
+    const sink = sinkPhrase(p, entry);
+    if (sink) parts.push(sink);
+    if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p)]) parts.push(SCALE_PHRASE[scaleOf(p)]);
+    if (p.encoding === "u8") parts.push(data.precision);
+    if (labelNote) parts.push(labelNote);
+    $("heading").textContent = parts.join(" · ");
+    $("map-title").textContent = (p.name ? p.name + " · " : "") + entry.label;
+    document.title = "attnviz · " + entry.label;
+  }
+
+  // ---- controls: menus, and the arrow keys ----
+  const selects = {};
+  function menu(name, label, options, value, change) {
+    const wrap = el("label", null, "control");
+    wrap.append(el("span", label));
+    const select = el("select");
+    select.id = "choose-" + name;
+    for (const [v, text] of options) { const o = el("option", text); o.value = String(v); select.append(o); }
+    select.value = String(value);
+    select.addEventListener("change", () => change(select.value));
+    wrap.append(select);
+    $("controls").append(wrap);
+    selects[name] = select;
+    return select;
+  }
+  function buildControls() {
+    $("controls").replaceChildren();
+    if (data.parts.length > 1)
+      menu("part", "Attention", data.parts.map((p, k) => [k, p.name]), state.part, (v) => { state.part = +v; state.layer = Math.min(state.layer, part().layers.length - 1); state.head = Math.min(state.head, layerOf().maps.length - 1); state.active = null; buildControls(); show(true); });
+    const p = part();
+    menu("layer", "Layer", p.layers.map((l, k) => [k, "layer " + l.layer]), state.layer, (v) => choose(+v, state.head));
+    if (p.layers.length < 2) selects.layer.parentElement.hidden = true;
+    menu("head", "Head", layerOf().maps.map((mp, k) => [k, shortLabel(mp.label)]), state.head, (v) => choose(state.layer, +v));
+    if (data.view !== "lines") menu("scale", "Colour", [["auto", "auto (" + p.scale + ")"], ["linear", "linear"], ["log", "log"], ["power", "square root"]], state.scale, (v) => { state.scale = v; show(true); });
+    const fixed = p.layers.some((l) => l.maps.some((mp) => mp.hidden.length));
+    const sinkOptions = fixed ? [["hide", "hidden (before pooling)"]] : pooled(p) ? [["show", "shown"], ["mark", "marked"]] : [["show", "shown"], ["mark", "marked"], ["hide", "hidden"]];
+    if (fixed) state.sinks = "hide";
+    else if (pooled(p) && state.sinks === "hide") state.sinks = "show";
+    const sinks = menu("sinks", "Sinks", sinkOptions, state.sinks, (v) => { state.sinks = v; show(true); });
+    sinks.disabled = fixed;
+    if (p.sentence_b_start !== null && p.sentence_b_start !== undefined)
+      menu("sentences", "Sentences", [["all", "all"], ["aa", "A → A"], ["bb", "B → B"], ["ab", "A → B"], ["ba", "B → A"]], state.sentences, (v) => { state.sentences = v; state.active = null; show(true); });
+  }
+  function shortLabel(label) { return label.includes(" · ") ? label.split(" · ").slice(1).join(" · ") : label; }
+  function choose(layer, head) {
+    const p = part();
+    state.layer = Math.max(0, Math.min(p.layers.length - 1, layer));
+    state.head = Math.max(0, Math.min(layerOf().maps.length - 1, head));
+    if (selects.layer.value !== String(state.layer)) selects.layer.value = String(state.layer);
+    const heads = layerOf().maps.map((mp, k) => [k, shortLabel(mp.label)]);
+    if (selects.head.options.length !== heads.length) {
+      selects.head.replaceChildren(...heads.map(([v, t]) => { const o = el("option", t); o.value = String(v); return o; }));
+    }
+    selects.head.value = String(state.head);
+    show(false);
+  }
+  document.addEventListener("keydown", (event) => {
+    const target = event.target;
+    if (target instanceof HTMLSelectElement || event.altKey || event.ctrlKey || event.metaKey) return;
+    const token = target && target.dataset ? target.dataset.side : undefined;
+    if (event.key === "ArrowLeft" || event.key === "ArrowRight") {
+      choose(state.layer, state.head + (event.key === "ArrowRight" ? 1 : -1));
+    } else if (event.key === "ArrowUp" || event.key === "ArrowDown") {
+      const step = event.key === "ArrowDown" ? 1 : -1;
+      if (token) {
+        const next = document.querySelector('[data-side="' + token + '"][data-index="' + (+target.dataset.index + step) + '"]');
+        if (next) next.focus();
+      } else choose(state.layer + step, state.head);
+    } else if (event.key === "Escape") {
+      state.active = null;
+      if (token) target.blur();
+      drawActive();
+    } else return;
+    event.preventDefault();
+  });
+
+  // ---- the heatmap: a canvas of the chosen map, labels as text beside it ----
+  const panelBox = $("heatmap-box");
+  const heat = { cell: 1, x: 0, y: 0, width: 0, height: 0 };
+  function drawHeatmap() {
+    const { p, layer, head } = shown(), { rows, cols } = ranges();
+    const n = rows[1] - rows[0], m = cols[1] - cols[0], M = keys(p).length;
+    const w = weights(p, layer, head), allowed = mask(p, layer);
+    const scale = scaleOf(p), floor = p.floor;
+    const side = Math.min(style.panel, Math.max(160, window.innerWidth - 24 * style.font));
+    const cell = Math.min(side / Math.max(n, m), style.font * 3.6);
+    const font = Math.max(style.font * 0.75, Math.min(style.font * 0.85, cell / 1.15));
+    const rowStep = tickStep(n, cell * n, font), colStep = tickStep(m, cell * m, font);
+    const room = Math.min(widest(p, rows, cols, rowStep, colStep, font) + font * 0.5, side * 0.45, font * 0.62 * 16);
+    const top = room + style.font * 2, left = room + style.font * 2.4;
+    Object.assign(heat, { cell, x: left, y: top, width: cell * m, height: cell * n, rows, cols, font });
+    panelBox.style.width = left + cell * m + "px";
+    panelBox.style.height = top + cell * n + "px";
+    const ratio = window.devicePixelRatio || 1;
+    for (const canvas of [$("heatmap"), $("heatmap-over")]) {
+      canvas.style.left = left + "px"; canvas.style.top = top + "px";
+      canvas.style.width = cell * m + "px"; canvas.style.height = cell * n + "px";
+      canvas.width = Math.max(1, Math.round(cell * m * ratio)); canvas.height = Math.max(1, Math.round(cell * n * ratio));
+    }
+    const ctx = $("heatmap").getContext("2d");
+    const image = new ImageData(m, n);
+    let masked = false;
+    for (let i = 0; i < n; i++) for (let j = 0; j < m; j++) {
+      const k = (rows[0] + i) * M + cols[0] + j, o = (i * m + j) * 4;
+      if (allowed && !allowed[k]) { masked = true; continue; }
+      const rgb = colour(position(w[k], scale, floor));
+      image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
+    }
+    const small = document.createElement("canvas");
+    small.width = m; small.height = n;
+    small.getContext("2d").putImageData(image, 0, 0);
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, ctx.canvas.width, ctx.canvas.height);
+    if (masked) hatch(ctx);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(small, 0, 0, ctx.canvas.width, ctx.canvas.height);
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    if (cell >= style.font * 2.2 && !pooled(p)) writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor);
+    if (state.sinks === "mark") markSinks(ctx, p.layers[layer].maps[head], cell, n, cols);
+    labelAxes(p, rows, cols, cell, font, rowStep, colStep, room, top, left);
+    labelNote = rowStep > 1 || colStep > 1 ? (pooled(p) ? "bins" : "tokens") + " labelled every " + ordinal(Math.max(rowStep, colStep)) : "";
+    drawLegend(scale, floor, cell * n);
+    $("heatmap").dataset.map = [p.id, layer, head, scale, state.sinks].join("/");
+  }
+  const measure = document.createElement("canvas").getContext("2d");
+  function widest(p, rows, cols, rowStep, colStep, font) {  // the longest label shown, in pixels
+    measure.font = font + "px " + getComputedStyle(document.body).fontFamily;
+    let most = 0;
+    for (let i = rows[0]; i < rows[1]; i += rowStep) most = Math.max(most, measure.measureText(cut(queries(p)[i], 16)).width);
+    for (let j = cols[0]; j < cols[1]; j += colStep) most = Math.max(most, measure.measureText(cut(keys(p)[j], 16)).width);
+    return most;
+  }
+  function hatch(ctx) {
+    const tile = document.createElement("canvas");
+    tile.width = tile.height = 8;
+    const t = tile.getContext("2d");
+    t.fillStyle = style.colours.masked; t.fillRect(0, 0, 8, 8);
+    t.strokeStyle = style.colours.hatch; t.lineWidth = 1.5;
+    t.beginPath(); t.moveTo(0, 8); t.lineTo(8, 0); t.moveTo(-2, 2); t.lineTo(2, -2); t.moveTo(6, 10); t.lineTo(10, 6); t.stroke();
+    ctx.fillStyle = ctx.createPattern(tile, "repeat");
+    ctx.fillRect(0, 0, ctx.canvas.width, ctx.canvas.height);
+  }
+  function writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor) {
+    const size = Math.min(style.font * 0.8, cell * 0.8 / 2.6);
+    if (size < style.font * 0.6) return;
+    ctx.font = size + "px " + getComputedStyle(document.body).fontFamily;
+    ctx.textAlign = "center"; ctx.textBaseline = "middle";
+    for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
+      const k = i * M + j;
+      if (allowed && !allowed[k]) continue;
+      ctx.fillStyle = luminance(colour(position(w[k], scale, floor))) > 0.179 ? "#000" : "#fff";
+      ctx.fillText(w[k].toFixed(2), (j - cols[0] + 0.5) * cell, (i - rows[0] + 0.5) * cell);
+    }
+  }
+  function markSinks(ctx, entry, cell, n, cols) {
+    ctx.save();
+    ctx.setLineDash([5, 3]); ctx.lineWidth = 1.5; ctx.strokeStyle = style.colours.text;
+    for (const sink of entry.sinks) {
+      const c = sink.column - cols[0];
+      if (c < 0 || c >= cols[1] - cols[0]) continue;
+      ctx.strokeRect(c * cell + 0.75, 0.75, Math.max(cell - 1.5, 1), n * cell - 1.5);
+    }
+    ctx.restore();
+  }
+  function labelAxes(p, rows, cols, cell, font, rowStep, colStep, room, top, left) {
+    const keyBox = $("key-labels"), queryBox = $("query-labels");
+    keyBox.replaceChildren(); queryBox.replaceChildren();
+    const chars = Math.max(4, Math.floor(room / (font * 0.62)));
+    const qPad = p.padding || [], kPad = p.key_padding || p.padding || [];
+    for (let j = cols[0]; j < cols[1]; j += colStep) {
+      const label = el("div", cut(keys(p)[j], chars), "key-label" + (kPad[j] ? " padding" : ""));
+      label.style.left = left + (j - cols[0] + 0.5) * cell + "px";
+      label.style.top = top - 4 + "px";
+      label.style.fontSize = font + "px";
+      label.style.width = room + "px";
+      keyBox.append(label);
+    }
+    for (let i = rows[0]; i < rows[1]; i += rowStep) {
+      const label = el("div", cut(queries(p)[i], chars), "query-label" + (qPad[i] ? " padding" : ""));
+      label.style.top = top + (i - rows[0] + 0.5) * cell + "px";
+      label.style.left = left - 4 - room + "px";
+      label.style.width = room + "px";
+      label.style.fontSize = font + "px";
+      queryBox.append(label);
+    }
+    const unit = pooled(p) ? " bin" : "";
+    $("axis-keys").textContent = colStep > 1 ? "keys · every " + ordinal(colStep) + unit : "keys";
+    $("axis-keys").style.left = left + "px"; $("axis-keys").style.width = cell * (cols[1] - cols[0]) + "px";
+    $("axis-queries").textContent = rowStep > 1 ? "queries · every " + ordinal(rowStep) + unit : "queries";
+    $("axis-queries").style.top = top + cell * (rows[1] - rows[0]) / 2 + "px";
+  }
+  function drawLegend(scale, floor, height) {
+    const bar = $("colour-bar"), ratio = window.devicePixelRatio || 1;
+    const width = Math.round(style.font * 1.1);
+    bar.style.width = width + "px"; bar.style.height = height + "px";
+    $("legend").style.marginTop = heat.y + "px";
+    bar.width = Math.round(width * ratio); bar.height = Math.max(1, Math.round(height * ratio));
+    const ctx = bar.getContext("2d");
+    for (let y = 0; y < bar.height; y++) {
+      const rgb = colour(1 - y / Math.max(1, bar.height - 1));
+      ctx.fillStyle = "rgb(" + rgb.join(",") + ")";
+      ctx.fillRect(0, y, bar.width, 1);
+    }
+    const box = $("ticks");
+    box.replaceChildren();
+    box.style.height = height + "px";
+    let last = Infinity;
+    for (const [pos, text] of ticks(scale, floor).reverse()) {
+      const y = (1 - pos) * height;
+      if (Math.abs(last - y) < style.font * 1.2 && pos !== 0) continue;
+      last = y;
+      const tick = el("div", text, "tick");
+      tick.style.top = y + "px";
+      box.append(tick);
+    }
+    $("legend-title").textContent = "attention weight" + SCALE_NAMES[scale];
+    $("legend-title").style.height = height + "px";
+  }
+
+  // the heatmap's hover: query, key and weight of the cell under the pointer
+  const over = $("heatmap-over");
+  function cellAt(event) {
+    const box = over.getBoundingClientRect();
+    const j = Math.floor((event.clientX - box.left) / heat.cell), i = Math.floor((event.clientY - box.top) / heat.cell);
+    if (i < 0 || j < 0 || i >= heat.rows[1] - heat.rows[0] || j >= heat.cols[1] - heat.cols[0]) return null;
+    return { query: heat.rows[0] + i, key: heat.cols[0] + j };
+  }
+  over.addEventListener("mousemove", (event) => {
+    const at = cellAt(event);
+    state.hover = at;
+    if (!at) return hideTip();
+    const text = describeCell(at.query, at.key);
+    tip(text, event.clientX, event.clientY);
+    $("readout").textContent = text;
+    drawCursor();  // the lines stay as they are: a cell is not a token
+  });
+  over.addEventListener("mouseleave", () => { state.hover = null; hideTip(); drawCursor(); });
+  function tokenText(p, side, index) {
+    const label = side === "query" ? queries(p)[index] : keys(p)[index];
+    if (!pooled(p) || !p.tokens) return label;
+    const [a, b] = label.split("–").map(Number);
+    const inside = p.tokens.slice(a, (Number.isNaN(b) ? a : b) + 1);
+    return "tokens " + label + ": " + cut(inside.join(""), 40);
+  }
+  function describeCell(query, key) {
+    const { p, layer, head } = shown(), M = keys(p).length, allowed = mask(p, layer);
+    const what = pooled(p) ? (p.pooled.method === "max" ? "max weight" : "mean weight") : "weight";
+    const said = "query " + query + " “" + tokenText(p, "query", query) + "” → key " + key + " “" + tokenText(p, "key", key) + "”: ";
+    if (allowed && !allowed[query * M + key]) return said + "masked (this query may not see this key)";
+    return said + what + " " + number(weights(p, layer, head)[query * M + key]);
+  }
+  function tip(text, x, y) {
+    const t = $("tooltip");
+    t.textContent = text;
+    t.hidden = false;
+    const width = t.offsetWidth;
+    t.style.left = Math.max(4, Math.min(window.innerWidth - width - 8, x + 14)) + window.scrollX + "px";
+    t.style.top = y + 18 + window.scrollY + "px";
+  }
+  function hideTip() { $("tooltip").hidden = true; }
+
+  // ---- the lines: tokens left (queries) and right (keys), a line per weight, opacity and width by weight
+  // (as render/lines.py draws them: 0.15 + 0.85 × weight) ----
+  const lines = { rows: [], cols: [] };
+  function drawLines() {
+    const p = shown().p, { rows, cols } = ranges();
+    const box = $("lines");
+    box.replaceChildren();
+    const font = style.font, row = Math.round(font * 1.5);
+    const n = rows[1] - rows[0], m = cols[1] - cols[0];
+    const chars = 16, numberW = font * 3.6;
+    const labelW = Math.min(widest(p, rows, cols, 1, 1, font * 0.95) + font * 0.6, 12 * font);
+    const gap = Math.max(font * 8, data.view === "lines" ? style.panel * 0.5 : style.panel * 0.35);
+    const xq = numberW + labelW, xk = xq + gap;
+    const width = xk + labelW + numberW, height = Math.max(n, m) * row + font * 2.4;
+    box.setAttribute("width", width); box.setAttribute("height", height);
+    box.setAttribute("viewBox", "0 0 " + width + " " + height);
+    const title = svg("text", { x: xq - 6, y: font * 1.1, "text-anchor": "end", class: "side-title" });
+    title.textContent = "queries";
+    const title2 = svg("text", { x: xk + 6, y: font * 1.1, "text-anchor": "start", class: "side-title" });
+    title2.textContent = "keys";
+    box.append(title, title2);
+    const top = font * 2.2;
+    const group = svg("g", { id: "links" });
+    box.append(group);
+    lines.rows = []; lines.cols = [];
+    const qPad = p.padding || [], kPad = p.key_padding || p.padding || [];
+    const place = (side, index, slot, x, anchor, label, padded) => {
+      const y = top + slot * row + row / 2;
+      const text = svg("text", { x, y, "text-anchor": anchor, "dominant-baseline": "central", tabindex: 0, class: "token " + side + (padded ? " padding" : ""), "data-side": side, "data-index": index, role: "button" });
+      text.textContent = cut(label, chars);
+      text.setAttribute("aria-label", side + " " + index + ": " + label);
+      const number = svg("text", { x: side === "query" ? x - labelW - 4 : x + labelW + 4, y, "text-anchor": anchor, "dominant-baseline": "central", class: "number" });
+      const activate = () => { state.active = { side, index }; drawActive(); };
+      text.addEventListener("mouseenter", activate);
+      text.addEventListener("focus", activate);
+      text.addEventListener("mouseleave", () => { if (document.activeElement !== text) { state.active = null; drawActive(); } });
+      text.addEventListener("blur", () => { state.active = null; drawActive(); });
+      box.append(text, number);
+      return { text, number, y };
+    };
+    for (let i = rows[0]; i < rows[1]; i++) lines.rows.push(place("query", i, i - rows[0], xq - 6, "end", queries(p)[i], qPad[i]));
+    for (let j = cols[0]; j < cols[1]; j++) lines.cols.push(place("key", j, j - cols[0], xk + 6, "start", keys(p)[j], kPad[j]));
+    Object.assign(lines, { group, xq, xk, rows0: rows[0], cols0: cols[0] });
+    if (state.sinks === "mark") {  // outlined as the figures outline a sink's key label
+      const entry = p.layers[shown().layer].maps[shown().head];
+      for (const sink of entry.sinks) {
+        const at = lines.cols[sink.column - cols[0]];
+        if (!at) continue;
+        const b = at.text.getBBox();
+        box.append(svg("rect", { x: b.x - 3, y: b.y - 2, width: b.width + 6, height: b.height + 4, fill: "none",
+          stroke: style.colours.text, "stroke-dasharray": "4 3", class: "sink" }));
+      }
+    }
+    drawActive();
+  }
+  function drawActive() {
+    drawLinks();
+    drawCursor();
+  }
+  function drawLinks() {
+    if ($("lines-panel").hidden || !lines.group) return;
+    const { p, layer, head } = shown(), M = keys(p).length, w = weights(p, layer, head);
+    const allowed = mask(p, layer), { rows, cols } = ranges();
+    const colourOf = style.head_colours[state.head % style.head_colours.length];
+    const links = [];
+    const active = state.active;
+    for (const r of lines.rows) r.number.textContent = "";
+    for (const c of lines.cols) c.number.textContent = "";
+    for (const t of [...lines.rows, ...lines.cols]) t.text.classList.remove("active");
+    if (active) {
+      const mine = active.side === "query" ? lines.rows[active.index - rows[0]] : lines.cols[active.index - cols[0]];
+      if (mine) mine.text.classList.add("active");
+      const other = active.side === "query" ? lines.cols : lines.rows;
+      for (let k = 0; k < other.length; k++) {
+        const i = active.side === "query" ? active.index : rows[0] + k, j = active.side === "query" ? cols[0] + k : active.index;
+        if (allowed && !allowed[i * M + j]) continue;
+        const weight = w[i * M + j];
+        other[k].number.textContent = number(weight);
+        if (weight > 0.002) links.push([i, j, weight]);
+      }
+      $("readout").textContent = readout(active, links);
+    } else {
+      for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
+        const weight = w[i * M + j];
+        if (weight >= data.min_weight && (!allowed || allowed[i * M + j])) links.push([i, j, weight]);
+      }
+      links.sort((a, b) => b[2] - a[2]);
+      links.length = Math.min(links.length, 1500);
+    }
+    const fragment = document.createDocumentFragment();
+    for (const [i, j, weight] of links) {
+      fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: colourOf, "stroke-opacity": (0.15 + 0.85 * Math.min(1, weight)).toFixed(3), "stroke-width": (0.7 + 4 * weight).toFixed(2) }));
+    }
+    lines.group.replaceChildren(fragment);
+    $("lines").dataset.links = String(links.length);
+  }
+  function readout(active, links) {
+    const p = shown().p, side = active.side === "query" ? "query" : "key";
+    const top = [...links].sort((a, b) => b[2] - a[2]).slice(0, 5);
+    const named = top.map(([i, j, weight]) => "“" + cut(active.side === "query" ? keys(p)[j] : queries(p)[i], 20) + "” " + number(weight));
+    return side + " " + active.index + " “" + cut(tokenText(p, side, active.index), 60) + "”: " + (active.side === "query" ? "attends most to " : "most attended by ") + (named.join(", ") || "nothing");
+  }
+  function drawCursor() {
+    if ($("heatmap-panel").hidden || !heat.rows) return;
+    const ctx = over.getContext("2d"), ratio = window.devicePixelRatio || 1;
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, over.width, over.height);
+    ctx.strokeStyle = style.colours.text; ctx.lineWidth = 2;
+    const cell = heat.cell, active = state.active;
+    if (active && active.side === "query") ctx.strokeRect(1, (active.index - heat.rows[0]) * cell + 1, heat.width - 2, Math.max(cell - 2, 2));
+    if (active && active.side === "key") ctx.strokeRect((active.index - heat.cols[0]) * cell + 1, 1, Math.max(cell - 2, 2), heat.height - 2);
+    if (state.hover) {
+      ctx.strokeStyle = style.colours.background; ctx.lineWidth = 1.5;
+      ctx.strokeRect((state.hover.key - heat.cols[0]) * cell, (state.hover.query - heat.rows[0]) * cell, Math.max(cell, 2), Math.max(cell, 2));
+    }
+  }
+
+  // ---- the model view's tiles: every layer and head, drawn a few at a time after the chosen map ----
+  let tileQueue = [], tileTimer = 0;
+  function buildTiles() {
+    const box = $("tiles"), p = part();
+    box.replaceChildren();
+    const heads = Math.max(...p.layers.map((l) => l.maps.length));
+    const room = Math.max(heads * 30, window.innerWidth * 0.42 - 6 * style.font);
+    const size = Math.max(24, Math.min(style.font * 4, Math.floor(room / heads) - 6));
+    const grid = el("div", null, "tile-grid");
+    grid.style.gridTemplateColumns = "auto repeat(" + heads + ", " + size + "px)";
+    grid.append(el("div", "head", "tile-layer"));
+    for (let h = 0; h < heads; h++) grid.append(el("div", shortLabel(p.layers[0].maps[h] ? p.layers[0].maps[h].label : "head " + h).replace(/^head /, ""), "tile-head"));
+    p.layers.forEach((layer, l) => {
+      grid.append(el("div", "layer " + layer.layer, "tile-layer"));
+      layer.maps.forEach((entry, h) => {
+        const tile = el("canvas", null, "tile");
+        tile.width = tile.height = size;
+        tile.tabIndex = 0;
+        tile.setAttribute("role", "button");
+        tile.setAttribute("aria-label", entry.label);
+        tile.title = entry.label;
+        tile.dataset.layer = String(l); tile.dataset.head = String(h);
+        const pick = () => choose(l, h);
+        tile.addEventListener("click", pick);
+        tile.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") { pick(); event.preventDefault(); } });
+        grid.append(tile);
+      });
+    });
+    box.append(grid);
+  }
+  function queueTiles() {
+    const tiles = Array.from(document.querySelectorAll("canvas.tile"));
+    tileQueue = tiles;
+    clearTimeout(tileTimer);
+    const step = () => {
+      const until = performance.now() + 12;
+      while (tileQueue.length && performance.now() < until) drawTile(tileQueue.shift());
+      if (tileQueue.length) tileTimer = setTimeout(step, 0);
+      else document.body.dataset.tiles = "drawn";
+    };
+    document.body.dataset.tiles = "drawing";
+    tileTimer = setTimeout(step, 0);
+  }
+  function drawTile(tile) {
+    const p = part(), l = +tile.dataset.layer, h = +tile.dataset.head;
+    const n = queries(p).length, m = keys(p).length;
+    const w = weights(p, l, h), allowed = mask(p, l), scale = scaleOf(p);
+    const image = new ImageData(m, n);
+    for (let k = 0; k < n * m; k++) {
+      if (allowed && !allowed[k]) continue;
+      const rgb = colour(position(w[k], scale, p.floor)), o = k * 4;
+      image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
+    }
+    const small = document.createElement("canvas");
+    small.width = m; small.height = n;
+    small.getContext("2d").putImageData(image, 0, 0);
+    const ctx = tile.getContext("2d");
+    ctx.fillStyle = style.colours.masked;
+    ctx.fillRect(0, 0, tile.width, tile.height);
+    ctx.imageSmoothingEnabled = n > tile.width;
+    ctx.drawImage(small, 0, 0, tile.width, tile.height);
+  }
+  function markTile() {
+    for (const tile of document.querySelectorAll("canvas.tile"))
+      tile.classList.toggle("chosen", +tile.dataset.layer === state.layer && +tile.dataset.head === state.head);
+  }
+
+  // ---- drawing what the state says ----
+  function show(everything) {
+    hideTip();
+    if (!$("heatmap-panel").hidden) drawHeatmap();
+    if (!$("lines-panel").hidden) drawLines();
+    drawHeading();
+    if (data.view === "model") {
+      if (everything) queueTiles();
+      markTile();
+    }
+    document.body.dataset.shown = [state.part, state.layer, state.head].join("/");
+  }
+  const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"] }[data.view];
+  for (const id of panels) $(id).hidden = false;
+  if (data.view === "model") $("heatmap-panel").prepend($("map-title"));  // beside the tiles, over its map
+  const layered = data.parts.some((p) => p.layers.length > 1);
+  $("keys-help").textContent = "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
+  $("made-text").textContent = JSON.stringify(data.made, null, 2);
+  buildControls();
+  if (data.view === "model") buildTiles();
+  show(true);
+  let resized = 0;
+  window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { if (data.view === "model") buildTiles(); show(true); }, 150); });
+  document.body.dataset.ready = "yes";
+  document.body.dataset.readyAt = String(Math.round(performance.now()));  // since the page was asked for
+})();

@@ -1,0 +1,78 @@
+"""The README's pages and their screenshots: samples/pages/, made by attnviz and photographed in headless chromium.
+
+    python tools/page_screenshots.py        # make pages (needs minilm, smollm2, chromium, chromium-driver, selenium)
+
+Each page is written by the command in PAGES; each screenshot is taken after the keys and hovers a reader
+would use (a token focused, so its row shows as lines and numbers). The pages are checked against what
+attnviz writes now by tests/test_pages.py; the screenshots are pictures of them, for the README.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "samples" / "pages"
+# name: (the command's arguments, the page kept in samples/pages?, the query token to focus, window size)
+PAGES: dict[str, tuple[list[str], bool, int, str]] = {
+    "minilm-model-view": (
+        ["heatmap", "--model", "minilm", "--file", "samples/sentence.txt", "--all-layers"],
+        True,
+        3,
+        "1400,960",
+    ),
+    "smollm2-document-dark": (
+        ["heatmap", "--model", "smollm2", "--file", "samples/document.txt", "--all-layers", "--theme", "dark"],
+        False,  # 22 MB: made again when wanted, not kept
+        40,
+        "1400,960",
+    ),
+}
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+
+
+def main() -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    OUT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (arguments, kept, token, size) in PAGES.items():
+            page = (OUT if kept else Path(tmp)) / f"{name}.html"
+            subprocess.run([sys.executable, "-m", "attnviz", *arguments, "-o", str(page)], check=True, cwd=ROOT)
+            options = Options()
+            options.binary_location = str(shutil.which("chromium"))
+            for flag in (*FLAGS, f"--user-data-dir={tmp}/profile-{name}", f"--window-size={size}"):
+                options.add_argument(flag)
+            driver = webdriver.Chrome(service=Service(str(shutil.which("chromedriver"))), options=options)
+            try:
+                driver.get(page.as_uri())
+                WebDriverWait(driver, 60).until(
+                    lambda d: d.execute_script("return document.body.dataset.tiles") == "drawn"
+                )
+                focus = driver.find_element("css selector", f'[data-side="query"][data-index="{token}"]')
+                driver.execute_script("arguments[0].focus({preventScroll: true})", focus)
+                driver.save_screenshot(str(OUT / f"{name}.png"))
+            finally:
+                driver.quit()
+            print(f"wrote {OUT / (name + '.png')}" + (f" and {page}" if kept else ""))
+
+
+if __name__ == "__main__":
+    main()
