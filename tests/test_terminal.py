@@ -56,11 +56,22 @@ def test_long_sequences_switch_to_blocks_that_fit_the_width() -> None:
     assert "29 tok29" in text and "left out" not in text
 
 
-def test_keys_that_cannot_fit_are_left_out_and_said_so() -> None:
+@pytest.mark.parametrize("width", [20, 40, 80, 200])
+def test_keys_that_do_not_fit_go_to_blocks_below_and_none_is_left_out(width: int) -> None:
     att = self_attention([f"t{i}" for i in range(60)], LayerConfig(heads=1))
-    text = render(att, width=80)
-    assert all(len(line) <= 80 for line in text.splitlines())
-    assert "of 60 left out to fit 80 columns" in text
+    text = render(att, width=width)
+    assert all(len(line) <= width for line in text.splitlines())
+    assert "left out" not in text
+    rows = [line for line in text.splitlines() if line.split()[:1] == ["7"] and "t7" in line]
+    cells = sum(len(line.split("t7", 1)[1]) // 2 for line in rows)
+    assert cells >= 59  # row 7's cells over every block: a cell per key (the last blank ones are stripped)
+    headers = [
+        int(n)
+        for line in text.splitlines()
+        if line.strip() and line.strip().replace(" ", "").isdigit()
+        for n in line.split()
+    ]
+    assert 55 in headers or 50 in headers  # the keys of the last block are numbered
 
 
 def test_padding_rows_and_columns() -> None:

@@ -242,7 +242,7 @@ def _live(run: Writing, no_color: bool) -> None:
 
         def line(generation: Generation) -> None:
             if not printed[0]:
-                print(about(generation))
+                print(about(generation, console.width))
                 printed[0] = True
             print(step_line(generation, len(generation.rows), console.width).rstrip(), flush=True)
 

@@ -499,7 +499,7 @@ def render_rollout(
     hidden: list[list[int]] | None = None,
 ) -> Iterator[RenderableType]:
     """The rollout map as the heatmap view draws one, then a bar per token of what flows into one position."""
-    att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
+    att = rollout_attention(stack, result, bins=terminal_bins(), sinks=sinks, hidden=hidden)
     yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield literal(f"\n{title}", style="bold cyan")

@@ -107,9 +107,11 @@ def matrix_text(
     *,
     trailing: int = 0,
     labels: int = LABEL_WIDTH,
+    fit: int = 0,
 ) -> Text:
     """Query tokens down, key tokens across, each cell's text right-aligned in ``width`` characters,
-    the tokens cut to ``labels`` cells.
+    the tokens cut to ``labels`` cells; within ``fit`` columns (when given), the keys that do not fit in
+    further blocks of the same rows printed below, so a number is never cut.
 
     Column labels are right-aligned too, ending ``trailing`` characters early (above a marker).
     """
@@ -118,25 +120,40 @@ def matrix_text(
     widths = [max(width, cell_len(c)) for c in cols]
     label_w = max(cell_len(r) for r in rows)
     out = Text(no_wrap=True, overflow="crop")
-    out.append(" " * label_w)
-    for c, w in zip(cols, widths, strict=True):
-        right = min(trailing, w - cell_len(c))
-        out.append(" " * (1 + w - right - cell_len(c)) + c + " " * right, style="bold")
-    for i, row in enumerate(rows):
-        out.append("\n")
-        out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(_is_padding(att, i)))
-        for j, w in enumerate(widths):
-            text, style = cell(i, j)
-            out.append(" ")
-            out.append(text.rjust(w), style=style)
+    for block in _column_blocks(widths, (fit or 10**9) - label_w):
+        if block.start:
+            out.append("\n\n")
+        out.append(" " * label_w)
+        for j in block:
+            c, w = cols[j], widths[j]
+            right = min(trailing, w - cell_len(c))
+            out.append(" " * (1 + w - right - cell_len(c)) + c + " " * right, style="bold")
+        for i, row in enumerate(rows):
+            out.append("\n")
+            out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(_is_padding(att, i)))
+            for j in block:
+                text, style = cell(i, j)
+                out.append(" ")
+                out.append(text.rjust(widths[j]), style=style)
     return out
+
+
+def _column_blocks(widths: list[int], room: int) -> list[range]:
+    """The columns (of ``widths``, each after a space) in blocks of at most ``room`` cells, at least one each."""
+    blocks, start, used = [], 0, 0
+    for j, w in enumerate(widths):
+        if j > start and used + 1 + w > room:
+            blocks.append(range(start, j))
+            start, used = j, 0
+        used += 1 + w
+    return [*blocks, range(start, len(widths))]
 
 
 def _is_padding(att: Attention, i: int) -> bool:
     return bool(att.padding[i]) if att.padding else False
 
 
-def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
+def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
     """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
     weights, allowed = att.weights[head], att.allowed
     colours = shades(att, head)
@@ -150,10 +167,10 @@ def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_
             return f"{value:.2f}", cell_style(colours[i, j], strong=strong)
         return f"{value:.2f}" + ("*" if strong else " "), ""
 
-    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1, labels=labels)
+    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1, labels=labels, fit=fit)
 
 
-def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
+def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
     """Scaled scores to 2 decimals, −∞ where the mask blocks."""
     assert att.scores is not None
     scores, allowed = att.scores[head], att.allowed
@@ -164,54 +181,61 @@ def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         return texts[i][j], ("" if allowed[i, j] else "dim")
 
-    return matrix_text(att, cell, max(len(t) for row in texts for t in row), labels=labels)
+    return matrix_text(att, cell, max(len(t) for row in texts for t in row), labels=labels, fit=fit)
 
 
-def mask_table(att: Attention, labels: int = LABEL_WIDTH) -> Text:
+def mask_table(att: Attention, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
     """The additive mask: 0 where allowed, −∞ where blocked."""
     allowed = att.allowed
-    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3, labels=labels)
+    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3, labels=labels, fit=fit)
 
 
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
-    """Two cells per key, keys numbered like the rows; keys beyond ``width`` are left out."""
+    """Two cells per key, keys numbered like the rows; keys beyond ``width`` go to a further block of the
+    same rows printed below, so every key is shown at every width."""
     weights, allowed = shades(att, head), att.allowed  # on the map's colour scale (log for ~1/n weights)
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
     rows = [f"{i:>{digits}} {abbreviate(t, BLOCK_LABEL)}" for i, t in enumerate(att.tokens)]
     label_w = max(cell_len(r) for r in rows)
-    shown = max(1, min(m, (width - label_w - 1) // cell))
-    maxima = _row_maxima(weights, allowed)
+    fit = max(1, min(m, (width - label_w - 1) // cell))
+    shown = -(-m // -(-m // fit))  # the blocks as even as they can be: 16 keys in 8 + 8, not 15 + 1
+    maxima = _row_maxima(att.weights[head], allowed)
     out = Text(no_wrap=True, overflow="crop")
     step = 5 if 5 * cell > digits else 10
-    header = "".join(f"{j:<{step * cell}}" for j in range(0, shown, step))
-    out.append(" " * (label_w + 1) + header[: shown * cell].rstrip(), style="dim")
-    for i, row in enumerate(rows):
-        pad = bool(att.padding[i]) if att.padding else False
-        out.append("\n")
-        out.append(row + " " * (label_w - cell_len(row) + 1), style=_label_style(pad))
-        for j in range(shown):
-            value = weights[i, j]
-            if not allowed[i, j]:
-                out.append("·".rjust(cell), style=_MASKED_STYLE if color else "")
-            elif color:
-                glyph = "◆" if j == maxima[i] else " "
-                out.append(glyph.rjust(cell), style=cell_style(value))
-            else:
-                out.append(shade(value)[0] * cell)
-    if shown < m:
-        note = f"\nkeys {shown}–{m - 1} of {m} left out to fit {width} columns: widen the terminal, or use --json"
-        out.append(note, style="yellow")
+    for start in range(0, m, shown):
+        keys = range(start, min(m, start + shown))
+        if start:
+            out.append("\n\n")
+        first = (-start) % step  # the first key in this block whose number is written
+        header = " " * (first * cell) + "".join(f"{j:<{step * cell}}" for j in range(start + first, keys.stop, step))
+        out.append(" " * (label_w + 1) + header[: len(keys) * cell].rstrip(), style="dim")
+        for i, row in enumerate(rows):
+            out.append("\n")
+            out.append(row + " " * (label_w - cell_len(row) + 1), style=_label_style(_is_padding(att, i)))
+            for j in keys:
+                out.append(*_block_cell(weights[i, j], bool(allowed[i, j]), j == maxima[i], color, cell))
     return out
 
 
-TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
+def _block_cell(value: float, allowed: bool, strong: bool, color: bool, cell: int) -> tuple[str, Style | str]:
+    """One key's cell of the block view: '·' when masked; else a colour (or a shade), the row maximum '◆'."""
+    if not allowed:
+        return "·".rjust(cell), _MASKED_STYLE if color else ""
+    if color:
+        return ("◆" if strong else " ").rjust(cell), cell_style(value)
+    return (shade(value)[0] * (cell - 1) + ("◆" if strong else shade(value)[0])), ""
 
 
-def terminal_bins(width: int) -> int:
-    """The bins a long map gets in a terminal of ``width`` columns: two columns each, after the labels."""
-    return max(2, min(TERMINAL_BINS, (width - 16) // 2))
+TERMINAL_BINS = 128  # the longest map a terminal shows a row per token; longer ones are pooled into this many bins
+
+
+def terminal_bins() -> int:
+    """The bins a long map gets in a terminal, whatever its width: the width only splits the keys into blocks
+    printed one under another (:func:`block_heatmap`), so that the colour scale a map is drawn on (log when
+    pooled) never changes with the terminal."""
+    return TERMINAL_BINS
 
 
 def shades(att: Attention, head: int) -> np.ndarray:
@@ -257,6 +281,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
     if blocks:  # each shade beside the weights it stands for, on one line
         entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
         entries[0] = "   " + entries[0]
+        entries.append("◆ row maximum")
         separator = "  "
     else:
         entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
@@ -349,6 +374,9 @@ def _section(title: str, body: RenderableType) -> Group:
     return Group(Text(""), literal(title, style="bold cyan"), body)
 
 
+MASK_TABLES = 32  # the most tokens the mask view shows as three tables (in blocks of keys at any width)
+
+
 def render_mask(
     att: Attention, *, compare: Attention | None = None, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
@@ -360,27 +388,22 @@ def render_mask(
         which = "with" if row.config.get("causal") else "without"
         prefix = f"{which} the causal mask: " if compare is not None else ""
         assert row.scores is not None
-        score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
-        if table_width(row, max(score_width, 5)) <= width:
-            labels = label_width(row, max(score_width, 5), width)
-            yield _section(f"{prefix}mask M", mask_table(row, labels))
-            scores = scores_table(row, 0, color=color, labels=labels)
-            yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
-            yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels))
-            cut = cut_tokens(row, labels, width)
-        else:
-            note = Text(
-                f"mask and score tables need {table_width(row, score_width)} columns: widen the "
-                "terminal, or use --json or -o",
-                style="yellow",
-            )
-            yield _section(
-                f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
-            )
+        if len(row.keys) > MASK_TABLES:
+            note = Text(f"mask and score tables for up to {MASK_TABLES} tokens: use --json or -o", style="yellow")
+            blocks = Group(block_heatmap(row, 0, color=color, width=width), note)
+            yield _section(f"{prefix}weights = softmax(scores)", blocks)
             cut = cut_tokens(row, BLOCK_LABEL, width, queries=True)
+            continue
+        score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
+        labels = label_width(row, max(score_width, 5), width)
+        yield _section(f"{prefix}mask M", mask_table(row, labels, fit=width))
+        scores = scores_table(row, 0, color=color, labels=labels, fit=width)
+        yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
+        yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels, fit=width))
+        cut = cut_tokens(row, labels, width)
     if cut is not None:
         yield cut
-    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True, width=width)
+    yield legend(att, color=color, blocks=len(att.keys) > MASK_TABLES, masked=True, width=width)
 
 
 SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
@@ -392,18 +415,8 @@ def render_saturation(result: Saturation, *, color: bool = True, width: int = 80
         f"Why divide by √d_k: q, k ~ N(0, I) · {result.keys} keys · {result.trials} trials · seed {result.seed}",
         style="bold",
     )
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
-    table.add_column("d_k", justify="right", style="bold")
-    scaled_style, raw_style = ("#56B4E9", "#E69F00") if color else ("", "")
-    for name in STATISTICS:
-        table.add_column(f"{SATURATION_HEADINGS[name]}\n÷√d_k", justify="right", header_style=scaled_style)
-        table.add_column(f"{SATURATION_HEADINGS[name]}\nraw", justify="right", header_style=raw_style)
-    for i, d_k in enumerate(result.d_k):
-        cells = [str(d_k)]
-        for name in STATISTICS:
-            cells += [f"{result.scaled[name][i]:.3f}", f"{result.unscaled[name][i]:.3f}"]
-        table.add_row(*cells)
-    yield table
+    for names in _statistic_groups(result, width):
+        yield _saturation_table(result, names, color)
     notes = [
         "÷√d_k: scaled scores",
         "raw: unscaled q·k",
@@ -413,3 +426,40 @@ def render_saturation(result: Saturation, *, color: bool = True, width: int = 80
         "grad: ‖diag(p) − ppᵀ‖_F, the gradient through the softmax",
     ]
     yield Text("\n".join(wrap_parts(notes, width)), style="dim")
+
+
+def _saturation_cells(result: Saturation, name: str) -> list[tuple[str, str]]:
+    """A statistic's numbers per d_k, scaled and raw, to three decimals."""
+    return [(f"{result.scaled[name][i]:.3f}", f"{result.unscaled[name][i]:.3f}") for i in range(len(result.d_k))]
+
+
+def _statistic_groups(result: Saturation, width: int) -> list[list[str]]:
+    """The statistics in tables printed one under another, as many to a table as fit ``width``: a number is
+    never cut (at least one statistic a table, however narrow the terminal)."""
+    d_k = max(3, *(len(str(d)) for d in result.d_k))
+    groups: list[list[str]] = [[]]
+    used = d_k
+    for name in STATISTICS:
+        numbers = [len(n) for pair in _saturation_cells(result, name) for n in pair]
+        pair = 2 * (2 + max(len(SATURATION_HEADINGS[name]), 5, *numbers))  # two columns, each padded by 1 a side
+        if groups[-1] and used + pair > width:
+            groups.append([])
+            used = d_k
+        groups[-1].append(name)
+        used += pair
+    return groups
+
+
+def _saturation_table(result: Saturation, names: list[str], color: bool) -> Table:
+    """d_k down, each statistic in ``names`` scaled (÷√d_k) beside raw."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    table.add_column("d_k", justify="right", style="bold", no_wrap=True)
+    scaled_style, raw_style = ("#56B4E9", "#E69F00") if color else ("", "")
+    for name in names:
+        heading = SATURATION_HEADINGS[name]
+        table.add_column(f"{heading}\n÷√d_k", justify="right", header_style=scaled_style, no_wrap=True)
+        table.add_column(f"{heading}\nraw", justify="right", header_style=raw_style, no_wrap=True)
+    columns = [_saturation_cells(result, name) for name in names]
+    for i, d_k in enumerate(result.d_k):
+        table.add_row(str(d_k), *(n for cells in columns for n in cells[i]))
+    return table

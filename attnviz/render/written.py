@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import printable
-from .labels import abbreviate, distinct_labels, visible_token
+from .labels import abbreviate, distinct_labels, visible_token, wrap_parts
 from .literal import literal
 from .terminal import cell_style
 
@@ -26,8 +26,10 @@ def shown(text: str) -> str:
     return printable(text, keep="\n")
 
 
-def about(generation: Generation) -> str:
-    return printable(f"{generation.about()} · the newest token's attention over the text")
+def about(generation: Generation, width: int = 0) -> str:
+    """What is shown, in lines of at most ``width`` cells (when given), broken between its parts."""
+    parts = [*generation.about().split(" · "), "the newest token's attention"]
+    return printable("\n".join(wrap_parts(parts, width)) if width else " · ".join(parts), keep="\n")
 
 
 def strongest(generation: Generation, step: int, width: int, room: int = 10**6) -> str:
@@ -61,7 +63,7 @@ def live_view(generation: Generation, width: int) -> RenderableType:
     text = Text(overflow="fold")
     if not generation.rows:
         text.append(shown("".join(generation.prompt_tokens)), style="dim")
-        return Group(literal(about(generation), style="dim"), text)
+        return Group(literal(about(generation, width), style="dim"), text)
     row = generation.rows[-1][0]
     for i, token in enumerate(generation.all_tokens):
         piece = shown(token).replace("\n", "↵\n")
@@ -72,4 +74,4 @@ def live_view(generation: Generation, width: int) -> RenderableType:
     step = len(generation.rows)
     said = f"step {step}: '{visible_token(generation.tokens[-1])}' → {strongest(generation, step, 16)}"
     footer = literal(said, style="dim")
-    return Group(literal(about(generation), style="dim"), text, Text(""), footer)
+    return Group(literal(about(generation, width), style="dim"), text, Text(""), footer)
