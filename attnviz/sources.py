@@ -416,7 +416,7 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    from .documents import read_json_source, stack_mean_of, stack_sinks, stack_source
+    from .documents import hides_keys, read_json_source, stack_mean_of, stack_sinks, stack_source
 
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
@@ -440,7 +440,8 @@ def file_stack(
         raise AttnvizError(f"--from {path}: some weights are negative (attnviz check {path} says where)")
     with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
         sums = weights.sum(axis=-1)
-    if not np.allclose(sums, 1.0, atol=1e-3):
+    blank = sums == 0  # a row that sees only keys hidden from its map: null in the document, as each view draws it
+    if not (np.isclose(sums, 1.0, atol=1e-3) | (blank & hides_keys(document))).all():
         raise AttnvizError(
             f"--from {path}: some rows do not sum to 1, so these are not attention weights "
             f"(attnviz check {path} says where)"
@@ -678,6 +679,7 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
 
 def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[np.ndarray, list[str] | None]:
     from .documents import (
+        MODEL_SCHEMA,
         attention_from_document,
         is_attention_document,
         nested_array,
@@ -699,10 +701,34 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
         weights, tokens = doc["weights"], doc.get("tokens")
     else:
         weights, tokens = doc, None
-    array = nested_array(weights, "weights", str(path), np.float64)
+    model = isinstance(doc, dict) and doc.get("schema") == MODEL_SCHEMA
+    array = nested_array(weights, "weights", str(path), np.float64, nulls=model)
+    if model and np.isnan(array).any():
+        array = _tiles_hidden_as_zero(array, doc.get("sinks_hidden"), str(path))
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
     return array, tokens
+
+
+def _tiles_hidden_as_zero(array: np.ndarray, hidden: Any, where: str) -> np.ndarray:
+    """A model document's weights (layers, heads, n, n) read with nulls: each tile's null only in the keys it names
+    hidden (``sinks_hidden``, per layer and map), read as 0 (documents.hidden_as_zero)."""
+    from .documents import hidden_as_zero
+
+    shaped = array.ndim == 4 and isinstance(hidden, list) and len(hidden) == len(array)
+    if not shaped or not all(isinstance(layer, list) and len(layer) == array.shape[1] for layer in hidden):
+        raise AttnvizError(f"{where}: 'weights' holds null, but 'sinks_hidden' names no hidden key of each map")
+    return np.stack(
+        [
+            np.stack(
+                [
+                    hidden_as_zero(tile, keys if isinstance(keys, list) else [], where)
+                    for tile, keys in zip(maps, layer, strict=True)
+                ]
+            )
+            for maps, layer in zip(array, hidden, strict=True)
+        ]
+    )
 
 
 def read_tokens_file(path: Path) -> list[str]:

@@ -282,3 +282,31 @@ def test_check_on_a_narrow_terminal_folds_between_words(cli, monkeypatch) -> Non
     assert all(cell_len(line) <= 40 for line in shown[1:]), shown
     assert any(line.startswith("         holds") for line in shown), shown  # under its failure, indented
     assert " ".join(" ".join(piped).split()) == " ".join(" ".join(shown).split())  # the same words, only folded
+
+
+@pytest.mark.parametrize(
+    ("row", "marked"),
+    [
+        ([0.25, 0.25, 0.25, 0.25], -1),  # uniform: no maximum
+        ([0.4, 0.1, 0.4, 0.1], -1),  # a tie for the top
+        ([0.4, 0.1, 0.4 * (1 - 1e-8), 0.1 + 0.4e-8], -1),  # a tie within float32's rounding
+        ([0.1, 0.2, 0.3, 0.4], 3),
+        ([0.0, 0.0, 0.0, 0.0], -1),
+    ],
+)
+def test_a_row_is_marked_only_at_its_single_largest_weight(row: list[float], marked: int) -> None:
+    from attnviz.render.terminal import row_maxima
+
+    assert row_maxima(np.array([row]), np.ones((1, 4), dtype=bool)).tolist() == [marked]
+
+
+@pytest.mark.parametrize("width", [40, 200])
+@pytest.mark.parametrize("color", [False, True])
+def test_a_uniform_map_stars_no_cell_in_any_view(width: int, color: bool) -> None:
+    n = 6
+    att = Attention(tokens=tuple("abcdef"), weights=np.full((1, n, n), 1 / n), head_labels=("head 0",))
+    text = render(att, width=width, color=color)
+    assert "*" not in text.split("rows:")[0] and "◆" not in text.split("row maximum")[0], text
+    assert "\x1b[1;4" not in text  # in colour the maximum is bold and underlined: none here
+    tied = Attention(tokens=tuple("abcdef"), weights=np.eye(n)[None] * 0.6 + 0.4 / n, head_labels=("head 0",))
+    assert "*" in render(tied, width=width) or "◆" in render(tied, width=width)  # the same views mark a maximum

@@ -168,7 +168,10 @@ def describe_parts(att: Attention) -> list[str]:
         parts.append(f"embed {c['embed']}" + (" + sinusoidal positions" if c.get("positions") == "sinusoidal" else ""))
     if "seed" in c:
         parts.append(f"seed {c['seed']}")
-    if c.get("sinks_hidden"):
+    if c.get("layer_sinks_hidden"):  # a rollout: each layer's map without its own sinks
+        named = f"key{'s' if len(c['layer_sinks_hidden']) > 1 else ''} {shortened(c['layer_sinks_hidden'], 'keys')}"
+        parts.append(f"each layer's sinks hidden ({named}): rows renormalised")
+    elif c.get("sinks_hidden"):
         hidden = shortened(c["sinks_hidden"], "keys")
         parts.append(f"sinks hidden (key{'s' if len(c['sinks_hidden']) > 1 else ''} {hidden}): rows renormalised")
     elif c.get("sinks") and c.get("sink_mode") == "mark":

@@ -52,7 +52,9 @@ def stack_parts(stack: AttentionStack) -> list[str]:
 
     kept = stack.kept_layers
     first = stack.layer(kept[0])
-    config = {k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "sink_mode")}
+    config = {
+        k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "layer_sinks_hidden", "sink_mode")
+    }
     parts = [p for p in describe_parts(replace(first, config=config)) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
@@ -381,7 +383,10 @@ def rollout_attention(
     whole = Attention(tokens=stack.tokens, weights=result[None], head_labels=("rollout",), config=config, mask=mask)
     config["sinks"], config["sink_mode"] = find_sinks(whole), sinks
     if hidden and any(hidden):
-        config["sinks_hidden"] = sorted({j for keys in hidden for j in keys})
+        config["layer_sinks_hidden"] = sorted({j for keys in hidden for j in keys})
+        every = sorted(set.intersection(*(set(keys) for keys in hidden)))
+        if every:  # no flow into a key hidden from every layer's map but its own residual: hidden from the rollout
+            config["sinks_hidden"] = every
     tokens, weights = stack.tokens, result
     if bins is not None and len(tokens) > bins:
         weights, rows, _ = pool_map(result, bins)
@@ -478,8 +483,8 @@ def render_rollout_figure(
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
-    if att.config.get("sinks_hidden"):
-        how += f"; each layer's sinks hidden (keys {shortened(att.config['sinks_hidden'], 'keys')})"
+    if att.config.get("layer_sinks_hidden"):
+        how += f"; each layer's sinks hidden (keys {shortened(att.config['layer_sinks_hidden'], 'keys')})"
     fig.suptitle(
         wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
     )

@@ -89,10 +89,16 @@ def shade(w: float) -> str:
     return next(glyphs for limit, glyphs in _SHADES if w < limit)
 
 
-def _row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Index of each row's largest allowed weight."""
+TIE = 1e-6  # weights this close (relative) are one value: float32 softmax rounds at ~6e-8
+
+
+def row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Index of each row's largest shown weight; -1 for a row without a single largest one (all zero, nothing
+    shown, or a tie such as a uniform row: no cell is marked, as none is the maximum)."""
     seen = np.where(allowed, weights, -np.inf)
-    maxima: np.ndarray = np.where(seen.max(axis=1) > 0, seen.argmax(axis=1), -1)  # a row of zeros has none
+    top = seen.max(axis=1, keepdims=True)
+    ties = (seen >= top * (1 - TIE)).sum(axis=1)
+    maxima: np.ndarray = np.where((top[:, 0] > 0) & (ties == 1), seen.argmax(axis=1), -1)
     return maxima
 
 
@@ -154,10 +160,10 @@ def _is_padding(att: Attention, i: int) -> bool:
 
 
 def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
-    """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
+    """Each cell the weight to 2 decimals; masked and hidden cells '·'; the row's maximum marked (if it has one)."""
     weights, allowed = att.weights[head], att.allowed
     colours = shades(att, head)
-    maxima = _row_maxima(weights, allowed)
+    maxima = row_maxima(weights, allowed)
 
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         if not allowed[i, j]:
@@ -201,7 +207,7 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
     label_w = max(cell_len(r) for r in rows)
     fit = max(1, min(m, (width - label_w - 1) // cell))
     shown = -(-m // -(-m // fit))  # the blocks as even as they can be: 16 keys in 8 + 8, not 15 + 1
-    maxima = _row_maxima(att.weights[head], allowed)
+    maxima = row_maxima(att.weights[head], allowed)
     out = Text(no_wrap=True, overflow="crop")
     step = 5 if 5 * cell > digits else 10
     for start in range(0, m, shown):
@@ -220,7 +226,7 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
 
 
 def _block_cell(value: float, allowed: bool, strong: bool, color: bool, cell: int) -> tuple[str, Style | str]:
-    """One key's cell of the block view: '·' when masked; else a colour (or a shade), the row maximum '◆'."""
+    """One key's cell of the block view: '·' when masked or hidden; else a colour (or a shade), the row maximum '◆'."""
     if not allowed:
         return "·".rjust(cell), _MASKED_STYLE if color else ""
     if color:
@@ -253,6 +259,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
     out = Text(style="dim")
     scale = scale_in(att.config)
     masked = att.mask is not None if masked is None else masked
+    what = ("masked or hidden" if masked else "hidden") if att.hidden_keys else "masked" if masked else ""
     if scale == "log":
         floor = colour_floor(att.config, len(att.keys))
         out.append(f"colours on a log scale from {floor:.1e} (a tenth of uniform) to 1\n")
@@ -269,14 +276,17 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
             for s in sinks
         )
         hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
+        hidden = (
+            " (of the rollout; each layer's own hidden from its map)" if "layer_sinks_hidden" in att.config else hidden
+        )
         out.append(f"attention sinks: {names}{hidden}\n")
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-        if masked:
-            out.append("   · masked")
+        if what:
+            out.append(f"   · {what}")
         return out
     if blocks:  # each shade beside the weights it stands for, on one line
         entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
@@ -286,8 +296,8 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
     else:
         entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
         separator = " · "
-    if masked:
-        entries.append(" · masked" if blocks else "·: masked")
+    if what:
+        entries.append(f" · {what}" if blocks else f"·: {what}")
     out.append("\n".join(wrap_parts(entries, width, separator)) if width else separator.join(entries))
     return out
 
