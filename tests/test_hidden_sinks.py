@@ -142,3 +142,17 @@ def test_generate_json_steps_hide_what_its_map_hides(cli) -> None:
     assert [v is None for v in last[: len(doc["steps"][-1]["row"][0])]] == [
         v is None for v in doc["steps"][-1]["row"][0]
     ]
+
+
+def test_the_model_view_draws_each_tiles_hidden_sinks_as_masked_cells() -> None:
+    from matplotlib.colors import to_rgba
+
+    from attnviz.render.figure import DEFAULT_STYLE
+    from attnviz.render.model import render_model_figure
+    from attnviz.sources import AttentionStack
+
+    stack = AttentionStack(tokens=tuple("abcdefghij"), weights=planted_sink(10)[None], source={}, causal=True)
+    figure = render_model_figure(stack.with_sinks("hide"), sinks="hide")
+    image = next(im for ax in figure.axes for im in ax.images).get_array()
+    masked = np.round(np.array(to_rgba(DEFAULT_STYLE.colours["masked"])) * 255)
+    assert (image[:, 0] == masked).all() and not (image[1:, 1] == masked).all(axis=-1).any()

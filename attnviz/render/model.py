@@ -217,6 +217,11 @@ def render_model_figure(
     per_layer = [stack.allowed(layer) for layer in stack.kept_layers]  # a sliding window's band, per layer
     masks = [np.ones((n, m), dtype=bool) if mask is None else mask for mask in per_layer]
     allowed = np.stack(masks)[:, None]
+    if stack.hidden and stack.pooled is None:  # each tile's hidden sinks drawn as masked cells are
+        allowed = np.broadcast_to(allowed, weights.shape).copy()
+        for p, maps in enumerate(stack.hidden):
+            for k, keys in enumerate(maps):
+                allowed[p, k][:, list(keys)] = False
     chosen, floor = model_scale(stack, scale)
     fixed = style.size is not None or style.preset == "slide"
     box_h = model_box_height(style)
