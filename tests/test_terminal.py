@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from attnviz.attention import Attention
 from attnviz.config import LayerConfig
@@ -310,3 +311,40 @@ def test_a_uniform_map_stars_no_cell_in_any_view(width: int, color: bool) -> Non
     assert "\x1b[1;4" not in text  # in colour the maximum is bold and underlined: none here
     tied = Attention(tokens=tuple("abcdef"), weights=np.eye(n)[None] * 0.6 + 0.4 / n, head_labels=("head 0",))
     assert "*" in render(tied, width=width) or "◆" in render(tied, width=width)  # the same views mark a maximum
+
+
+@pytest.mark.parametrize("system", ["truecolor", "256", "standard", "windows"])
+def test_each_band_of_weights_has_its_own_colour_at_every_colour_system(system: str) -> None:
+    """A 16-colour terminal painted 0.01–0.38 one grey: each band of weights (the shade characters' bands)
+    is a colour of its own, as the terminal prints it, at every colour system."""
+    import io
+
+    from attnviz.render.terminal import _SHADES, COLOUR_SYSTEM, cell_style
+
+    limits = [0.0] + [limit for limit, _ in _SHADES[:-1]] + [1.0]
+    middles = [(a + b) / 2 for a, b in zip(limits, limits[1:], strict=False)]
+    token = COLOUR_SYSTEM.set(system)
+    try:
+        printed = set()
+        for w in middles:
+            out = io.StringIO()
+            console = Console(file=out, color_system=system, force_terminal=True, width=20)  # type: ignore[arg-type]
+            console.print(Text("0.00", style=cell_style(w)))
+            printed.add(out.getvalue())
+    finally:
+        COLOUR_SYSTEM.reset(token)
+    assert len(printed) == len(middles), printed
+
+
+def test_a_16_colour_terminal_gets_the_ramp_it_can_show(cli, monkeypatch) -> None:
+    import re
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("COLORTERM", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    run = cli("heatmap", *[f"w{i}" for i in range(30)], "--head", "0")
+    assert run.code == 0, run.err
+    assert "38;2;" not in run.out and "48;5;" not in run.out  # 16 colours only
+    legend = run.out.splitlines()[-1]
+    assert len(set(re.findall(r"\x1b\[2;(4[0-7]|10[0-7])m", legend))) == 5  # a swatch per band, each its own
+    assert ".05–.2" in legend and "≥.7" in legend

@@ -230,13 +230,19 @@ def _live(run: Writing, no_color: bool) -> None:
     console = plain_console()
     color = not (no_color or console.no_color) and console.color_system is not None and console.is_terminal
     if color:
-        with Live(console=console, auto_refresh=False, transient=False) as live:
+        from ..render.terminal import COLOUR_SYSTEM
 
-            def show(generation: Generation) -> None:
-                live.update(live_view(generation, console.width), refresh=True)
+        token = COLOUR_SYSTEM.set(str(console.color_system))
+        try:
+            with Live(console=console, auto_refresh=False, transient=False) as live:
 
-            generation = run(on_step=show)
-            show(generation)
+                def show(generation: Generation) -> None:
+                    live.update(live_view(generation, console.width), refresh=True)
+
+                generation = run(on_step=show)
+                show(generation)
+        finally:
+            COLOUR_SYSTEM.reset(token)
     else:
         printed = [False]
 

@@ -9,6 +9,7 @@ shade characters, so they read on any terminal and in a log file.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 import numpy as np
 from rich import box
@@ -79,9 +80,25 @@ def text_colour(w: float) -> str:
     return "#000000" if float(linear @ [0.2126, 0.7152, 0.0722]) > 0.179 else "#ffffff"
 
 
+COLOUR_SYSTEM: ContextVar[str] = ContextVar("colour_system", default="truecolor")
+"""The colours the terminal shows ('truecolor', '256', 'standard', 'windows': rich's ColorSystem names), set
+where a view is printed (cli.output.print_view): 16 colours get a ramp of their own."""
+_STANDARD = ("black", "blue", "cyan", "green", "bright_yellow")  # one per band of _SHADES, dark to light
+_STANDARD_TEXT = ("bright_white", "bright_white", "black", "black", "black")
+
+
 def cell_style(w: float, *, strong: bool = False) -> Style:
-    """Background by weight, text in contrast; the row maximum bold and underlined."""
+    """Background by weight, text in contrast; the row maximum bold and underlined. On a 16-colour terminal
+    (where viridis from 0.01 to 0.38 is one grey) a colour per band of the shade characters (:func:`band`)."""
+    if COLOUR_SYSTEM.get() in ("standard", "windows"):
+        k = band(w)
+        return Style(bgcolor=_STANDARD[k], color=_STANDARD_TEXT[k], bold=strong, underline=strong)
     return Style(bgcolor=weight_colour(w), color=text_colour(w), bold=strong, underline=strong)
+
+
+def band(w: float) -> int:
+    """Which of the bands of _SHADES (the shade characters' weights: <.05, .05–.2, …) ``w`` falls in."""
+    return next(k for k, (limit, _) in enumerate(_SHADES) if w < limit)
 
 
 def shade(w: float) -> str:
@@ -280,6 +297,16 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
             " (of the rollout; each layer's own hidden from its map)" if "layer_sinks_hidden" in att.config else hidden
         )
         out.append(f"attention sinks: {names}{hidden}\n")
+    if blocks and color and COLOUR_SYSTEM.get() in ("standard", "windows"):  # each colour beside its weights
+        floor = colour_floor(att.config, len(att.keys))
+        for k, entry in enumerate(shade_entries(scale, floor)):
+            out.append("  " if k else "")
+            out.append("  ", style=Style(bgcolor=_STANDARD[k]))
+            out.append(" " + entry.split()[-1])
+        out.append("   ◆ row maximum")
+        if what:
+            out.append(f"   · {what}")
+        return out
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
