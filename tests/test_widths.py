@@ -42,6 +42,8 @@ def commands(model: str) -> dict[str, list[str]]:
         "models": ["models"],
         "generate": ["generate", *on, TEXT, "--new", "2"],
         "model-heatmap": ["heatmap", *on, TEXT, "--head", "0"],
+        "model-all-layers": ["heatmap", *on, TEXT, "--all-layers"],
+        "model-sinks-hidden": ["heatmap", *on, TEXT, "--head", "0", "--sinks", "hide"],
     }
 
 

@@ -307,7 +307,7 @@ def tile_bins(
     figure: opt.FigureRequest, layers: tuple[int, ...] | None = None
 ) -> Callable[[int, int, dict[str, Any]], int | None]:
     """The model view's tiles: pooled to their pixels in a figure (as many as the layout of the ``layers``
-    shown, all when None, gives each), to the terminal's width there."""
+    shown, all when None, gives each), in a terminal as one map is (terminal_bins)."""
     if figure.output is None:
         return shown_bins(figure, None)
     style = figure.style
