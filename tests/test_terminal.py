@@ -374,3 +374,17 @@ def test_tokenize_and_explain_importance_show_the_same_tokens(cli) -> None:
     table = cli("explain", "--model", "smollm2", text, "--importance", "--no-color").out
     rows = re.findall(r"(?m)^\s*\d+\s+(\S+)\s+\d\.\d{3}\s", table)
     assert rows == tokens and "␣cat" in rows and len(rows) == 7
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_the_block_view_marks_each_rows_maximum_with_or_without_colour(color: bool) -> None:
+    n = 30
+    weights = np.full((1, n, n), 0.5 / (n - 1))
+    weights[0, np.arange(n), (np.arange(n) * 7) % n] = 0.5  # each row's maximum, at its own key
+    att = Attention(tokens=tuple(f"w{i}" for i in range(n)), weights=weights, head_labels=("head 0",))
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", render(att, width=80, color=color))
+    rows = [line for line in text.splitlines() if re.match(r"\s*(\d+) w\1 ", line)]
+    assert len(rows) == n and all(row.count("◆") == 1 for row in rows)
+    assert "◆ row maximum" in text
