@@ -115,8 +115,10 @@ def check_attention(
     padding: BoolArray | None = None,
     show: int = 10,
     pooled: dict[str, Any] | None = None,
+    hides: bool = False,
 ) -> list[Check]:
     """Finite, non-negative, rows summing to 1; no weight above the diagonal (causal); none on padding.
+    With ``hides`` (a document that hid its sinks), a row may sum to 0: it sees only hidden keys, null in it.
 
     A pooled map (``pooled``: method, tokens, bins, as attnviz's JSON records it) is checked for what
     pooling keeps: mean-pooled rows sum to 1 when each key bin counts as many times as it has tokens;
@@ -136,9 +138,10 @@ def check_attention(
     if padding is not None:
         cells["padding: nothing on padded keys"] = padding & (safe != 0)
     checks = [_cell_check(name, bad, weights, show) for name, bad in cells.items()]
-    rows = np.argwhere(np.abs(sums - 1) > tolerance)
+    rows = np.argwhere((np.abs(sums - 1) > tolerance) & ~(hides & (sums == 0)))
     failures = [Failure(int(a), int(b), int(c), f"sums to {sums[a, b, c]:.6g}") for a, b, c in rows[:show]]
-    checks.insert(2, Check(f"rows sum to 1 (tolerance {tolerance:g})", failures, len(rows)))
+    hidden = ", or 0 where a row sees only hidden keys" if hides else ""
+    checks.insert(2, Check(f"rows sum to 1 (tolerance {tolerance:g}{hidden})", failures, len(rows)))
     return checks
 
 

@@ -49,10 +49,24 @@ class Attention:
 
     @property
     def allowed(self) -> BoolArray:
-        """(n, m) True where a query may attend to a key."""
-        if self.mask is None:
-            return np.ones(self.weights.shape[-2:], dtype=bool)
-        return self.mask
+        """(n, m) True where a query may attend to a key that is shown: not masked, and not a sink hidden from the
+        map (``--sinks hide``), whose cells every view draws as it draws masked ones."""
+        shown = np.ones(self.weights.shape[-2:], dtype=bool) if self.mask is None else self.mask
+        hidden = self.hidden_keys
+        if not hidden:
+            return shown
+        shown = shown.copy()
+        shown[:, list(hidden)] = False
+        return shown
+
+    @property
+    def hidden_keys(self) -> tuple[int, ...]:
+        """The keys hidden from the map (its sinks, with ``--sinks hide``): none in a pooled map, whose columns are
+        bins holding other tokens too."""
+        if "pooled" in self.config:
+            return ()
+        m = self.weights.shape[-1]
+        return tuple(int(j) for j in self.config.get("sinks_hidden") or () if isinstance(j, int) and 0 <= j < m)
 
     def select(self, head: int | None = None, mean: bool = False) -> Attention:
         """One head (``head``), the mean over heads (``mean``), or all of them."""

@@ -80,19 +80,21 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     keys = body.get("key_tokens")
     key_tokens = None if keys is None else _strings(keys, "key_tokens", where)
     heads = _strings(body.get("heads"), "heads", where)
-    weights = nested_array(body.get("weights"), "weights", where, np.float64)
+    weights = nested_array(body.get("weights"), "weights", where, np.float64, nulls=True)
     n, m = len(tokens), len(key_tokens if key_tokens is not None else tokens)
     if weights.shape != (len(heads), n, m):
         raise AttnvizError(
             f"{where}: 'weights' is {list(weights.shape)}, but {len(heads)} heads of {n} queries × {m} keys are named"
         )
+    config = body.get("config")
+    hidden = config.get("sinks_hidden") if isinstance(config, dict) and "pooled" not in config else None
+    weights = hidden_as_zero(weights, hidden if isinstance(hidden, list) else [], where)
     if not np.isfinite(weights).all() or (weights < 0).any() or (weights > 1 + 1e-6).any():
         raise AttnvizError(f"{where}: the weights hold NaN, infinity, negative numbers or numbers above 1")
     mask = body.get("mask")
     allowed = None if mask is None else nested_array(mask, "mask", where, bool)
     if allowed is not None and allowed.shape != (n, m):
         raise AttnvizError(f"{where}: 'mask' is {list(allowed.shape)}, not {n} × {m}")
-    config = body.get("config")
     if not isinstance(config, dict):
         raise AttnvizError(f"{where}: 'config' must be an object")
     _check_config(config, n, m, where)
@@ -281,10 +283,37 @@ def _flags(value: Any, count: int, name: str, where: str) -> tuple[bool, ...]:
     return tuple(value)
 
 
-def nested_array(value: Any, name: str, where: str, dtype: type) -> np.ndarray:
+def hides_keys(doc: Any) -> bool:
+    """Whether an attnviz document hid keys from its maps (--sinks hide): then a row may see only hidden keys,
+    null in the document (schema.weights_json), and sum to 0 read back."""
+    first = doc[0] if isinstance(doc, list) and doc and isinstance(doc[0], dict) else doc
+    if not isinstance(first, dict):
+        return False
+    config = first.get("config")
+    if isinstance(config, dict) and config.get("sinks_hidden") and "pooled" not in config:
+        return True
+    hidden = first.get("sinks_hidden") if first.get("schema") == MODEL_SCHEMA else None
+    return isinstance(hidden, list) and any(isinstance(layer, list) and any(layer) for layer in hidden)
+
+
+def hidden_as_zero(weights: np.ndarray, hidden: list[Any], where: str) -> np.ndarray:
+    """Weights read with ``nulls``: null only in the columns of the keys ``hidden`` from the map (schema.weights_json),
+    read as 0, which with the keys named hidden every view draws as hidden; null anywhere else refused."""
+    blank = np.isnan(weights)
+    if not blank.any():
+        return weights
+    keys = [j for j in hidden if isinstance(j, int) and not isinstance(j, bool) and 0 <= j < weights.shape[-1]]
+    outside = blank.copy()
+    outside[..., keys] = False
+    if outside.any():
+        raise AttnvizError(f"{where}: 'weights' holds null outside the keys it names hidden ('sinks_hidden')")
+    return np.where(blank, 0.0, weights)
+
+
+def nested_array(value: Any, name: str, where: str, dtype: type, *, nulls: bool = False) -> np.ndarray:
     """Nested JSON lists (at most eight deep) as an array: numbers (never strings, booleans or null) or,
-    for ``bool``, true/false values only."""
-    kinds = (bool,) if dtype is bool else (int, float)
+    for ``bool``, true/false values only; with ``nulls``, null too, as NaN (a hidden key's weight)."""
+    kinds: tuple[type, ...] = (bool,) if dtype is bool else (int, float, type(None)) if nulls else (int, float)
 
     def ok(v: Any, depth: int) -> bool:
         if isinstance(v, list):
@@ -293,6 +322,7 @@ def nested_array(value: Any, name: str, where: str, dtype: type) -> np.ndarray:
 
     if not isinstance(value, list) or not ok(value, 0):
         what = "true/false values" if dtype is bool else "numbers (strings, booleans and null are not numbers)"
+        what = "numbers or null" if nulls else what
         raise AttnvizError(f"{where}: '{name}' is not a nested list of {what}")
     try:
         return np.array(value, dtype=dtype)

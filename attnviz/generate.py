@@ -134,6 +134,26 @@ class Generation:
         att = Attention(self.all_tokens[:size], weights, ("shown",) * len(weights), mask=causal_mask(size, size))
         return "log" if find_sinks(att) else "linear"
 
+    def sinks_at(self, step: int) -> list[int]:
+        """The keys that are attention sinks of the map after ``step`` written tokens, as heatmap finds them: what
+        --sinks hide hides from that step's row (the last step's are the whole map's)."""
+        from .attention import Attention
+        from .structure import find_sinks
+
+        size = len(self.prompt_ids) + step
+        weights = self.full_map(step)
+        att = Attention(self.all_tokens[:size], weights, ("shown",) * len(weights), mask=causal_mask(size, size))
+        return [int(s["key"]) for s in find_sinks(att)]
+
+    def shown_row(self, step: int, sinks: str = "show") -> tuple[Array, list[int]]:
+        """(shown, keys): the ``step``-th written token's row and, with ``sinks`` "hide", the row renormalised
+        without the sinks of the map so far, and those keys."""
+        from .structure import without_keys
+
+        row = self.rows[step - 1]
+        hidden = [j for j in self.sinks_at(step) if j < row.shape[-1]] if sinks == "hide" else []
+        return (without_keys(row, hidden) if hidden else row), hidden
+
     def row(self, query: int) -> Array:
         """(shown, query + 1): the weights token ``query`` (of the prompt or written) gives every token up to itself."""
         n = len(self.prompt_ids)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from .attention import Attention
@@ -47,6 +47,27 @@ def _finite_or_null(matrix: Array) -> list[Any]:
     return [[v if math.isfinite(v) else None for v in row] for row in matrix.tolist()]
 
 
+def weights_json(weights: Array, hidden: Sequence[int] = ()) -> list[Any]:
+    """Weights (…, n, m) as nested lists, the keys ``hidden`` from the map (its sinks, with ``--sinks hide``) as
+    None in every row: a hidden key has no weight (the row's others were renormalised without it), and a 0 would
+    read as one. The one rule of every document that hides keys."""
+    nested = weights.tolist()
+    if not len(hidden):
+        return nested  # type: ignore[no-any-return]
+
+    def blank(value: list[Any], depth: int) -> None:
+        if depth == 1:
+            for row in value:
+                for j in hidden:
+                    row[j] = None
+            return
+        for inner in value:
+            blank(inner, depth - 1)
+
+    blank(nested, weights.ndim - 1)
+    return nested  # type: ignore[no-any-return]
+
+
 def _common(att: Attention) -> dict[str, Any]:
     doc: dict[str, Any] = {"tokens": list(att.tokens)}
     if att.key_tokens is not None:
@@ -72,7 +93,8 @@ def _check_size(att: Attention, scores: bool) -> None:
 def attention_document(att: Attention, *, scores: bool = False) -> dict[str, Any]:
     """One document with every head shown: weights (heads, n, m), the output and, on request, scores."""
     _check_size(att, scores)
-    doc = {"schema": SCHEMA, **_common(att), "heads": list(att.head_labels), "weights": att.weights.tolist()}
+    weights = weights_json(att.weights, att.hidden_keys)
+    doc = {"schema": SCHEMA, **_common(att), "heads": list(att.head_labels), "weights": weights}
     if scores and att.scores is not None:
         doc["scores"] = [_finite_or_null(s) for s in att.scores]
     doc["output"] = None if att.output is None else att.output.tolist()
@@ -84,7 +106,8 @@ def head_documents(att: Attention, *, scores: bool = False) -> Iterator[dict[str
     _check_size(att, scores)
     common = _common(att)
     for i, label in enumerate(att.head_labels):
-        doc = {"schema": HEAD_SCHEMA, "head": label, "index": i, **common, "weights": att.weights[i].tolist()}
+        weights = weights_json(att.weights[i], att.hidden_keys)
+        doc = {"schema": HEAD_SCHEMA, "head": label, "index": i, **common, "weights": weights}
         if scores and att.scores is not None:
             doc["scores"] = _finite_or_null(att.scores[i])
         yield doc
@@ -216,9 +239,19 @@ def model_document(stack: AttentionStack) -> dict[str, Any]:
         "layers": stack.layers,
         "heads": int(stack.weights.shape[1]),
         **({"mean_of": stack.heads} if stack.mean else {}),
-        "weights": stack.weights.tolist(),
+        "weights": _stack_weights(stack),
         **_stack_sinks(stack),
     }
+
+
+def _stack_weights(stack: AttentionStack) -> list[Any]:
+    """Every tile's weights, the keys hidden from it (not from a pooled stack's bins) as None (weights_json)."""
+    if stack.pooled or not stack.hidden:
+        return stack.weights.tolist()  # type: ignore[no-any-return]
+    return [
+        [weights_json(tile, stack.hidden[p][k] if stack.hidden[p] else ()) for k, tile in enumerate(layer)]
+        for p, layer in enumerate(stack.weights)
+    ]
 
 
 def _stack_sinks(stack: AttentionStack) -> dict[str, Any]:
@@ -239,14 +272,15 @@ def rollout_document(
     from .render.model import rollout_attention
 
     config = rollout_attention(stack, result, sinks=sinks, hidden=hidden).config
+    hidden_keys = config.get("sinks_hidden", [])  # hidden from a layer's map: drawn hidden, as the views draw them
     doc = {
         "schema": ROLLOUT_SCHEMA,
         "tokens": list(stack.tokens),
         "source": stack.source,
         "layers": stack.layers,
-        "rollout": result.tolist(),
-        "first_row": result[0].tolist(),
-        "last_row": result[-1].tolist(),
+        "rollout": weights_json(result, hidden_keys),
+        "first_row": weights_json(result[:1], hidden_keys)[0],
+        "last_row": weights_json(result[-1:], hidden_keys)[0],
         "sinks": config["sinks"],
         "sink_mode": sinks,
     }
@@ -350,32 +384,44 @@ def generate_header(generation: Generation, sampling: dict[str, Any]) -> dict[st
 
 
 def generate_step_document(
-    generation: Generation, step: int, sampling: dict[str, Any], scale: ColourScale = "auto"
+    generation: Generation,
+    step: int,
+    sampling: dict[str, Any],
+    scale: ColourScale = "auto",
+    sinks: SinkMode = "show",
 ) -> dict[str, Any]:
     """One object of a ``--jsonl`` stream: step 0 is the prompt (its tokens and causal map), step k the k-th
     written token and its row over every token up to itself; each with the colour scale a view of the map
-    so far uses."""
+    so far uses and, with --sinks hide, without the sinks of the map so far (null, ``sinks_hidden``)."""
+    from .structure import without_keys
+
     doc = generate_header(generation, sampling)
     if step == 0:
+        hidden = generation.sinks_at(0) if sinks == "hide" else []
         return doc | {
             "step": 0,
             "color_scale": generation.scale(0, scale),
             "prompt": generation.prompt,
             "tokens": list(generation.prompt_tokens),
             "ids": list(generation.prompt_ids),
-            "weights": generation.prompt_map.tolist(),
+            "weights": weights_json(without_keys(generation.prompt_map, hidden), hidden),
+            **({"sinks_hidden": hidden} if sinks == "hide" else {}),
         }
-    return doc | _step(generation, step, scale)
+    return doc | _step(generation, step, scale, sinks)
 
 
-def _step(generation: Generation, step: int, scale: ColourScale) -> dict[str, Any]:
+def _step(generation: Generation, step: int, scale: ColourScale, sinks: SinkMode = "show") -> dict[str, Any]:
+    """A written token and its row over every token up to itself; with --sinks hide, the sinks of the map so far
+    null (weights_json) and the rest renormalised, as the map's own rows are."""
+    row, hidden = generation.shown_row(step, sinks)
     return {
         "step": step,
         "color_scale": generation.scale(step, scale),
         "position": len(generation.prompt_ids) + step - 1,
         "token": generation.tokens[step - 1],
         "id": generation.ids[step - 1],
-        "row": generation.rows[step - 1].tolist(),
+        "row": weights_json(row, hidden),
+        **({"sinks_hidden": hidden} if sinks == "hide" else {}),
     }
 
 
@@ -394,7 +440,7 @@ def generate_document(
         "tokens": list(generation.tokens),
         "ids": list(generation.ids),
         "stopped": generation.stopped,
-        "steps": [_step(generation, k, scale) for k in range(1, len(generation.rows) + 1)],
+        "steps": [_step(generation, k, scale, sinks) for k in range(1, len(generation.rows) + 1)],
         "attention": attention_document(_readable(generation.attention(), scale, sinks)),
     }
 

@@ -422,7 +422,7 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    from .documents import read_json_source, stack_mean_of, stack_sinks, stack_source
+    from .documents import hides_keys, read_json_source, stack_mean_of, stack_sinks, stack_source
 
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
@@ -440,7 +440,7 @@ def file_stack(
         raise AttnvizError(f"expected {n} tokens for a {tuple(weights.shape)} tensor, got {len(chosen)} from {where}")
     if n != m:
         raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
-    check_weights(weights, f"--from {path}", f" (attnviz check {path} says where)")
+    check_weights(weights, f"--from {path}", f" (attnviz check {path} says where)", hidden=hides_keys(document))
     stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
     if sinks is not None:
         stack = replace(stack, recorded=sinks[0], hidden=sinks[1])
@@ -449,15 +449,16 @@ def file_stack(
     return replace(honoured, mean=True, total_heads=averaged) if averaged else honoured
 
 
-def check_weights(weights: Array, where: str, hint: str = "") -> None:
-    """Refuse what are not attention weights: NaN or infinity, negative numbers, rows that do not sum to 1."""
+def check_weights(weights: Array, where: str, hint: str = "", *, hidden: bool = False) -> None:
+    """Refuse what are not attention weights: NaN or infinity, negative numbers, rows that do not sum to 1 (or,
+    where ``hidden`` keys were left out of the maps, to 0: a row that sees only those, null in the document)."""
     if not np.isfinite(weights).all():
         raise AttnvizError(f"{where}: the weights hold NaN or infinity{hint}")
     if (weights < 0).any():
         raise AttnvizError(f"{where}: some weights are negative{hint}")
     with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
         sums = weights.sum(axis=-1)
-    if not np.allclose(sums, 1.0, atol=1e-3):
+    if not (np.isclose(sums, 1.0, atol=1e-3) | (hidden & (sums == 0))).all():
         raise AttnvizError(f"{where}: some rows do not sum to 1, so these are not attention weights{hint}")
 
 
@@ -686,6 +687,7 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
 
 def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[np.ndarray, list[str] | None]:
     from .documents import (
+        MODEL_SCHEMA,
         attention_from_document,
         is_attention_document,
         nested_array,
@@ -707,10 +709,34 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
         weights, tokens = doc["weights"], doc.get("tokens")
     else:
         weights, tokens = doc, None
-    array = nested_array(weights, "weights", str(path), np.float64)
+    model = isinstance(doc, dict) and doc.get("schema") == MODEL_SCHEMA
+    array = nested_array(weights, "weights", str(path), np.float64, nulls=model)
+    if model and np.isnan(array).any():
+        array = _tiles_hidden_as_zero(array, doc.get("sinks_hidden"), str(path))
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
     return array, tokens
+
+
+def _tiles_hidden_as_zero(array: np.ndarray, hidden: Any, where: str) -> np.ndarray:
+    """A model document's weights (layers, heads, n, n) read with nulls: each tile's null only in the keys it names
+    hidden (``sinks_hidden``, per layer and map), read as 0 (documents.hidden_as_zero)."""
+    from .documents import hidden_as_zero
+
+    shaped = array.ndim == 4 and isinstance(hidden, list) and len(hidden) == len(array)
+    if not shaped or not all(isinstance(layer, list) and len(layer) == array.shape[1] for layer in hidden):
+        raise AttnvizError(f"{where}: 'weights' holds null, but 'sinks_hidden' names no hidden key of each map")
+    return np.stack(
+        [
+            np.stack(
+                [
+                    hidden_as_zero(tile, keys if isinstance(keys, list) else [], where)
+                    for tile, keys in zip(maps, layer, strict=True)
+                ]
+            )
+            for maps, layer in zip(array, hidden, strict=True)
+        ]
+    )
 
 
 def read_tokens_file(path: Path) -> list[str]:

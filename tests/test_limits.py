@@ -354,3 +354,20 @@ def test_text_that_only_looks_like_json_is_text(tmp_path: Path) -> None:
     for text in (_nested(100_000), b"[" + b"1" * 5000 + b"]", b"[1e400]"):
         run = attnviz("heatmap", "-", "--json", cwd=tmp_path, stdin=text)
         assert run.returncode == 0 and json.loads(run.stdout)["tokens"] == [text.decode()]
+
+
+@pytest.mark.parametrize(
+    ("env", "encoding"),
+    [
+        ({"LC_ALL": "C"}, "utf-8"),  # Python's UTF-8 mode reads the C locale as UTF-8: √ and · as they are
+        ({"LC_ALL": "C", "PYTHONUTF8": "0"}, "ascii"),
+        ({"PYTHONIOENCODING": "ascii"}, "ascii"),
+        ({"PYTHONIOENCODING": "latin-1"}, "latin-1"),  # · and × are Latin-1; √ is not
+    ],
+)
+def test_what_the_readme_says_of_terminals_that_cannot_show_utf8(tmp_path: Path, env, encoding: str) -> None:
+    run = attnviz("heatmap", "the", "cat", "--causal", "--head", "0", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr.decode()
+    text = run.stdout.decode(encoding)
+    assert ("1/sqrt16" in text) == (encoding != "utf-8") and ("1/√16" in text) == (encoding == "utf-8")
+    assert run.stdout.isascii() == (encoding == "ascii")

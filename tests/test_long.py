@@ -100,7 +100,7 @@ def test_long_sequences_in_the_cli(cli, tmp_path: Path) -> None:
     tokens.write_text(" ".join(f"w{i % 50}" for i in range(2500)))
     run = cli("heatmap", "--file", str(tokens), "--head", "0", "--causal", "--no-color")
     assert run.code == 0, run.err
-    assert "2,500 tokens max-pooled into 32 × 32 bins" in run.out and "log scale" in run.out
+    assert "2,500 tokens max-pooled into 128 × 128 bins" in run.out and "log scale" in run.out
     assert all(len(line) <= 80 for line in run.out.splitlines())
     refused = cli("heatmap", "--file", str(tokens), "--json")
     assert refused.code == 2 and "--save FILE.npz" in refused.err
@@ -109,7 +109,9 @@ def test_long_sequences_in_the_cli(cli, tmp_path: Path) -> None:
     short = cli("heatmap", "a b c d e f", "--pool", "mean", "--no-color", "--head", "1")
     assert "pooled" not in short.out and "\nf " in short.out  # a map that fits is shown whole, tokens and all
     wide = cli("heatmap", *[f"w{i}" for i in range(60)], "--no-color", "--head", "1")
-    assert "60 tokens max-pooled into 32 × 32 bins" in wide.out  # wider than 80 columns: pooled, none left out
+    assert "pooled" not in wide.out and "59 w59" in wide.out  # wider than 80 columns: in blocks, none pooled
+    longer = cli("heatmap", *[f"w{i}" for i in range(129)], "--no-color", "--head", "1")
+    assert "129 tokens max-pooled into 128 × 128 bins" in longer.out  # more than a terminal shows a row per token
 
 
 def test_save_writes_what_from_reads(cli, tmp_path: Path) -> None:

@@ -108,15 +108,15 @@ def test_dev_stdin_is_stdin(cli) -> None:
 @pytest.mark.parametrize("pool", ["max", "mean"])
 @pytest.mark.parametrize("kind", ["--json", "--jsonl"])
 def test_a_pooled_map_reads_back_and_checks(cli, pool: str, kind: str) -> None:
-    """--pool with --json writes 256 bins; read back in an 80-column terminal they are pooled again into
-    the terminal's 32 (whole bins, which nest here), as the direct view pools the tokens."""
+    """--pool with --json writes 256 bins; read back in a terminal they are pooled again into the terminal's
+    128 (whole bins, which nest here), as the direct view pools the tokens."""
     text = " ".join(f"w{i % 700}" for i in range(3000)).encode()
     direct = cli("heatmap", "-", "--pool", pool, "--head", "1", "--no-color", stdin=text)
     document = cli("heatmap", "-", "--pool", pool, "--head", "1", kind, stdin=text)
     first = json.loads(document.out.splitlines()[0])
     assert first["config"]["pooled"] == {"method": pool, "tokens": 3000, "bins": 256}
     back = cli("heatmap", "--from", "-", "--no-color", stdin=document.out.encode())
-    assert back.code == 0 and back.out == direct.out and "32 × 32 bins" in back.out
+    assert back.code == 0 and back.out == direct.out and "128 × 128 bins" in back.out
     checked = cli("check", "-", stdin=document.out.encode())
     assert checked.code == 0 and f"{pool}-pooled" in checked.out, checked.out
 

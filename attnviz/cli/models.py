@@ -253,7 +253,10 @@ def check(
     if isinstance(first, dict):
         pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))
     mask = None if padding is None else parse_padding(padding, array.shape[-1])
-    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, pooled=pooled)
+    from ..documents import hides_keys
+
+    hides = hides_keys(document)
+    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, pooled=pooled, hides=hides)
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:

@@ -241,8 +241,14 @@ def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color
     console = plain_console()
     color = not (no_color or console.no_color) and console.color_system is not None
     if color:
-        for renderable in render(color, console.width):
-            console.print(printable_view(console, renderable))
+        from ..render.terminal import COLOUR_SYSTEM
+
+        token = COLOUR_SYSTEM.set(str(console.color_system))
+        try:
+            for renderable in render(color, console.width):
+                console.print(printable_view(console, renderable))
+        finally:
+            COLOUR_SYSTEM.reset(token)
         return
     console = plain_console(color_system=None)
     with console.capture() as plain:  # plain text for pipes and files: no spaces at the ends of lines

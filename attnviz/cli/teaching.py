@@ -121,7 +121,7 @@ def saturation(
         draw=lambda: views.saturation.render_saturation_figure(result, figure.style),
         description=lambda: {"attnviz": __version__, "command": "saturation", **options, "style": asdict(figure.style)},
         documents=lambda: [schema.saturation_document(result)],
-        show=lambda color, width: views.terminal.render_saturation(result, color=color, width=width),
+        show=lambda color, width: views.saturation.render_saturation(result, color=color, width=width),
     )
 
 

@@ -71,24 +71,18 @@ def tokenize(
     print_view(lambda color, width: _table(name, source, pieces, color, width), no_color)
 
 
-def shown_piece(token: str) -> str:
-    """A token as the table shows it: what it stands for, with spaces as ␣ and invisible characters escaped."""
-    from ..render.labels import visible_token
-
-    return visible_token(token).replace(" ", "␣") if token else '""'
-
-
 def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Iterator[RenderableType]:
     """The tokens as rows: position, id, token, the text it came from (when some differ: lower-cased, a dummy
     prefix, a byte piece's character; left out when it does not fit) and its offsets. Laid out here, not by
     rich's Table, which takes half a minute over the 40,000 rows of a long document."""
     from rich.text import Text
 
+    from ..render.labels import table_token
     from ..render.literal import literal
 
-    shown = [shown_piece(t) for t in pieces.tokens]
+    shown = [table_token(t) for t in pieces.tokens]
     slices = [
-        "" if span is None or span[0] == span[1] else shown_piece(text[span[0] : span[1]]) for span in pieces.offsets
+        "" if span is None or span[0] == span[1] else table_token(text[span[0] : span[1]]) for span in pieces.offsets
     ]
     chars = ["—" if span is None else f"{span[0]}–{span[1]}" for span in pieces.offsets]
     columns = [[str(k) for k in range(len(shown))], [str(i) for i in pieces.ids], shown, slices, chars]

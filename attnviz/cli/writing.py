@@ -128,7 +128,7 @@ def generate(
     if not (jsonl and sys.stdout.isatty()) and (as_json or jsonl or figure.output is not None):
         run = _with_bar(run, model.name)  # live in the terminal, the written text is the progress
     if jsonl:
-        _stream_jsonl(run, described, color_scale)
+        _stream_jsonl(run, described, color_scale, sinks)
     elif as_json:
         from ..schema import generate_document
         from .output import write_json
@@ -141,7 +141,7 @@ def generate(
 
         _film(run(budget=functools.partial(map_budget, new=new)), figure, fps, color_scale, sinks)
     else:
-        _live(run, no_color)
+        _live(run, no_color, sinks)
 
 
 Writing = Callable[..., "Generation"]  # generate() with all but on_step given
@@ -158,11 +158,12 @@ def _with_bar(run: Writing, name: str) -> Writing:
     return shown
 
 
-def _stream_jsonl(run: Writing, described: dict[str, object], scale: ColourScale) -> None:
+def _stream_jsonl(run: Writing, described: dict[str, object], scale: ColourScale, sinks: SinkMode) -> None:
     from ..schema import generate_step_document, write_document
 
     def written(generation: Generation, step: int) -> None:
-        write_document(generate_step_document(generation, step, described, scale), sys.stdout, compact=True)
+        document = generate_step_document(generation, step, described, scale, sinks)
+        write_document(document, sys.stdout, compact=True)
 
     def step(generation: Generation) -> None:
         if len(generation.rows) == 1:
@@ -219,7 +220,7 @@ def _said(generation: Generation) -> None:
         raise typer.Exit(130)
 
 
-def _live(run: Writing, no_color: bool) -> None:
+def _live(run: Writing, no_color: bool, sinks: SinkMode = "show") -> None:
     """rich Live in a terminal with colour; otherwise one line per token, then the whole text. Whatever a
     prompt or a token holds reaches the terminal through printable() (render.written)."""
     from rich.live import Live
@@ -230,21 +231,27 @@ def _live(run: Writing, no_color: bool) -> None:
     console = plain_console()
     color = not (no_color or console.no_color) and console.color_system is not None and console.is_terminal
     if color:
-        with Live(console=console, auto_refresh=False, transient=False) as live:
+        from ..render.terminal import COLOUR_SYSTEM
 
-            def show(generation: Generation) -> None:
-                live.update(live_view(generation, console.width), refresh=True)
+        token = COLOUR_SYSTEM.set(str(console.color_system))
+        try:
+            with Live(console=console, auto_refresh=False, transient=False) as live:
 
-            generation = run(on_step=show)
-            show(generation)
+                def show(generation: Generation) -> None:
+                    live.update(live_view(generation, console.width, sinks), refresh=True)
+
+                generation = run(on_step=show)
+                show(generation)
+        finally:
+            COLOUR_SYSTEM.reset(token)
     else:
         printed = [False]
 
         def line(generation: Generation) -> None:
             if not printed[0]:
-                print(about(generation))
+                print(about(generation, console.width, sinks))
                 printed[0] = True
-            print(step_line(generation, len(generation.rows), console.width).rstrip(), flush=True)
+            print(step_line(generation, len(generation.rows), console.width, sinks).rstrip(), flush=True)
 
         generation = run(on_step=line)
         print()

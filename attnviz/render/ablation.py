@@ -16,7 +16,7 @@ from ..ablation import Ablation, Importance, strongest
 from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
-from .labels import abbreviate
+from .labels import abbreviate, table_token
 from .literal import literal
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
@@ -193,7 +193,7 @@ def render_importance(
         bold = "bold" if color else ""
         weight = Text(f"{e.weights[j]:.3f}", style=bold if j == top_weight else "")
         table.add_row(
-            str(j), literal(abbreviate(tokens[j], 20)), weight, Text(shown, style=bold if j == top_delta else "")
+            str(j), literal(table_token(tokens[j], 20)), weight, Text(shown, style=bold if j == top_delta else "")
         )
     yield Group(Text(""), table)
     if top_delta >= 0 and top_delta != top_weight:

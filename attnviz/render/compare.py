@@ -80,7 +80,7 @@ def difference_rows(d: Difference, a_label: str, b_label: str) -> list[Row]:
     ]
 
 
-def delta_table(att: Attention, delta: Array, *, color: bool) -> Text:
+def delta_table(att: Attention, delta: Array, *, color: bool, fit: int = 0) -> Text:
     """Signed differences to 2 decimals, red above 0 and blue below."""
 
     def cell(i: int, j: int) -> tuple[str, Style | str]:
@@ -89,7 +89,7 @@ def delta_table(att: Attention, delta: Array, *, color: bool) -> Text:
             return " 0.00", ("dim" if color else "")
         return f"{v:+.2f}", (Style(color="red" if v > 0 else "blue", bold=abs(v) >= 0.1) if color else "")
 
-    return matrix_text(att, cell, 5)
+    return matrix_text(att, cell, 5, fit=fit)
 
 
 def render_rows_terminal(rows: list[Row], heading: list[str], *, color: bool, width: int) -> Iterator[RenderableType]:
@@ -98,9 +98,9 @@ def render_rows_terminal(rows: list[Row], heading: list[str], *, color: bool, wi
         if row.title:
             yield literal("\n" + row.title, style="bold magenta")
         for label, att, body in (
-            (row.labels[0], row.a, number_table(row.a, 0, color=color)),
-            (row.labels[1], row.b, number_table(row.b, 0, color=color)),
-            (row.labels[2], row.b, delta_table(row.b, row.delta, color=color)),
+            (row.labels[0], row.a, number_table(row.a, 0, color=color, fit=width)),
+            (row.labels[1], row.b, number_table(row.b, 0, color=color, fit=width)),
+            (row.labels[2], row.b, delta_table(row.b, row.delta, color=color, fit=width)),
         ):
             yield Group(Text(""), literal(f"{label} · {att.head_labels[0]}", style="bold cyan"), body)
         yield Text(row.verdict, style="bold")

@@ -98,6 +98,14 @@ def abbreviate(token: str, width: int) -> str:
     return "".join(kept).rstrip() + "…"
 
 
+def table_token(token: str, width: int | None = None) -> str:
+    """A token as every table shows it (tokenize, explain, explain --importance): :func:`visible_token` with each
+    space as ␣, so a leading space, part of the token, is seen; '""' when empty; cut to ``width`` cells if given."""
+    if not token:
+        return '""'
+    return (visible_token(token) if width is None else abbreviate(token, width)).replace(" ", "␣")
+
+
 def describe_scale(config: dict[str, Any]) -> str:
     """'1/√16 = 0.25', 'none (1)' or the number."""
     mode, value = config.get("scale_mode"), config.get("scale")
@@ -168,7 +176,10 @@ def describe_parts(att: Attention) -> list[str]:
         parts.append(f"embed {c['embed']}" + (" + sinusoidal positions" if c.get("positions") == "sinusoidal" else ""))
     if "seed" in c:
         parts.append(f"seed {c['seed']}")
-    if c.get("sinks_hidden"):
+    if c.get("layer_sinks_hidden"):  # a rollout: each layer's map without its own sinks
+        named = f"key{'s' if len(c['layer_sinks_hidden']) > 1 else ''} {shortened(c['layer_sinks_hidden'], 'keys')}"
+        parts.append(f"each layer's sinks hidden ({named}): rows renormalised")
+    elif c.get("sinks_hidden"):
         hidden = shortened(c["sinks_hidden"], "keys")
         parts.append(f"sinks hidden (key{'s' if len(c['sinks_hidden']) > 1 else ''} {hidden}): rows renormalised")
     elif c.get("sinks") and c.get("sink_mode") == "mark":
@@ -228,10 +239,10 @@ def score_label(config: dict[str, object]) -> str:
     return f"QKᵀ·{config.get('scale')} + M"
 
 
-def distinct_labels(tokens: tuple[str, ...] | list[str], width: int) -> list[str]:
-    """Abbreviated tokens; a label shown more than once gets its position as a subscript (the₀, the₄), whether the
-    tokens are the same or only look it ('the' and ' the')."""
-    labels = [abbreviate(t, width) for t in tokens]
+def distinct_labels(tokens: tuple[str, ...] | list[str], width: int, *, table: bool = False) -> list[str]:
+    """Abbreviated tokens (in a ``table``, as :func:`table_token` shows them); a label shown more than once gets its
+    position as a subscript (the₀, the₄), whether the tokens are the same or only look it ('the' and ' the')."""
+    labels = [table_token(t, width) if table else abbreviate(t, width) for t in tokens]
     counts = Counter(label.strip() for label in labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
     shared = {label for label, count in counts.items() if count > 1}

@@ -393,7 +393,9 @@ def render_lines(
                 item.append(f"{row[j]:.2f}", style=cell_style(row[j]) if color else "")
                 items.append(item)
             if not order:
-                items.append(Text(f"(no key reaches {min_weight:g})", style="dim"))
+                only_hidden = not att.allowed[i].any() and bool(att.hidden_keys)
+                said = "(it sees only hidden keys)" if only_hidden else f"(no key reaches {min_weight:g})"
+                items.append(Text(said, style="dim"))
             query = " " * (label_w - cell_len(queries[i])) + queries[i]
             yield from _filled(literal(f"{query} → ", style="bold"), items, width)
     if sinks:

@@ -52,7 +52,9 @@ def stack_parts(stack: AttentionStack) -> list[str]:
 
     kept = stack.kept_layers
     first = stack.layer(kept[0])
-    config = {k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "sink_mode")}
+    config = {
+        k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "layer_sinks_hidden", "sink_mode")
+    }
     parts = [p for p in describe_parts(replace(first, config=config)) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
@@ -215,6 +217,11 @@ def render_model_figure(
     per_layer = [stack.allowed(layer) for layer in stack.kept_layers]  # a sliding window's band, per layer
     masks = [np.ones((n, m), dtype=bool) if mask is None else mask for mask in per_layer]
     allowed = np.stack(masks)[:, None]
+    if stack.hidden and stack.pooled is None:  # each tile's hidden sinks drawn as masked cells are
+        allowed = np.broadcast_to(allowed, weights.shape).copy()
+        for p, maps in enumerate(stack.hidden):
+            for k, keys in enumerate(maps):
+                allowed[p, k][:, list(keys)] = False
     chosen, floor = model_scale(stack, scale)
     fixed = style.size is not None or style.preset == "slide"
     box_h = model_box_height(style)
@@ -381,7 +388,10 @@ def rollout_attention(
     whole = Attention(tokens=stack.tokens, weights=result[None], head_labels=("rollout",), config=config, mask=mask)
     config["sinks"], config["sink_mode"] = find_sinks(whole), sinks
     if hidden and any(hidden):
-        config["sinks_hidden"] = sorted({j for keys in hidden for j in keys})
+        config["layer_sinks_hidden"] = sorted({j for keys in hidden for j in keys})
+        every = sorted(set.intersection(*(set(keys) for keys in hidden)))
+        if every:  # no flow into a key hidden from every layer's map but its own residual: hidden from the rollout
+            config["sinks_hidden"] = every
     tokens, weights = stack.tokens, result
     if bins is not None and len(tokens) > bins:
         weights, rows, _ = pool_map(result, bins)
@@ -478,8 +488,8 @@ def render_rollout_figure(
     for side in ("top", "right"):
         bars.spines[side].set_visible(False)
     how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
-    if att.config.get("sinks_hidden"):
-        how += f"; each layer's sinks hidden (keys {shortened(att.config['sinks_hidden'], 'keys')})"
+    if att.config.get("layer_sinks_hidden"):
+        how += f"; each layer's sinks hidden (keys {shortened(att.config['layer_sinks_hidden'], 'keys')})"
     fig.suptitle(
         wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
     )
@@ -499,7 +509,7 @@ def render_rollout(
     hidden: list[list[int]] | None = None,
 ) -> Iterator[RenderableType]:
     """The rollout map as the heatmap view draws one, then a bar per token of what flows into one position."""
-    att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
+    att = rollout_attention(stack, result, bins=terminal_bins(), sinks=sinks, hidden=hidden)
     yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
     yield literal(f"\n{title}", style="bold cyan")

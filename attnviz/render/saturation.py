@@ -1,14 +1,21 @@
-"""The √d_k saturation plot: four panels, scaled against unscaled, so the story reads without a caption."""
+"""The √d_k saturation view: four panels, scaled against unscaled, so the story reads without a caption; in the
+terminal, a table of each statistic per d_k."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
 
-from ..saturation import Saturation
+from ..saturation import STATISTICS, Saturation
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
+from .labels import wrap_parts
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -101,3 +108,62 @@ def headline(result: Saturation) -> str:
     level = all(np.ptp(result.scaled[n]) <= LEVEL * np.ptp(result.unscaled[n]) for n in result.scaled)
     scaled = "nothing moves" if level else "the statistics still move"
     return f"Why divide by √d_k: unscaled, the scores spread as √d_k and {how}; scaled, {scaled}"
+
+
+SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
+
+
+def render_saturation(result: Saturation, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
+    """A table of each statistic per d_k, scaled (÷√d_k) next to raw (unscaled)."""
+    yield Text(
+        f"Why divide by √d_k: q, k ~ N(0, I) · {result.keys} keys · {result.trials} trials · seed {result.seed}",
+        style="bold",
+    )
+    for names in _statistic_groups(result, width):
+        yield _saturation_table(result, names, color)
+    notes = [
+        "÷√d_k: scaled scores",
+        "raw: unscaled q·k",
+        "std: spread of the scores",
+        f"max w: largest softmax weight (uniform: {1 / result.keys:.3f})",
+        "entropy: of the softmax, ÷ log(keys)",
+        "grad: ‖diag(p) − ppᵀ‖_F, the gradient through the softmax",
+    ]
+    yield Text("\n".join(wrap_parts(notes, width)), style="dim")
+
+
+def _saturation_cells(result: Saturation, name: str) -> list[tuple[str, str]]:
+    """A statistic's numbers per d_k, scaled and raw, to three decimals."""
+    return [(f"{result.scaled[name][i]:.3f}", f"{result.unscaled[name][i]:.3f}") for i in range(len(result.d_k))]
+
+
+def _statistic_groups(result: Saturation, width: int) -> list[list[str]]:
+    """The statistics in tables printed one under another, as many to a table as fit ``width``: a number is
+    never cut (at least one statistic a table, however narrow the terminal)."""
+    d_k = max(3, *(len(str(d)) for d in result.d_k))
+    groups: list[list[str]] = [[]]
+    used = d_k
+    for name in STATISTICS:
+        numbers = [len(n) for pair in _saturation_cells(result, name) for n in pair]
+        pair = 2 * (2 + max(len(SATURATION_HEADINGS[name]), 5, *numbers))  # two columns, each padded by 1 a side
+        if groups[-1] and used + pair > width:
+            groups.append([])
+            used = d_k
+        groups[-1].append(name)
+        used += pair
+    return groups
+
+
+def _saturation_table(result: Saturation, names: list[str], color: bool) -> Table:
+    """d_k down, each statistic in ``names`` scaled (÷√d_k) beside raw."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    table.add_column("d_k", justify="right", style="bold", no_wrap=True)
+    scaled_style, raw_style = ("#56B4E9", "#E69F00") if color else ("", "")
+    for name in names:
+        heading = SATURATION_HEADINGS[name]
+        table.add_column(f"{heading}\n÷√d_k", justify="right", header_style=scaled_style, no_wrap=True)
+        table.add_column(f"{heading}\nraw", justify="right", header_style=raw_style, no_wrap=True)
+    columns = [_saturation_cells(result, name) for name in names]
+    for i, d_k in enumerate(result.d_k):
+        table.add_row(str(d_k), *(n for cells in columns for n in cells[i]))
+    return table

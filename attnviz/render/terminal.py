@@ -9,16 +9,14 @@ shade characters, so they read on any terminal and in a log file.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 import numpy as np
-from rich import box
 from rich.console import Group, RenderableType
 from rich.style import Style
-from rich.table import Table
 from rich.text import Text
 
 from ..attention import Attention
-from ..saturation import STATISTICS, Saturation
 from .labels import (
     abbreviate,
     cell_len,
@@ -49,7 +47,7 @@ _VIRIDIS = np.array(
     dtype=float,
 )
 _SHADES = ((0.05, "  "), (0.2, "░░"), (0.4, "▒▒"), (0.7, "▓▓"), (np.inf, "██"))
-_MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
+MASKED_STYLE = Style(color="grey50", bgcolor="grey15")
 LABEL_WIDTH = 8  # token labels are cut to this when nothing wider fits
 MAX_LABEL = 64  # the longest label a table shows whole, when it fits
 BLOCK_LABEL = LABEL_WIDTH + 3  # the row labels of the block view
@@ -79,9 +77,25 @@ def text_colour(w: float) -> str:
     return "#000000" if float(linear @ [0.2126, 0.7152, 0.0722]) > 0.179 else "#ffffff"
 
 
+COLOUR_SYSTEM: ContextVar[str] = ContextVar("colour_system", default="truecolor")
+"""The colours the terminal shows ('truecolor', '256', 'standard', 'windows': rich's ColorSystem names), set
+where a view is printed (cli.output.print_view): 16 colours get a ramp of their own."""
+_STANDARD = ("black", "blue", "cyan", "green", "bright_yellow")  # one per band of _SHADES, dark to light
+_STANDARD_TEXT = ("bright_white", "bright_white", "black", "black", "black")
+
+
 def cell_style(w: float, *, strong: bool = False) -> Style:
-    """Background by weight, text in contrast; the row maximum bold and underlined."""
+    """Background by weight, text in contrast; the row maximum bold and underlined. On a 16-colour terminal
+    (where viridis from 0.01 to 0.38 is one grey) a colour per band of the shade characters (:func:`band`)."""
+    if COLOUR_SYSTEM.get() in ("standard", "windows"):
+        k = band(w)
+        return Style(bgcolor=_STANDARD[k], color=_STANDARD_TEXT[k], bold=strong, underline=strong)
     return Style(bgcolor=weight_colour(w), color=text_colour(w), bold=strong, underline=strong)
+
+
+def band(w: float) -> int:
+    """Which of the bands of _SHADES (the shade characters' weights: <.05, .05–.2, …) ``w`` falls in."""
+    return next(k for k, (limit, _) in enumerate(_SHADES) if w < limit)
 
 
 def shade(w: float) -> str:
@@ -89,10 +103,16 @@ def shade(w: float) -> str:
     return next(glyphs for limit, glyphs in _SHADES if w < limit)
 
 
-def _row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Index of each row's largest allowed weight."""
+TIE = 1e-6  # weights this close (relative) are one value: float32 softmax rounds at ~6e-8
+
+
+def row_maxima(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Index of each row's largest shown weight; -1 for a row without a single largest one (all zero, nothing
+    shown, or a tie such as a uniform row: no cell is marked, as none is the maximum)."""
     seen = np.where(allowed, weights, -np.inf)
-    maxima: np.ndarray = np.where(seen.max(axis=1) > 0, seen.argmax(axis=1), -1)  # a row of zeros has none
+    top = seen.max(axis=1, keepdims=True)
+    ties = (seen >= top * (1 - TIE)).sum(axis=1)
+    maxima: np.ndarray = np.where((top[:, 0] > 0) & (ties == 1), seen.argmax(axis=1), -1)
     return maxima
 
 
@@ -107,9 +127,11 @@ def matrix_text(
     *,
     trailing: int = 0,
     labels: int = LABEL_WIDTH,
+    fit: int = 0,
 ) -> Text:
     """Query tokens down, key tokens across, each cell's text right-aligned in ``width`` characters,
-    the tokens cut to ``labels`` cells.
+    the tokens cut to ``labels`` cells; within ``fit`` columns (when given), the keys that do not fit in
+    further blocks of the same rows printed below, so a number is never cut.
 
     Column labels are right-aligned too, ending ``trailing`` characters early (above a marker).
     """
@@ -118,42 +140,57 @@ def matrix_text(
     widths = [max(width, cell_len(c)) for c in cols]
     label_w = max(cell_len(r) for r in rows)
     out = Text(no_wrap=True, overflow="crop")
-    out.append(" " * label_w)
-    for c, w in zip(cols, widths, strict=True):
-        right = min(trailing, w - cell_len(c))
-        out.append(" " * (1 + w - right - cell_len(c)) + c + " " * right, style="bold")
-    for i, row in enumerate(rows):
-        out.append("\n")
-        out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(_is_padding(att, i)))
-        for j, w in enumerate(widths):
-            text, style = cell(i, j)
-            out.append(" ")
-            out.append(text.rjust(w), style=style)
+    for block in _column_blocks(widths, (fit or 10**9) - label_w):
+        if block.start:
+            out.append("\n\n")
+        out.append(" " * label_w)
+        for j in block:
+            c, w = cols[j], widths[j]
+            right = min(trailing, w - cell_len(c))
+            out.append(" " * (1 + w - right - cell_len(c)) + c + " " * right, style="bold")
+        for i, row in enumerate(rows):
+            out.append("\n")
+            out.append(" " * (label_w - cell_len(row)) + row, style=_label_style(_is_padding(att, i)))
+            for j in block:
+                text, style = cell(i, j)
+                out.append(" ")
+                out.append(text.rjust(widths[j]), style=style)
     return out
+
+
+def _column_blocks(widths: list[int], room: int) -> list[range]:
+    """The columns (of ``widths``, each after a space) in blocks of at most ``room`` cells, at least one each."""
+    blocks, start, used = [], 0, 0
+    for j, w in enumerate(widths):
+        if j > start and used + 1 + w > room:
+            blocks.append(range(start, j))
+            start, used = j, 0
+        used += 1 + w
+    return [*blocks, range(start, len(widths))]
 
 
 def _is_padding(att: Attention, i: int) -> bool:
     return bool(att.padding[i]) if att.padding else False
 
 
-def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
-    """Each cell the weight to 2 decimals; masked cells '·'; the row maximum marked."""
+def number_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
+    """Each cell the weight to 2 decimals; masked and hidden cells '·'; the row's maximum marked (if it has one)."""
     weights, allowed = att.weights[head], att.allowed
     colours = shades(att, head)
-    maxima = _row_maxima(weights, allowed)
+    maxima = row_maxima(weights, allowed)
 
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         if not allowed[i, j]:
-            return "·".center(4 if color else 5), (_MASKED_STYLE if color else "")
+            return "·".center(4 if color else 5), (MASKED_STYLE if color else "")
         value, strong = weights[i, j], j == maxima[i]
         if color:
             return f"{value:.2f}", cell_style(colours[i, j], strong=strong)
         return f"{value:.2f}" + ("*" if strong else " "), ""
 
-    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1, labels=labels)
+    return matrix_text(att, cell, 4 if color else 5, trailing=0 if color else 1, labels=labels, fit=fit)
 
 
-def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH) -> Text:
+def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
     """Scaled scores to 2 decimals, −∞ where the mask blocks."""
     assert att.scores is not None
     scores, allowed = att.scores[head], att.allowed
@@ -164,54 +201,61 @@ def scores_table(att: Attention, head: int, *, color: bool, labels: int = LABEL_
     def cell(i: int, j: int) -> tuple[str, Style | str]:
         return texts[i][j], ("" if allowed[i, j] else "dim")
 
-    return matrix_text(att, cell, max(len(t) for row in texts for t in row), labels=labels)
+    return matrix_text(att, cell, max(len(t) for row in texts for t in row), labels=labels, fit=fit)
 
 
-def mask_table(att: Attention, labels: int = LABEL_WIDTH) -> Text:
+def mask_table(att: Attention, labels: int = LABEL_WIDTH, fit: int = 0) -> Text:
     """The additive mask: 0 where allowed, −∞ where blocked."""
     allowed = att.allowed
-    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3, labels=labels)
+    return matrix_text(att, lambda i, j: ("0", "") if allowed[i, j] else ("−∞", "dim"), 3, labels=labels, fit=fit)
 
 
 def block_heatmap(att: Attention, head: int, *, color: bool, width: int) -> Text:
-    """Two cells per key, keys numbered like the rows; keys beyond ``width`` are left out."""
+    """Two cells per key, keys numbered like the rows; keys beyond ``width`` go to a further block of the
+    same rows printed below, so every key is shown at every width."""
     weights, allowed = shades(att, head), att.allowed  # on the map's colour scale (log for ~1/n weights)
     n, m = weights.shape
     digits = len(str(max(n, m) - 1))
     cell = max(2, digits)
     rows = [f"{i:>{digits}} {abbreviate(t, BLOCK_LABEL)}" for i, t in enumerate(att.tokens)]
     label_w = max(cell_len(r) for r in rows)
-    shown = max(1, min(m, (width - label_w - 1) // cell))
-    maxima = _row_maxima(weights, allowed)
+    fit = max(1, min(m, (width - label_w - 1) // cell))
+    shown = -(-m // -(-m // fit))  # the blocks as even as they can be: 16 keys in 8 + 8, not 15 + 1
+    maxima = row_maxima(att.weights[head], allowed)
     out = Text(no_wrap=True, overflow="crop")
     step = 5 if 5 * cell > digits else 10
-    header = "".join(f"{j:<{step * cell}}" for j in range(0, shown, step))
-    out.append(" " * (label_w + 1) + header[: shown * cell].rstrip(), style="dim")
-    for i, row in enumerate(rows):
-        pad = bool(att.padding[i]) if att.padding else False
-        out.append("\n")
-        out.append(row + " " * (label_w - cell_len(row) + 1), style=_label_style(pad))
-        for j in range(shown):
-            value = weights[i, j]
-            if not allowed[i, j]:
-                out.append("·".rjust(cell), style=_MASKED_STYLE if color else "")
-            elif color:
-                glyph = "◆" if j == maxima[i] else " "
-                out.append(glyph.rjust(cell), style=cell_style(value))
-            else:
-                out.append(shade(value)[0] * cell)
-    if shown < m:
-        note = f"\nkeys {shown}–{m - 1} of {m} left out to fit {width} columns: widen the terminal, or use --json"
-        out.append(note, style="yellow")
+    for start in range(0, m, shown):
+        keys = range(start, min(m, start + shown))
+        if start:
+            out.append("\n\n")
+        first = (-start) % step  # the first key in this block whose number is written
+        header = " " * (first * cell) + "".join(f"{j:<{step * cell}}" for j in range(start + first, keys.stop, step))
+        out.append(" " * (label_w + 1) + header[: len(keys) * cell].rstrip(), style="dim")
+        for i, row in enumerate(rows):
+            out.append("\n")
+            out.append(row + " " * (label_w - cell_len(row) + 1), style=_label_style(_is_padding(att, i)))
+            for j in keys:
+                out.append(*_block_cell(weights[i, j], bool(allowed[i, j]), j == maxima[i], color, cell))
     return out
 
 
-TERMINAL_BINS = 128  # columns of a pooled terminal map, however wide the terminal says it is
+def _block_cell(value: float, allowed: bool, strong: bool, color: bool, cell: int) -> tuple[str, Style | str]:
+    """One key's cell of the block view: '·' when masked or hidden; else a colour (or a shade), the row maximum '◆'."""
+    if not allowed:
+        return "·".rjust(cell), MASKED_STYLE if color else ""
+    if color:
+        return ("◆" if strong else " ").rjust(cell), cell_style(value)
+    return (shade(value)[0] * (cell - 1) + ("◆" if strong else shade(value)[0])), ""
 
 
-def terminal_bins(width: int) -> int:
-    """The bins a long map gets in a terminal of ``width`` columns: two columns each, after the labels."""
-    return max(2, min(TERMINAL_BINS, (width - 16) // 2))
+TERMINAL_BINS = 128  # the longest map a terminal shows a row per token; longer ones are pooled into this many bins
+
+
+def terminal_bins() -> int:
+    """The bins a long map gets in a terminal, whatever its width: the width only splits the keys into blocks
+    printed one under another (:func:`block_heatmap`), so that the colour scale a map is drawn on (log when
+    pooled) never changes with the terminal."""
+    return TERMINAL_BINS
 
 
 def shades(att: Attention, head: int) -> np.ndarray:
@@ -229,6 +273,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
     out = Text(style="dim")
     scale = scale_in(att.config)
     masked = att.mask is not None if masked is None else masked
+    what = ("masked or hidden" if masked else "hidden") if att.hidden_keys else "masked" if masked else ""
     if scale == "log":
         floor = colour_floor(att.config, len(att.keys))
         out.append(f"colours on a log scale from {floor:.1e} (a tenth of uniform) to 1\n")
@@ -245,24 +290,38 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
             for s in sinks
         )
         hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
+        hidden = (
+            " (of the rollout; each layer's own hidden from its map)" if "layer_sinks_hidden" in att.config else hidden
+        )
         out.append(f"attention sinks: {names}{hidden}\n")
+    if blocks and color and COLOUR_SYSTEM.get() in ("standard", "windows"):  # each colour beside its weights
+        floor = colour_floor(att.config, len(att.keys))
+        for k, entry in enumerate(shade_entries(scale, floor)):
+            out.append("  " if k else "")
+            out.append("  ", style=Style(bgcolor=_STANDARD[k]))
+            out.append(" " + entry.split()[-1])
+        out.append("   ◆ row maximum")
+        if what:
+            out.append(f"   · {what}")
+        return out
     if blocks and color:
         out.append("0 ")
         for w in np.linspace(0, 1, 11):
             out.append(" ", style=Style(bgcolor=weight_colour(w)))
         out.append(" 1   ◆ row maximum")
-        if masked:
-            out.append("   · masked")
+        if what:
+            out.append(f"   · {what}")
         return out
     if blocks:  # each shade beside the weights it stands for, on one line
         entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
         entries[0] = "   " + entries[0]
+        entries.append("◆ row maximum")
         separator = "  "
     else:
         entries = ["rows: queries", "columns: keys", "underlined: row maximum" if color else "*: row maximum"]
         separator = " · "
-    if masked:
-        entries.append(" · masked" if blocks else "·: masked")
+    if what:
+        entries.append(f" · {what}" if blocks else f"·: {what}")
     out.append("\n".join(wrap_parts(entries, width, separator)) if width else separator.join(entries))
     return out
 
@@ -349,6 +408,9 @@ def _section(title: str, body: RenderableType) -> Group:
     return Group(Text(""), literal(title, style="bold cyan"), body)
 
 
+MASK_TABLES = 32  # the most tokens the mask view shows as three tables (in blocks of keys at any width)
+
+
 def render_mask(
     att: Attention, *, compare: Attention | None = None, color: bool = True, width: int = 80
 ) -> Iterator[RenderableType]:
@@ -360,56 +422,19 @@ def render_mask(
         which = "with" if row.config.get("causal") else "without"
         prefix = f"{which} the causal mask: " if compare is not None else ""
         assert row.scores is not None
-        score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
-        if table_width(row, max(score_width, 5)) <= width:
-            labels = label_width(row, max(score_width, 5), width)
-            yield _section(f"{prefix}mask M", mask_table(row, labels))
-            scores = scores_table(row, 0, color=color, labels=labels)
-            yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
-            yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels))
-            cut = cut_tokens(row, labels, width)
-        else:
-            note = Text(
-                f"mask and score tables need {table_width(row, score_width)} columns: widen the "
-                "terminal, or use --json or -o",
-                style="yellow",
-            )
-            yield _section(
-                f"{prefix}weights = softmax(scores)", Group(block_heatmap(row, 0, color=color, width=width), note)
-            )
+        if len(row.keys) > MASK_TABLES:
+            note = Text(f"mask and score tables for up to {MASK_TABLES} tokens: use --json or -o", style="yellow")
+            blocks = Group(block_heatmap(row, 0, color=color, width=width), note)
+            yield _section(f"{prefix}weights = softmax(scores)", blocks)
             cut = cut_tokens(row, BLOCK_LABEL, width, queries=True)
+            continue
+        score_width = max(len(f"{v:.2f}") for v in row.scores[0][row.allowed])
+        labels = label_width(row, max(score_width, 5), width)
+        yield _section(f"{prefix}mask M", mask_table(row, labels, fit=width))
+        scores = scores_table(row, 0, color=color, labels=labels, fit=width)
+        yield _section(f"{prefix}scores S = {score_label(row.config)}", scores)
+        yield _section(f"{prefix}weights = softmax(S)", number_table(row, 0, color=color, labels=labels, fit=width))
+        cut = cut_tokens(row, labels, width)
     if cut is not None:
         yield cut
-    yield legend(att, color=color, blocks=not fits_as_numbers(att, color=color, width=width), masked=True, width=width)
-
-
-SATURATION_HEADINGS = {"score_std": "std", "max_weight": "max w", "entropy": "entropy", "grad_norm": "grad"}
-
-
-def render_saturation(result: Saturation, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
-    """A table of each statistic per d_k, scaled (÷√d_k) next to raw (unscaled)."""
-    yield Text(
-        f"Why divide by √d_k: q, k ~ N(0, I) · {result.keys} keys · {result.trials} trials · seed {result.seed}",
-        style="bold",
-    )
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
-    table.add_column("d_k", justify="right", style="bold")
-    scaled_style, raw_style = ("#56B4E9", "#E69F00") if color else ("", "")
-    for name in STATISTICS:
-        table.add_column(f"{SATURATION_HEADINGS[name]}\n÷√d_k", justify="right", header_style=scaled_style)
-        table.add_column(f"{SATURATION_HEADINGS[name]}\nraw", justify="right", header_style=raw_style)
-    for i, d_k in enumerate(result.d_k):
-        cells = [str(d_k)]
-        for name in STATISTICS:
-            cells += [f"{result.scaled[name][i]:.3f}", f"{result.unscaled[name][i]:.3f}"]
-        table.add_row(*cells)
-    yield table
-    notes = [
-        "÷√d_k: scaled scores",
-        "raw: unscaled q·k",
-        "std: spread of the scores",
-        f"max w: largest softmax weight (uniform: {1 / result.keys:.3f})",
-        "entropy: of the softmax, ÷ log(keys)",
-        "grad: ‖diag(p) − ppᵀ‖_F, the gradient through the softmax",
-    ]
-    yield Text("\n".join(wrap_parts(notes, width)), style="dim")
+    yield legend(att, color=color, blocks=len(att.keys) > MASK_TABLES, masked=True, width=width)
