@@ -165,7 +165,7 @@ def same_length(model: Decoder, clean: str, corrupt: str) -> tuple[tuple[str, ..
         first = next((i for i, (x, y) in enumerate(zip(a.ids, b.ids, strict=False)) if x != y), None)
         first = min(len(a.ids), len(b.ids)) if first is None else first
         ends = [
-            quoted(model.tokenizer.readable(t[first])) if first < len(t) else "(its end)" for t in (a.tokens, b.tokens)
+            quoted(model.tokenizer.readable(t[first])) if first < len(t) else "its end" for t in (a.tokens, b.tokens)
         ]
         raise UsageError(
             f"--clean is {len(a.ids):,} tokens and --corrupt {len(b.ids):,}: patching needs as many; "
