@@ -73,6 +73,7 @@ class Comparison:
 
     rank_correlation: float
     worst: tuple[tuple[int, int, float, float], ...]
+    exact: Array  # the exact ablation's Δ (layers, heads)
 
 
 def ranks(values: Array) -> Array:
@@ -96,7 +97,7 @@ def compared(exact: Ablation, estimate: Ablation, count: int = 5) -> Comparison:
     order = np.argsort(-gaps, kind="stable")[:count]
     worst = tuple((int(i) // heads, int(i) % heads, float(exact.delta.flat[i]), float(estimate.delta.flat[i]))
                   for i in order)  # fmt: skip
-    return Comparison(correlation, worst)
+    return Comparison(correlation, worst, exact.delta)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def backward(model: Decoder, inputs: Array, ids: tuple[int, ...], target: int | 
         kept_inputs.append(x)
         outputs.append(output)
 
+    model.resident()  # the backward reads every matrix again, whole (a product's gradient is grad · W)
     memory = Remembered(REMEMBER_BYTES)
     token = REMEMBERED.set(memory)
     try:

@@ -19,6 +19,7 @@ from .resources import ensure_fits
 if TYPE_CHECKING:
     from .ablation import Ablation, Importance
     from .analysis import HeadScores
+    from .attribution import Comparison
     from .config import ColourScale, SinkMode
     from .explain import QueryExplanation
     from .generate import Generation
@@ -290,12 +291,20 @@ def heads_document(
     }
 
 
-def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any]:
+def ablation_document(result: Ablation, source: dict[str, Any], comparison: Comparison | None = None) -> dict[str, Any]:
     """Each head removed in turn: ``delta`` (layers × heads) of the measure, the next-token loss (nats) or, with a
-    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated."""
+    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated.
+    Estimated (``estimate``: "attribution patching"), ``compare`` holds the exact ablation's agreement with it."""
     from .ablation import strongest
 
     baseline = "baseline_loss" if result.target is None else "baseline_log_prob"
+    extra: dict[str, Any] = {} if result.estimate is None else {"estimate": result.estimate}
+    if comparison is not None:
+        extra["compare"] = {
+            "rank_correlation": comparison.rank_correlation,
+            "worst": [{"layer": layer, "head": h, "delta": exact, "estimate": guess}
+                      for layer, h, exact, guess in comparison.worst],
+        }  # fmt: skip
     return {
         "schema": ABLATION_SCHEMA,
         "tokens": list(result.tokens),
@@ -309,7 +318,7 @@ def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any
         "heads": int(result.delta.shape[1]),
         "delta": result.delta.tolist(),
         "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(result, 10)],
-    }
+    } | extra
 
 
 def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import families
 import numpy as np
 import pytest
 from test_checkpoints import PACKAGES
+from tiny_gguf import write_tiny_llama
 
 from attnviz.ablation import target_id, token_text
 from attnviz.attribution import SALIENCY_METHODS, attribution, estimated, patch, saliency
@@ -179,3 +180,31 @@ def test_a_gradient_that_overflows_is_refused_naming_the_layer(position: int, tm
     assert np.isfinite(model.through(model.embed(np.asarray(ids)))).all()
     with pytest.raises(AttnvizError, match=r"the gradient at (layer \d+'s|the last layer's) \S+ is NaN or infinite"):
         backward(model, model.embed(np.asarray(ids)), tuple(ids), None)
+
+
+def test_ablate_estimate_json_table_and_figure(cli, tmp_path: Path) -> None:
+    """ablate --estimate writes ablate's document with "estimate"; --compare adds the exact ablation's agreement
+    (the same exact Δ ablate gives) to the JSON, the table and the figure; --compare alone is refused."""
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    tiny = str(path)
+    text = "the cat sat on the mat"
+    doc = json.loads(cli("ablate", "--model-file", tiny, text, "--estimate", "--json").out)
+    assert doc["schema"] == "attnviz.ablation/1" and doc["estimate"] == "attribution patching"
+    model = load_model(None, None, path)
+    np.testing.assert_allclose(doc["delta"], attribution(model, text).delta, rtol=0, atol=1e-12)
+    both = json.loads(cli("ablate", "--model-file", tiny, text, "--estimate", "--compare", "--mean", "--json").out)
+    exact = json.loads(cli("ablate", "--model-file", tiny, text, "--mean", "--json").out)
+    assert "estimate" not in exact and -1 <= both["compare"]["rank_correlation"] <= 1
+    worst = both["compare"]["worst"][0]
+    assert worst["delta"] == exact["delta"][worst["layer"]][worst["head"]]
+    assert worst["estimate"] == both["delta"][worst["layer"]][worst["head"]]
+    table = cli("ablate", "--model-file", tiny, text, "--estimate", "--compare").out
+    assert "estimated by attribution patching" in table and "Spearman's rank correlation" in table
+    run = cli("ablate", "--model-file", tiny, text, "--estimate", "--compare", "-o", str(tmp_path / "a.png"), "--audit")
+    assert run.code == 0, run.err
+    run = cli("ablate", "--model-file", tiny, text, "--compare")
+    assert (
+        run.code == 2
+        and run.err.strip()
+        == "attnviz: error: --compare goes with --estimate (it compares the estimate with the exact ablation)"
+    )

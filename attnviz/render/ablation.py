@@ -20,8 +20,10 @@ from .labels import abbreviate
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ..attribution import Comparison
     from ..explain import QueryExplanation
 
 TOP = 10
@@ -44,7 +46,8 @@ def ablation_heading(result: Ablation, model: str) -> list[str]:
         if result.target is None
         else f"log p({token_quoted(result.target)}) {result.baseline:.4f} after the last token"
     )
-    return [f"{result.method} ablation", model, f"{len(result.ids)} tokens", baseline]
+    method = f"{result.method} ablation" + ("" if result.estimate is None else f" estimated by {result.estimate}")
+    return [method, model, f"{len(result.ids)} tokens", baseline]
 
 
 def head_group(result: Ablation) -> int:
@@ -61,17 +64,20 @@ def head_columns(heads: int, group: int) -> list[float]:
 
 
 @styled
-def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE) -> Figure:
+def render_ablation_figure(
+    result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE, comparison: Comparison | None = None
+) -> Figure:
     """Δ of each head removed: red where removing it raises the measure, blue where it lowers it. Query heads that
-    share a key/value head lie side by side, each group drawn apart from the next."""
+    share a key/value head lie side by side, each group drawn apart from the next. With ``comparison``, beside
+    it each head's estimate against its exact Δ."""
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
     layers, heads = result.delta.shape
     group = head_group(result)
     columns = head_columns(heads, group)
-    fig = new_figure(style, 0.9)
-    ax = fig.subplots()
+    fig = new_figure(style, 0.9 if comparison is None else 0.5, wide=comparison is not None)
+    ax = fig.subplots() if comparison is None else fig.subplots(1, 2, width_ratios=[3, 2])[0]
     limit = float(np.abs(result.delta).max()) or 1.0
     image = None
     for first in range(0, heads, group or heads):
@@ -100,6 +106,8 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     bar.set_label(measure_label(result), fontsize=style.scaled(0.75))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
+    if comparison is not None:
+        scatter(fig.axes[1], result, comparison, style)
     width = fig.get_size_inches()[0]
     kv = result.kv_heads if result.kv_heads is not None and result.kv_heads < heads else None
     shared = [] if kv is None else ["\n" + wrapped_sentence(sharing_phrases(heads, kv), width, style.font_size)]
@@ -108,14 +116,32 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     return fig
 
 
+def scatter(ax: Axes, result: Ablation, comparison: Comparison, style: FigureStyle) -> None:
+    """Each head's estimate against its exact Δ, the diagonal where they agree, the worst estimated marked."""
+    exact, guess = comparison.exact.ravel(), result.delta.ravel()
+    ax.scatter(exact, guess, s=style.scaled(0.6), color=style.colours["text"], alpha=0.6, linewidths=0)
+    low, high = float(min(exact.min(), guess.min())), float(max(exact.max(), guess.max()))
+    ax.plot([low, high], [low, high], color="#b2182b", linewidth=0.8)
+    for layer, head, truth, estimate in comparison.worst[:3]:
+        ax.annotate(f"L{layer} H{head}", (truth, estimate), fontsize=style.scaled(0.6), xytext=(3, 3),
+                    textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("exact Δ", fontsize=style.scaled(0.75))
+    ax.set_ylabel("estimated Δ", fontsize=style.scaled(0.75))
+    ax.tick_params(labelsize=style.scaled(0.65))
+    ax.set_title(f"Spearman ρ {comparison.rank_correlation:.3f}", fontsize=style.scaled(0.8))
+
+
 def grouping(result: Ablation) -> str:
     """Which query heads share which key/value head (grouped-query attention), in the model view's words."""
     assert result.kv_heads
     return shared_heads(result.delta.shape[1], result.kv_heads)
 
 
-def render_ablation(result: Ablation, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
-    """The heads whose removal moves the measure most."""
+def render_ablation(
+    result: Ablation, model: str, comparison: Comparison | None = None, *, color: bool, width: int
+) -> Iterator[RenderableType]:
+    """The heads whose removal moves the measure most; with ``comparison``, how the estimate agrees with the exact
+    ablation and the heads it gets most wrong."""
     yield Text(" · ".join(ablation_heading(result, model)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("layer", "head", measure_label(result)):
@@ -128,6 +154,22 @@ def render_ablation(result: Ablation, model: str, *, color: bool, width: int) ->
                style="dim")  # fmt: skip
     if result.kv_heads and result.kv_heads < result.delta.shape[1]:
         yield Text(grouping(result), style="dim")
+    if comparison is not None:
+        yield from compared_rows(comparison)
+
+
+def compared_rows(comparison: Comparison) -> Iterator[RenderableType]:
+    heads = comparison.exact.size
+    yield Text(f"\nagainst the exact ablation: Spearman's rank correlation {comparison.rank_correlation:.3f} over "
+               f"{heads} heads; the estimates furthest from it:")  # fmt: skip
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("layer", "head", "exact Δ", "estimated Δ"):
+        table.add_column(column, justify="right")
+    for layer, head, exact, guess in comparison.worst:
+        table.add_row(str(layer), str(head), f"{exact:+.4f}", f"{guess:+.4f}")
+    yield table
+    yield Text("attribution patching is first order: it misses most where a head's attention is saturated (its "
+               "softmax flat, the gradient small, the head's removal still large)", style="dim")  # fmt: skip
 
 
 def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[str]:
