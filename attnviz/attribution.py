@@ -159,6 +159,12 @@ class Patching:
     kv_heads: int | None = None
 
 
+def as_ablation(result: Patching) -> Ablation:
+    """The patching's Δ as ablation's map draws and ranks it (the corrupt text, the target's log-probability)."""
+    return Ablation(result.corrupt_tokens, result.corrupt_ids, "zero", result.corrupt_log_prob, result.delta,
+                    result.target, result.target_id, result.kv_heads, result.estimate)  # fmt: skip
+
+
 def same_length(model: Decoder, clean: str, corrupt: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
     """The two texts' tokens (and the corrupt one's ids), which must be as many: else where they first differ."""
     a, b = model.encode(clean), model.encode(corrupt)

@@ -65,11 +65,13 @@ def head_columns(heads: int, group: int) -> list[float]:
 
 @styled
 def render_ablation_figure(
-    result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE, comparison: Comparison | None = None
-) -> Figure:
+    result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE, comparison: Comparison | None = None,
+    heading: list[str] | None = None, label: str | None = None,
+) -> Figure:  # fmt: skip
     """Δ of each head removed: red where removing it raises the measure, blue where it lowers it. Query heads that
     share a key/value head lie side by side, each group drawn apart from the next. With ``comparison``, beside
-    it each head's estimate against its exact Δ."""
+    it each head's estimate against its exact Δ. ``heading`` and ``label`` (the colour bar's) in place of
+    ablation's (activation patching's map is drawn the same way)."""
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
@@ -103,7 +105,7 @@ def render_ablation_figure(
     ax.set_xlabel("head", fontsize=style.scaled(0.8))
     ax.set_ylabel("layer", fontsize=style.scaled(0.8))
     bar = fig.colorbar(image, ax=ax, shrink=1.0, pad=0.02)
-    bar.set_label(measure_label(result), fontsize=style.scaled(0.75))
+    bar.set_label(label or measure_label(result), fontsize=style.scaled(0.75))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
     if comparison is not None:
@@ -111,7 +113,7 @@ def render_ablation_figure(
     width = fig.get_size_inches()[0]
     kv = result.kv_heads if result.kv_heads is not None and result.kv_heads < heads else None
     shared = [] if kv is None else ["\n" + wrapped_sentence(sharing_phrases(heads, kv), width, style.font_size)]
-    fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(shared),
+    fig.suptitle(wrapped_title(heading or ablation_heading(result, model), width, style.font_size) + "".join(shared),
                  fontweight="bold")  # fmt: skip
     return fig
 
