@@ -28,6 +28,10 @@ from .core import Array
 from .errors import UsageError, quoted
 from .gradients import backward
 
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
 if TYPE_CHECKING:
     from .models.decoder import Decoder
     from .progress import Steps
@@ -175,7 +179,7 @@ def same_length(model: Decoder, clean: str, corrupt: str) -> tuple[tuple[str, ..
             quoted(model.tokenizer.readable(t[first])) if first < len(t) else "its end" for t in (a.tokens, b.tokens)
         ]
         raise UsageError(
-            f"--clean is {len(a.ids):,} tokens and --corrupt {len(b.ids):,}: patching needs as many; "
+            f"--clean is {plural(len(a.ids), 'token')} and --corrupt {len(b.ids):,}: patching needs as many; "
             f"they first differ at token {first}: {ends[0]} and {ends[1]}"
         )
     return a.tokens, b.tokens, b.ids

@@ -208,3 +208,81 @@ def test_ablate_estimate_json_table_and_figure(cli, tmp_path: Path) -> None:
         and run.err.strip()
         == "attnviz: error: --compare goes with --estimate (it compares the estimate with the exact ablation)"
     )
+
+
+def test_saliency_json_table_and_figure(cli, tmp_path: Path) -> None:
+    """The scores are the API's; the attention row beside them is the head's (layer, head) row of the last query,
+    by default the head with the largest estimated ablation."""
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    text = "the cat sat on the mat"
+    model = load_model(None, None, path)
+    for method in SALIENCY_METHODS:
+        doc = json.loads(cli("saliency", "--model-file", str(path), text, "--method", method, "--steps", "4",
+                             "--json").out)  # fmt: skip
+        assert doc["schema"] == "attnviz.saliency/1" and doc["method"] == method and doc["measure"] == "loss"
+        expected = saliency(model, text, method, steps=4).scores  # type: ignore[arg-type]
+        np.testing.assert_allclose(doc["scores"], expected, rtol=0, atol=1e-12)
+        weights = doc["attention"]["weights"]
+        assert len(weights) == len(doc["tokens"]) and abs(sum(weights) - 1) < 1e-5
+    largest = np.abs(attribution(model, text).delta)
+    assert (doc["attention"]["layer"], doc["attention"]["head"]) == divmod(int(largest.argmax()), model.heads)
+    chosen = json.loads(cli("saliency", "--model-file", str(path), text, "--layer", "0", "--head", "2", "--target",
+                            " ", "--json").out)  # fmt: skip
+    assert chosen["measure"] == "log_prob" and chosen["log_prob"] < 0
+    assert (chosen["attention"]["layer"], chosen["attention"]["head"]) == (0, 2)
+    table = cli("saliency", "--model-file", str(path), text).out
+    assert "largest |score| of 11 tokens" in table
+    for preset in ("screen", "paper"):
+        run = cli("saliency", "--model-file", str(path), text, "-o", str(tmp_path / f"s-{preset}.png"), "--audit",
+                  "--preset", preset, "--dpi", "72")  # fmt: skip
+        assert run.code == 0, run.err
+
+
+def test_patch_json_table_and_figure(cli, tmp_path: Path) -> None:
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    clean, corrupt = "the cat sat on the mat", "the sat cat on the mat"
+    args = ["patch", "--model-file", str(path), "--clean", clean, "--corrupt", corrupt, "--target", " "]
+    doc = json.loads(cli(*args, "--json").out)
+    model = load_model(None, None, path)
+    result = patch(model, clean, corrupt, " ")
+    assert doc["schema"] == "attnviz.patching/1" and "estimate" not in doc
+    np.testing.assert_allclose(doc["delta"], result.delta, rtol=0, atol=1e-12)
+    assert doc["clean_log_prob"] == result.clean_log_prob and doc["corrupt_log_prob"] == result.corrupt_log_prob
+    assert doc["clean_tokens"][1] != doc["corrupt_tokens"][1]
+    guess = json.loads(cli(*args, "--estimate", "--json").out)
+    assert guess["estimate"] == "attribution patching"
+    assert "activation patching" in cli(*args).out
+    run = cli(*args, "-o", str(tmp_path / "p.png"), "--audit")
+    assert run.code == 0, run.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["saliency", "the cat"], "saliency runs a decoder"),
+        (["saliency", "--model-file", "TINY", "the cat", "--method", "shap"], "--method must be one of"),
+        (["saliency", "--model-file", "TINY", "the cat", "--head", "9"], "--head 9 is out of range: there are 4"),
+        (["saliency", "--model-file", "TINY", "the cat", "--layer", "5"], "--layer 5 is out of range: there are 2"),
+        (["saliency", "--model-file", "TINY", "t"], "at least 2 tokens"),
+        (["saliency", "--model-file", "TINY", "the cat", "--target", "xyzzy"], "--target must be one token"),
+        (["patch", "--model-file", "TINY", "--clean", "the cat"], "--corrupt and --target missing"),
+        (["patch", "--clean", "a", "--corrupt", "b", "--target", " "], "give one of --model"),
+        (["patch", "--model-file", "TINY", "--clean", "the cat", "--corrupt", "the cat sat", "--target", " "],
+         "--clean is 2 tokens and --corrupt 3"),
+        (["patch", "--model-file", "TINY", "--clean", "the cat", "--corrupt", "the sat", "--target", "xyzzy"],
+         "--target must be one token"),
+    ],
+)  # fmt: skip
+def test_mistakes_get_one_line(cli, tmp_path: Path, args: list[str], message: str) -> None:
+    tiny = str(write_tiny_llama(tmp_path / "tiny.gguf"))
+    run = cli(*[tiny if a == "TINY" else a for a in args])
+    assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1, run.err
+
+
+def test_a_text_past_the_cap_is_refused(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny = str(write_tiny_llama(tmp_path / "tiny.gguf"))
+    monkeypatch.setattr("attnviz.cli.ablation.GRADIENT_TOKENS", 3)
+    monkeypatch.setattr("attnviz.cli.attribution.GRADIENT_TOKENS", 3)
+    for args in (["ablate", "--estimate"], ["saliency"]):
+        run = cli(*args, "--model-file", tiny, "the cat sat on the mat")
+        assert run.code == 2 and "takes at most 3 tokens; the text is 11" in run.err, run.err

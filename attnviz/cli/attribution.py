@@ -101,7 +101,7 @@ def saliency(
 
       attnviz saliency --model smollm2 "The capital of France is" --target " Paris"
 
-      attnviz saliency --model smollm2 "The capital of France is" --method integrated-gradients -o s.png
+      attnviz saliency --model smollm2 --file doc.txt --method gradient-norm
     """
     from ..attribution import SALIENCY_METHODS, attribution
     from ..attribution import saliency as run_saliency
@@ -109,10 +109,10 @@ def saliency(
     one_output(figure.output, as_json, False)
     if method not in SALIENCY_METHODS:
         raise UsageError(f"--method must be one of {', '.join(SALIENCY_METHODS)}; not {printable(method)}")
+    if layer.from_file is not None or not layer.external:
+        raise UsageError("saliency runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
-    if layer.from_file is not None:
-        raise UsageError("saliency runs a decoder: --model, --model-dir or --model-file")
     model = decoder(layer.model, layer.model_dir, layer.model_file, "saliency")
     ids = capped(model, layer.text, GRADIENT_TOKENS, "saliency")
     for option, value, count, noun in (("--layer", layer.layer, model.layers, "layer"),
@@ -210,8 +210,10 @@ def patch(
 
     [bold]Examples[/bold]
 
-      attnviz patch --model smollm2 --clean "When Mary and John went to the store, John gave a drink to"
-      --corrupt "When Mary and John went to the store, Mary gave a drink to" --target " Mary"
+      attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary"
+
+    with A "When Mary and John went to the store, John gave a drink to" and B
+    the same with Mary in John's place (README: activation patching).
     """
     from ..attribution import patch as run_patch
 

@@ -47,7 +47,7 @@ def sign_note(result: Saliency) -> str:
     grows = "the loss" if result.target is None else "log p"
     if not signed(result):
         return "darker: a larger gradient"
-    return f"red: the token's input raises {grows}; blue: lowers it"
+    return f"red: raises {grows}\nblue: lowers it"
 
 
 def shade(value: float, limit: float, positive: bool) -> str:
@@ -67,7 +67,7 @@ def render_saliency(result: Saliency, model: str, *, color: bool, width: int) ->
         for token, score in zip(result.tokens, result.scores, strict=True):
             text.append(token.replace("\n", "↵"), style=shade(float(score), limit, score >= 0 or not signed(result)))
         yield Group(Text(""), text)
-        yield Text(sign_note(result), style="dim")
+        yield Text(sign_note(result).replace("\n", "; "), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column, justify in (("position", "right"), ("token", "left"), ("score", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -101,7 +101,7 @@ def render_saliency_figure(
     weight_ax.set_yticks(rows, labels if n <= 64 else [""] * n)
     weight_ax.invert_yaxis()
     weight_ax.set_ylabel("token", fontsize=style.scaled(0.8))
-    weight_ax.set_title(f"attention of the last token (layer {layer}, head {head})", fontsize=style.scaled(0.8))
+    weight_ax.set_title(f"the last token's attention\n(layer {layer}, head {head})", fontsize=style.scaled(0.8))
     score_ax.set_title(result.method, fontsize=style.scaled(0.8))
     score_ax.set_xlabel(sign_note(result), fontsize=style.scaled(0.65))
     for ax in (weight_ax, score_ax):
