@@ -32,6 +32,7 @@ from .gradients import backward
 def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
+
 if TYPE_CHECKING:
     from .models.decoder import Decoder
     from .progress import Steps
@@ -202,7 +203,8 @@ def patch(
     else:
 
         def cleaned(layer: int, head: int, corrupt_outputs: Array) -> Array:
-            return outputs[layer][head]
+            clean_head: Array = outputs[layer][head]
+            return clean_head
 
         corrupt_value, delta = replaced(model, ids, chosen, cleaned, "with the clean run's", progress=progress)
     return Patching(clean_tokens, corrupt_tokens, ids, token_text(model, chosen), chosen, clean_value, corrupt_value,

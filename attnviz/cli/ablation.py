@@ -103,10 +103,11 @@ def ablate(
         raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most} tokens; "
                          f"the text is {len(encoding.ids):,}")  # fmt: skip
     model.resident()  # every ablation reads the layers after its own again
+    from ..ablation import Method
     from ..attribution import attribution, compared
     from ..progress import bar
 
-    method = "mean" if mean else "zero"
+    method: Method = "mean" if mean else "zero"
     result = attribution(model, layer.text, method, target) if estimate else None
     comparison = None
     if result is None or compare:

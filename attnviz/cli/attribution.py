@@ -11,12 +11,13 @@ import typer
 
 from .. import options as opt
 from .._version import __version__
-from ..errors import UsageError, out_of_range, printable
+from ..errors import UsageError, out_of_range, printable, quoted
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS
 from .entry import app
 from .output import emit, one_output, views
 
 if TYPE_CHECKING:
+    from ..core import Array
     from ..models.decoder import Decoder
 
 SALIENCY_LAYER = opt.LAYER.variant(hidden=tuple(h for h in ABLATE_LAYER.hidden if h != "layer"))
@@ -108,7 +109,7 @@ def saliency(
 
     one_output(figure.output, as_json, False)
     if method not in SALIENCY_METHODS:
-        raise UsageError(f"--method must be one of {', '.join(SALIENCY_METHODS)}; not {printable(method)}")
+        raise UsageError(f"--method must be one of {', '.join(SALIENCY_METHODS)}; not {quoted(method)}")
     if layer.from_file is not None or not layer.external:
         raise UsageError("saliency runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
@@ -122,7 +123,7 @@ def saliency(
     from ..progress import bar
 
     with bar("step", f"{printable(model.name)}: integrating") as progress:
-        result = run_saliency(model, layer.text, method, target, steps, progress)  # type: ignore[arg-type]
+        result = run_saliency(model, layer.text, method, target, steps, progress)
     shown_layer, shown_head = layer.layer, head
     if shown_layer is None or shown_head is None:
         delta = abs(attribution(model, layer.text, "zero", target).delta)
@@ -162,12 +163,12 @@ def saliency(
     )
 
 
-def last_row(model: Decoder, ids: tuple[int, ...], layer: int, head: int) -> object:
+def last_row(model: Decoder, ids: tuple[int, ...], layer: int, head: int) -> Array:
     """Head ``head`` of layer ``layer``: the last token's attention to each token (the forward every view runs)."""
     from ..blocked import Keep
     from ..models import Encoding
 
-    rows = []
+    rows: list[Array] = []
     model.run(Encoding(("",) * len(ids), ids, (0,) * len(ids)),
               lambda i, kept: rows.append(kept.weights[0, -1]), {layer: Keep(heads=(head,))})  # fmt: skip
     return rows[0]
