@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ablation import log_probabilities, picked_log_probabilities
 from .core import Array
 from .errors import AttnvizError
 from .models.decoder import REMEMBERED, Decoder, Remembered, joined
@@ -27,7 +26,8 @@ REMEMBER_BYTES = 2**28
 """What the forward pass may keep of its products (queries, keys, values, the feed-forward's) for the backward,
 which makes again from each layer's input those it could not keep."""
 LOGIT_BYTES = 2**27
-"""What one block of next-token scores may hold (rows × vocabulary, float64) while the measure's gradient is made."""
+"""What one block of next-token scores may hold (rows × vocabulary, float32; twice, with their exponentials) while
+the measure's gradient is made."""
 
 
 @dataclass(frozen=True)
@@ -44,21 +44,27 @@ class Gradients:
 
 def measure_backward(model: Decoder, last: Array, ids: tuple[int, ...], target: int | None) -> tuple[float, Array]:
     """The measure from the last layer's output (n, width) and its gradient there: the mean next-token loss
-    −mean log p(ids[t+1] | t) (``target`` None), or log p(target) after the last token."""
+    −mean log p(ids[t+1] | t) (``target`` None), or log p(target) after the last token. Each row's log-probability
+    is :func:`.ablation.picked_log_probabilities`'s arithmetic (exponentials in float32, summed in float64), its
+    gradient w·(onehot − softmax) from the same exponentials."""
     n = len(ids)
     rows = np.arange(n - 1) if target is None else np.asarray([n - 1])
     picks = np.asarray(ids[1:]) if target is None else np.asarray([target])
     weight = -1 / (n - 1) if target is None else 1.0
     grad = np.zeros_like(last)
     total = 0.0
-    step = max(1, LOGIT_BYTES // (8 * model.weights.shape("token_embd.weight")[0]))
+    step = max(1, LOGIT_BYTES // (4 * model.weights.shape("token_embd.weight")[0]))
     for a in range(0, len(rows), step):
         chosen, picked = rows[a : a + step], picks[a : a + step]
         logits = model.logits(last[chosen])
-        total += float(picked_log_probabilities(logits.copy(), picked).sum())
-        dlogits = -np.exp(log_probabilities(logits))
-        dlogits[np.arange(len(chosen)), picked] += 1
-        grad[chosen] = model.logits_backward(last[chosen], logits, (weight * dlogits).astype(np.float32))
+        peak = logits.max(axis=-1, keepdims=True)
+        exps = np.exp(logits - peak)
+        sums = exps.sum(axis=-1, dtype=np.float64)
+        at = np.arange(len(chosen))
+        total += float((logits[at, picked].astype(np.float64) - peak[:, 0] - np.log(sums)).sum())
+        np.multiply(exps, (-weight / sums).astype(np.float32)[:, None], out=exps)
+        exps[at, picked] += np.float32(weight)
+        grad[chosen] = model.logits_backward(last[chosen], logits, exps)
     return weight * total, grad
 
 
