@@ -187,7 +187,7 @@ def patch(
     target: Annotated[
         str | None, typer.Option("--target", help="The answer: one token, as written (' Mary').", show_default=False)
     ] = None,
-    model_name: opt.ModelName = None,
+    model: opt.ModelName = None,
     model_dir: opt.ModelDir = None,
     model_file: opt.ModelFile = None,
     estimate: Annotated[
@@ -222,23 +222,23 @@ def patch(
     if clean is None or corrupt is None or target is None:
         missing = [n for n, v in (("--clean", clean), ("--corrupt", corrupt), ("--target", target)) if v is None]
         raise UsageError(f"patch needs --clean, --corrupt and --target; {' and '.join(missing)} missing")
-    model = decoder(model_name, model_dir, model_file, "patch")
+    net = decoder(model, model_dir, model_file, "patch")
     most = GRADIENT_TOKENS if estimate else ABLATE_TOKENS
     for text in (clean, corrupt):
-        capped(model, text, most, "patch" + (" --estimate" if estimate else ""))
+        capped(net, text, most, "patch" + (" --estimate" if estimate else ""))
     from ..progress import bar
 
-    with bar("head", f"{printable(model.name)}: patching") as progress:
-        result = run_patch(model, clean, corrupt, target, estimate, progress)
+    with bar("head", f"{printable(net.name)}: patching") as progress:
+        result = run_patch(net, clean, corrupt, target, estimate, progress)
     from .. import schema
     from ..sources import model_source
 
-    source = model_source(model, corrupt, None, result.corrupt_ids)
+    source = model_source(net, corrupt, None, result.corrupt_ids)
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.attribution.render_patching_figure(result, model.name, figure.style),
+        draw=lambda: views.attribution.render_patching_figure(result, net.name, figure.style),
         description=lambda: {
             "attnviz": __version__,
             "command": "patch",
@@ -248,5 +248,5 @@ def patch(
             "style": asdict(figure.style),
         },
         documents=lambda: [schema.patching_document(result, source)],
-        show=lambda color, width: views.attribution.render_patching(result, model.name, color=color, width=width),
+        show=lambda color, width: views.attribution.render_patching(result, net.name, color=color, width=width),
     )
