@@ -25,7 +25,7 @@ from .threads import one_blas_thread
 REMEMBER_BYTES = 2**28
 """What the forward pass may keep of its products (queries, keys, values, the feed-forward's) for the backward,
 which makes again from each layer's input those it could not keep."""
-LOGIT_BYTES = 2**27
+LOGIT_BYTES = 2**25
 """What one block of next-token scores may hold (rows × vocabulary, float32; twice, with their exponentials) while
 the measure's gradient is made."""
 
