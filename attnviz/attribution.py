@@ -3,8 +3,9 @@
 Attribution patching (Nanda 2023; Kramár et al. 2024, AtP*): the change of the measure L when head h's output z
 (positions × d_head) becomes z′ is estimated to first order, Δ̂ = Σ_t Σ_d (z′ − z)_td ∂L/∂z_td — z′ = 0 (zero
 ablation), z̄ its mean over positions (mean ablation), or the head's output on a clean text (activation patching's
-estimate). It is exact for a measure linear in z; it misses most where a head's attention is saturated (its
-softmax flat in the scores, the gradient near 0 while removing the head still changes much).
+estimate). It is exact for a measure linear in z; it misses where the layers after the head answer the change
+nonlinearly: most where a later head's attention is saturated (its softmax flat in its scores, the gradient near 0
+until the change moves which key wins) and where direct and indirect effects cancel (Kramár et al. 2024).
 
 Activation patching (Wang et al. 2022, the IOI circuit): each head's output on the corrupt text replaced by its
 output on the clean one, the layers after it run again (as :func:`.ablation.ablate` runs them), Δ the change in

@@ -170,8 +170,9 @@ def compared_rows(comparison: Comparison) -> Iterator[RenderableType]:
     for layer, head, exact, guess in comparison.worst:
         table.add_row(str(layer), str(head), f"{exact:+.4f}", f"{guess:+.4f}")
     yield table
-    yield Text("attribution patching is first order: it misses most where a head's attention is saturated (its "
-               "softmax flat, the gradient small, the head's removal still large)", style="dim")  # fmt: skip
+    yield Text("attribution patching is first order: it misses where later layers answer a head's removal "
+               "nonlinearly, most where a later head's attention is saturated (a flat softmax: a small gradient until "
+               "the winning key changes) or effects cancel", style="dim")  # fmt: skip
 
 
 def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[str]:
