@@ -100,7 +100,7 @@ def ablate(
     encoding = model.encode(layer.text)
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
     if len(encoding.ids) > most:
-        raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most} tokens; "
+        raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most:,} tokens; "
                          f"the text is {len(encoding.ids):,}")  # fmt: skip
     model.resident()  # every ablation reads the layers after its own again
     from ..ablation import Method

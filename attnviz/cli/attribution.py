@@ -52,7 +52,7 @@ def decoder(name: str | None, directory: Path | None, file: Path | None, command
 def capped(model: Decoder, text: str, most: int, command: str) -> tuple[int, ...]:
     ids = model.encode(text).ids
     if len(ids) > most:
-        raise UsageError(f"{command} takes at most {most} tokens; the text is {len(ids):,}")
+        raise UsageError(f"{command} takes at most {most:,} tokens; the text is {len(ids):,}")
     return ids
 
 
