@@ -189,8 +189,9 @@ class Decoder:
         raise damaged(self.weights.path, after, {n: functools.partial(self.weights.tensor, n) for n in names})
 
     def linear(self, x: Array, name: str) -> Array:
-        """x Wᵀ (+ b, where the checkpoint has a bias); inside :func:`remembering`, the product kept where the forward
-        pass made it (the backward's layer asks for the same product of the same input)."""
+        """x Wᵀ (+ b, where the checkpoint has a bias). During a backward pass (:data:`REMEMBERED` set) the forward
+        keeps each product by its tensor's name, and the backward's layer, asking for the same product of the same
+        input, is given it rather than making it again."""
         memory = REMEMBERED.get()
         if memory is not None and name in memory.kept:
             return memory.kept[name]
