@@ -156,7 +156,8 @@ def replaced(
     chosen_heads = every if only is None else sorted(set(only))
     batches = head_batches(chosen_heads, copies_per_batch(model, len(ids)))
     delta = np.full((model.layers, model.heads), np.nan)
-    done = [0]
+    done = [0, 0]
+    work = sum(model.layers - layer for layer, _ in chosen_heads)  # layers each copy runs again
     counted = threading.Lock()
     with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         if chosen is None:
@@ -183,7 +184,8 @@ def replaced(
             if progress is not None:
                 with counted:
                     done[0] += len(heads)
-                    progress(done[0], len(chosen_heads))
+                    done[1] += len(heads) * (model.layers - layer)
+                    progress(done[0], len(chosen_heads), work=(done[1], work))
 
         run_all(one, batches)
     return baseline, delta

@@ -91,11 +91,12 @@ def _lines_of_entries(text: str) -> list[int]:
     return [i + 1 for i, line in enumerate(text.splitlines()) if re.match(r"\s*\[\[\s*figure\s*\]\]", line)]
 
 
-def load_plan(path: Path, allowed: tuple[Path, ...] = ()) -> tuple[list[Entry], list[str]]:
+def load_plan(path: Path, allowed: tuple[Path, ...] = (), stores: bool = False) -> tuple[list[Entry], list[str]]:
     """Every figure of the plan, lists expanded; and the errors of entries that cannot even be read.
 
-    A plan is data from someone else: it reads files only inside its own folder (or ``allowed``),
-    and its names stay inside the output directory.
+    A plan is data from someone else: it reads files only inside its own folder (or ``allowed``), models
+    from the user's stores only when ``stores`` (batch --allow-models), and its names stay inside the
+    output directory.
     """
     from .inputs import decode, read_file
 
@@ -120,7 +121,8 @@ def load_plan(path: Path, allowed: tuple[Path, ...] = ()) -> tuple[list[Entry], 
     for number, raw in enumerate(figures):
         line = lines[number] if number < len(lines) else 0
         try:
-            entries.extend(list(_expand(raw, defaults, line, path.parent, roots, MAX_FIGURES - len(entries))))
+            room = MAX_FIGURES - len(entries)
+            entries.extend(list(_expand(raw, defaults, line, path.parent, roots, room, stores=stores)))
         except UsageError as err:
             errors.append(f"figure {number + 1} (line {line}): {err}")
     for index, entry in enumerate(entries):
@@ -134,7 +136,14 @@ def load_plan(path: Path, allowed: tuple[Path, ...] = ()) -> tuple[list[Entry], 
 
 
 def _expand(
-    raw: dict[str, Any], defaults: dict[str, Any], line: int, base: Path, roots: tuple[Path, ...], room: int
+    raw: dict[str, Any],
+    defaults: dict[str, Any],
+    line: int,
+    base: Path,
+    roots: tuple[Path, ...],
+    room: int,
+    *,
+    stores: bool = False,
 ) -> Iterator[Entry]:
     """The figures of one entry; at most ``room`` of them (what is left of the plan's cap)."""
     if not isinstance(raw, dict):
@@ -163,6 +172,8 @@ def _expand(
     parts = _template_parts(template, options)
     for name in PATH_OPTIONS & options.keys():
         options[name] = _inside(options[name], name, base, roots)
+    if not stores and "model" in options:
+        _bundled(options["model"], "model" in raw)
     lists = [k for k, v in options.items() if isinstance(v, list)]
     count = math.prod(len(options[k]) for k in lists)
     if count > room:
@@ -215,6 +226,23 @@ def _inside(value: Any, name: str, base: Path, roots: tuple[Path, ...]) -> str:
             "name other folders with batch --allow-dir"
         )
     return str(resolved)
+
+
+def _bundled(value: Any, own: bool) -> None:
+    """A plan's models, refused when one would be read from the user's Ollama store or Hugging Face cache:
+    those are the user's, as the files outside the plan's folder are, and only batch --allow-models lends them."""
+    from .models import MODELS
+    from .models.locate import is_located
+
+    for name in value if isinstance(value, list) else [value]:
+        if isinstance(name, str) and is_located(name):
+            store = "Ollama store" if name.startswith("ollama:") else "Hugging Face cache"
+            where = "" if own else " (from [defaults])"
+            raise UsageError(
+                f"model = {quoted(name, 80)}{where} (--model) reads your {store}; a plan names the bundled models "
+                f"({', '.join(MODELS)}) and files in its folder, and a model of your stores only with "
+                "batch --allow-models"
+            )
 
 
 def _within(path: Path, roots: tuple[Path, ...]) -> bool:
@@ -413,12 +441,14 @@ def draw(entry: Entry, directory: Path) -> Outcome:
     import typer
 
     from .errors import LayoutProblems
+    from .inputs import files_only
 
     problems: list[str] = []
     try:
         command = _command(entry.command)
-        ctx = command.make_context(entry.command, list(entry.args))
-        command.invoke(ctx)
+        with files_only():
+            ctx = command.make_context(entry.command, list(entry.args))
+            command.invoke(ctx)
     except LayoutProblems as found:  # drawn and written; --audit measured what is wrong with it
         problems = found.problems
     except AttnvizError as err:

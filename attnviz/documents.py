@@ -40,7 +40,7 @@ def read_json_source(path: Path, limit: int) -> Any:
             raise AttnvizError("stdin is closed: give the attention file's path to --from")
         raw = bounded(read_at_most(sys.stdin.buffer, limit), "stdin", limit)
     else:
-        raw = read_file(path, limit, "an attention file")
+        raw = read_file(path, limit, "an attention file", pipes=True)
     read = f"reading {where} ({human_bytes(len(raw))} of JSON)"
     ensure_fits(JSON_BYTES_PER_BYTE * len(raw), read, "use .npy or .npz")
     text = decode(raw, where)
@@ -144,6 +144,17 @@ def stack_source(doc: Any, where: str) -> dict[str, Any] | None:
     return source
 
 
+def stack_mean_of(doc: Any, where: str) -> int:
+    """How many heads each map of an ``attnviz.model/1`` document averages (``mean_of``, written by ``--mean``);
+    0 when its maps are heads."""
+    if not isinstance(doc, dict) or doc.get("schema") != MODEL_SCHEMA or "mean_of" not in doc:
+        return 0
+    count = doc["mean_of"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**20 or doc.get("heads") != 1:
+        raise AttnvizError(f"{where}: 'mean_of' must be the count of heads the one map of each layer averages")
+    return count
+
+
 Tiles = tuple[tuple[Any, ...], ...]  # per layer, per map
 
 
@@ -201,6 +212,9 @@ CONFIG_FIELDS: dict[str, Any] = {
     "window": _count,
     "softcap": lambda v: _number(v) or isinstance(v, list) and all(x is None or _number(x) for x in v),
     "kv_heads": _count,
+    "max_tokens": lambda v: (
+        isinstance(v, dict) and _count(v.get("kept")) and _count(v.get("tokens")) and v["kept"] <= v["tokens"]
+    ),
     "strongest": lambda v: (
         isinstance(v, dict)
         and _count(v.get("links"))

@@ -6,12 +6,15 @@ taken token for token, so tokens may hold spaces or be empty. Nothing here touch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import stat
 import sys
 import unicodedata
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -87,12 +90,28 @@ def decode(raw: bytes, source: str) -> str:
 MAX_INPUT = 16 * 1024 * 1024  # bytes of text: some three million words, more than any view can show
 
 
-def open_regular(path: Path | str, limit: int, what: str = "") -> BinaryIO:
+_PIPES_READ: ContextVar[bool] = ContextVar("attnviz_pipes_read", default=True)
+
+
+@contextlib.contextmanager
+def files_only() -> Iterator[None]:
+    """Within it, a pipe or FIFO is refused even where the user's own command line may name one: a shared
+    plan's figures are drawn in it (a plan naming a FIFO could hang the run)."""
+    token = _PIPES_READ.set(False)
+    try:
+        yield
+    finally:
+        _PIPES_READ.reset(token)
+
+
+def open_regular(path: Path | str, limit: int, what: str = "", *, pipes: bool = False) -> BinaryIO:
     """``path`` opened for reading, once it is known to be a regular file of at most ``limit`` bytes.
 
     Every file attnviz reads comes through here. The check is made on the open file (opened without
     blocking, so a FIFO cannot hang it), not on the name, so a link swapped in between cannot
     slip a device or a pipe past it. ``what`` says which limit applies (``"a tokenizer.json"``).
+    ``pipes``: a pipe or FIFO is read too (its size is unknown: the reader stops at ``limit``), for the text
+    and tokens a user's own shell names (``--file <(…)``), never inside a plan (:func:`files_only`).
     """
     name = printable(str(path))
     try:
@@ -109,7 +128,8 @@ def open_regular(path: Path | str, limit: int, what: str = "") -> BinaryIO:
         info = os.fstat(descriptor)
         if stat.S_ISDIR(info.st_mode):
             raise AttnvizError(f"{name}: is a directory, not a file")
-        if not stat.S_ISREG(info.st_mode):
+        piped = pipes and _PIPES_READ.get() and stat.S_ISFIFO(info.st_mode)
+        if not stat.S_ISREG(info.st_mode) and not piped:
             raise AttnvizError(f"{name}: is {_kind(info.st_mode)}, not a regular file; attnviz reads only files")
         if info.st_size > limit:
             raise AttnvizError(
@@ -140,10 +160,10 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-def read_file(path: Path, limit: int = MAX_INPUT, what: str = "") -> bytes:
+def read_file(path: Path, limit: int = MAX_INPUT, what: str = "", *, pipes: bool = False) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, with one-line errors for the usual ways
-    reading fails (see open_regular). A file that grows while read is still cut at ``limit``."""
-    with open_regular(path, limit, what) as stream:
+    reading fails (see open_regular; ``pipes`` as there). A file that grows while read is still cut at ``limit``."""
+    with open_regular(path, limit, what, pipes=pipes) as stream:
         try:
             first = min(limit, os.fstat(stream.fileno()).st_size) + 1  # the whole file in one read, as a rule
             return bounded(read_at_most(stream, limit, first), printable(str(path)), limit)
@@ -177,26 +197,34 @@ def read_stdin() -> str:
     return decode(bounded(read_at_most(sys.stdin.buffer, MAX_INPUT), "stdin"), "stdin")
 
 
-def read_text(args: list[str], file: Path | None = None) -> str:
-    """The text the user gave, unsplit, for a model's own tokeniser (a JSON array is joined with spaces)."""
-    if args == ["-"] or (file is not None and str(file) == "-"):
+def read_text(args: list[str] | None, file: Path | None = None, *, stdin: bool = False) -> str:
+    """The text a model runs, exactly as given: arguments joined with single spaces, or a file's or stdin's
+    characters as read (a leading byte-order mark aside), none stripped: a file's last newline is a token,
+    and indentation is code. The one reading of every command that tokenises (heatmap, tokenize, generate, …).
+
+    A text that is a JSON array of strings (a token file) is its strings joined with single spaces."""
+    reads_stdin = stdin or args == ["-"] or (file is not None and str(file) == "-")
+    given = [bool(args) and args != ["-"], file is not None and str(file) != "-", reads_stdin]
+    if sum(given) > 1:
+        raise UsageError("give the text one way: as arguments, with --file, or on stdin (--stdin or -)")
+    if reads_stdin:
         text, source = read_stdin(), "stdin"
     elif file is not None:
-        if args:
-            raise UsageError("give text either as arguments or with --file, not both")
-        text, source = decode(read_file(file), str(file)), str(file)
+        text, source = decode(read_file(file, pipes=True), printable(str(file))), printable(str(file))
+    elif args is None:
+        raise UsageError("no text: give it as arguments, with --file, or on stdin with --stdin")
     else:
         return " ".join(args)
-    stripped = text.lstrip("\ufeff").strip()
-    if stripped.startswith("["):
+    text = text.removeprefix("\ufeff")
+    if text.strip().startswith("["):
         try:
-            data = parse_json(stripped, source)
+            data = parse_json(text, source)
         except AttnvizError:
-            return stripped
+            return text
         if isinstance(data, list) and all(isinstance(t, str) for t in data):
             return " ".join(data)
         raise AttnvizError(f"{source}: a JSON input must be an array of strings")
-    return stripped
+    return text
 
 
 def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
@@ -208,7 +236,7 @@ def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
     if file is not None:
         if args:
             raise UsageError("give tokens either as arguments or with --file, not both")
-        text = decode(read_file(file), str(file))
+        text = decode(read_file(file, pipes=True), str(file))
         return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json")
     return " ".join(args).split()
 

@@ -119,6 +119,18 @@ Pair = Annotated[
         rich_help_panel=P_SOURCE,
     ),
 ]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=1,
+        max=2**24,
+        help="Run only the text's first N tokens (the model's own tokens, its template's kept), said in the "
+        "title: for a document longer than the model takes.",
+        show_default=False,
+        rich_help_panel=P_SOURCE,
+    ),
+]
 LayerIndex = Annotated[
     int | None,
     typer.Option(
@@ -305,7 +317,6 @@ AuditOption = Annotated[
 
 QUIET_HELP = "No progress bar or time estimate on stderr (shown only when stderr is a terminal)."
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP, rich_help_panel=P_OUT)]
-QuietLong = Annotated[bool, typer.Option("--quiet", help=QUIET_HELP, rich_help_panel=P_OUT)]  # where -q is taken
 
 
 # Option groups: a command names a group as one parameter; the group's options take its place
@@ -327,6 +338,7 @@ class LayerRequest:
     layer: int | None = None
     from_file: Path | None = None
     repeat: str | None = None
+    max_tokens: int | None = None
 
     @property
     def external(self) -> bool:
@@ -340,8 +352,9 @@ class LayerRequest:
         if self.from_file is not None:
             return replay(file_stack(self.from_file, self.tokens or None, "the tokens given", want), consume)
         return model_stack(
-            self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file, want, consume
-        )
+            self.model, self.model_dir, self.text, self.pair, self.repeat, self.model_file, want, consume,
+            self.max_tokens,
+        )  # fmt: skip
 
     def attention(self, want: Want | None = None) -> Attention:
         """One layer's attention (a model's ``--layer``, by default its last) as ``want`` asks for it."""
@@ -391,6 +404,7 @@ def layer_options(
     model_dir: ModelDir = None,
     model_file: ModelFile = None,
     pair: Pair = None,
+    max_tokens: MaxTokens = None,
     layer: LayerIndex = None,
     from_file: FromFile = None,
     tokens_file: TokensFile = None,
@@ -416,6 +430,8 @@ def layer_options(
     from .inputs import read_key_tokens, read_text, read_tokens
 
     if not external:
+        if max_tokens is not None:
+            raise UsageError("--max-tokens goes with --model: a model tokenises its text itself")
         for name, value in (("--pair", pair), ("--layer", layer), ("--tokens-file", tokens_file)):
             if value is not None:
                 raise UsageError(f"{name} goes with --model or --from")
@@ -430,8 +446,8 @@ def layer_options(
         from .inputs import stdin_alias
 
         from_file = stdin_alias(from_file)
-        if pair is not None:
-            raise UsageError("--pair goes with --model")
+        if pair is not None or max_tokens is not None:
+            raise UsageError(f"{'--pair' if pair is not None else '--max-tokens'} goes with --model")
         from .sources import read_tokens_file
 
         given = (
@@ -454,6 +470,7 @@ def layer_options(
         text=read_text(tokens or [], file),
         pair=pair,
         layer=layer,
+        max_tokens=max_tokens,
     )
 
 
@@ -515,14 +532,16 @@ class OptionGroup:
 
 
 LAYER = OptionGroup(layer_options)
-RANDOM_LAYER = LAYER.variant(hidden=("model", "model_dir", "model_file", "pair", "layer", "from_file", "tokens_file"))
+RANDOM_LAYER = LAYER.variant(
+    hidden=("model", "model_dir", "model_file", "pair", "max_tokens", "layer", "from_file", "tokens_file")
+)
 FIGURE = OptionGroup(figure_options)
 
 
 def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Replace each parameter named in ``groups`` by that group's options, for Typer to read; and give the
-    command -q/--quiet (:data:`Quiet`; --quiet alone where -q means something else) unless it declares its own
-    ``quiet``, which then silences the progress bar too."""
+    command -q/--quiet (:data:`Quiet`: -q means --quiet in every command) unless it declares its own ``quiet``,
+    which then silences the progress bar too."""
 
     def decorate(command: Callable[..., R]) -> Callable[..., R]:
         signature = inspect.signature(command, eval_str=True)
@@ -531,9 +550,8 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
             parameters.extend(groups[p.name].parameters if p.name in groups else [p])
         own = "quiet" in signature.parameters
         if not own:
-            short = any("-q" in (getattr(info, "param_decls", None) or ()) for p in parameters for info in _infos(p))
             kind = inspect.Parameter.KEYWORD_ONLY
-            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=QuietLong if short else Quiet))
+            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=Quiet))
 
         @functools.wraps(command)
         def wrapper(**values: Any) -> R:
@@ -551,11 +569,6 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
         return wrapper
 
     return decorate
-
-
-def _infos(parameter: inspect.Parameter) -> tuple[Any, ...]:
-    """The typer declarations in a parameter's ``Annotated`` type."""
-    return getattr(parameter.annotation, "__metadata__", ())
 
 
 def parse_layers(text: str) -> tuple[int, ...]:

@@ -29,19 +29,24 @@ THRESHOLD = 1.0  # seconds: a shorter run shows no bar
 MAX_THRESHOLD = 10.0**6  # seconds (eleven days): ATTNVIZ_PROGRESS_AFTER past it is as good as never
 NARROW = 70  # columns: a terminal narrower shows the count and the times without what is being run
 ESTIMATE_FACTOR = 5  # the estimate line is said for runs expected to take this many thresholds or more
+ESTIMATE_AFTER = 4  # units measured before the estimate line is said: the first ones pay for the start
 
 
 class Steps(Protocol):
     """A loop's progress as it goes: ``done`` of ``total`` units; ``unit`` names them when they change
-    (a generation's prompt layers, then its steps)."""
+    (a generation's prompt layers, then its steps). ``work`` (done, total), when units differ in cost (an
+    ablated head of the first layer reruns every layer after it, one of the last a single layer), is what the
+    times are estimated from; the count is what is shown."""
 
-    def __call__(self, done: int, total: int, unit: str | None = None) -> None: ...
+    def __call__(
+        self, done: int, total: int, unit: str | None = None, work: tuple[float, float] | None = None
+    ) -> None: ...
 
 
-Estimate = Callable[[float], str | None]  # seconds a unit takes (measured on the first) -> the line to say, or None
+Estimate = Callable[[float], str | None]  # seconds a unit takes on average (as measured) -> the line, or None
 
 
-def no_progress(done: int, total: int, unit: str | None = None) -> None:
+def no_progress(done: int, total: int, unit: str | None = None, work: tuple[float, float] | None = None) -> None:
     """Steps that show nothing."""
 
 
@@ -132,20 +137,24 @@ class _Bar:
         self.task: Any = None
         self.measured = self.stopped = False
         self.latest = (0, 0)
+        self.times: list[tuple[float, float]] = []  # (share of the phase done, when), once per unit
+        self.share: float | None = None
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
 
-    def update(self, done: int, total: int, unit: str | None = None) -> None:
+    def update(self, done: int, total: int, unit: str | None = None, work: tuple[float, float] | None = None) -> None:
         with self.lock:
             now = time.monotonic()
             if unit is not None and unit != self.unit:
-                self.unit, self.phase_began, self.measured = unit, now, False
+                self.unit, self.phase_began, self.measured, self.times = unit, now, False, []
             self.latest = done, total
-            spent = now - self.phase_began
-            expected = spent / done * total if done > 0 else spent
-            if done > 0 and not self.measured:
+            self.share = work[0] / work[1] if work is not None and work[1] > 0 else None
+            if done > 0:
+                self.times.append((done / total if self.share is None and total else self.share or 0.0, now))
+            expected = self.expected(now, done, total)
+            if not self.measured and (len(self.times) >= ESTIMATE_AFTER or (0 < total <= done)):
                 self.measured = True
-                line = None if self.estimate is None else self.estimate(spent / done)
+                line = None if self.estimate is None or not total else self.estimate(expected / total)
                 if line is not None and expected >= ESTIMATE_FACTOR * self.after:
                     from .errors import printable
 
@@ -161,6 +170,22 @@ class _Bar:
             assert self.progress is not None
             self.progress.update(self.task, **self.fields())
 
+    def expected(self, now: float, done: int, total: int) -> float:
+        """Seconds the phase will take in all: the time so far, and the rest at the pace of the latest half of the
+        units measured (the first ones pay for reading the weights' pages and making the buffers); by ``work``
+        shares where given."""
+        spent = now - self.phase_began
+        if not self.times:
+            return spent
+        share, last = self.times[-1]
+        recent = len(self.times) // 2
+        if recent == 0 or share <= 0:
+            return spent / share if share > 0 else spent
+        since_share, since = self.times[-1 - recent]
+        if share <= since_share:
+            return spent / share
+        return (last - self.phase_began) + (last - since) / (share - since_share) * (1 - share)
+
     def late(self) -> None:
         with self.lock:
             if self.progress is None and not self.stopped:
@@ -168,16 +193,18 @@ class _Bar:
 
     def fields(self) -> dict[str, Any]:
         done, total = self.latest
+        now = time.monotonic()
         return {"completed": done, "total": total or None, "unit": self.unit, "began": self.phase_began,
-                "updated": time.monotonic()}  # fmt: skip
+                "updated": now, "expected": self.expected(now, done, total)}  # fmt: skip
 
     def start(self) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, Progress
         from rich.table import Column
 
         count, times = _columns()
-        console = Console(file=sys.stderr, force_terminal=True, highlight=False)
+        from .render.literal import plain_console
+
+        console = plain_console(file=sys.stderr, force_terminal=True)
         narrow = console.width < NARROW  # the count and the times, whole; the bar takes what is left
         self.progress = Progress(
             count(table_column=Column(no_wrap=True)),
@@ -220,7 +247,7 @@ def _columns() -> tuple[type[ProgressColumn], type[ProgressColumn]]:
 
     class Times(ProgressColumn):
         """'0:05 · ≈0:12 left' ('0:05 ≈0:12' when narrow): the whole run's time so far, and what the present
-        phase's rate, as of its last unit, leaves (counting down until the next)."""
+        phase is expected to take still (_Bar.expected), counting down between units."""
 
         def render(self, task: Task) -> Text:
             now = time.monotonic()
@@ -229,7 +256,8 @@ def _columns() -> tuple[type[ProgressColumn], type[ProgressColumn]]:
             began, updated = float(task.fields.get("began", now)), float(task.fields.get("updated", now))
             if not done or not total:
                 return Text(elapsed, style="progress.elapsed", no_wrap=True)
-            left = _clock(max(0.0, (updated - began) / done * max(total - done, 0) - (now - updated)))
+            expected = float(task.fields.get("expected", (updated - began) / done * total))
+            left = _clock(max(0.0, began + expected - now))
             said = f"{elapsed} ≈{left}" if task.fields.get("narrow") else f"{elapsed} · ≈{left} left"
             return Text(said, style="progress.remaining", no_wrap=True)
 

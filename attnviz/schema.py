@@ -218,6 +218,7 @@ def model_document(stack: AttentionStack) -> dict[str, Any]:
         "source": stack.source,
         "layers": stack.layers,
         "heads": int(stack.weights.shape[1]),
+        **({"mean_of": stack.heads} if stack.mean else {}),
         "weights": stack.weights.tolist(),
         **_stack_sinks(stack),
     }

@@ -287,8 +287,10 @@ def model_stack(
     model_file: Path | None = None,
     want: Want | None = None,
     consume: Layers | None = None,
+    max_tokens: int | None = None,
 ) -> AttentionStack:
-    """Run a pretrained model on ``text`` (and ``pair``), keeping of its attention what ``want`` asks for.
+    """Run a pretrained model on ``text`` (and ``pair``; its first ``max_tokens`` tokens alone when given), keeping
+    of its attention what ``want`` asks for.
 
     The forward pass streams: each layer's attention is computed a block of rows at a time and
     handed over (to ``consume``, if given, else kept for the stack), then dropped; layers after the
@@ -315,7 +317,12 @@ def model_stack(
         text = drawn + drawn  # each word with its space: the first copy is the same tokens as the second
     elif repeat is not None:
         text = f"{text} {text}"
-    encoding = model.encode(text, pair)
+    from .models import TooLong
+
+    try:
+        encoding = model.encode(text, pair, max_tokens)
+    except TooLong as long:
+        raise UsageError(f"{long}; --max-tokens {long.longest} runs the first {long.longest}") from None
     layers = want.chosen_layers(model.layers)
     want.check_heads(model.heads)
     n = len(encoding.ids)
@@ -334,6 +341,8 @@ def model_stack(
     with bar("layer", f"{model.name}: {n:,} tokens", estimate=run_estimate(n, layers, model.layers)) as progress:
         model.run(encoding, take, dict.fromkeys(layers, keep), progress)
     source = model_source(model, text, pair, encoding.ids)
+    if encoding.total:
+        source["max_tokens"] = {"kept": len(encoding.ids), "tokens": encoding.total}
     if consume is not None:  # the layers went to ``consume``: the stack keeps their shape, not their maps
         shown = 1 if keep.mean else len(keep.chosen(model.heads))
         kept = {i: Kept(np.zeros((shown, 0, 0), np.float32), None, np.arange(1), np.arange(1)) for i in layers}
@@ -407,7 +416,7 @@ def file_stack(
     ``hook_pattern``) is dropped. Tokens come from the file, else ``tokens``, else positions.
     Nothing in the file is executed: NumPy files are read with ``allow_pickle=False``.
     """
-    from .documents import read_json_source, stack_sinks, stack_source
+    from .documents import read_json_source, stack_mean_of, stack_sinks, stack_source
 
     if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
         document = read_json_source(path, MAX_ATTENTION_JSON)  # read once: the weights and their source
@@ -439,7 +448,9 @@ def file_stack(
     stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=source.get("causal") is True)
     if sinks is not None:
         stack = replace(stack, recorded=sinks[0], hidden=sinks[1])
-    return honour(stack, want or Want())
+    honoured = honour(stack, want or Want())
+    averaged = stack_mean_of(document, where)
+    return replace(honoured, mean=True, total_heads=averaged) if averaged else honoured
 
 
 def replay(stack: AttentionStack, consume: Layers | None) -> AttentionStack:
@@ -696,4 +707,6 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
 
 def read_tokens_file(path: Path) -> list[str]:
     """--tokens-file: text (split on whitespace) or a JSON array of strings."""
-    return tokens_from_text(decode(read_file(path), str(path)), str(path), force_json=path.suffix == ".json")
+    return tokens_from_text(
+        decode(read_file(path, pipes=True), str(path)), str(path), force_json=path.suffix == ".json"
+    )

@@ -31,7 +31,7 @@ from attnviz.models import all_attention, load_model
 from attnviz.models.checkpoint import FAMILIES, folder_tokenizer, renamer
 from attnviz.models.gguf import GGUF
 from attnviz.models.llama import sliding_windows
-from attnviz.models.metadata import Settings
+from attnviz.models.metadata import COUNT_KEYS, Settings
 from attnviz.models.parts import Rope
 from attnviz.models.safetensors import read_safetensors
 from attnviz.models.weights import FolderTensors
@@ -651,3 +651,49 @@ def test_damaged_gguf_metadata_loads_or_gets_one_line(tmp_path: Path, tiny_gguf,
         all_attention(model, model.encode("the cat"))
     except AttnvizError as refused:
         _one_line(refused)
+
+
+WRONG_COUNT_TYPES = {
+    "float32": lambda n: _raw(6, struct.pack("<f", n)),
+    "float64": lambda n: _raw(12, struct.pack("<d", n)),
+    "bool": lambda n: _raw(7, struct.pack("<?", True)),
+    "string": lambda n: _raw(8, _string(str(n))),
+    "array of int32": lambda n: _raw(9, struct.pack("<IQi", 5, 1, n)),
+    "array of float32": lambda n: _raw(9, struct.pack("<IQf", 6, 1, n)),
+    "array of strings": lambda n: _raw(9, struct.pack("<IQ", 8, 1) + _string(str(n))),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_COUNT_TYPES))
+@pytest.mark.parametrize("suffix", COUNT_KEYS)
+def test_a_count_stored_as_anything_but_an_integer_is_refused(tmp_path: Path, tiny_gguf, suffix, kind) -> None:
+    """Every count key, read by the family or not, with the value it has (2.0 for 2 layers), in each other type."""
+    metadata, tensors = tiny_gguf
+    key = f"llama.{suffix}"
+    value = metadata.get(key, 1)
+    assert type(value) is int
+    write_gguf(tmp_path / "counts.gguf", {**metadata, key: WRONG_COUNT_TYPES[kind](value)}, tensors)
+    with pytest.raises(AttnvizError) as refused:
+        load_model(None, model_file=tmp_path / "counts.gguf")
+    message = _one_line(refused.value)
+    assert f"metadata 'llama.{suffix}' is a" in message and "a count is an integer" in message
+    assert (kind.removeprefix("array of ") if kind.startswith("array") else f"a {kind} (") in message
+
+
+@pytest.mark.parametrize(
+    ("code", "form"), [(0, "B"), (1, "b"), (2, "H"), (3, "h"), (4, "I"), (5, "i"), (10, "Q"), (11, "q")]
+)
+def test_a_count_in_any_integer_type_loads(tmp_path: Path, tiny_gguf, code: int, form: str) -> None:
+    metadata, tensors = tiny_gguf
+    changed = {**metadata, "llama.block_count": _raw(code, struct.pack("<" + form, 2))}
+    changed["llama.attention.head_count_kv"] = _raw(code, struct.pack("<" + form, 2))
+    write_gguf(tmp_path / "counts.gguf", changed, tensors)
+    assert load_model(None, model_file=tmp_path / "counts.gguf").layers == 2
+
+
+def test_a_float_block_count_is_one_line_on_the_command_line(cli, tmp_path: Path, tiny_gguf) -> None:
+    metadata, tensors = tiny_gguf
+    write_gguf(tmp_path / "float.gguf", {**metadata, "llama.block_count": 2.0}, tensors)
+    run = cli("heatmap", "--model-file", str(tmp_path / "float.gguf"), "the cat")
+    assert run.code == 1 and "metadata 'llama.block_count' is a float32 (2.0); a count is an integer" in run.err
+    _refused(run.err)

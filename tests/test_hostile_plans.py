@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from capped import assert_refused, attnviz
+from fake_stores import cache_repo, home_fixture, pull  # noqa: F401 (the fixture home)
+from tiny_gguf import write_tiny_llama
 
 from attnviz import batch as plans
 
@@ -433,3 +435,65 @@ def test_a_side_of_diff_cannot_print_help_into_the_output(cli, shared: Path, sid
         assert len(errors(run.err)) == 1 and f"--{side} " in run.err
     direct = cli("diff", "x", "y", f"--{side}", value, "-o", str(shared / "d.png"))
     assert direct.code == 2 and direct.out == "" and len(direct.err.splitlines()) == 1
+
+
+# Models of the user's stores: Ollama's and the Hugging Face cache's are the user's, as files outside the plan's
+# folder are; a plan names them only with batch --allow-models.
+
+STORE_NAMES = ["ollama:tiny", "ollama:tiny:latest", "ollama:library/tiny", "ollama:registry.ollama.ai/library/tiny",
+               "ollama:private", "hf:org/tiny-GGUF", "hf:org/tiny-GGUF/tiny.gguf", "hf:tiny-GGUF",
+               "hf:org/absent"]  # fmt: skip
+
+
+def _stores(home: Path) -> None:
+    pull(home / ".ollama" / "models")
+    tiny = write_tiny_llama(home / "tiny.gguf", seed=1)
+    cache_repo(home / ".cache" / "huggingface" / "hub", "org/tiny-GGUF", {"tiny.gguf": tiny})
+
+
+@pytest.mark.parametrize("name", STORE_NAMES)
+@pytest.mark.parametrize(
+    ("plan", "where"),
+    [
+        ('[[figure]]\nname = "x"\ncommand = "heatmap"\ntokens = "a b"\nmodel = "{name}"\n', ""),
+        ('[defaults]\nmodel = "{name}"\n\n[[figure]]\nname = "x"\ncommand = "heads"\ntokens = "a b"\n',
+         " (from [defaults])"),
+        ('[[figure]]\nname = "x-{{model}}"\ncommand = "generate"\ntokens = "a b"\nmodel = ["smollm2", "{name}"]\n', ""),
+        ('[[figure]]\nname = "x"\ncommand = "rollout"\n"model" = "{name}"\ntokens = "a"\n', ""),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("check", [True, False])
+def test_a_plan_names_a_model_of_your_stores_only_with_allow_models(
+    cli, shared: Path, home: Path, name: str, plan: str, where: str, check: bool
+) -> None:
+    _stores(home)
+    (shared / "plan.toml").write_text(plan.format(name=name))
+    run = cli("batch", "plan.toml", "-q", "-j", "1", *(["--check"] if check else []))
+    assert run.code == (2 if check else 1) and errors(run.err) == run.err.splitlines() and len(errors(run.err)) == 1
+    line = plan.format(name=name).splitlines().index("[[figure]]") + 1
+    assert f"figure 1 (line {line}): model = '{name}'{where}" in run.err
+    assert f"model = '{name}'{where} (--model) reads your " in run.err
+    assert ("Ollama store" if name.startswith("ollama:") else "Hugging Face cache") in run.err
+    assert "batch --allow-models" in run.err and "minilm, smollm2, gemma3" in run.err
+    drawn = figures(shared / "build" / "plan") if (shared / "build" / "plan").exists() else {}
+    assert set(drawn) <= {plans.MANIFEST}
+
+
+@pytest.mark.parametrize("name", ["ollama:tiny", "ollama:library/tiny:latest", "hf:org/tiny-GGUF"])
+def test_allow_models_lets_a_plan_draw_with_a_model_of_your_stores(cli, shared: Path, home: Path, name: str) -> None:
+    _stores(home)
+    (shared / "plan.toml").write_text(
+        f'[defaults]\nsize = "3x3"\ndpi = 50\n\n[[figure]]\nname = "x"\ncommand = "heatmap"\ntokens = "the cat"\n'
+        f'model = "{name}"\n'
+    )
+    assert cli("batch", "plan.toml", "-q", "-j", "1", "--check", "--allow-models").code == 0
+    run = cli("batch", "plan.toml", "-q", "-j", "1", "--allow-models")
+    assert run.code == 0, run.err
+    assert (shared / "build" / "plan" / "x.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("name", ["minilm", "smollm2", "gemma3"])
+def test_a_plan_names_the_bundled_models_without_allow_models(cli, shared: Path, home: Path, name: str) -> None:
+    (shared / "plan.toml").write_text(f'[[figure]]\nname = "x"\ncommand = "heatmap"\ntokens = "a"\nmodel = "{name}"\n')
+    run = cli("batch", "plan.toml", "--check", "-q")
+    assert run.code == 0, run.err

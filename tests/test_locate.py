@@ -3,76 +3,22 @@ run, and every way a store can be wrong or a name can reach outside it, each one
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_stores import MODEL_LAYER, cache_repo, home_fixture, pull  # noqa: F401 (the fixture home)
 from hf_checkpoints import rebuild, reference, smollm2_tokenizer_json
+from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_gguf, load_model, model_location, supported
-from attnviz.models import locate as locate_module
 from attnviz.models.locate import gguf_architecture
-
-MODEL_LAYER = "application/vnd.ollama.image.model"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty home: no OLLAMA_MODELS, no Hugging Face variables, no Linux service store."""
-    folder = tmp_path / "home"
-    folder.mkdir()
-    monkeypatch.setenv("HOME", str(folder))
-    for variable in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(locate_module, "SYSTEM_OLLAMA", tmp_path / "no-service")
-    return folder
-
-
-def pull(root: Path, name: str = "library/tiny/latest", blob: Path | None = None, manifest: object = None) -> Path:
-    """An Ollama store as `ollama pull` leaves it: the blob named by its sha256, a manifest naming it."""
-    (root / "blobs").mkdir(parents=True, exist_ok=True)
-    source = blob or write_tiny_llama(root / "blobs" / "pulling.gguf")
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()
-    os.replace(source, root / "blobs" / f"sha256-{digest}")
-    path = root / "manifests" / ("registry.ollama.ai/" + name if name.count("/") == 2 else name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    layers = [
-        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64, "size": 10},
-        {
-            "mediaType": MODEL_LAYER,
-            "digest": f"sha256:{digest}",
-            "size": (root / "blobs" / f"sha256-{digest}").stat().st_size,
-        },
-    ]
-    document = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                           "digest": "sha256:" + "1" * 64, "size": 2},
-                "layers": layers} if manifest is None else manifest  # fmt: skip
-    path.write_text(document if isinstance(document, str) else json.dumps(document))
-    return root / "blobs" / f"sha256-{digest}"
-
-
-def cache_repo(hub: Path, repo: str, files: dict[str, Path | str]) -> Path:
-    """A Hugging Face cache entry as huggingface_hub writes it: blobs, a snapshot of links to them, refs/main."""
-    folder = hub / ("models--" + repo.replace("/", "--"))
-    commit = hashlib.sha1(repo.encode()).hexdigest()
-    snapshot = folder / "snapshots" / commit
-    for name, content in files.items():
-        data = content.read_bytes() if isinstance(content, Path) else content.encode()
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
-        (snapshot / name).symlink_to(os.path.relpath(blob, (snapshot / name).parent))
-    (folder / "refs").mkdir(parents=True)
-    (folder / "refs" / "main").write_text(commit)
-    return snapshot
 
 
 def one_line_error(run, code: int = 1) -> str:
@@ -216,7 +162,11 @@ def test_attnviz_models_lists_packages_ollama_and_the_hf_cache(cli, home: Path, 
         write_tiny_llama(tmp_path / "q.gguf", meta_changes={"general.architecture": "qwen9"}),
     )
     pull(store, "library/broken/latest", manifest={"layers": []})
-    cache_repo(hub, "org/llama-tiny", {"config.json": '{"model_type": "llama"}', "model.safetensors": "x" * 100})
+    cache_repo(
+        hub,
+        "org/llama-tiny",
+        {"config.json": '{"model_type": "llama"}', "model.safetensors": "x" * 100, "tokenizer.json": "{}"},
+    )
     cache_repo(hub, "org/t5-small", {"config.json": '{"model_type": "t5"}'})
     write_tiny_llama(tmp_path / "q2.gguf", seed=3)
     cache_repo(hub, "org/two-GGUF", {"a.gguf": write_tiny_llama(tmp_path / "a.gguf"), "b.gguf": tmp_path / "q2.gguf"})
@@ -235,7 +185,7 @@ def test_attnviz_models_lists_packages_ollama_and_the_hf_cache(cli, home: Path, 
     assert found["ollama:qwen-next:4b"]["family"] == "qwen9" and found["ollama:qwen-next:4b"]["runs"] is False
     assert found["ollama:broken:latest"]["runs"] is False and MODEL_LAYER in found["ollama:broken:latest"]["note"]
     assert found["hf:org/llama-tiny"] | {"path": None} == {
-        "model": "hf:org/llama-tiny", "source": "hf", "format": "folder", "family": "llama", "bytes": 123,
+        "model": "hf:org/llama-tiny", "source": "hf", "format": "folder", "family": "llama", "bytes": 125,
         "runs": True, "path": None, "note": "",
     }  # fmt: skip
     assert found["hf:org/t5-small"]["runs"] is False and found["hf:org/t5-small"]["family"] == "t5"
@@ -294,3 +244,62 @@ def test_a_vocabulary_only_gguf_is_listed_as_one_tokenize_reads(cli, home: Path,
     found = {m["model"]: m for m in json.loads(cli("models", "--json").out)["models"]}
     assert found["ollama:vocab:latest"]["runs"] is False
     assert "attnviz tokenize" in found["ollama:vocab:latest"]["note"]
+
+
+def _bert_files(tmp_path: Path, name: str) -> dict[str, Path | str]:
+    folder = write_tiny_bert(tmp_path / name)
+    return {p.name: p for p in folder.iterdir()}
+
+
+LISTINGS: dict[str, Callable[[dict[str, Path | str]], dict[str, Path | str]]] = {
+    "complete": lambda files: files,
+    "no tokenizer": lambda files: {k: v for k, v in files.items() if k != "vocab.txt"},
+    "pickled weights": lambda files: {
+        **{k: v for k, v in files.items() if k != "model.safetensors"},
+        "pytorch_model.bin": "PK pickled",
+    },
+    "config and pickle alone (a cached gpt2)": lambda files: {
+        "config.json": '{"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 8}',
+        "pytorch_model.bin": "PK pickled",
+    },
+    "a llama without its tokenizer.json": lambda files: {
+        "config.json": '{"model_type": "llama"}',
+        "model.safetensors": files["model.safetensors"],
+    },
+}
+
+
+@pytest.mark.parametrize("case", LISTINGS)
+def test_models_says_yes_only_for_a_folder_that_loads(cli, home: Path, tmp_path: Path, case: str) -> None:
+    """The listing reads the files the loader reads first; where it says no, it says what is missing, and where it
+    says yes the model loads (a cached gpt2 of config.json and pytorch_model.bin was listed, then refused)."""
+    hub = home / ".cache" / "huggingface" / "hub"
+    cache_repo(hub, "org/x", LISTINGS[case](_bert_files(tmp_path, "bert")))
+    listed = {m["model"]: m for m in json.loads(cli("models", "--json").out)["models"]}["hf:org/x"]
+    loaded = cli("heatmap", "--model", "hf:org/x", "a", "--json")
+    if listed["runs"]:
+        assert loaded.code == 0, (case, loaded.err)
+    else:
+        assert loaded.code != 0 and listed["note"].startswith(("no ", "attnviz")), (case, listed)
+    expected = {"complete": True, "no tokenizer": False, "pickled weights": False}
+    if case in expected:
+        assert listed["runs"] is expected[case], (case, listed)
+    if "pickle" in case:
+        assert "pytorch_model.bin is a PyTorch pickle" in listed["note"]
+    table = cli("models", "--no-color")
+    assert table.code == 0 and ("hf:org/x: no " in table.out) is (not listed["runs"] and "no " in listed["note"])
+
+
+def test_a_long_model_name_is_never_cut(cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "bartowski/SmolLM2-135M-Instruct-GGUF"
+    gguf = "SmolLM2-135M-Instruct-Q4_K_M-with-a-long-file-name.gguf"
+    files = {gguf: write_tiny_llama(tmp_path / "m.gguf"), "other.gguf": write_tiny_llama(tmp_path / "o.gguf", seed=2)}
+    cache_repo(home / ".cache" / "huggingface" / "hub", name, files)  # two files: each is named
+    for columns in (40, 80, 200):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        table = cli("models", "--no-color")
+        assert table.code == 0 and "…" not in table.out, table.out
+        lines = table.out.splitlines()
+        assert all(len(line) <= columns for line in lines), table.out
+        names = "".join(line.split(" ")[0] for line in lines if not line.startswith(("  ", "looked", "attnviz")))
+        assert f"hf:{name}/{gguf}" in names, table.out

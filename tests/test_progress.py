@@ -16,6 +16,7 @@ import sys
 import termios
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
@@ -121,10 +122,21 @@ def test_a_film_says_its_steps_and_frames_at_40_columns(cli, tiny: Path, tmp_pat
     assert all(len(line) <= 40 for line in _screen_lines(run.err) if "━" in line), run.err
 
 
-def test_explain_keeps_q_for_its_query_and_takes_quiet(cli) -> None:
-    run = cli("explain", "the cat sat", "-q", "1", "--quiet")
-    assert run.code == 0, run.err
-    assert run.out == cli("explain", "the cat sat", "--query", "1").out != cli("explain", "the cat sat").out
+def test_every_short_flag_means_one_thing_in_every_command() -> None:
+    """-q is --quiet everywhere (explain's --query has no short form): a short flag never changes meaning."""
+    import typer.main
+
+    from attnviz.cli.entry import app, register
+
+    register()
+    meanings: dict[str, set[str]] = {}
+    for command in typer.main.get_command(app).commands.values():
+        for param in command.params:
+            long = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts if len(o) == 2):
+                meanings.setdefault(short, set()).update(long)
+    assert meanings["-q"] == {"--quiet"}
+    assert all(len(longs) == 1 for longs in meanings.values()), meanings
 
 
 def test_ctrl_c_during_the_bar_removes_it_and_leaves_no_file(cli, tiny: Path, tmp_path, monkeypatch) -> None:
@@ -165,3 +177,48 @@ def _screen_lines(text: str) -> list[str]:
 
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text.replace("\x1b[2K", "\r"))
     return [line.rsplit("\r", 1)[-1] for line in plain.split("\n")]
+
+
+def _said_estimate(costs: list[float], work: list[float] | None, monkeypatch: pytest.MonkeyPatch) -> float:
+    """The total time the estimate line says, for units taking ``costs`` seconds (a fake clock)."""
+    clock = [0.0]
+    said: list[float] = []
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(progress, "above", lambda line: None)
+    monkeypatch.setattr(progress._Bar, "start", lambda self: None)
+    monkeypatch.setattr(progress._Bar, "late", lambda self: None)
+    total = len(costs)
+    with progress.bar("unit", estimate=lambda per: said.append(per * total) or "", after=10**6) as steps:
+        shares = None if work is None else np.cumsum(work)
+        for done, cost in enumerate(costs, 1):
+            clock[0] += cost
+            steps(done, total, work=None if shares is None else (float(shares[done - 1]), float(shares[-1])))
+    assert len(said) == 1
+    return said[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "costs", "work"),
+    [
+        ("uniform", [1.0] * 30, None),
+        ("a slow first layer (its pages read)", [4.0] + [1.0] * 29, None),
+        ("a warm-up over three layers", [3.0, 2.0, 1.5] + [1.0] * 27, None),
+        (
+            "an ablation: early heads rerun more layers",
+            [30 - i // 9 for i in range(270)],
+            [30 - i // 9 for i in range(270)],
+        ),
+        (
+            "an ablation with a slow first batch",
+            [60] + [30 - i // 9 for i in range(1, 270)],
+            [30 - i // 9 for i in range(270)],
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_the_estimate_is_within_half_again_of_the_run(
+    monkeypatch: pytest.MonkeyPatch, name: str, costs: list[float], work: list[float] | None
+) -> None:
+    said = _said_estimate(costs, work, monkeypatch)
+    assert 1 / 1.5 <= said / sum(costs) <= 1.5, (name, said, sum(costs))

@@ -54,6 +54,22 @@ def test_a_models_layer_keeps_its_layer_and_model(cli, tmp_path: Path) -> None:
     assert json.loads(layer.out)["weights"] == json.loads(view.out)["weights"][1]
 
 
+def test_a_mean_model_view_read_back_says_how_many_heads_it_averages(cli, tmp_path: Path) -> None:
+    gguf = str(write_tiny_llama(tmp_path / "m.gguf"))
+    made = cli("heatmap", "--model-file", gguf, "the cat sat", "--all-layers", "--mean", "--json")
+    assert made.code == 0, made.err
+    document = json.loads(made.out)
+    averaged = 4
+    assert document["heads"] == 1 and document["mean_of"] == averaged
+    back = cli("heatmap", "--from", "-", "--layer", "1", "--json", stdin=made.out.encode())
+    assert json.loads(back.out)["heads"] == [f"layer 1 · mean of {averaged} heads"]
+    shown = cli("heatmap", "--from", "-", "--no-color", stdin=made.out.encode())
+    assert f"mean of {averaged} heads" in shown.out and "mean of 1 head" not in shown.out
+    document["mean_of"] = 1.5
+    refused = cli("heatmap", "--from", "-", stdin=json.dumps(document).encode())
+    assert refused.code == 1 and "'mean_of'" in refused.err
+
+
 def test_check_reads_json_and_stdin(cli) -> None:
     document = cli("heatmap", "the cat sat", "--causal", "--json").out
     run = cli("check", "-", "--causal", stdin=document.encode())

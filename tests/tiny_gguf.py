@@ -90,8 +90,9 @@ def write_tiny_llama(
     biases: float = 0.0,
     extra: dict[str, np.ndarray] | None = None,
     spare_rows: int = 0,
+    layers: int = 2,
 ) -> Path:
-    """2 layers, 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary with a few merges.
+    """``layers`` layers (2), 4 query heads sharing 2 key/value heads, width 32; a byte-level vocabulary, a few merges.
 
     ``meta_changes`` replaces metadata; ``nan_in`` names an F32 tensor whose first value becomes NaN; ``extra``
     adds F32 tensors (rope_freqs.weight, say); ``spare_rows`` rows more in the (tied) embeddings than the tokenizer
@@ -101,7 +102,7 @@ def write_tiny_llama(
     ``biases`` (0: zero biases, the same attention as the Llama file).
     """
     rng = np.random.default_rng(seed)
-    hidden, ffn, layers = 32, 64, 2
+    hidden, ffn = 32, 64
     alphabet = byte_alphabet()
     tokens = [alphabet[b] for b in range(256)]
     merges = ["Ġ c", "a t", "Ġc at", "Ġ s", "Ġs at", "t h", "th e"]

@@ -15,7 +15,7 @@ from .output import emit, one_output, views
 
 ABLATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "layer", "from_file", "tokens_file"),
+            "chars", "pair", "max_tokens", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
 GRADIENT_TOKENS = 1024  # one forward and one backward pass, keeping each layer's input and heads' outputs

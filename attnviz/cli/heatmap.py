@@ -195,9 +195,9 @@ def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, in
             if pool is None and n <= LONG_SEQUENCE:
                 return None
             return int(views.heatmap.pooled_bins(n, shown, figure.style, config))
-        from rich.console import Console
+        from ..render.literal import plain_console
 
-        fit = views.terminal.terminal_bins(Console().width)
+        fit = views.terminal.terminal_bins(plain_console().width)
         return fit if n > fit else None
 
     return bins

@@ -257,11 +257,10 @@ def check(
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:
-        from rich.console import Console
-
         from ..errors import fold_message
+        from ..render.literal import plain_console
 
-        width = Console().width if sys.stdout.isatty() else 0
+        width = plain_console().width if sys.stdout.isatty() else 0
 
         def say_line(line: str) -> None:  # on a terminal, folded at spaces as messages are, never inside a word
             print(fold_message(line, width) if width else line)
@@ -298,43 +297,70 @@ def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
       attnviz models --json
     """
     from .. import schema
+    from ..errors import say
     from ..models import supported
     from ..models.locate import available, hf_cache, ollama_roots
+    from ..models.walk import Walk
 
-    found = available()
+    walk = Walk()
+    found = available(walk)
+    if walk.summary():
+        say(f"attnviz: {walk.summary()}")
     looked_in = {"ollama": [str(root) for root in ollama_roots()], "hf": [str(hf_cache())]}
     families = {"gguf": supported("gguf"), "folder": supported("folder")}
     if as_json:
         write_json([schema.models_document(found, looked_in, families)])
         return
-    print_view(lambda color, width: _models_view(found, looked_in, families, color), no_color)
+    print_view(lambda color, width: _models_view(found, looked_in, families, color, width), no_color)
+
+
+NAME_AT_LEAST = 24  # cells: a name column narrower than this is no column; each model then takes two lines
 
 
 def _models_view(
-    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]], color: bool
+    found: list[Found], looked_in: dict[str, list[str]], families: dict[str, list[str]], color: bool, width: int
 ) -> Iterator[RenderableType]:
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for column in ("model", "format", "family", "size", "runs"):
-        table.add_column(column, justify="right" if column == "size" else "left")
+    from ..render.labels import cell_len
+    from ..render.literal import literal
+
+    rows = []
     for f in found:
         runs = "yes" if f.runs else "not installed" if f.source == "package" and f.path is None else "no"
         shown = Text(runs, style=("green" if f.runs else "red") if color else "")
-        table.add_row(f.model, f.format or "—", f.family or "—", "—" if f.size is None else _bytes(f.size), shown)
-    yield table
+        rows.append((literal(f.model), literal(f.format or "—"), literal(f.family or "—"), Text(_size_of(f)), shown))
+    others = [max([len(h), *(cell_len(r[i].plain) for r in rows)])
+              for i, h in enumerate(("format", "family", "size", "runs"), 1)]  # fmt: skip
+    if width - sum(others) - 2 * len(others) >= NAME_AT_LEAST:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column("model", overflow="fold")  # a name is never cut: it folds onto the next line
+        for column in ("format", "family", "size", "runs"):
+            table.add_column(column, justify="right" if column == "size" else "left", no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        yield table
+    else:  # too narrow for a name beside its details: the name whole on its line, the details under it
+        for name, fmt, family, size, running in rows:
+            yield name
+            details = Text("  ").append_text(fmt).append(" · ").append_text(family).append(" · ").append_text(size)
+            yield details.append(" · ").append_text(running)
     for f in found:
         if not f.runs and f.note:
-            yield Text(f"{f.model}: {f.note}", style="dim")
+            yield literal(f"{f.model}: {f.note}", style="dim")
     ollama = " and ".join(map(_home, looked_in["ollama"]))
-    yield Text(f"looked in: Ollama {ollama} · Hugging Face {_home(looked_in['hf'][0])}", style="dim")
+    yield literal(f"looked in: Ollama {ollama} · Hugging Face {_home(looked_in['hf'][0])}", style="dim")
     yield Text(
         f"attnviz runs GGUF files of {', '.join(families['gguf'])} and folders of model_type "
         f"{', '.join(families['folder'])}",
         style="dim",
     )
+
+
+def _size_of(found: Found) -> str:
+    return "—" if found.size is None else _bytes(found.size)
 
 
 def _bytes(count: int) -> str:

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from ..sources import AttentionStack
 
 
-VIEW_KEEPS = "\n\u200d" + "".join(map(chr, range(0xE0020, 0xE0080)))
-"""What a view may print of the characters printable() escapes: its own line breaks, and the joiners and tags
-inside emoji and flags that token labels keep whole (render.labels.visible_token)."""
-
 ANNOUNCE = True  # say "wrote FILE" on stderr; a batch run keeps its own account
 
 
@@ -206,15 +202,15 @@ def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None
 
 
 def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color: bool) -> None:
-    from rich.console import Console
+    from ..render.literal import plain_console
 
-    console = Console(highlight=False)
+    console = plain_console()
     color = not (no_color or console.no_color) and console.color_system is not None
     if color:
         for renderable in render(color, console.width):
             console.print(printable_view(console, renderable))
         return
-    console = Console(highlight=False, color_system=None)
+    console = plain_console(color_system=None)
     with console.capture() as plain:  # plain text for pipes and files: no spaces at the ends of lines
         for renderable in render(color, console.width):
             console.print(printable_view(console, renderable))
@@ -226,6 +222,8 @@ def printable_view(console: Console, renderable: RenderableType) -> RenderableTy
     whatever a view quotes from a file (a model's name, a document's config, a head's label), no
     control character of it reaches the terminal. Rich's own styles are added after this."""
     from rich.segment import Segment, Segments
+
+    from ..render.literal import VIEW_KEEPS
 
     return Segments(
         segment if segment.control else Segment(printable(segment.text, keep=VIEW_KEEPS), segment.style)

@@ -55,6 +55,13 @@ def batch(
             show_default=False,
         ),
     ] = None,
+    allow_models: Annotated[
+        bool,
+        typer.Option(
+            "--allow-models",
+            help="Let the plan name models of your stores (ollama:…, hf:…), not only the bundled ones.",
+        ),
+    ] = False,
 ) -> None:
     """Draw a deck of figures from a plan, in parallel, redrawing only what changed.
 
@@ -62,7 +69,8 @@ def batch(
     draws one figure per element, and {option} in the name is filled in.
 
     A plan is data: its tokens are never read as options, it reads files only inside its own
-    folder (and the folders of --allow-dir), and it writes only its figures, into the output folder.
+    folder (and the folders of --allow-dir), models of your Ollama store or Hugging Face cache
+    only with --allow-models, and it writes only its figures, into the output folder.
 
     [bold]Examples[/bold]
 
@@ -74,7 +82,7 @@ def batch(
     """
     from .. import batch as plans
 
-    entries, errors = plans.load_plan(plan, tuple(allow_dir or ()))
+    entries, errors = plans.load_plan(plan, tuple(allow_dir or ()), stores=allow_models)
     directory = plans.output_directory(plan, output)
     entries = plans.shard(entries, shard_spec)
     valid = []

@@ -127,7 +127,7 @@ def saturation(
 
 @app.command()
 @opt.with_options(
-    layer=opt.LAYER.variant(hidden=("pair", "from_file", "tokens_file")),
+    layer=opt.LAYER.variant(hidden=("pair", "max_tokens", "from_file", "tokens_file")),
     figure=opt.FIGURE.variant(hidden=("annotate",)),
 )
 def explain(
@@ -137,7 +137,6 @@ def explain(
         int | None,
         typer.Option(
             "--query",
-            "-q",
             min=0,
             help="The query position. Default: the last token.",
             show_default=False,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -52,6 +51,7 @@ def tokenize(
 
       attnviz tokenize --model-file vocab.gguf --file text.txt
     """
+    from ..inputs import read_text
     from ..models import load_tokenizer
     from ..models.offsets import tokenize as split
 
@@ -60,7 +60,7 @@ def tokenize(
         raise UsageError("tokenize needs a model's tokenizer: give --model, --model-dir or --model-file")
     if sum(given) > 1:
         raise UsageError("choose one of --model, --model-dir and --model-file")
-    source = _text(text, file, stdin)
+    source = read_text(text, file, stdin=stdin)
     tokenizer, name = load_tokenizer(model, model_dir, model_file)
     pieces = split(tokenizer, source, special=not no_special)
     if as_json:
@@ -69,23 +69,6 @@ def tokenize(
         write_json([schema.tokenize_document(name, source, pieces)])
         return
     print_view(lambda color, width: _table(name, source, pieces, color, width), no_color)
-
-
-def _text(args: list[str] | None, file: Path | None, stdin: bool) -> str:
-    """The text exactly as given: arguments joined by spaces, a file's or stdin's characters, none dropped."""
-    from ..inputs import decode, read_file, read_stdin
-
-    reads_stdin = stdin or args == ["-"] or (file is not None and str(file) == "-")
-    sources = [bool(args) and args != ["-"], file is not None and str(file) != "-", reads_stdin]
-    if sum(sources) > 1:
-        raise UsageError("give the text one way: as arguments, with --file, or on stdin (--stdin or -)")
-    if reads_stdin:
-        return read_stdin()
-    if file is not None:
-        return decode(read_file(file), str(file))
-    if args is None:
-        raise UsageError("no text: give it as arguments, with --file, or on stdin with --stdin")
-    return " ".join(args)
 
 
 def shown_piece(token: str) -> str:
@@ -101,6 +84,8 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
     rich's Table, which takes half a minute over the 40,000 rows of a long document."""
     from rich.text import Text
 
+    from ..render.literal import literal
+
     shown = [shown_piece(t) for t in pieces.tokens]
     slices = [
         "" if span is None or span[0] == span[1] else shown_piece(text[span[0] : span[1]]) for span in pieces.offsets
@@ -114,7 +99,7 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
     keep = [0, 1, 2, 3, 4] if differs and fixed + widths[2] + widths[3] + 2 <= width else [0, 1, 2, 4]
     if keep == [0, 1, 2, 4]:
         widths[2] = max(5, min(widths[2], width - fixed))  # a longer token folds onto the next lines
-    yield Text(f"{plural(len(shown), 'token')} · {name} · {plural(len(text), 'character')}")
+    yield literal(f"{plural(len(shown), 'token')} · {name} · {plural(len(text), 'character')}")
     if shown:
         yield Text(_row([headings[c] for c in keep], [widths[c] for c in keep], keep), "bold" if color else "")
         yield Text("─" * (sum(widths[c] for c in keep) + 2 * (len(keep) - 1)), no_wrap=True)
@@ -122,13 +107,13 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
         for k in range(len(shown)):
             row = _row([columns[c][k] for c in keep], [widths[c] for c in keep], keep)
             if color and pieces.template[k]:
-                yield from [Text("\n".join(lines), no_wrap=True)] if lines else []
-                yield Text(row, style="dim", no_wrap=True)
+                yield from [literal("\n".join(lines), no_wrap=True)] if lines else []
+                yield literal(row, style="dim", no_wrap=True)
                 lines = []
                 continue
             lines.append(row)
             if len(lines) == ROWS_AT_ONCE or k == len(shown) - 1:
-                yield Text("\n".join(lines), no_wrap=True)
+                yield literal("\n".join(lines), no_wrap=True)
                 lines = []
     spaced = any("␣" in cell for cell in (*shown, *(slices if 3 in keep else [])))
     notes = [*(["␣: a space"] if spaced else []), "chars: start–end in the text (end excluded)"]
@@ -136,7 +121,7 @@ def _table(name: str, text: str, pieces: Pieces, color: bool, width: int) -> Ite
         notes.append("—: added by the template, from no text (--no-special leaves it out)")
     if differs and 3 not in keep:
         notes.append("the text of each token: a wider terminal, or --json")
-    yield Text(" · ".join(notes), style="dim")
+    yield literal(" · ".join(notes), style="dim")
 
 
 def _row(cells: list[str], widths: list[int], columns: list[int]) -> str:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "from_file", "tokens_file"),
+            "chars", "pair", "max_tokens", "from_file", "tokens_file"),
 )  # fmt: skip
 P_WRITE = "Writing"
 
@@ -222,12 +222,12 @@ def _said(generation: Generation) -> None:
 def _live(run: Writing, no_color: bool) -> None:
     """rich Live in a terminal with colour; otherwise one line per token, then the whole text. Whatever a
     prompt or a token holds reaches the terminal through printable() (render.written)."""
-    from rich.console import Console
     from rich.live import Live
 
+    from ..render.literal import plain_console
     from ..render.written import about, live_view, shown, step_line
 
-    console = Console(highlight=False)
+    console = plain_console()
     color = not (no_color or console.no_color) and console.color_system is not None and console.is_terminal
     if color:
         with Live(console=console, auto_refresh=False, transient=False) as live:

@@ -36,6 +36,37 @@ class Encoding:
     tokens: tuple[str, ...]
     ids: tuple[int, ...]
     type_ids: tuple[int, ...]
+    total: int = 0  # the text's tokens before --max-tokens kept the first (0: none were left out)
+
+
+class TooLong(AttnvizError):
+    """More tokens than the model takes (``count`` of its ``longest``): a view that can run the first ``longest``
+    (--max-tokens) says so."""
+
+    def __init__(self, message: str, count: int, longest: int) -> None:
+        super().__init__(message)
+        self.count, self.longest = count, longest
+
+
+def first_tokens(encoding: Encoding, template: Encoding, count: int) -> Encoding:
+    """The first ``count`` tokens of ``encoding``, as a tokenizer's truncation gives them: the text's first tokens
+    between the template's own (``template``: the tokenizer's encoding of no text) — [CLS] … [SEP] stays closed."""
+    if len(encoding.ids) <= count:
+        return encoding
+    given = len(template.ids)
+    opening = next((i for i in range(given) if encoding.ids[i] != template.ids[i]), given)
+    closing = 0
+    while closing < given - opening and encoding.ids[-1 - closing] == template.ids[-1 - closing]:
+        closing += 1
+    if count <= opening + closing:
+        raise UsageError(f"--max-tokens {count} leaves none of the text: the model adds {opening + closing} tokens")
+    keep = list(range(count - closing)) + list(range(len(encoding.ids) - closing, len(encoding.ids)))
+    return Encoding(
+        tuple(encoding.tokens[i] for i in keep),
+        tuple(encoding.ids[i] for i in keep),
+        tuple(encoding.type_ids[i] for i in keep),
+        total=len(encoding.ids),
+    )
 
 
 @dataclass(frozen=True)
@@ -62,7 +93,7 @@ class Model(Protocol):
     heads: int
     causal: bool
 
-    def encode(self, text: str, pair: str | None = None) -> Encoding: ...
+    def encode(self, text: str, pair: str | None = None, first: int | None = None) -> Encoding: ...
 
     def words(self) -> list[str]:
         """Whole ASCII words that are single tokens of the vocabulary (for random repeated text)."""
@@ -270,6 +301,7 @@ def load_gguf(path: Path, name: str) -> Model:
             f"{path}: architecture {quoted(architecture, 40)}; "
             f"attnviz runs GGUF files of the {', '.join(sorted(loaders))} architectures"
         )
+    file.refuse_uncounted(str(architecture))
     meta = gguf_settings(file.metadata, path, str(architecture))
     model = loaders[str(architecture)](name, file, meta, from_gguf(file.metadata, path), str(architecture))
     refuse_unread(meta, INERT_GGUF_KEYS, str(architecture))

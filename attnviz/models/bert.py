@@ -22,7 +22,7 @@ from ..blocked import NOTHING, Keep, attend
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable, quoted
 from ..threads import one_blas_thread
-from . import Consumer, Encoding, damaged
+from . import Consumer, Encoding, TooLong, damaged, first_tokens
 from .metadata import Settings
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
 from .tokenizer import Tokenizer
@@ -239,20 +239,31 @@ class Bert:
     def longest(self) -> int:
         return self.config.max_positions - self.config.position_offset
 
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
+    def encode(self, text: str, pair: str | None = None, first: int | None = None) -> Encoding:
+        """The text's tokens between the template's; ``first``: only the first so many (--max-tokens), the template's
+        closing token kept, as a tokenizer's truncation does."""
         if pair is not None and self.config.type_vocab < 2:
             raise UsageError(f"{self.name} has one token type: it takes no --pair")
-        if len(text) + len(pair or "") > self.longest * MAX_WORD_CHARS:
+        if first is not None:
+            if pair is not None:
+                raise UsageError("--max-tokens takes the first tokens of one text; give no --pair")
+        elif len(text) + len(pair or "") > self.longest * MAX_WORD_CHARS:
             raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.longest} tokens")
         tokens, ids, type_ids = self.tokenizer.encode(text, pair)
         if not ids:
             raise AttnvizError(f"no tokens: {printable(self.name)}'s tokenizer makes nothing of this text")
-        if len(tokens) > self.longest:
-            raise AttnvizError(f"{len(tokens):,} tokens, but {printable(self.name)} takes at most {self.longest:,}")
+        encoding = Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
+        if first is not None:
+            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
+            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
+        if len(encoding.ids) > self.longest:
+            count = len(encoding.ids)
+            raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.longest:,}", count,
+                          self.longest)  # fmt: skip
         vocabulary = self.weights.shape("embeddings.word_embeddings.weight")[0]
-        if max(ids, default=0) >= vocabulary:
+        if max(encoding.ids, default=0) >= vocabulary:
             raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
-        return Encoding(tuple(tokens), tuple(ids), tuple(type_ids))
+        return encoding
 
     def words(self) -> list[str]:
         return self.tokenizer.words()

@@ -20,7 +20,7 @@ from . import bert, gemma2, gemma3, gpt2, llama, nomic_bert, olmo2, phi3, qwen3,
 from .metadata import INERT_CONFIG_KEYS, MAX_CONFIG_BYTES, Settings, refuse_unread
 from .tokenizer import Tokenizer, read_tokenizer_json
 from .vocabulary import from_vocab_txt
-from .weights import FolderTensors
+from .weights import INDEX, FolderTensors, pickled_hint
 
 if TYPE_CHECKING:
     from . import Model
@@ -180,11 +180,14 @@ def _guess_family(raw: dict[str, object], directory: Path) -> str | None:
     return "bert" if os.path.lexists(directory / "vocab.txt") else None
 
 
+VOCAB_TXT_FAMILIES = ("bert", "distilbert")  # the first BERT checkpoints: a vocab.txt, no tokenizer.json
+
+
 def folder_tokenizer(directory: Path, family: str) -> Tokenizer:
     """``tokenizer.json`` where there is one; a BERT family's ``vocab.txt`` otherwise."""
     if os.path.lexists(directory / "tokenizer.json"):
         return read_tokenizer_json(directory / "tokenizer.json")
-    if family in ("bert", "distilbert"):
+    if family in VOCAB_TXT_FAMILIES:
         if not os.path.lexists(directory / "vocab.txt"):
             raise AttnvizError(f"{directory}: no tokenizer.json or vocab.txt: the checkpoint has no tokenizer")
         options = directory / "tokenizer_config.json"
@@ -192,6 +195,19 @@ def folder_tokenizer(directory: Path, family: str) -> Tokenizer:
             open_regular(options, MAX_CONFIG_BYTES, "a tokenizer_config.json").close()
         return from_vocab_txt(directory)
     raise AttnvizError(f"{directory}: no tokenizer.json (attnviz reads the tokenizer from it)")
+
+
+def missing_files(directory: Path, family: str) -> str:
+    """What a checkpoint folder of ``family`` lacks of the files :func:`load_folder` reads ("" when nothing): its
+    tokenizer (:func:`folder_tokenizer`) and safetensors weights (:func:`~.weights.checkpoint_tensors`), so that
+    ``attnviz models`` lists as running only a folder that loads."""
+    lacking = []
+    has_vocab = family in VOCAB_TXT_FAMILIES and os.path.lexists(directory / "vocab.txt")
+    if not os.path.lexists(directory / "tokenizer.json") and not has_vocab:
+        lacking.append("tokenizer.json" + (" or vocab.txt" if family in VOCAB_TXT_FAMILIES else ""))
+    if not any(os.path.lexists(directory / name) for name in ("model.safetensors", INDEX)):
+        lacking.append("model.safetensors" + pickled_hint(directory))
+    return f"no {' and no '.join(lacking)}" if lacking else ""
 
 
 def load_folder(directory: Path, name: str, origin: str | None = None, tokenizer: Tokenizer | None = None) -> Model:

@@ -17,7 +17,7 @@ from ..blocked import NOTHING, Keep, Kept, attend, attend_backward
 from ..core import Array
 from ..errors import AttnvizError, UsageError, printable
 from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, damaged
+from . import Consumer, Encoding, TooLong, damaged, first_tokens
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
@@ -156,21 +156,28 @@ class Decoder:
                     f"the hyperparameters imply {list(shape)}"
                 )
 
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
+    def encode(self, text: str, pair: str | None = None, first: int | None = None) -> Encoding:
+        """The text's tokens; ``first``: only the first so many (--max-tokens), the text beyond left out."""
         if pair is not None:
             raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
-        longest = max(map(len, self.tokenizer.tokens), default=1)
-        if len(text) > self.context * min(longest, 64):
+        longest = min(max(map(len, self.tokenizer.tokens), default=1), 64)
+        if first is None and len(text) > self.context * longest:
             raise AttnvizError(f"{len(text):,} characters are more than {self.name}'s {self.context} tokens can hold")
         tokens, ids, types = self.tokenizer.encode(text)
         if not ids:
             raise UsageError("no tokens: the text is empty")
-        if len(ids) > self.context:
-            raise AttnvizError(f"{len(ids):,} tokens, but {printable(self.name)} takes at most {self.context:,}")
+        encoding = Encoding(tuple(tokens), tuple(ids), tuple(types))
+        if first is not None:
+            opened, opened_ids, opened_types = self.tokenizer.encode("")  # the template alone
+            encoding = first_tokens(encoding, Encoding(tuple(opened), tuple(opened_ids), tuple(opened_types)), first)
+        if len(encoding.ids) > self.context:
+            count = len(encoding.ids)
+            raise TooLong(f"{count:,} tokens, but {printable(self.name)} takes at most {self.context:,}", count,
+                          self.context)  # fmt: skip
         vocabulary = self.weights.shape("token_embd.weight")[0]
-        if max(ids) >= vocabulary:
+        if max(encoding.ids) >= vocabulary:
             raise AttnvizError(f"{self.weights.path}: the tokenizer has more tokens than the model's {vocabulary:,}")
-        return Encoding(tuple(tokens), tuple(ids), tuple(types))
+        return encoding
 
     def words(self) -> list[str]:
         return self.tokenizer.words()
@@ -270,9 +277,9 @@ class Decoder:
         if start and any(rope.switches(start) for rope in self.shape.ropes):
             return self.rotated_again(ids, cache, keep, progress)
         cache.ids[start:] = [int(i) for i in ids]
-        x = self.embed(np.asarray(ids), start)
         shown: Kept | None = None
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(ids), start)
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
                 k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
@@ -329,8 +336,8 @@ class Decoder:
     def layer_inputs(self, ids: tuple[int, ...], layer: int) -> tuple[Array, Array, Array]:
         """Layer ``layer``'s queries, keys and values of the tokens ``ids``, each (heads, n, d) (a key/value head
         repeated for each query head it serves): the numbers ``attnviz explain`` shows step by step."""
-        x = self.embed(np.asarray(ids))
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(ids))
             for i in range(layer + 1):
                 self.finite(x, i - 1)
                 q, k, v = self.attention_inputs(x, i)
@@ -349,8 +356,8 @@ class Decoder:
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
         time: never (layers, heads, n, n). Layers after the last one asked for are not run.
         """
-        x = self.embed(np.asarray(encoding.ids))
         with one_blas_thread(), overflow_checked():
+            x = self.embed(np.asarray(encoding.ids))
             last = max(keep)
             for layer in range(last + 1):
                 output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable, quoted
 from ..inputs import open_regular
-from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
+from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
 MAGIC = b"GGUF"
 TYPE_NAMES = {
@@ -35,6 +35,9 @@ BLOCKS = {
 READ = ", ".join(TYPE_NAMES[k] for k in sorted(BLOCKS))
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+INTEGERS = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
+KIND_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32", 6: "float32", 7: "bool",
+              8: "string", 9: "array", 10: "uint64", 11: "int64", 12: "float64"}  # fmt: skip
 MAX_KEYS = 2**16  # metadata entries: llama.cpp writes a few dozen
 MAX_STRINGS = 2**22  # strings in all metadata arrays: a vocabulary and its merges (Gemma 3: 262,144 tokens)
 # The types GGUF's specification gives the keys attnviz reads as flags, names and lists (docs/gguf.md): a
@@ -86,9 +89,11 @@ class GGUF:
                 f"{MAX_KEYS:,} and {MAX_TENSORS:,} (no model has more)"
             )
         self.metadata: dict[str, object] = {}
+        self.kinds: dict[str, int] = {}  # each key's GGUF type: float32 and float64 both read as a Python float
         for _ in range(n_kv):
             key = self.string()
-            self.metadata[key] = value = self.value(int(self.scalar("I")))
+            self.kinds[key] = kind = int(self.scalar("I"))
+            self.metadata[key] = value = self.value(kind)
             if key in KNOWN and not _is(value, KNOWN[key]):
                 raise self.error(f"metadata {key} is {_kind(value)}, not {KNOWN[key]}")
         infos = [self.tensor_info() for _ in range(n_tensors)]
@@ -105,6 +110,17 @@ class GGUF:
 
     def error(self, message: str) -> AttnvizError:
         return AttnvizError(f"{printable(str(self.path))}: {message}")
+
+    def refuse_uncounted(self, architecture: str) -> None:
+        """Every count key of the family (:data:`COUNT_KEYS`), read or not, refused unless the file stores it as
+        one of GGUF's integer types: llama.cpp reads a count as an integer, so 2.0 or true is not a count."""
+        for suffix in COUNT_KEYS:
+            key = f"{architecture}.{suffix}"
+            if key in self.kinds and self.kinds[key] not in INTEGERS:
+                value = self.metadata[key]
+                kind = KIND_NAMES[self.kinds[key]]
+                shown = _kind(value) if self.kinds[key] == ARRAY else f"a {kind} ({quoted(value, 40)})"
+                raise self.error(f"metadata {quoted(key, 80)} is {shown}; a count is an integer")
 
     def take(self, count: int) -> bytes:
         if count > self.size - self.pos:

@@ -4,7 +4,8 @@
 Ollama's root) and takes the blob of its GGUF layer; ``--model hf:ORG/NAME`` takes the snapshot that the cache's
 ``refs/main`` names. :func:`available` lists what is there for ``attnviz models``. Every name is checked before it
 becomes a path, and every digest and commit before it is joined to one: a name or a file cannot lead outside the
-store it names.
+store it names. Nor can a link: listing and resolving a name follow the same rule (:mod:`.walk`), so a name that
+``attnviz models`` would not list does not run either.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import importlib.util
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from ..errors import AttnvizError, UsageError, printable, quoted
 from ..inputs import open_regular, parse_json, read_file
 from . import MODELS, ModelSpec, model_location, supported
 from .metadata import MAX_CONFIG_BYTES, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
+from .walk import Walk, is_folder, is_link, repository_blobs, snapshot_entry, snapshot_files
 
 OLLAMA_HOST, OLLAMA_NAMESPACE, OLLAMA_TAG = "registry.ollama.ai", "library", "latest"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -98,9 +101,9 @@ def ollama_blob(spec: str) -> Path:
     host, namespace, model, tag = ollama_parts(spec)
     manifests = [root / "manifests" / host / namespace / model / tag for root in ollama_roots()]
     manifest = next((m for m in manifests if os.path.lexists(m)), None)
+    shown = printable(f"ollama:{spec}")
     if manifest is None:
-        tags = sorted({t.name for m in manifests for t in _children(m.parent)})
-        shown = printable(f"ollama:{spec}")
+        tags = sorted({t.name for m in manifests for t in Walk().entries(m.parent) if _is_file(t)})
         if tags:
             raise AttnvizError(
                 f"{shown}: no tag {printable(repr(tag))} of {printable(model)}; tags in {_shown(manifests[0].parent)}: "
@@ -111,7 +114,12 @@ def ollama_blob(spec: str) -> Path:
             f"{shown}: no such Ollama model: looked for {' and '.join(_shown(m) for m in manifests)} "
             "(OLLAMA_MODELS names Ollama's store)"
         )
-    return _model_blob(manifest, manifest.parents[4])
+    root = manifest.parents[4]
+    below = manifest.relative_to(root).parts
+    link = next((p for p in (root.joinpath(*below[:k]) for k in range(1, 6)) if is_link(p)), None)
+    if link is not None:
+        raise AttnvizError(f"{shown}: {_shown(link)} is a link; attnviz follows no link inside Ollama's store")
+    return _model_blob(manifest, root)
 
 
 def _model_blob(manifest: Path, root: Path) -> Path:
@@ -132,16 +140,22 @@ def _model_blob(manifest: Path, root: Path) -> Path:
     if found is None:
         raise AttnvizError(f"{where}: the model layer's digest {quoted(digest, 80)} is not sha256:<64 hex>")
     blob = root / "blobs" / f"sha256-{found.group(1)}"
+    link = next((p for p in (blob.parent, blob) if is_link(p)), None)
+    if link is not None:
+        raise AttnvizError(
+            f"{where}: the model's blob {_shown(blob)} is reached through the link {_shown(link)}; attnviz reads "
+            "Ollama's blobs only as the files that ollama pull writes"
+        )
     if not os.path.lexists(blob):
         raise AttnvizError(f"{where}: the model's blob {_shown(blob)} is missing (pull the model again)")
     return blob
 
 
-def _ollama_models() -> list[Found]:
+def _ollama_models(walk: Walk) -> list[Found]:
     """Every manifest in Ollama's stores, each with its model's family and size."""
     found: list[Found] = []
     for root in ollama_roots():
-        for manifest in _tree(root / "manifests", 4):
+        for manifest in _manifests(root, walk):
             host, namespace, model, tag = manifest.parts[-4:]
             if not all(_plain(p) for p in (host, namespace, model, tag)):
                 continue
@@ -155,12 +169,26 @@ def _ollama_models() -> list[Found]:
     return found
 
 
-def _tree(top: Path, depth: int) -> list[Path]:
-    """The files ``depth`` folders below ``top`` (Ollama's manifests: host, namespace, name, tag), sorted."""
-    level = [top]
-    for _ in range(depth):
-        level = [child for folder in level for child in _children(folder)]
-    return [path for path in level if path.is_file()]
+def _manifests(root: Path, walk: Walk) -> list[Path]:
+    """The files four real folders below ``manifests`` (host, namespace, name, tag), sorted; no link followed."""
+    level = [root / "manifests"]
+    for depth in range(5):
+        kept = []
+        for path in level:
+            if is_link(path):
+                walk.skip("a link in Ollama's store", path)
+            elif is_folder(path) if depth < 4 else _is_file(path):
+                kept.append(path)
+        level = [child for folder in kept for child in walk.entries(folder)] if depth < 4 else kept
+    return level
+
+
+def _is_file(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 # Hugging Face
@@ -194,13 +222,15 @@ def hf_snapshot(spec: str) -> tuple[Path, str]:
     repo, file = hf_parts(spec)
     snapshot = _hf_snapshot(repo, f"hf:{spec}")
     if file:
-        path = snapshot / file
-        if not path.is_file():
-            raise AttnvizError(f"hf:{printable(spec)}: no file {_shown(path)}")
-        return path, "gguf"
-    if os.path.lexists(snapshot / "config.json"):
+        return _snapshot_file(snapshot, file, f"hf:{spec}"), "gguf"
+    walk = Walk()
+    files, refused = snapshot_files(snapshot, walk)
+    if "config.json" in files or "config.json" in refused:
+        why = _unreadable_folder(snapshot, refused, walk)
+        if why:
+            raise AttnvizError(f"hf:{printable(spec)}: {why}")
         return snapshot, "folder"
-    ggufs = _ggufs(snapshot)
+    ggufs = [name for name in files if name.endswith(".gguf")]
     if len(ggufs) == 1:
         return snapshot / ggufs[0], "gguf"
     if ggufs:
@@ -215,6 +245,7 @@ def hf_snapshot(spec: str) -> tuple[Path, str]:
 def _hf_snapshot(repo: str, shown: str) -> Path:
     folder = hf_cache() / ("models--" + repo.replace("/", "--"))
     ref = folder / "refs" / "main"
+    _no_link(shown, [folder, folder / "refs", ref])
     if not os.path.lexists(ref):
         where = ref if folder.is_dir() else folder
         raise AttnvizError(
@@ -225,20 +256,56 @@ def _hf_snapshot(repo: str, shown: str) -> Path:
     if COMMIT.fullmatch(commit) is None:
         raise AttnvizError(f"{_shown(ref)}: {quoted(commit, 60)} is not a commit hash")
     snapshot = folder / "snapshots" / commit
+    _no_link(shown, [snapshot.parent, snapshot])
     if not snapshot.is_dir():
         raise AttnvizError(f"{printable(shown)}: the snapshot {_shown(snapshot)} that refs/main names is missing")
     return snapshot
 
 
-def _ggufs(snapshot: Path) -> list[str]:
-    return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.gguf") if p.is_file())
+def _no_link(shown: str, paths: list[Path]) -> None:
+    link = next((p for p in paths if is_link(p)), None)
+    if link is not None:
+        raise AttnvizError(
+            f"{printable(shown)}: {_shown(link)} is a link; in the Hugging Face cache attnviz follows only a "
+            "snapshot's links to its repository's blobs/"
+        )
 
 
-def _hf_models() -> list[Found]:
+def _snapshot_file(snapshot: Path, file: str, shown: str) -> Path:
+    """``file`` of the snapshot, reached through real folders, and a file or a link to one of its blobs."""
+    path = snapshot
+    for part in file.split("/")[:-1]:
+        path = path / part
+        _no_link(shown, [path])
+        if not is_folder(path):
+            break
+    path = snapshot / file
+    if not os.path.lexists(path) or is_folder(path):
+        raise AttnvizError(f"{printable(shown)}: no file {_shown(path)}")
+    why = snapshot_entry(path, repository_blobs(snapshot.parents[1]))
+    if why:
+        raise AttnvizError(f"{printable(shown)}: {_shown(path)} is {why}{FOLLOWED}")
+    return path
+
+
+FOLLOWED = "; attnviz follows a snapshot's links only to files in its own repository's blobs/"
+
+
+def _unreadable_folder(snapshot: Path, refused: dict[str, str], walk: Walk) -> str:
+    """Why a snapshot of a config.json may not be loaded ("" when it may): its loader reads any of its files."""
+    if refused:
+        name, why = next(iter(refused.items()))
+        return f"{_shown(snapshot / name)} is {why}{FOLLOWED}"
+    if walk.stopped:
+        return f"{_shown(snapshot)}: {walk.stopped}, and the rest was not looked at"
+    return ""
+
+
+def _hf_models(walk: Walk) -> list[Found]:
     """Every model repository in the cache: its folder, or each of its GGUF files."""
     found: list[Found] = []
     cache = hf_cache()
-    for folder in _children(cache):
+    for folder in walk.entries(cache, root=True):
         repo = folder.name.removeprefix("models--").replace("--", "/")
         if not folder.name.startswith("models--") or not repo:
             continue
@@ -249,9 +316,14 @@ def _hf_models() -> list[Found]:
         except AttnvizError as err:
             found.append(Found(shown, "hf", None, None, None, False, folder, str(err)))
             continue
-        ggufs = _ggufs(snapshot)
-        if os.path.lexists(snapshot / "config.json") or not ggufs:
-            found.append(_folder(shown, "hf", snapshot))
+        files, refused = snapshot_files(snapshot, walk)
+        ggufs = [name for name in files if name.endswith(".gguf")]
+        if "config.json" in files or "config.json" in refused or not ggufs:
+            configured = "config.json" in files or "config.json" in refused
+            why = _unreadable_folder(snapshot, refused, walk) if configured else ""
+            size = sum(_size(path) or 0 for path in files.values())
+            refusal = Found(shown, "hf", "folder", None, size, False, snapshot, why)
+            found.append(refusal if why else _folder(shown, "hf", snapshot, size))
         elif len(ggufs) == 1:
             found.append(_gguf(shown, "hf", snapshot / ggufs[0]))
         else:
@@ -262,9 +334,11 @@ def _hf_models() -> list[Found]:
 # what attnviz can see, and what it is
 
 
-def available() -> list[Found]:
-    """The built-in models (installed or not), then Ollama's, then the Hugging Face cache's."""
-    return [*map(_package, MODELS.values()), *_ollama_models(), *_hf_models()]
+def available(walk: Walk | None = None) -> list[Found]:
+    """The built-in models (installed or not), then Ollama's, then the Hugging Face cache's: the stores looked
+    through by ``walk``, which keeps what it passed over."""
+    walk = walk or Walk()
+    return [*map(_package, MODELS.values()), *_ollama_models(walk), *_hf_models(walk)]
 
 
 def _package(spec: ModelSpec) -> Found:
@@ -307,30 +381,28 @@ def gguf_tensor_count(path: Path) -> int | None:
     return int(struct.unpack_from("<Q", head, 8)[0])
 
 
-def _folder(model: str, source: str, path: Path) -> Found:
+def _folder(model: str, source: str, path: Path, size: int | None = None) -> Found:
     from .checkpoint import _guess_family as guess_family  # the loader's own reading of an older config.json
+    from .checkpoint import missing_files
 
     config = path / "config.json"
+    size = _tree_size(path) if size is None else size
     if not os.path.lexists(config):
-        return Found(model, source, None, None, _tree_size(path), False, path, "no config.json and no GGUF file")
+        return Found(model, source, None, None, size, False, path, "no config.json and no GGUF file")
     try:
         raw = parse_json(read_file(config, MAX_CONFIG_BYTES, "a config.json"), printable(str(config)))
     except AttnvizError as err:
-        return Found(model, source, "folder", None, _tree_size(path), False, path, str(err))
+        return Found(model, source, "folder", None, size, False, path, str(err))
     family = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(family, str) and isinstance(raw, dict):
         family = guess_family(raw, path)
     ok = isinstance(family, str) and family in supported("folder")
     shown = family if isinstance(family, str) else None
     note = "" if ok else f"attnviz does not run model_type {printable(shown or 'missing')}"
-    return Found(model, source, "folder", shown, _tree_size(path), ok, path, note)
-
-
-def _children(folder: Path) -> list[Path]:
-    try:
-        return sorted(folder.iterdir()) if folder.is_dir() else []
-    except OSError:  # a store attnviz may not read (the Ollama service's, say): nothing found there
-        return []
+    if ok and shown is not None:
+        note = missing_files(path, shown)
+        ok = not note
+    return Found(model, source, "folder", shown, size, ok, path, note)
 
 
 def _size(path: Path) -> int | None:
@@ -341,7 +413,7 @@ def _size(path: Path) -> int | None:
 
 
 def _tree_size(folder: Path) -> int:
-    """Bytes of the files in ``folder`` and below (a cache snapshot's links followed to their blobs)."""
+    """Bytes of the files in a built-in model's folder and below (a store's are counted by its walk)."""
     return sum(_size(p) or 0 for p in folder.rglob("*") if p.is_file())
 
 

@@ -23,8 +23,11 @@ class Settings:
     Every key a loader asks about is remembered (:attr:`asked`): a key of the file no loader asked about
     and not known to leave the computation alone is refused by :func:`refuse_unread`, never passed over."""
 
-    def __init__(self, values: Mapping[str, object], where: object, prefix: str = "", label: str = "") -> None:
+    def __init__(
+        self, values: Mapping[str, object], where: object, prefix: str = "", label: str = "", integers: bool = False
+    ) -> None:
         self.values, self.where, self.prefix, self.label = values, where, prefix, label
+        self.integers = integers  # a count must be stored as an integer (GGUF's types), not only be whole (JSON's 2.0)
         self.asked: set[str] = set()
 
     def get(self, key: str, default: object = None) -> object:
@@ -65,13 +68,26 @@ class Settings:
 
     def count(self, key: str, default: int | None = None, high: int = 2**16, low: int = 1) -> int:
         value = self.number(key, default, low=low, high=high)
-        if value != int(value):
+        if value != int(value) or (self.integers and type(value) is not int):
             raise self.fail(key, value, "a whole number")
         return int(value)
 
 
 def gguf_settings(metadata: Mapping[str, object], path: object, architecture: str) -> Settings:
-    return Settings(metadata, path, f"{architecture}.", "metadata ")
+    return Settings(metadata, path, f"{architecture}.", "metadata ", integers=True)
+
+
+# The keys of a GGUF family (after ``{architecture}.``) that llama.cpp reads as counts and lengths (its LLM_KV
+# table): a file that stores one as anything but an integer type is refused, whether attnviz reads the key or not.
+COUNT_KEYS = (
+    "vocab_size", "context_length", "embedding_length", "embedding_length_per_layer_input", "feed_forward_length",
+    "expert_feed_forward_length", "expert_shared_feed_forward_length", "block_count", "leading_dense_block_count",
+    "expert_count", "expert_used_count", "expert_shared_count", "expert_group_count", "expert_group_used_count",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.sliding_window", "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
+    "rope.scaling.original_context_length", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size",
+    "ssm.time_step_rank", "ssm.group_count",
+)  # fmt: skip
 
 
 # Keys that change nothing attnviz computes, whichever family: sizes the tensors' shapes already say (and

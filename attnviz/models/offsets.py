@@ -2,32 +2,32 @@
 
 The tokenizer's pipeline (added tokens, normaliser, pre-tokeniser, model) makes names, not positions, and each
 stage may change the text (lower case, ``▁`` for spaces, a byte alphabet), so the offsets are found after it, by
-laying the bytes each token stands for along the text in order: an added token as its content, a byte-level piece
-as its bytes, a SentencePiece piece with ``▁`` as a space, a byte piece ``<0xE2>`` as its byte, a WordPiece
-continuation without its ``##``. Normalised text is mapped back to the characters it came from, one character at
-a time where the normaliser works that way (lower case, BERT's cleaning, NFD, a Replace), by an alignment where
-it does not (NFC joining two characters). A token's span is the characters its bytes fall in: two byte pieces of
-one character both have that character; what the pipeline put in (SentencePiece's dummy prefix, ByteLevel's
-prefix space) covers nothing; an unknown token covers what lies between its neighbours; the template's tokens
-(BOS, [CLS], [SEP]) come from no text and have no span (None).
+laying the bytes each token stands for along the text in order, in one forward scan linear in the text (within
+its time budget): an added token as its content, a byte-level piece as its bytes, a SentencePiece piece with
+``▁`` as a space, a byte piece ``<0xE2>`` as its byte, a WordPiece continuation without its ``##``, any other
+as the pipeline spelt it, else as the decoder shows it. Normalised text is mapped back to the characters it came
+from, one character at a time where the normaliser works that way (lower case, BERT's cleaning, NFD, a
+Replace), by an alignment where it does not (NFC joining two characters). A token's span is the characters its
+bytes fall in: two byte pieces of one character both have that character; what the pipeline put in (a Prepend,
+SentencePiece's dummy prefix, ByteLevel's prefix space) covers nothing; an unknown token, or one whose text is
+not there, covers what lies between its neighbours; the template's tokens (BOS, [CLS], [SEP]) come from no text
+and have no span (None).
 """
 
 from __future__ import annotations
 
 import difflib
-from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from ..errors import AttnvizError, quoted
+from .laying import Scan, Span, lay, word_at
 from .tokenizer import Normalizer, Tokenizer, WordPiece, byte_values, on_time, one_budget
 
 if TYPE_CHECKING:
     import numpy as np
 
-Span = tuple[int, int]
 MAX_ALIGNED = 512  # characters a normaliser's output is aligned over by difflib (cubic at worst: NFC of 2,400
 # characters of e + U+0301 + x took 29 s, the 20,000 once allowed hours); a longer one in proportion
 
@@ -65,22 +65,29 @@ def tokenize(tokenizer: Tokenizer, text: str, *, special: bool = True) -> Pieces
     )
 
 
-def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Span]:
-    """The span of ``text`` each of ``names`` (the tokens :meth:`Tokenizer.tokenize` gave for it) stands for."""
+def token_offsets(tokenizer: Tokenizer, text: str, names: list[str], scan: Scan | None = None) -> list[Span]:
+    """The span of ``text`` each of ``names`` (the tokens :meth:`Tokenizer.tokenize` gave for it) stands for;
+    ``scan`` counts the work of laying them along the text."""
     import numpy as np
 
     byte_level = _byte_level(tokenizer)
     parts: list[str] = []  # the text as the model saw it: added tokens as written, the rest normalised
     froms: list[np.ndarray] = []  # for each of its characters, the span of ``text`` it came from: (start, end)
+    puts: list[np.ndarray] = []  # and, for one the normaliser put in, where it stands (else -1)
     at = 0
     for segment, added in tokenizer._cut(text, tokenizer._raw):
         start = text.find(segment, at)
-        normal, mapped = (segment, _one_each(len(segment))) if added else _normalised(tokenizer.normalizer, segment)
+        if added:
+            normal, mapped, put = segment, _one_each(len(segment)), np.full(len(segment), -1)
+        else:
+            normal, mapped, put = _normalised(tokenizer.normalizer, segment)
         parts.append(normal if byte_level else normal.replace("▁", " "))
         froms.append(mapped + start)
+        puts.append(np.where(put >= 0, put + start, -1))
         at = start + len(segment)
     seen = "".join(parts)
     origins = np.concatenate([*froms, [[len(text), len(text)]]])  # and one for the end
+    placed = np.concatenate([*puts, [-1]])
     flat = seen.encode("utf-8", "surrogatepass")
     leading = (np.frombuffer(flat, np.uint8) & 0xC0) != 0x80
     char_of = np.append(np.cumsum(leading, dtype=np.int32) - 1, len(seen))  # each byte's character, and the end's
@@ -91,11 +98,14 @@ def token_offsets(tokenizer: Tokenizer, text: str, names: list[str]) -> list[Spa
     ]
     ends = list(accumulate(len(part.encode("utf-8", "surrogatepass")) for part in parts))  # of the segments
     cut = tokenizer.pre_tokenizer
-    words = (lambda at: _word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
-    laid = np.array(_lay(surfaces, flat, words), dtype=np.int64).reshape(-1, 2)
-    first = origins[char_of[laid[:, 0]], 0]
-    last = origins[char_of[np.maximum(laid[:, 1] - 1, 0)], 1]
+    words = (lambda at: word_at(flat, at, cut, ends)) if isinstance(tokenizer.model, WordPiece) else None
+    laid = np.array(lay(surfaces, flat, words, scan), dtype=np.int64).reshape(-1, 2)
+    firsts, lasts = char_of[laid[:, 0]], char_of[np.maximum(laid[:, 1] - 1, 0)]
+    first, last = origins[firsts, 0], origins[lasts, 1]
     ends_at = np.where(laid[:, 1] > laid[:, 0], last, first)  # an empty span stays empty, where it is
+    real = np.concatenate([[0], np.cumsum(placed < 0)])  # the text's own characters before each
+    alone = (laid[:, 1] > laid[:, 0]) & (real[lasts + 1] == real[firsts])  # a token of what was put in alone
+    first, ends_at = np.where(alone, placed[firsts], first), np.where(alone, placed[firsts], ends_at)
     return list(zip(first.tolist(), ends_at.tolist(), strict=True))
 
 
@@ -133,129 +143,57 @@ def _surface(tokenizer: Tokenizer, name: str, byte_level: bool, unknown: str | N
             return (bytes([int(name[3:5], 16)]),)
         except ValueError:
             pass
+    spelt = name if byte_level else name.replace("▁", " ")  # as the pipeline spelt it, then as the decoder shows it
     shown = tokenizer.display(name)
-    return ((shown if byte_level else shown.replace("▁", " ")).encode("utf-8", "surrogatepass"),)
+    shown = shown if byte_level else shown.replace("▁", " ")
+    return tuple(dict.fromkeys(t.encode("utf-8", "surrogatepass") for t in (spelt, shown)))
 
 
-def _lay(surfaces: list[tuple[bytes, ...]], flat: bytes, word_at: Callable[[int], Span] | None) -> list[Span]:
-    """Each token's byte span in ``flat``, in order: where the last one ended, else past white space the
-    pre-tokeniser dropped, else at its next occurrence; leading spaces the pipeline put in (a dummy prefix) are
-    let go of where the text has none. An unknown token is the word there (``word_at``: WordPiece's, a whole
-    word) or takes what lies between its neighbours (a character each when there are as many)."""
-    spans: list[Span] = [(0, 0)] * len(surfaces)
-    at, waiting = 0, list[int]()
-
-    def settle(until: int) -> None:
-        if waiting:
-            for w, span in zip(waiting, _divided(flat, _between(flat, at, until), len(waiting)), strict=True):
-                spans[w] = span
-            waiting.clear()
-
-    for k, surface in enumerate(surfaces):
-        if not surface and word_at is not None:
-            spans[k] = word_at(at)
-            at = max(at, spans[k][1])
-            continue
-        if not surface:
-            waiting.append(k)
-            continue
-        found = _find(flat, surface, at)
-        start, end = found if found is not None else (at, at)
-        settle(start)
-        spans[k] = (start, end)
-        at = end
-    settle(len(flat))
-    return spans
-
-
-def _divided(flat: bytes, span: Span, count: int) -> list[Span]:
-    """``span`` of ``flat`` for ``count`` unknown tokens: a character each when it holds as many, else all of it."""
-    start, end = span
-    try:
-        text = flat[start:end].decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:  # the span ends inside a character that a byte piece beside it stands for
-        return [span] * count
-    if count == 1 or len(text) != count:
-        return [span] * count
-    edges = [start]
-    for ch in text:
-        edges.append(edges[-1] + len(ch.encode("utf-8", "surrogatepass")))
-    return list(zip(edges[:-1], edges[1:], strict=True))
-
-
-WORD_WINDOW = 64  # bytes the pre-tokeniser is shown to find the word at a place (doubled while the word fills them)
-
-
-def _word_at(flat: bytes, at: int, cut: Callable[[str, bool], list[str]], ends: list[int]) -> Span:
-    """The span of the first piece the pre-tokeniser cuts from ``flat`` at ``at`` (within its segment, which
-    ends at the first of ``ends`` past it): the word an unknown stands for."""
-    size = WORD_WINDOW
-    segment = ends[bisect_right(ends, at)] if bisect_right(ends, at) < len(ends) else len(flat)
-    while True:
-        end = min(segment, at + size)
-        while end < len(flat) and 0x80 <= flat[end] < 0xC0:
-            end += 1
-        window = flat[at:end]
-        words = [w.encode("utf-8", "surrogatepass") for w in cut(window.decode("utf-8", "surrogatepass"), False)]
-        first = next((w for w in words if w), b"")
-        found = window.find(first) if first else -1
-        if found < 0:
-            return at, at
-        if found + len(first) < len(window) or end == segment:
-            return at + found, at + found + len(first)
-        size *= 2
-
-
-def _find(flat: bytes, surface: tuple[bytes, ...], at: int) -> Span | None:
-    for candidate in surface:
-        if candidate and flat.startswith(candidate, at):
-            return at, at + len(candidate)
-    variants = []
-    for candidate in surface:
-        variants.append(candidate)
-        while variants[-1].startswith(b" "):
-            variants.append(variants[-1][1:])
-    text = [v for v in variants if v]
-    for where in (at, _skip_space(flat, at)):
-        for v in text:
-            if flat.startswith(v, where):
-                return where, where + len(v)
-        if not any(c.strip(b" ") for c in surface):  # only spaces, and not the text's here: put in by the pipeline
-            return at, at
-    found = [(i, -len(v)) for v in text if (i := flat.find(v, at)) >= 0]
-    if not found:
-        return None
-    start, length = min(found)
-    return start, start - length
-
-
-def _skip_space(flat: bytes, at: int) -> int:
-    while at < len(flat) and flat[at : at + 1].isspace():
-        at += 1
-    return at
-
-
-def _between(flat: bytes, start: int, end: int) -> Span:
-    start = _skip_space(flat, start)
-    while end > start and flat[end - 1 : end].isspace():
-        end -= 1
-    while start < end and 0x80 <= flat[start] < 0xC0:  # a span starts at a character's first byte
-        start += 1
-    return start, end
-
-
-def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray]:
-    """The normaliser's text and, for each of its characters, the span of ``segment`` it came from (n, 2)."""
+def _normalised(normalise: Normalizer | None, segment: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """The normaliser's text; for each of its characters, the span of ``segment`` it came from (n, 2), as Hugging
+    Face maps them (what a Replace made of a match, that match); and where a character stands that the normaliser
+    put in rather than made of the text (n,; else -1): Prepend's ``▁``, SentencePiece's dummy prefix, a Replace of
+    an empty match at the start (these have an empty span too), what a Replace put beside the character it kept."""
     import numpy as np
 
     out = segment if normalise is None else normalise(segment)
     if out == segment:
-        return out, _one_each(len(segment))
+        return out, _one_each(len(segment)), np.full(len(segment), -1)
     assert normalise is not None
-    for pieces in (_each(normalise, segment), _each_after(normalise, segment)):
-        if pieces is not None and "".join(pieces) == out:
-            return out, _one_each(len(segment)).repeat([len(p) for p in pieces], axis=0)
-    return out, np.array(_aligned(segment, out), dtype=np.int64).reshape(-1, 2)
+    front, after = _each_after(normalise, segment)
+    found = _spans(segment, after, front, out) if front else None  # first where it puts something in front
+    if found is None:
+        found = _spans(segment, _each(normalise, segment), 0, out)
+    if found is None:
+        found = _spans(segment, after, front, out)
+    if found is not None:
+        return out, *found
+    put = front if out[:front] == normalise(segment[0])[:front] else 0  # what it put in front stays put in
+    spans = np.array([(0, 0)] * put + _aligned(segment, out[put:]), dtype=np.int64).reshape(-1, 2)
+    return out, spans, np.where(spans[:, 0] == spans[:, 1], spans[:, 0], -1)
+
+
+def _spans(segment: str, pieces: list[str] | None, front: int, out: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each character of ``out`` from ``segment[i]`` whose normal form is ``pieces[i]``, after ``front`` characters
+    put in front of it (an empty span at 0), and where those put in stand: the ``front``, and what stands beside
+    a character its piece holds unchanged (Replace ``d`` by ``▁d``; BERT's spaces around a CJK character). None if
+    the pieces are not ``out``."""
+    import numpy as np
+
+    if pieces is None or "".join(pieces) != out[front:]:
+        return None
+    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    spans = np.concatenate([np.zeros((front, 2), np.int64), _one_each(len(segment)).repeat(lengths, axis=0)])
+    put = np.full(len(out), -1, np.int64)
+    put[:front] = 0
+    starts = front + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for i in np.flatnonzero(lengths > 1).tolist():
+        kept = pieces[i].find(segment[i])
+        if kept >= 0:
+            at = int(starts[i])
+            put[at : at + kept] = i
+            put[at + kept + 1 : at + len(pieces[i])] = i + 1
+    return spans, put
 
 
 def _each(normalise: Normalizer, segment: str) -> list[str]:
@@ -264,8 +202,9 @@ def _each(normalise: Normalizer, segment: str) -> list[str]:
     return [cache[c] if c in cache else cache.setdefault(c, normalise(c)) for c in segment]
 
 
-def _each_after(normalise: Normalizer, segment: str) -> list[str] | None:
-    """Each character normalised after an ``a``: for normalisers that also put something in front (Prepend)."""
+def _each_after(normalise: Normalizer, segment: str) -> tuple[int, list[str] | None]:
+    """Each character normalised after an ``a``: for normalisers that also put something in front (Prepend, the
+    dummy prefix), which is how many characters they put in front of the text, and the first character's part."""
     base = normalise("a")
     cache: dict[str, str | None] = {}
 
@@ -275,26 +214,39 @@ def _each_after(normalise: Normalizer, segment: str) -> list[str] | None:
             cache[c] = after[len(base) :] if after.startswith(base) else None
         return cache[c]
 
-    pieces = [normalise(segment[0]), *map(alone, segment[1:])]
-    return None if any(p is None for p in pieces) else pieces  # type: ignore[return-value]
+    first, own = normalise(segment[0]), alone(segment[0])
+    front = len(first) - len(own) if own is not None and first.endswith(own) else 0
+    pieces = list(map(alone, segment))
+    return front, None if any(p is None for p in pieces) else pieces  # type: ignore[return-value]
 
 
 def _aligned(segment: str, out: str) -> list[Span]:
-    """``out``'s characters mapped to ``segment``'s by difflib's matching blocks: changed runs of equal length
-    character for character, others as a whole, inserted characters to the character after them."""
+    """``out``'s characters mapped to ``segment``'s by difflib's matching blocks, past what the two begin and end
+    with alike: changed runs of equal length character for character, others as a whole, inserted characters an
+    empty span where they stand."""
     if not segment:
         return [(0, 0)] * len(out)
     on_time("offsets, aligned to its normaliser's output,")  # the text's budget, over all its segments
-    if len(segment) + len(out) > MAX_ALIGNED:  # in proportion: near, not exact
-        places = [min(k * len(segment) // len(out), len(segment) - 1) for k in range(len(out))]
-        return [(i, i + 1) for i in places]
+    same = 0
+    while same < min(len(segment), len(out)) and segment[same] == out[same]:
+        same += 1
+    tail = 0
+    while tail < min(len(segment), len(out)) - same and segment[-1 - tail] == out[-1 - tail]:
+        tail += 1
+    inner, changed = segment[same : len(segment) - tail], out[same : len(out) - tail]
+    head = [(k, k + 1) for k in range(same)]
+    end = [(k, k + 1) for k in range(len(segment) - tail, len(segment))]
+    if not inner:  # only put in
+        return head + [(same, same)] * len(changed) + end
+    if len(inner) + len(changed) > MAX_ALIGNED:  # in proportion: near, not exact
+        return head + [(i, i + 1) for i in (same + k * len(inner) // len(changed) for k in range(len(changed)))] + end
     spans: list[Span] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, segment, out, autojunk=False).get_opcodes():
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, inner, changed, autojunk=False).get_opcodes():
+        i1, i2 = i1 + same, i2 + same
         if op == "equal" or (op == "replace" and i2 - i1 == j2 - j1):
             spans += [(i1 + k, i1 + k + 1) for k in range(j2 - j1)]
         elif op == "replace":
             spans += [(i1, i2)] * (j2 - j1)
         elif op == "insert":
-            near = min(i1, len(segment) - 1)
-            spans += [(near, near + 1)] * (j2 - j1)
-    return spans
+            spans += [(i1, i1)] * (j2 - j1)
+    return head + spans + end

@@ -157,6 +157,12 @@ class FolderTensors:
         return out
 
 
+def pickled_hint(directory: Path) -> str:
+    """' (pytorch_model.bin is a PyTorch pickle: …)' where the folder holds its weights only so; else ''."""
+    others = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt*"))
+    return f" ({others[0]} is a PyTorch pickle: attnviz reads safetensors only)" if others else ""
+
+
 def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
     """Every tensor of the folder's safetensors: ``model.safetensors``, or the shards its index lists, each
     tensor found in the shard the index names."""
@@ -165,9 +171,7 @@ def checkpoint_tensors(directory: Path) -> dict[str, Stored]:
         single = directory / "model.safetensors"
         if os.path.lexists(single):
             return read_safetensors(single)
-        others = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt*"))
-        hint = f" ({others[0]} is a PyTorch pickle: attnviz reads safetensors only)" if others else ""
-        raise AttnvizError(f"{directory}: no model.safetensors or {INDEX}{hint}")
+        raise AttnvizError(f"{directory}: no model.safetensors or {INDEX}{pickled_hint(directory)}")
     where = printable(str(index))
     raw = parse_json(read_file(index, MAX_INDEX_BYTES, "a safetensors index"), where)
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None

@@ -17,6 +17,7 @@ from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate
+from .literal import literal
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
 if TYPE_CHECKING:
@@ -144,10 +145,10 @@ def render_ablation(
 ) -> Iterator[RenderableType]:
     """The heads whose removal moves the measure most; with ``comparison``, how the estimate agrees with the exact
     ablation and the heads it gets most wrong."""
-    yield Text(" · ".join(ablation_heading(result, model)), style="dim")
+    yield literal(" · ".join(ablation_heading(result, model)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("layer", "head", measure_label(result)):
-        table.add_column(column, justify="right")
+        table.add_column(literal(column), justify="right")
     for layer, head, value in strongest(result, TOP):
         shade = ("red" if value > 0 else "blue") if color else ""
         table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade))
@@ -224,7 +225,7 @@ def render_importance(
     e: QueryExplanation, importance: Importance, tokens: tuple[str, ...], *, color: bool, width: int
 ) -> Iterator[RenderableType]:
     """A row per key the query sees: its weight and the change in loss without it, the largest of each marked."""
-    yield Text(" · ".join(importance_heading(importance, tokens)), style="dim")
+    yield literal(" · ".join(importance_heading(importance, tokens)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column, justify in (("key", "right"), ("token", "left"), ("weight", "right"), ("Δ loss", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -236,7 +237,9 @@ def render_importance(
         shown = "—" if not np.isfinite(value) else f"{value:+.4f}"
         bold = "bold" if color else ""
         weight = Text(f"{e.weights[j]:.3f}", style=bold if j == top_weight else "")
-        table.add_row(str(j), abbreviate(tokens[j], 20), weight, Text(shown, style=bold if j == top_delta else ""))
+        table.add_row(
+            str(j), literal(abbreviate(tokens[j], 20)), weight, Text(shown, style=bold if j == top_delta else "")
+        )
     yield Group(Text(""), table)
     if top_delta >= 0 and top_delta != top_weight:
         yield Text(f"the key with the most weight ({top_weight}) is not the one that matters most ({top_delta})",

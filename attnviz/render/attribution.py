@@ -18,6 +18,7 @@ from .ablation import TOP, render_ablation_figure, token_quoted
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 from .heatmap import wrapped_title
 from .labels import abbreviate
+from .literal import literal
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,19 +61,20 @@ def shade(value: float, limit: float, positive: bool) -> str:
 
 def render_saliency(result: Saliency, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
     """The text, each token shaded by its score; then the tokens with the largest |score|."""
-    yield Text(" · ".join(saliency_heading(result, model)), style="dim")
+    yield literal(" · ".join(saliency_heading(result, model)), style="dim")
     limit = float(np.abs(result.scores).max())
     if color:
         text = Text()
         for token, score in zip(result.tokens, result.scores, strict=True):
-            text.append(token.replace("\n", "↵"), style=shade(float(score), limit, score >= 0 or not signed(result)))
+            style = shade(float(score), limit, score >= 0 or not signed(result))
+            text.append_text(literal(token.replace("\n", "↵"), style=style))
         yield Group(Text(""), text)
         yield Text(sign_note(result).replace("\n", "; "), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column, justify in (("position", "right"), ("token", "left"), ("score", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for i in np.argsort(-np.abs(result.scores), kind="stable")[:TOP]:
-        table.add_row(str(i), abbreviate(result.tokens[i], 24), f"{result.scores[i]:+.4f}")
+        table.add_row(str(i), literal(abbreviate(result.tokens[i], 24)), f"{result.scores[i]:+.4f}")
     yield Group(Text(""), table)
     yield Text(f"the {min(TOP, len(result.scores))} largest |score| of {len(result.scores)} tokens; "
                "--json has them all", style="dim")  # fmt: skip
@@ -131,10 +133,10 @@ def render_patching_figure(result: Patching, model: str, style: FigureStyle = DE
 
 def render_patching(result: Patching, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
     """The heads whose clean output moves log p(target) most in the corrupt run."""
-    yield Text(" · ".join(patching_heading(result, model)), style="dim")
+    yield literal(" · ".join(patching_heading(result, model)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("layer", "head", f"Δ log p({token_quoted(result.target)})"):
-        table.add_column(column, justify="right")
+        table.add_column(literal(column), justify="right")
     for layer, head, value in strongest(as_ablation(result), TOP):
         shade_ = ("red" if value > 0 else "blue") if color else ""
         table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade_))

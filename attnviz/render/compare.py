@@ -21,6 +21,7 @@ from ..core import Array
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import widest_text
 from .labels import abbreviate, describe_parts, wrap_parts
+from .literal import literal
 from .panels import Bar, Panel, diverging_bar, render_rows
 from .panels import Row as PanelRow
 from .terminal import matrix_text, number_table
@@ -92,16 +93,16 @@ def delta_table(att: Attention, delta: Array, *, color: bool) -> Text:
 
 
 def render_rows_terminal(rows: list[Row], heading: list[str], *, color: bool, width: int) -> Iterator[RenderableType]:
-    yield Text("\n".join(wrap_parts(heading, width)), style="dim")
+    yield literal("\n".join(wrap_parts(heading, width)), style="dim")
     for row in rows:
         if row.title:
-            yield Text("\n" + row.title, style="bold magenta")
+            yield literal("\n" + row.title, style="bold magenta")
         for label, att, body in (
             (row.labels[0], row.a, number_table(row.a, 0, color=color)),
             (row.labels[1], row.b, number_table(row.b, 0, color=color)),
             (row.labels[2], row.b, delta_table(row.b, row.delta, color=color)),
         ):
-            yield Group(Text(""), Text(f"{label} · {att.head_labels[0]}", style="bold cyan"), body)
+            yield Group(Text(""), literal(f"{label} · {att.head_labels[0]}", style="bold cyan"), body)
         yield Text(row.verdict, style="bold")
 
 

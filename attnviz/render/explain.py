@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +22,7 @@ from ..core import Array
 from ..explain import QueryExplanation
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
+from .literal import literal, plain_console
 from .terminal import cell_style
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def _fitted(build: Build, width: int, d: int, variants: tuple[str, ...]) -> tupl
     vectors to show) with the most components that fit, at least two; else no vectors (None); then narrower
     gaps between the columns, then shorter keys, then none (j names them). Components go first, a number
     is never cut."""
-    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+    console = plain_console(width=10_000, file=io.StringIO(), color_system=None)
 
     def fits(table: Table) -> bool:
         return console.measure(table).maximum <= width
@@ -96,7 +97,7 @@ def _key_column(att: Attention, key_width: int) -> tuple[list[str], list[list[Te
     """The key column's heading and cells: the keys cut to ``key_width``, or none at all (0)."""
     if not key_width:
         return [], [[] for _ in att.keys]
-    return ["key"], [[Text(key)] for key in distinct_labels(att.keys, key_width)]
+    return ["key"], [[literal(key)] for key in distinct_labels(att.keys, key_width)]
 
 
 def render_explain(
@@ -112,7 +113,9 @@ def render_explain(
     def cut(k: int, d: int = d_k) -> str:
         return f"first {k} of {d} shown" if k < d else ""
 
-    yield Text("\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim")
+    yield literal(
+        "\n".join(wrap_parts([f"query {i} '{token}'", f"head {h}", *describe_parts(att)], width)), style="dim"
+    )
 
     model = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
     query_is = "q, the layer's own" if model else f"q = x{str(i).translate(SUBSCRIPTS)} W_Q"

@@ -46,8 +46,15 @@ BAR_TICK_ROOM = 7.0  # points from the colour bar to its numbers: a tick mark an
 
 
 def wrapped_title(parts: list[str], width_inches: float, font_size: float) -> str:
-    """The configuration line, wrapped between its parts to the figure's width."""
-    return "\n".join(wrap_parts(parts, max(20, int(width_inches * 72 / (font_size * 0.62)))))
+    """The configuration line, wrapped between its parts to the figure's width; a part that alone would run
+    off the figure (a list, a long name) broken between its words as :func:`wrapped_sentence` breaks a phrase."""
+    chars = max(20, int(width_inches * 72 / (font_size * 0.62)))
+
+    def runs_off(line: str) -> bool:
+        return len(line) > chars and text_extent(line, font_size * 1.05)[0] > width_inches * 72
+
+    lines = wrap_parts(parts, chars)
+    return "\n".join(wrapped_sentence([line], width_inches, font_size) if runs_off(line) else line for line in lines)
 
 
 def wrapped_sentence(phrases: Sequence[str], width_inches: float, font_size: float) -> str:

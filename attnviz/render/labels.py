@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,10 @@ def describe_parts(att: Attention) -> list[str]:
             f"{real:,} token{'s' if real != 1 else ''}"
             + (f" padded to {len(att.tokens)}" if real < len(att.tokens) else "")
         ]
+    if isinstance(c.get("max_tokens"), dict):
+        kept, total = c["max_tokens"]["kept"], c["max_tokens"]["tokens"]
+        first = f"the first {kept:,} of {total:,} tokens (--max-tokens)"
+        parts = [first, *parts[1:]] if parts[0] == f"{kept:,} tokens" else [parts[0], first, *parts[1:]]
     if "model" in c:
         shared = f" on {c['kv_heads']} key/value head{'s' if c['kv_heads'] != 1 else ''}" if "kv_heads" in c else ""
         parts += [
@@ -164,13 +169,28 @@ def describe_parts(att: Attention) -> list[str]:
     if "seed" in c:
         parts.append(f"seed {c['seed']}")
     if c.get("sinks_hidden"):
-        hidden = ", ".join(str(k) for k in c["sinks_hidden"])
+        hidden = shortened(c["sinks_hidden"], "keys")
         parts.append(f"sinks hidden (key{'s' if len(c['sinks_hidden']) > 1 else ''} {hidden}): rows renormalised")
     elif c.get("sinks") and c.get("sink_mode") == "mark":
-        parts.append("sinks marked: " + ", ".join(f"key {s['key']} ({s['mass']:.0%})" for s in c["sinks"]))
+        parts.append("sinks marked: " + shortened([f"key {s['key']} ({s['mass']:.0%})" for s in c["sinks"]], "sinks"))
     if c.get("color_scale") in ("log", "power") and "pooled" not in c:
         parts.append(f"{'log' if c['color_scale'] == 'log' else 'square-root'} colour scale")
     return parts
+
+
+LISTED = 8  # entries a heading lists in full; past that, the first four, the last and how many
+
+
+def shortened(entries: Sequence[object], noun: str, most: int = LISTED) -> str:
+    """'3, 7 and 11', or past ``most`` entries '3, 7, 11, 15, … 599 (150 layers)' (``noun`` in the plural): a list in
+    a heading, a title or a legend stays one short phrase however deep or wide the model, where listing every
+    layer would run off the canvas."""
+    shown = [str(e) for e in entries]
+    if len(shown) <= 1:
+        return "".join(shown)
+    if len(shown) <= most:
+        return f"{', '.join(shown[:-1])} and {shown[-1]}"
+    return f"{', '.join(shown[:4])}, … {shown[-1]} ({len(shown):,} {noun})"
 
 
 def wrap_parts(parts: list[str], width: int, separator: str = " · ") -> list[str]:

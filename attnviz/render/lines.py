@@ -31,6 +31,7 @@ from .figure import (
 )
 from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, wrapped_title
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
+from .literal import literal
 from .terminal import cell_style
 
 if TYPE_CHECKING:
@@ -367,7 +368,9 @@ def render_lines(
     """For each head and query, the keys it attends to with at least ``min_weight``, strongest first; a
     line too long for the terminal goes on under its first key, never a key without its weight. On the
     strongest links of a long map, only the queries with a link in the head."""
-    yield Text("\n".join(wrap_parts([*describe_parts(att), f"links of weight ≥ {min_weight:g}"], width)), style="dim")
+    yield literal(
+        "\n".join(wrap_parts([*describe_parts(att), f"links of weight ≥ {min_weight:g}"], width)), style="dim"
+    )
     chars = max(4, min(17, (width - 8) // 2))  # a query's label, the arrow, a key and its weight fit the width
     if "strongest" in att.config:  # each label ends in its position: 'token (1234)'
         queries, keys = [_cut(t, chars) for t in att.tokens], [_cut(t, chars) for t in att.keys]
@@ -377,7 +380,7 @@ def render_lines(
     keys = [f"{key}{SINK_MARK}" if j in sinks else key for j, key in enumerate(keys)]
     label_w = max((cell_len(q) for q in queries), default=0)
     for h, label in enumerate(att.head_labels):
-        yield Text(f"\n{label}", style="bold cyan")
+        yield literal(f"\n{label}", style="bold cyan")
         listed = panel_tokens(att, [h], min_weight)[0]
         if not listed:
             yield Text(f"(no link reaches {min_weight:g})", style="dim")
@@ -386,13 +389,13 @@ def render_lines(
             order = [j for j in np.argsort(-row, kind="stable") if att.allowed[i, j] and row[j] >= min_weight]
             items = []
             for j in order:
-                item = Text(keys[j] + " ")
+                item = literal(keys[j] + " ")
                 item.append(f"{row[j]:.2f}", style=cell_style(row[j]) if color else "")
                 items.append(item)
             if not order:
                 items.append(Text(f"(no key reaches {min_weight:g})", style="dim"))
             query = " " * (label_w - cell_len(queries[i])) + queries[i]
-            yield from _filled(Text(f"{query} → ", style="bold"), items, width)
+            yield from _filled(literal(f"{query} → ", style="bold"), items, width)
     if sinks:
         yield Text(f"{SINK_MARK}: attention sink", style="dim")
 

@@ -34,7 +34,8 @@ from .heatmap import (
     wrapped_sentence,
     wrapped_title,
 )
-from .labels import abbreviate, cell_len, describe_parts, wrap_parts
+from .labels import abbreviate, cell_len, describe_parts, shortened, wrap_parts
+from .literal import literal
 from .outlines import draw_texts, text_path
 from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
@@ -60,13 +61,13 @@ def stack_parts(stack: AttentionStack) -> list[str]:
     elif kept == tuple(range(kept[0], kept[-1] + 1)):
         layers = f"layers {kept[0]}–{kept[-1]} of {stack.layers}"
     else:
-        layers = f"layers {', '.join(map(str, kept))} of {stack.layers}"
+        layers = f"layers {shortened(kept, 'layers')} of {stack.layers}"
     windows = stack.source.get("windows") or []
     if any(w is not None for w in windows):
         wide = [str(i) for i, w in enumerate(windows) if w is None]
         size = next(w for w in windows if w is not None)
         parts = [p for p in parts if not p.startswith("causal within")]
-        layers += f" (global: {', '.join(wide)}; the others a window of {size} keys)"
+        layers += f" (global: {shortened(wide, 'global layers')}; the others a window of {size} keys)"
     if stack.mean:
         parts = [f"mean of {p}" if p.endswith((" head", " heads")) or " heads on " in p else p for p in parts]
     return [*parts[:2], layers, *parts[2:]]
@@ -74,6 +75,8 @@ def stack_parts(stack: AttentionStack) -> list[str]:
 
 PAGE_ASPECT = {"screen": 0.75, "paper": 1.3}  # the box a model view fills: a screen, a page (a slide is 16:9)
 MAX_BANDS = 4  # rows of layers a long model's view may be cut into
+MAX_PORTRAIT_BANDS = 64  # rows of layers a deep model's head portrait may be cut into
+BAND_GAIN = 2  # the portrait is cut into bands only where that makes its cells at least twice as large
 MAX_TILE = 2.5  # inches: a model of one or two heads across would otherwise draw each as wide as the page
 
 
@@ -89,10 +92,9 @@ def sharing_phrases(heads: int, kv_heads: int) -> list[str]:
     spans = [f"{k * group}–{(k + 1) * group - 1}" if group > 1 else str(k) for k in range(kv_heads)]
     if kv_heads == 1:
         return [f"query heads {spans[0]}", "share one key/value head"]
-    ids = [str(k) for k in range(kv_heads)]
     return [
-        f"query heads {', '.join(spans[:-1])} and {spans[-1]}",
-        f"share key/value heads {', '.join(ids[:-1])} and {ids[-1]}",
+        f"query heads {shortened(spans, 'groups')}",
+        f"share key/value heads {shortened(range(kv_heads), 'key/value heads')}",
     ]
 
 
@@ -477,7 +479,7 @@ def render_rollout_figure(
         bars.spines[side].set_visible(False)
     how = "rollout: heads averaged, + identity, renormalised, multiplied through the layers"
     if att.config.get("sinks_hidden"):
-        how += f"; each layer's sinks hidden (keys {', '.join(map(str, att.config['sinks_hidden']))})"
+        how += f"; each layer's sinks hidden (keys {shortened(att.config['sinks_hidden'], 'keys')})"
     fig.suptitle(
         wrapped_title([*stack_parts(stack), how], fig.get_size_inches()[0], style.font_size), fontweight="bold"
     )
@@ -500,12 +502,12 @@ def render_rollout(
     att = rollout_attention(stack, result, bins=terminal_bins(width), sinks=sinks, hidden=hidden)
     yield from render_heatmap(att, color=color, width=width)
     _, shown, title = inflow(stack, result)
-    yield Text(f"\n{title}", style="bold cyan")
+    yield literal(f"\n{title}", style="bold cyan")
     peak = max(max(value for _, value in shown), 1e-9)
     label_w = max(cell_len(name) for name, _ in shown)
     bar_w = max(10, min(BAR_WIDTH, width - label_w - 10))
     for name, value in shown:
-        line = Text(" " * (label_w - cell_len(name)) + name + " ")
+        line = literal(" " * (label_w - cell_len(name)) + name + " ")
         line.append("█" * max(1, round(bar_w * value / peak)) if value > 0 else "", style="cyan" if color else "")
         line.append(f" {value:.3f}")
         yield line
@@ -525,7 +527,7 @@ def render_heads(
     """For each pattern, the heads that follow it most; then the field's scores and the sink share."""
     from ..analysis import sink_share
 
-    yield Text("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
+    yield literal("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
 
     def ranked_table(title: str, tables: dict[str, tuple[str, Array]]) -> Table:
         by_pattern: dict[str, list[tuple[int, int, float]]] = {}
@@ -574,10 +576,8 @@ def render_heads(
 
 def describe_layers(positions: list[int], stack: AttentionStack) -> str:
     """'layer 4' or 'layers 17, 18 and 23': the model's layer numbers of these rows."""
-    named = [str(stack.kept_layers[i]) for i in positions]
-    if len(named) == 1:
-        return f"layer {named[0]}"
-    return f"layers {', '.join(named[:-1])} and {named[-1]}"
+    named = [stack.kept_layers[i] for i in positions]
+    return f"layer {named[0]}" if len(named) == 1 else f"layers {shortened(named, 'layers')}"
 
 
 CELL_GAP, GROUP_GAP = 0.08, 0.4  # the portrait's gaps between cells and between key/value groups, in cells
@@ -664,70 +664,98 @@ def render_heads_figure(
         every = group if grouped and 0 < group < count else 0
         return [i * (1 + CELL_GAP) + (i // every if every else 0) * GROUP_GAP for i in range(count)]
 
-    def pitch_for(across: int, down: int, head_across: bool) -> float:
-        cols = starts(across, head_across)[-1] + 1 + CELL_GAP if across else 1
-        rows = starts(down, not head_across)[-1] + 1 + CELL_GAP if down else 1
+    band_gap = text_extent("L0", label)[1] + 2 * LABEL_PAD  # between bands: room for the next band's names
+
+    def pitch_for(across: int, down: int, head_across: bool, bands: int = 1) -> float:
+        per = math.ceil(across / bands)
+        cols = starts(per, head_across)[-1] + 1 + CELL_GAP if per else 1
+        rows = (starts(down, not head_across)[-1] + 1 + CELL_GAP if down else 1) * bands
         return float(
             min(
                 (width * 72 - 2 * pad - room) / cols,
-                (box_h * 72 - 2 * pad - heading - legend_h - room) / rows,
+                (box_h * 72 - 2 * pad - heading - legend_h - room - (bands - 1) * band_gap) / rows,
                 MAX_TILE * 72,
             )
         )
 
     across_layers = pitch_for(layers, heads, False) > pitch_for(heads, layers, True)
     cell = pitch_for(layers, heads, False) if across_layers else pitch_for(heads, layers, True)
+    bands = 1
+    for b in range(2, min(layers, MAX_PORTRAIT_BANDS) + 1):  # a deep model: its layers in bands, one under another
+        if pitch_for(layers, heads, False, b) >= BAND_GAIN * cell:
+            across_layers, cell, bands = True, pitch_for(layers, heads, False, b), b
+            break
+    if bands > 1:
+        best = max(range(bands, min(layers, MAX_PORTRAIT_BANDS) + 1), key=lambda b: pitch_for(layers, heads, False, b))
+        bands, cell = best, pitch_for(layers, heads, False, best)
+    per = math.ceil(layers / bands)
     colours = portrait_colours(classes, values, style.colours["background"])
     if across_layers:
         colours, shown = colours.transpose(1, 0, 2), values.T
-        xs_at, ys_at = starts(layers, False), starts(heads, True)
+        xs_at, ys_at = starts(per, False), starts(heads, True)
     else:
         shown = values
         xs_at, ys_at = starts(heads, True), starts(layers, False)
     span_x = (xs_at[-1] + 1) if xs_at else 1
     span_y = (ys_at[-1] + 1) if ys_at else 1
-    grid_w, grid_h = span_x * cell / 72, span_y * cell / 72
+    band_h = span_y * cell / 72
+    grid_w, grid_h = span_x * cell / 72, bands * band_h + (bands - 1) * band_gap / 72
     height = box_h if fixed else (2 * pad + heading + legend_h + room) / 72 + grid_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())
     left = (width - room / 72 - grid_w) / 2 + room / 72
     bottom = (height - (heading + legend_h + room) / 72 - grid_h) / 2
-    ax = fig.add_axes((left / width, bottom / height, grid_w / width, grid_h / height))
-    ax.set_xlim(0, span_x)
-    ax.set_ylim(span_y, 0)
-    ax.set_axis_off()
-    cells = [Rectangle((x, y), 1, 1) for y in ys_at for x in xs_at]
-    flat = colours.reshape(-1, 4)
-    ax.add_collection(PatchCollection(cells, facecolors=flat, edgecolors="none", gid="head classes"))
     value_font = annotation_font(cell / 72, style, ".00")
-    if value_font is not None:
-        light = luminance(flat) > 0.179
-        texts = [f"{v:.2f}".lstrip("0") if v < 1 else "1" for v in shown.reshape(-1)]
-        offsets = [(x + 0.5, y + 0.5) for y in ys_at for x in xs_at]
-        paths = [text_path(t, value_font) for t in texts]
-        tint = ["black" if bright else "white" for bright in light]
-        draw_texts(ax, texts, paths, offsets, ax.transData, tint, "cell values").font_size = value_font
     text = style.colours["text"]
-    names = {
-        "layer": [f"L{i}" for i in stack.kept_layers][:layers],
-        "head": ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads][:heads],
-    }
-    across, down = ("layer", "head") if across_layers else ("head", "layer")
-    for kind, begins in ((across, xs_at), (down, ys_at)):
-        written = names[kind]
-        step = cell * (1 + CELL_GAP)
-        every = max(1, math.ceil((text_extent(written[-1], label)[0] + label * 0.5) / step)) if kind == across else 1
-        if kind == down:
-            every = max(1, math.ceil(text_extent("H", label)[1] * 1.3 / step))
-        shown_names = [written[i] for i in range(0, len(written), every)]
-        at = [begins[i] + 0.5 for i in range(0, len(written), every)]
-        if kind == across:
-            where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
-            paths = [text_path(n, label, "above") for n in shown_names]
-            draw_texts(ax, shown_names, paths, [(x, 1) for x in at], where, text, f"{kind} titles")
-        else:
-            where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
-            paths = [text_path(n, label, "right") for n in shown_names]
-            draw_texts(ax, shown_names, paths, [(0, y) for y in at], where, text, f"{kind} titles")
+    layer_names = [f"L{i}" for i in stack.kept_layers][:layers]
+    head_names = ["mean"] if stack.mean else [f"H{i}" for i in stack.kept_heads][:heads]
+
+    def draw_band(ax: Any, colours: Array, shown: Array, xs_at: list[float], names: dict[str, list[str]]) -> None:
+        """One band of the grid: its cells, their values where they fit, and its layer and head names."""
+        ax.set_xlim(0, span_x)
+        ax.set_ylim(span_y, 0)
+        ax.set_axis_off()
+        cells = [Rectangle((x, y), 1, 1) for y in ys_at for x in xs_at]
+        flat = colours.reshape(-1, 4)
+        ax.add_collection(PatchCollection(cells, facecolors=flat, edgecolors="none", gid="head classes"))
+        if value_font is not None:
+            light = luminance(flat) > 0.179
+            texts = [f"{v:.2f}".lstrip("0") if v < 1 else "1" for v in shown.reshape(-1)]
+            offsets = [(x + 0.5, y + 0.5) for y in ys_at for x in xs_at]
+            paths = [text_path(t, value_font) for t in texts]
+            tint = ["black" if bright else "white" for bright in light]
+            draw_texts(ax, texts, paths, offsets, ax.transData, tint, "cell values").font_size = value_font
+        across, down = ("layer", "head") if across_layers else ("head", "layer")
+        for kind, begins in ((across, xs_at), (down, ys_at)):
+            written = names[kind]
+            step = cell * (1 + CELL_GAP)
+            every = (
+                max(1, math.ceil((text_extent(written[-1], label)[0] + label * 0.5) / step)) if kind == across else 1
+            )
+            if kind == down:
+                every = max(1, math.ceil(text_extent("H", label)[1] * 1.3 / step))
+            shown_names = [written[i] for i in range(0, len(written), every)]
+            at = [begins[i] + 0.5 for i in range(0, len(written), every)]
+            if kind == across:
+                where = blended_transform_factory(ax.transData, ax.transAxes) + points_offset(fig, 0, LABEL_PAD)
+                paths = [text_path(n, label, "above") for n in shown_names]
+                draw_texts(ax, shown_names, paths, [(x, 1) for x in at], where, text, f"{kind} titles")
+            else:
+                where = blended_transform_factory(ax.transAxes, ax.transData) + points_offset(fig, -LABEL_PAD, 0)
+                paths = [text_path(n, label, "right") for n in shown_names]
+                draw_texts(ax, shown_names, paths, [(0, y) for y in at], where, text, f"{kind} titles")
+
+    for k in range(bands):
+        first, count = k * per, min(per, layers - k * per) if across_layers else layers
+        y0 = bottom + grid_h - (k + 1) * band_h - k * band_gap / 72
+        ax = fig.add_axes((left / width, y0 / height, grid_w / width, band_h / height))
+        part = slice(first, first + count)
+        draw_band(
+            ax,
+            colours[:, part] if across_layers else colours,
+            shown[:, part] if across_layers else shown,
+            xs_at[:count] if across_layers else xs_at,
+            {"layer": layer_names[part], "head": head_names},
+        )
     top = bottom + grid_h + (room + legend_h) / 72
     for r, row in enumerate(legend_rows):
         row_w = sum(entry_w[k] for k in row) - label * 1.2

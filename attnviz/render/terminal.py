@@ -29,6 +29,7 @@ from .labels import (
     visible_token,
     wrap_parts,
 )
+from .literal import literal
 
 # viridis at 0, 0.1, …, 1: perceptually uniform and colour-blind safe, like the figures.
 _VIRIDIS = np.array(
@@ -324,12 +325,12 @@ def cut_tokens(att: Attention, labels: int, width: int, *, queries: bool = False
         for i, t in cut
     ]
     lines = wrap_parts([f"cut to fit: {entries[0]}", *entries[1:]], width)  # an index stays with its token
-    return Text("\n".join(piece for line in lines for piece in folded(line, max(1, width))), style="dim")
+    return literal("\n".join(piece for line in lines for piece in folded(line, max(1, width))), style="dim")
 
 
 def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> Iterator[RenderableType]:
     """The configuration line, then a heading and a heatmap for each head, then a legend."""
-    yield Text("\n".join(wrap_parts(describe_parts(att), width)), style="dim")
+    yield literal("\n".join(wrap_parts(describe_parts(att), width)), style="dim")
     blocks = not fits_as_numbers(att, color=color, width=width)
     labels = label_width(att, 4 if color else 5, width)
     for head, label in enumerate(att.head_labels):
@@ -337,7 +338,7 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
             body = block_heatmap(att, head, color=color, width=width)
         else:
             body = number_table(att, head, color=color, labels=labels)
-        yield Group(Text(""), Text(label, style="bold cyan"), body)
+        yield Group(Text(""), literal(label, style="bold cyan"), body)
     cut = cut_tokens(att, BLOCK_LABEL, width, queries=True) if blocks else cut_tokens(att, labels, width)
     if cut is not None:
         yield cut
@@ -345,7 +346,7 @@ def render_heatmap(att: Attention, *, color: bool = True, width: int = 80) -> It
 
 
 def _section(title: str, body: RenderableType) -> Group:
-    return Group(Text(""), Text(title, style="bold cyan"), body)
+    return Group(Text(""), literal(title, style="bold cyan"), body)
 
 
 def render_mask(
@@ -353,7 +354,7 @@ def render_mask(
 ) -> Iterator[RenderableType]:
     """One head's additive mask, masked scores and weights; with ``compare``, unmasked first; the tokens
     the tables cut listed whole below them."""
-    yield Text("\n".join(wrap_parts([att.head_labels[0], *describe_parts(att)], width)), style="dim")
+    yield literal("\n".join(wrap_parts([att.head_labels[0], *describe_parts(att)], width)), style="dim")
     cut: Text | None = None
     for row in [compare, att] if compare is not None else [att]:
         which = "with" if row.config.get("causal") else "without"

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..errors import printable
 from .labels import abbreviate, distinct_labels, visible_token
+from .literal import literal
 from .terminal import cell_style
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def live_view(generation: Generation, width: int) -> RenderableType:
     text = Text(overflow="fold")
     if not generation.rows:
         text.append(shown("".join(generation.prompt_tokens)), style="dim")
-        return Group(Text(about(generation), style="dim"), text)
+        return Group(literal(about(generation), style="dim"), text)
     row = generation.rows[-1][0]
     for i, token in enumerate(generation.all_tokens):
         piece = shown(token).replace("\n", "↵\n")
@@ -70,5 +71,5 @@ def live_view(generation: Generation, width: int) -> RenderableType:
             text.append(piece, style=cell_style(float(row[i])))
     step = len(generation.rows)
     said = f"step {step}: '{visible_token(generation.tokens[-1])}' → {strongest(generation, step, 16)}"
-    footer = Text(printable(said), style="dim")
-    return Group(Text(about(generation), style="dim"), text, Text(""), footer)
+    footer = literal(said, style="dim")
+    return Group(literal(about(generation), style="dim"), text, Text(""), footer)
