@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -42,6 +42,7 @@ class Ablation:
     target: str | None = None
     target_id: int | None = None
     kv_heads: int | None = None  # grouped-query attention: query heads h·kv/heads … share key/value head k
+    estimate: str | None = None  # None: each head removed and the layers after it run; else how Δ was estimated
 
     @property
     def measure(self) -> str:
@@ -119,6 +120,30 @@ def ablate(
     if target is None and len(ids) < 2:
         raise UsageError("the next-token loss needs at least 2 tokens (or give --target)")
     chosen = None if target is None else target_id(model, target)
+
+    def removed(layer: int, head: int, outputs: Array) -> Array | float:
+        return 0.0 if method == "zero" else outputs[head].mean(axis=0)
+
+    baseline, delta = replaced(model, ids, chosen, removed, "without", only, progress)
+    shown = None if chosen is None else token_text(model, chosen)
+    return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen, model.kv_heads)
+
+
+Replacement = Callable[[int, int, Array], "Array | float"]
+"""What a head's output (n, d) becomes, from its layer, its index and the layer's heads' outputs (heads, n, d)."""
+
+
+def replaced(
+    model: Decoder, ids: tuple[int, ...], chosen: int | None, replacement: Replacement, label: str,
+    only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
+) -> tuple[float, Array]:  # fmt: skip
+    """The measure of ``ids`` (the next-token loss, or log p(``chosen``) after the last token) and its change
+    (layers, heads) when each head's output is replaced as ``replacement`` says, the layers after it run again;
+    ``label`` names the edit in an error ("without": ablation). ``only``: those heads alone (the others NaN).
+
+    One pass of the whole text keeps each layer's input and heads' outputs; then the heads of a layer, edited
+    one per copy of its outputs, run on from its output projection as one batch (:meth:`Decoder.through_copies`,
+    as many copies as :data:`BATCH_BYTES` holds), the batches side by side on the cores."""
     model.resident()  # every batch reads the layers after its own again, and the output matrix
     inputs: list[Array] = []
     outputs: list[Array] = []
@@ -146,7 +171,7 @@ def ablate(
             layer, heads = batch
             copies = np.repeat(outputs[layer][None], len(heads), axis=0)
             for c, head in enumerate(heads):
-                copies[c, head] = 0 if method == "zero" else outputs[layer][head].mean(axis=0)
+                copies[c, head] = replacement(layer, head, outputs[layer])
             attended = copies.transpose(0, 2, 1, 3).reshape(len(heads), len(ids), -1)
             last = model.through_copies(inputs[layer], layer, attended, last_only=chosen is not None)
             if chosen is None:
@@ -154,8 +179,8 @@ def ablate(
             else:
                 measured = copies_log_probabilities(model, last, np.asarray([chosen]))[:, 0]
             for c, head in enumerate(heads):
-                removed = finite(float(measured[c]), model, ids, f"without layer {layer}'s head {head}")
-                delta[layer, head] = removed - baseline
+                edited = finite(float(measured[c]), model, ids, f"{label} layer {layer}'s head {head}")
+                delta[layer, head] = edited - baseline
             if progress is not None:
                 with counted:
                     done[0] += len(heads)
@@ -163,8 +188,7 @@ def ablate(
                     progress(done[0], len(chosen_heads), work=(done[1], work))
 
         run_all(one, batches)
-    shown = None if chosen is None else token_text(model, chosen)
-    return Ablation(encoding.tokens, ids, method, baseline, delta, shown, chosen, model.kv_heads)
+    return baseline, delta
 
 
 BATCH_BYTES = 2**27

@@ -40,6 +40,8 @@ COMMANDS = (
     "rollout",
     "heads",
     "ablate",
+    "saliency",
+    "patch",
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG

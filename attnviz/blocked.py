@@ -218,6 +218,48 @@ def attend(
     return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols, key_mass=key_mass, hidden=hidden)
 
 
+def attend_backward(
+    q: Array, k: Array, v: Array, grad: Array, *, scale: float, window: int | None = None, softcap: float | None = None
+) -> tuple[Array, Array, Array]:
+    """∂/∂q, ∂/∂k, ∂/∂v (each (h, n, d)) of :func:`attend`'s causal output over a whole text given ∂/∂ that output
+    ``grad``. Each block of rows is scored and normalised again as the forward did, used and dropped: no (n, n)
+    map is kept, one block of rows per thread (the heads share the cores, each writing its own gradients)."""
+    q = np.asarray(q, dtype=np.float32) * np.float32(scale)
+    k, v, grad = (np.asarray(a, dtype=np.float32) for a in (k, v, grad))
+    heads, n, _ = q.shape
+    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(n, 1))))
+    above = np.triu(np.ones((step, step), dtype=bool), k=1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+
+    def one_head(h: int) -> None:
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            lo = max(0, a - window + 1) if window is not None else 0
+            scores = q[h, a:b] @ k[h, lo:b].T
+            tanh = None
+            if softcap is not None:
+                tanh = np.tanh(scores / np.float32(softcap))
+                scores = tanh * np.float32(softcap)
+            diagonal = scores[:, a - lo :]
+            diagonal[above[: b - a, : diagonal.shape[1]]] = -np.inf
+            if window is not None:
+                scores[np.arange(lo, b)[None, :] <= np.arange(a, b)[:, None] - window] = -np.inf
+            weights = np.empty_like(scores)
+            _softmax_rows(weights, scores)
+            dv[h, lo:b] += weights.T @ grad[h, a:b]
+            dweights = grad[h, a:b] @ v[h, lo:b].T
+            dscores = weights * (dweights - (weights * dweights).sum(axis=1, keepdims=True))
+            if tanh is not None:
+                dscores *= 1 - tanh * tanh
+            dq[h, a:b] = dscores @ k[h, lo:b]
+            dk[h, lo:b] += dscores.T @ q[h, a:b]
+
+    with one_blas_thread():
+        run_all(one_head, range(heads))
+    dq *= np.float32(scale)
+    return dq, dk, dv
+
+
 FIXED_POINT = 2.0**32  # key sums added across threads as integers: the same bits in any order
 
 

@@ -40,6 +40,12 @@ def soft_cap(scores: Array, cap: float) -> Array:
     return capped
 
 
+def soft_cap_backward(capped: Array, cap: float, grad: Array) -> Array:
+    """∂/∂ the scores of :func:`soft_cap` given ∂/∂ its output ``capped``: grad · (1 − tanh²)."""
+    result: Array = grad * (1 - (capped / cap) ** 2)
+    return result
+
+
 def scaled_dot_product_attention(
     q: Array, k: Array, v: Array, *, scale: float, mask: BoolArray | None = None, softcap: float | None = None
 ) -> tuple[Array, Array, Array]:

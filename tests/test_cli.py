@@ -248,6 +248,8 @@ COMMAND_NAMES = [
     "check",
     "models",
     "ablate",
+    "saliency",
+    "patch",
     "tokenize",
     "generate",
     "batch",

@@ -230,3 +230,15 @@ def test_models_lists_hf_folder_and_file_names_as_given(shown, home: Path, tmp_p
                                   "b.gguf": write_tiny_llama(tmp_path / "b.gguf", seed=1)})  # fmt: skip
     out = shown("models", attack=f"hf:x/{attack}y")
     assert printable(f"hf:org/files/a{attack}.gguf") in out
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_the_gradient_commands_show_tokens_and_targets_as_given(shown, model: Path, attack: str) -> None:
+    """saliency's shaded text and table, patch's and ablate --estimate --compare's headings and columns."""
+    given = ["--model-file", str(model)]
+    shown("saliency", *given, f"the {attack} cat", attack=attack)
+    shown("saliency", *given, "the cat", "--target", attack, attack=attack)
+    clean, corrupt = f"the {attack} cat", f"the {attack} hat"
+    out = shown("patch", *given, "--clean", clean, "--corrupt", corrupt, "--target", attack, attack=attack)
+    assert f"log p('{printable(attack)}')" in out
+    shown("ablate", *given, "the cat", "--target", attack, "--estimate", "--compare", attack=attack)

@@ -39,6 +39,7 @@ SLOW = {
     "smollm2-ablate": 68,
     "smollm2-document-model-view": 29,
     "smollm2-importance": 7,
+    "smollm2-ablate-estimate": 12,
     "gemma3-sliding-window-layer": 6,
     "gemma3-global-layer": 5,
 }

@@ -18,6 +18,7 @@ ABLATE_LAYER = opt.LAYER.variant(
             "chars", "pair", "max_tokens", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
+GRADIENT_TOKENS = 1024  # one forward and one backward pass, keeping each layer's input and heads' outputs
 
 
 @app.command()
@@ -43,6 +44,24 @@ def ablate(
             rich_help_panel=opt.P_OUT,
         ),
     ] = None,  # fmt: skip
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Estimate every head's Δ from one forward and one backward pass (attribution patching: "
+            "Σ (z′ − z)·∂L/∂z over the head's output z) instead of rerunning the layers for each head.",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = False,  # fmt: skip
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="With --estimate: run the exact ablation too and report their rank correlation and the heads "
+            "the estimate gets most wrong.",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = False,  # fmt: skip
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -52,13 +71,16 @@ def ablate(
     replaces it by its mean over the text's positions. Δ is the ablated loss (the mean
     cross-entropy of each next token of the text) minus the model's own; with --target, the
     change in the log-probability of that token after the last one. The layers before each
-    head's run once.
+    head's run once. --estimate gives every head's Δ from one forward and one backward pass
+    instead (attribution patching: Nanda 2023; Kramár et al. 2024); --compare runs both.
 
     [bold]Examples[/bold]
 
       attnviz ablate --model smollm2 --file doc.txt -o ablation.png
 
       attnviz ablate --model smollm2 "Paris is in" --target " France" --json
+
+      attnviz ablate --model smollm2 --file doc.txt --estimate --compare
     """
     from ..ablation import ablate as run_ablation
     from ..models import load_model
@@ -73,14 +95,26 @@ def ablate(
     model = load_model(layer.model, layer.model_dir, layer.model_file)
     if not isinstance(model, Decoder):
         raise UsageError(f"ablate measures a decoder's next-token loss; {printable(model.name)} is an encoder")
+    if compare and not estimate:
+        raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
     encoding = model.encode(layer.text)
-    if len(encoding.ids) > ABLATE_TOKENS:
-        raise UsageError(f"ablate takes at most {ABLATE_TOKENS} tokens; the text is {len(encoding.ids):,}")
+    most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
+    if len(encoding.ids) > most:
+        raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most:,} tokens; "
+                         f"the text is {len(encoding.ids):,}")  # fmt: skip
     model.resident()  # every ablation reads the layers after its own again
+    from ..ablation import Method
+    from ..attribution import attribution, compared
     from ..progress import bar
 
-    with bar("head", f"{printable(model.name)}: ablating") as progress:
-        result = run_ablation(model, layer.text, "mean" if mean else "zero", target, progress=progress)
+    method: Method = "mean" if mean else "zero"
+    result = attribution(model, layer.text, method, target) if estimate else None
+    comparison = None
+    if result is None or compare:
+        with bar("head", f"{printable(model.name)}: ablating") as progress:
+            exact = run_ablation(model, layer.text, method, target, progress=progress)
+        comparison = None if result is None else compared(exact, result)
+        result = result or exact
     source = model_source(model, layer.text, None, encoding.ids)
     from .. import schema
 
@@ -88,15 +122,17 @@ def ablate(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style),
+        draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style, comparison),
         description=lambda: {
             "attnviz": __version__,
             "command": "ablate",
             "tokens": list(result.tokens),
             "source": source,
-            "view": {"method": result.method, "target": target},
+            "view": {"method": result.method, "target": target, "estimate": result.estimate},
             "style": asdict(figure.style),
         },  # fmt: skip
-        documents=lambda: [schema.ablation_document(result, source)],
-        show=lambda color, width: views.ablation.render_ablation(result, model.name, color=color, width=width),
+        documents=lambda: [schema.ablation_document(result, source, comparison)],
+        show=lambda color, width: views.ablation.render_ablation(
+            result, model.name, comparison, color=color, width=width
+        ),  # fmt: skip
     )

@@ -70,12 +70,23 @@ def _reflow(help_text: str) -> str:
     return "\n\n".join(textwrap.dedent(p) if p.startswith(" ") else " ".join(p.splitlines()) for p in paragraphs)
 
 
-MODULES = ("heatmap", "teaching", "models", "ablation", "tokenize", "writing", "plans")  # in --help's order
+MODULES = (
+    "heatmap",
+    "teaching",
+    "models",
+    "ablation",
+    "attribution",
+    "tokenize",
+    "writing",
+    "plans",
+)  # in --help's order
 COMMANDS = {
     "heatmap": "heatmap",
     **dict.fromkeys(("mask", "saturation", "explain", "permute", "diff", "lines"), "teaching"),
     **dict.fromkeys(("rollout", "heads", "check", "models"), "models"),
     "ablate": "ablation",
+    "saliency": "attribution",
+    "patch": "attribution",
     "tokenize": "tokenize",
     "generate": "writing",
     "batch": "plans",

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, Kept, attend
+from ..blocked import NOTHING, Keep, Kept, attend, attend_backward
 from ..core import Array
 from ..errors import AttnvizError, UsageError
 from ..threads import one_blas_thread, product
 from . import Consumer, Encoding, damaged, fitted
-from .parts import Rope, overflow_checked, rms_norm, shared_heads
+from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -187,9 +187,21 @@ class Decoder:
         raise damaged(self.weights.path, after, {n: functools.partial(self.weights.tensor, n) for n in names})
 
     def linear(self, x: Array, name: str) -> Array:
-        """x Wᵀ (+ b, where the checkpoint has a bias)."""
+        """x Wᵀ (+ b, where the checkpoint has a bias). During a backward pass (:data:`REMEMBERED` set) the forward
+        keeps each product by its tensor's name, and the backward's layer, asking for the same product of the same
+        input, is given it rather than making it again."""
+        memory = REMEMBERED.get()
+        if memory is not None and name in memory.kept:
+            return memory.kept[name]
         out = self.weights.product(x, name + ".weight")
-        return out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
+        out = out + self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else out
+        if memory is not None and memory.keeping and memory.room(out):
+            memory.kept[name] = out
+        return out
+
+    def linear_backward(self, grad: Array, name: str) -> Array:
+        """∂/∂x of :meth:`linear` given ∂/∂ its output: grad W."""
+        return product(np.asarray(grad, dtype=np.float32), self.weights.tensor(name + ".weight"))
 
     def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
         """Queries or keys (heads, n, d) rotated by position; inside :meth:`through_copies`, n rows of copies of one
@@ -201,6 +213,11 @@ class Decoder:
         rotated = rope.pairs(each, start) if self.shape.pairs else rope.halves(each, start)
         return rotated.reshape(heads, n, d)
 
+    def rotate_backward(self, grad: Array, layer: int) -> Array:
+        """∂/∂ the queries or keys of :meth:`rotate` (a whole text, from position 0) given ∂/∂ the rotated ones."""
+        rope = self.shape.ropes[layer]
+        return rope.pairs_backward(grad) if self.shape.pairs else rope.halves_backward(grad)
+
     def embed(self, ids: Array, start: int = 0) -> Array:
         """The input vectors of tokens at positions ``start`` …"""
         return self.weights.tensor("token_embd.weight", rows=ids)
@@ -210,13 +227,25 @@ class Decoder:
         tokens at positions ``start`` …"""
         raise NotImplementedError
 
+    def attention_inputs_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        """∂/∂x of :meth:`attention_inputs` (a whole text) given ∂/∂ its queries, keys and values."""
+        raise AttnvizError(f"attnviz has no backward pass of {self.family} models")
+
     def final_norm(self, x: Array) -> Array:
         return rms_norm(x, self.weights.tensor("output_norm.weight"), self.shape.eps)
+
+    def final_norm_backward(self, x: Array, grad: Array) -> Array:
+        return rms_norm_backward(x, self.weights.tensor("output_norm.weight"), self.shape.eps, grad)
 
     def logits(self, x: Array) -> Array:
         """Next-token scores from the last hidden state (the output matrix, or the embeddings when tied)."""
         head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
         return self.weights.product(self.final_norm(x), head)
+
+    def logits_backward(self, x: Array, logits: Array, grad: Array) -> Array:
+        """∂/∂x of :meth:`logits` given ∂/∂ the scores ``logits`` it gave."""
+        head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
+        return self.final_norm_backward(x, product(np.asarray(grad, dtype=np.float32), self.weights.tensor(head)))
 
     def resident(self) -> None:
         """Keep every tensor dequantised once, for a command that runs the layers again and again over a whole
@@ -277,6 +306,10 @@ class Decoder:
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""
         raise NotImplementedError
+
+    def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
+        """∂/∂x and ∂/∂attended of :meth:`after` given ∂/∂ the layer's output."""
+        raise AttnvizError(f"attnviz has no backward pass of {self.family} models")
 
     def scale(self, layer: int) -> float:
         return self.shape.scale
@@ -342,6 +375,18 @@ class Decoder:
         self.finite(output, layer)  # what a layer that keeps nothing is checked by
         return output, kept
 
+    def heads_backward(self, x: Array, layer: int, grad: Array) -> Array:
+        """∂/∂x of :meth:`heads_outputs` given ∂/∂ the heads' outputs (heads, n, d): the queries, keys and values
+        made again from ``x``, the attention's gradient taken a block of rows at a time."""
+        q, k, v = self.attention_inputs(x, layer)
+        kv = k.shape[0]
+        k, v = shared_heads(k, v, self.heads)
+        dq, dk, dv = attend_backward(q, k, v, grad, scale=self.scale(layer), window=self.windows[layer],
+                                     softcap=self.softcap(layer))  # fmt: skip
+        return self.attention_inputs_backward(
+            x, layer, dq, shared_heads_backward(dk, kv), shared_heads_backward(dv, kv)
+        )
+
     def through(
         self, x: Array, first: int = 0, edits: Mapping[int, HeadsEdit] | None = None,
         seen: Callable[[int, Array, Array], None] | None = None,
@@ -402,6 +447,31 @@ class Decoder:
             COPY_LENGTH.reset(length)
         return rows.reshape(copies, -1, rows.shape[-1])
 
+
+@dataclass
+class Remembered:
+    """The products a forward pass keeps for its backward (by tensor name), within ``budget`` bytes: past it, the
+    backward makes them again from the layer's input."""
+
+    budget: int
+    keeping: bool = True
+    kept: dict[str, Array] = field(default_factory=dict)
+    used: int = 0
+
+    def room(self, out: Array) -> bool:
+        if self.used + out.nbytes > self.budget:
+            return False
+        self.used += out.nbytes
+        return True
+
+    def forget(self, layer: int) -> None:
+        """Layer ``layer``'s products, once its backward is done."""
+        for name in [n for n in self.kept if n.startswith(f"blk.{layer}.")]:
+            self.used -= self.kept.pop(name).nbytes
+
+
+REMEMBERED: contextvars.ContextVar[Remembered | None] = contextvars.ContextVar("attnviz_remembered", default=None)
+"""The products :meth:`Decoder.linear` keeps for a backward pass (:mod:`attnviz.gradients`), or None: none."""
 
 COPY_LENGTH: contextvars.ContextVar[int | None] = contextvars.ContextVar("attnviz_copy_length", default=None)
 """The length of each copy of a text inside :meth:`Decoder.through_copies` (rotary positions restart at each)."""

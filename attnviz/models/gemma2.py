@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..core import Array, soft_cap
+from ..core import Array, soft_cap, soft_cap_backward
 from .decoder import Shape
 from .gemma3 import Gemma, gguf_sizes, sliding_layers
 from .llama import MAX_LAYERS, gguf_rope, rope_of, rope_parameters
@@ -44,6 +44,11 @@ class Gemma2(Gemma):
     def logits(self, x: Array) -> Array:
         scores = super().logits(x)
         return scores if self.output_cap is None else soft_cap(scores, self.output_cap)
+
+    def logits_backward(self, x: Array, logits: Array, grad: Array) -> Array:
+        if self.output_cap is not None:
+            grad = soft_cap_backward(logits, self.output_cap, grad)
+        return super().logits_backward(x, logits, grad)
 
 
 def sliding(layers: int) -> list[bool]:

@@ -18,7 +18,7 @@ from ..core import Array
 from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
-from .parts import Rope, gelu_tanh, rms_norm
+from .parts import Rope, gelu_tanh, rms_norm, rms_norm_backward
 from .qwen3 import Qwen3
 from .tokenizer import Tokenizer
 from .weights import Tensors
@@ -32,6 +32,8 @@ class Gemma(Llama):
     """What Gemma 2 and Gemma 3 share: embeddings times √d_model, the attention's and the feed-forward's outputs
     normalised again before each residual sum, a GELU(tanh)-gated feed-forward."""
 
+    activation = staticmethod(gelu_tanh)
+
     def expected(self) -> dict[str, tuple[int, ...]]:
         h = self.shape.hidden
         extra = {"post_attention_norm": (h,), "post_ffw_norm": (h,)}
@@ -44,10 +46,18 @@ class Gemma(Llama):
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
         x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
-        f = rms_norm(x, t(p + "ffn_norm.weight"), eps)
-        gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
-        fed = self.linear(gelu_tanh(gate) * up, p + "ffn_down")
+        fed = self.feed_forward(rms_norm(x, t(p + "ffn_norm.weight"), eps), layer)
         return x + rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
+
+    def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
+        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        projected = self.linear(attended, p + "attn_output")
+        x = x + rms_norm(projected, t(p + "post_attention_norm.weight"), eps)
+        f = rms_norm(x, t(p + "ffn_norm.weight"), eps)
+        dfed = rms_norm_backward(self.feed_forward(f, layer), t(p + "post_ffw_norm.weight"), eps, grad)
+        dx = grad + rms_norm_backward(x, t(p + "ffn_norm.weight"), eps, self.feed_forward_backward(f, layer, dfed))
+        dprojected = rms_norm_backward(projected, t(p + "post_attention_norm.weight"), eps, dx)
+        return dx, self.linear_backward(dprojected, p + "attn_output")
 
 
 class Gemma3(Gemma, Qwen3):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..core import Array
 from ..errors import AttnvizError
-from .decoder import Decoder, Shape
+from .decoder import Decoder, Shape, joined
 from .metadata import Settings
-from .parts import ACTIVATIONS, Rope, layer_norm
+from .parts import ACTIVATIONS, SLOPES, Rope, layer_norm, layer_norm_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -53,14 +55,24 @@ class GPT2(Decoder):
     def norm(self, x: Array, name: str) -> Array:
         return layer_norm(x, self.weights.tensor(name + ".weight"), self.weights.tensor(name + ".bias"), self.shape.eps)
 
+    def norm_backward(self, x: Array, name: str, grad: Array) -> Array:
+        return layer_norm_backward(x, self.weights.tensor(name + ".weight"), self.shape.eps, grad)
+
     def final_norm(self, x: Array) -> Array:
         return self.norm(x, "output_norm")
+
+    def final_norm_backward(self, x: Array, grad: Array) -> Array:
+        return self.norm_backward(x, "output_norm", grad)
 
     def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
         n, h, d = len(x), self.heads, self.shape.d_head
         qkv = self.linear(self.norm(x, f"blk.{layer}.attn_norm"), f"blk.{layer}.attn_qkv")
         q, k, v = (qkv[:, i * h * d : (i + 1) * h * d].reshape(n, h, d).transpose(1, 0, 2) for i in range(3))
         return q, k, v
+
+    def attention_inputs_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        dqkv = np.concatenate([joined(dq), joined(dk), joined(dv)], axis=1)
+        return self.norm_backward(x, f"blk.{layer}.attn_norm", self.linear_backward(dqkv, f"blk.{layer}.attn_qkv"))
 
     def scale(self, layer: int) -> float:
         """1/√d, and 1/(layer + 1) too where config.json asks (scale_attn_by_inverse_layer_idx)."""
@@ -70,6 +82,14 @@ class GPT2(Decoder):
         p = f"blk.{layer}."
         x = x + self.linear(attended, p + "attn_output")
         return x + self.linear(self.activation(self.linear(self.norm(x, p + "ffn_norm"), p + "ffn_up")), p + "ffn_down")
+
+    def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
+        p = f"blk.{layer}."
+        x = x + self.linear(attended, p + "attn_output")
+        up = self.linear(self.norm(x, p + "ffn_norm"), p + "ffn_up")
+        dup = self.linear_backward(grad, p + "ffn_down") * SLOPES[self.activation](up)
+        dx = grad + self.norm_backward(x, p + "ffn_norm", self.linear_backward(dup, p + "ffn_up"))
+        return dx, self.linear_backward(dx, p + "attn_output")
 
 
 def _shape(layers: int, heads: int, hidden: int, eps: float, context: int, scaled: bool) -> Shape:

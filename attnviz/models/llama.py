@@ -14,9 +14,9 @@ import numpy as np
 
 from ..core import Array
 from ..errors import AttnvizError
-from .decoder import Decoder, Shape
+from .decoder import Decoder, Shape, joined
 from .metadata import Settings
-from .parts import Rope, rms_norm, silu
+from .parts import SLOPES, Rope, rms_norm, rms_norm_backward, silu
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -28,6 +28,7 @@ class Llama(Decoder):
     """A Llama-family decoder."""
 
     FAMILY = "llama"
+    activation = staticmethod(silu)  # of the gated feed-forward: silu(gate) · up
 
     def expected(self) -> dict[str, tuple[int, ...]]:
         s = self.shape
@@ -57,19 +58,44 @@ class Llama(Decoder):
         v = self.linear(a, p + "attn_v").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
         return q, k, v
 
+    def project_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        """∂/∂x of :meth:`project` given ∂/∂ its queries, keys and values."""
+        p = f"blk.{layer}."
+        da = self.linear_backward(joined(dq), p + "attn_q") + self.linear_backward(joined(dk), p + "attn_k")
+        da += self.linear_backward(joined(dv), p + "attn_v")
+        return rms_norm_backward(x, self.weights.tensor(p + "attn_norm.weight"), self.shape.eps, da)
+
     def attention_inputs(self, x: Array, layer: int, start: int = 0) -> tuple[Array, Array, Array]:
         q, k, v = self.project(x, layer)
         return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
+    def attention_inputs_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        return self.project_backward(x, layer, self.rotate_backward(dq, layer), self.rotate_backward(dk, layer), dv)
+
     def feed_forward(self, f: Array, layer: int) -> Array:
         p = f"blk.{layer}."
         gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
-        return self.linear(silu(gate) * up, p + "ffn_down")
+        return self.linear(self.activation(gate) * up, p + "ffn_down")
+
+    def feed_forward_backward(self, f: Array, layer: int, grad: Array) -> Array:
+        """∂/∂f of :meth:`feed_forward` given ∂/∂ its output."""
+        p = f"blk.{layer}."
+        gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
+        hidden = self.linear_backward(grad, p + "ffn_down")
+        dgate, dup = hidden * up * SLOPES[self.activation](gate), hidden * self.activation(gate)
+        return self.linear_backward(dgate, p + "ffn_gate") + self.linear_backward(dup, p + "ffn_up")
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
         x = x + self.linear(attended, p + "attn_output")
         return x + self.feed_forward(rms_norm(x, t(p + "ffn_norm.weight"), eps), layer)
+
+    def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
+        p, w, eps = f"blk.{layer}.", self.weights.tensor(f"blk.{layer}.ffn_norm.weight"), self.shape.eps
+        x = x + self.linear(attended, p + "attn_output")
+        df = self.feed_forward_backward(rms_norm(x, w, eps), layer, grad)
+        dx = grad + rms_norm_backward(x, w, eps, df)
+        return dx, self.linear_backward(dx, p + "attn_output")
 
 
 def rope_of(config: Settings, dims: int, base: float, scaling: object) -> Rope:

@@ -9,9 +9,10 @@ RoPE rotates halves in folders and GGUF files alike (the converter does not perm
 from __future__ import annotations
 
 from ..core import Array
+from .decoder import joined
 from .llama import Llama, shape_from_config, shape_from_gguf
 from .metadata import Settings
-from .parts import rms_norm
+from .parts import rms_norm, rms_norm_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -38,10 +39,28 @@ class Olmo2(Llama):
         v = self.linear(x, p + "attn_v").reshape(n, self.kv_heads, d).transpose(1, 0, 2)
         return self.rotate(q, layer, start), self.rotate(k, layer, start), v
 
+    def attention_inputs_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        dq = rms_norm_backward(self.linear(x, p + "attn_q"), t(p + "attn_q_norm.weight"), eps,
+                               joined(self.rotate_backward(dq, layer)))  # fmt: skip
+        dk = rms_norm_backward(self.linear(x, p + "attn_k"), t(p + "attn_k_norm.weight"), eps,
+                               joined(self.rotate_backward(dk, layer)))  # fmt: skip
+        dx = self.linear_backward(dq, p + "attn_q") + self.linear_backward(dk, p + "attn_k")
+        return dx + self.linear_backward(joined(dv), p + "attn_v")
+
     def after(self, x: Array, attended: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
         x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
         return x + rms_norm(self.feed_forward(x, layer), t(p + "post_ffw_norm.weight"), eps)
+
+    def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
+        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
+        projected = self.linear(attended, p + "attn_output")
+        x = x + rms_norm(projected, t(p + "post_attention_norm.weight"), eps)
+        dfed = rms_norm_backward(self.feed_forward(x, layer), t(p + "post_ffw_norm.weight"), eps, grad)
+        dx = grad + self.feed_forward_backward(x, layer, dfed)
+        dprojected = rms_norm_backward(projected, t(p + "post_attention_norm.weight"), eps, dx)
+        return dx, self.linear_backward(dprojected, p + "attn_output")
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Olmo2:

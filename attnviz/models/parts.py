@@ -19,10 +19,29 @@ def layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
     return result
 
 
+def layer_norm_backward(x: Array, weight: Array, eps: float, grad: Array) -> Array:
+    """∂/∂x of :func:`layer_norm` given ∂/∂ its output: the normalised row's gradient, less its mean and its
+    projection on the normalised row (the bias adds nothing)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    inverse = 1 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    normed = (x - mean) * inverse
+    g = grad * weight
+    result: Array = inverse * (g - g.mean(axis=-1, keepdims=True) - normed * (g * normed).mean(axis=-1, keepdims=True))
+    return result
+
+
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     """A mean square that overflows float32 gives NaN rows, not a silent 0 (see :func:`overflowed`)."""
     normed: Array = x / np.sqrt(overflowed(np.mean(x * x, axis=-1, keepdims=True)) + eps) * weight
     return normed
+
+
+def rms_norm_backward(x: Array, weight: Array, eps: float, grad: Array) -> Array:
+    """∂/∂x of :func:`rms_norm` given ∂/∂ its output: r·g·w − x·r³·mean(x·g·w), r = 1/√(mean(x²) + ε)."""
+    inverse = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    g = grad * weight
+    result: Array = inverse * g - x * (inverse**3 * np.mean(x * g, axis=-1, keepdims=True))
+    return result
 
 
 def overflow_checked() -> np.errstate:
@@ -51,10 +70,26 @@ def gelu(x: Array) -> Array:
     return result
 
 
+def gelu_backward(x: Array) -> Array:
+    """d gelu / dx = Φ(x) + x·φ(x)."""
+    density = np.exp(-0.5 * x * x) / np.float32(math.sqrt(2 * math.pi))
+    result: Array = 0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * density
+    return result
+
+
 def gelu_tanh(x: Array) -> Array:
     """GELU with the tanh approximation (gelu_new, gelu_pytorch_tanh)."""
     inner = np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
     result: Array = np.float32(0.5) * x * (1 + np.tanh(inner))
+    return result
+
+
+def gelu_tanh_backward(x: Array) -> Array:
+    """d gelu_tanh / dx: ½(1 + tanh u) + ½x(1 − tanh² u)·u′, u = √(2/π)(x + 0.044715x³)."""
+    root = np.float32(math.sqrt(2 / math.pi))
+    tanh = np.tanh(root * (x + np.float32(0.044715) * x * x * x))
+    slope = root * (1 + np.float32(3 * 0.044715) * x * x)
+    result: Array = np.float32(0.5) * (1 + tanh) + np.float32(0.5) * x * (1 - tanh * tanh) * slope
     return result
 
 
@@ -63,7 +98,16 @@ def silu(x: Array) -> Array:
     return result
 
 
+def silu_backward(x: Array) -> Array:
+    """d silu / dx = σ(x)(1 + x(1 − σ(x)))."""
+    sigmoid = 1 / (1 + np.exp(-x))
+    result: Array = sigmoid * (1 + x * (1 - sigmoid))
+    return result
+
+
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "silu": silu, "swish": silu}
+SLOPES = {gelu: gelu_backward, gelu_tanh: gelu_tanh_backward, silu: silu_backward}
+"""Each activation's derivative, for the backward pass (:mod:`attnviz.gradients`)."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +175,28 @@ class Rope:
         rotated[..., 1 : self.dims : 2] = even * sin + odd * cos
         return rotated
 
+    def pairs_backward(self, grad: Array, start: int = 0) -> Array:
+        """∂/∂x of :meth:`pairs` given ∂/∂ its output: each pair turned back (the rotation's transpose)."""
+        cos, sin = (a.astype(grad.dtype) for a in self.angles(grad.shape[1], start))
+        even, odd = grad[..., 0 : self.dims : 2], grad[..., 1 : self.dims : 2]
+        turned = grad.copy()
+        turned[..., 0 : self.dims : 2] = even * cos + odd * sin
+        turned[..., 1 : self.dims : 2] = odd * cos - even * sin
+        return turned
+
     def halves(self, x: Array, start: int = 0) -> Array:
         """(heads, n, d) rotated in Hugging Face's layout: dimension i pairs with i + dims/2."""
         cos, sin = (a.astype(x.dtype) for a in self.angles(x.shape[1], start))
         half = self.dims // 2
         first, second, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
         return np.concatenate([first * cos - second * sin, second * cos + first * sin, rest], axis=-1)
+
+    def halves_backward(self, grad: Array, start: int = 0) -> Array:
+        """∂/∂x of :meth:`halves` given ∂/∂ its output: each pair (i, i + dims/2) turned back."""
+        cos, sin = (a.astype(grad.dtype) for a in self.angles(grad.shape[1], start))
+        half = self.dims // 2
+        first, second, rest = grad[..., :half], grad[..., half : self.dims], grad[..., self.dims :]
+        return np.concatenate([first * cos + second * sin, second * cos - first * sin, rest], axis=-1)
 
 
 NO_ROPE = Rope(1.0, 0)  # a layer without position embedding (SmolLM3's NoPE layers): it rotates no dimension
@@ -146,3 +206,10 @@ def shared_heads(k: Array, v: Array, heads: int) -> tuple[Array, Array]:
     """Grouped-query attention: key/value head j serves query heads j·g … j·g + g − 1 (g = heads / kv heads)."""
     group = heads // k.shape[0]
     return np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
+
+
+def shared_heads_backward(grad: Array, kv_heads: int) -> Array:
+    """∂/∂ the key/value heads of :func:`shared_heads` given ∂/∂ its repeated ones: each summed over its group."""
+    heads, n, d = grad.shape
+    summed: Array = grad.reshape(kv_heads, heads // kv_heads, n, d).sum(axis=1)
+    return summed

@@ -19,10 +19,10 @@ import math
 import numpy as np
 
 from ..core import Array
-from .decoder import Shape
+from .decoder import Shape, joined
 from .llama import MAX_LAYERS, Llama, shape_from_gguf
 from .metadata import Settings, refuse_unread
-from .parts import Rope, rms_norm, silu
+from .parts import SLOPES, Rope, rms_norm, rms_norm_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -55,10 +55,22 @@ class Phi3(Llama):
 
         return heads(q), heads(k), heads(v)
 
+    def project_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        p = f"blk.{layer}."
+        da = self.linear_backward(np.concatenate([joined(dq), joined(dk), joined(dv)], axis=1), p + "attn_qkv")
+        return rms_norm_backward(x, self.weights.tensor(p + "attn_norm.weight"), self.shape.eps, da)
+
     def feed_forward(self, f: Array, layer: int) -> Array:
         p = f"blk.{layer}."
         gate, up = np.split(self.linear(f, p + "ffn_up"), 2, axis=1)
-        return self.linear(silu(gate) * up, p + "ffn_down")
+        return self.linear(self.activation(gate) * up, p + "ffn_down")
+
+    def feed_forward_backward(self, f: Array, layer: int, grad: Array) -> Array:
+        p = f"blk.{layer}."
+        gate, up = np.split(self.linear(f, p + "ffn_up"), 2, axis=1)
+        hidden = self.linear_backward(grad, p + "ffn_down")
+        dgate = hidden * up * SLOPES[self.activation](gate)
+        return self.linear_backward(np.concatenate([dgate, hidden * self.activation(gate)], axis=1), p + "ffn_up")
 
 
 def rope_from_config(config: Settings, d_head: int, context: int) -> Rope:

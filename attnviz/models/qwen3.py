@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..core import Array
 from .llama import Llama, shape_from_config, shape_from_gguf
 from .metadata import Settings
-from .parts import rms_norm
+from .parts import rms_norm, rms_norm_backward
 from .tokenizer import Tokenizer
 from .weights import Tensors
 
@@ -32,6 +32,13 @@ class Qwen3(Llama):
         q = rms_norm(q, t(f"blk.{layer}.attn_q_norm.weight"), eps)
         k = rms_norm(k, t(f"blk.{layer}.attn_k_norm.weight"), eps)
         return self.rotate(q, layer, start), self.rotate(k, layer, start), v
+
+    def attention_inputs_backward(self, x: Array, layer: int, dq: Array, dk: Array, dv: Array) -> Array:
+        q, k, _ = self.project(x, layer)
+        t, eps = self.weights.tensor, self.shape.eps
+        dq = rms_norm_backward(q, t(f"blk.{layer}.attn_q_norm.weight"), eps, self.rotate_backward(dq, layer))
+        dk = rms_norm_backward(k, t(f"blk.{layer}.attn_k_norm.weight"), eps, self.rotate_backward(dk, layer))
+        return self.project_backward(x, layer, dq, dk, dv)
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Qwen3:

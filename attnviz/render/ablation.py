@@ -21,8 +21,10 @@ from .literal import literal
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ..attribution import Comparison
     from ..explain import QueryExplanation
 
 TOP = 10
@@ -45,7 +47,8 @@ def ablation_heading(result: Ablation, model: str) -> list[str]:
         if result.target is None
         else f"log p({token_quoted(result.target)}) {result.baseline:.4f} after the last token"
     )
-    return [f"{result.method} ablation", model, f"{len(result.ids)} tokens", baseline]
+    method = f"{result.method} ablation" + ("" if result.estimate is None else f" estimated by {result.estimate}")
+    return [method, model, f"{len(result.ids)} tokens", baseline]
 
 
 def head_group(result: Ablation) -> int:
@@ -62,17 +65,22 @@ def head_columns(heads: int, group: int) -> list[float]:
 
 
 @styled
-def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE) -> Figure:
+def render_ablation_figure(
+    result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE, comparison: Comparison | None = None,
+    heading: list[str] | None = None, label: str | None = None,
+) -> Figure:  # fmt: skip
     """Δ of each head removed: red where removing it raises the measure, blue where it lowers it. Query heads that
-    share a key/value head lie side by side, each group drawn apart from the next."""
+    share a key/value head lie side by side, each group drawn apart from the next. With ``comparison``, beside
+    it each head's estimate against its exact Δ. ``heading`` and ``label`` (the colour bar's) in place of
+    ablation's (activation patching's map is drawn the same way)."""
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
     layers, heads = result.delta.shape
     group = head_group(result)
     columns = head_columns(heads, group)
-    fig = new_figure(style, 0.9)
-    ax = fig.subplots()
+    fig = new_figure(style, 0.9 if comparison is None else 0.5, wide=comparison is not None)
+    ax = fig.subplots() if comparison is None else fig.subplots(1, 2, width_ratios=[3, 2])[0]
     limit = float(np.abs(result.delta).max()) or 1.0
     image = None
     for first in range(0, heads, group or heads):
@@ -98,15 +106,32 @@ def render_ablation_figure(result: Ablation, model: str, style: FigureStyle = DE
     ax.set_xlabel("head", fontsize=style.scaled(0.8))
     ax.set_ylabel("layer", fontsize=style.scaled(0.8))
     bar = fig.colorbar(image, ax=ax, shrink=1.0, pad=0.02)
-    bar.set_label(measure_label(result), fontsize=style.scaled(0.75))
+    bar.set_label(label or measure_label(result), fontsize=style.scaled(0.75))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
+    if comparison is not None:
+        scatter(fig.axes[1], result, comparison, style)
     width = fig.get_size_inches()[0]
     kv = result.kv_heads if result.kv_heads is not None and result.kv_heads < heads else None
     shared = [] if kv is None else ["\n" + wrapped_sentence(sharing_phrases(heads, kv), width, style.font_size)]
-    fig.suptitle(wrapped_title(ablation_heading(result, model), width, style.font_size) + "".join(shared),
+    fig.suptitle(wrapped_title(heading or ablation_heading(result, model), width, style.font_size) + "".join(shared),
                  fontweight="bold")  # fmt: skip
     return fig
+
+
+def scatter(ax: Axes, result: Ablation, comparison: Comparison, style: FigureStyle) -> None:
+    """Each head's estimate against its exact Δ, the diagonal where they agree, the worst estimated marked."""
+    exact, guess = comparison.exact.ravel(), result.delta.ravel()
+    ax.scatter(exact, guess, s=style.scaled(0.6), color=style.colours["text"], alpha=0.6, linewidths=0)
+    low, high = float(min(exact.min(), guess.min())), float(max(exact.max(), guess.max()))
+    ax.plot([low, high], [low, high], color="#b2182b", linewidth=0.8)
+    for layer, head, truth, estimate in comparison.worst[:3]:
+        ax.annotate(f"L{layer} H{head}", (truth, estimate), fontsize=style.scaled(0.6), xytext=(3, 3),
+                    textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("exact Δ", fontsize=style.scaled(0.75))
+    ax.set_ylabel("estimated Δ", fontsize=style.scaled(0.75))
+    ax.tick_params(labelsize=style.scaled(0.65))
+    ax.set_title(f"Spearman ρ {comparison.rank_correlation:.3f}", fontsize=style.scaled(0.8))
 
 
 def grouping(result: Ablation) -> str:
@@ -115,8 +140,11 @@ def grouping(result: Ablation) -> str:
     return shared_heads(result.delta.shape[1], result.kv_heads)
 
 
-def render_ablation(result: Ablation, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
-    """The heads whose removal moves the measure most."""
+def render_ablation(
+    result: Ablation, model: str, comparison: Comparison | None = None, *, color: bool, width: int
+) -> Iterator[RenderableType]:
+    """The heads whose removal moves the measure most; with ``comparison``, how the estimate agrees with the exact
+    ablation and the heads it gets most wrong."""
     yield literal(" · ".join(ablation_heading(result, model)), style="dim")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("layer", "head", measure_label(result)):
@@ -129,6 +157,23 @@ def render_ablation(result: Ablation, model: str, *, color: bool, width: int) ->
                style="dim")  # fmt: skip
     if result.kv_heads and result.kv_heads < result.delta.shape[1]:
         yield Text(grouping(result), style="dim")
+    if comparison is not None:
+        yield from compared_rows(comparison)
+
+
+def compared_rows(comparison: Comparison) -> Iterator[RenderableType]:
+    heads = comparison.exact.size
+    yield Text(f"\nagainst the exact ablation: Spearman's rank correlation {comparison.rank_correlation:.3f} over "
+               f"{heads} heads; the estimates furthest from it:")  # fmt: skip
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("layer", "head", "exact Δ", "estimated Δ"):
+        table.add_column(column, justify="right")
+    for layer, head, exact, guess in comparison.worst:
+        table.add_row(str(layer), str(head), f"{exact:+.4f}", f"{guess:+.4f}")
+    yield table
+    yield Text("attribution patching is first order: it misses where later layers answer a head's removal "
+               "nonlinearly, most where a later head's attention is saturated (a flat softmax: a small gradient until "
+               "the winning key changes) or effects cancel", style="dim")  # fmt: skip
 
 
 def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,147 @@
+"""Token saliency beside one head's attention (the text shaded by each token's score in the terminal; the head's
+row of the last query beside the scores in a figure), and activation patching as ablation's layers × heads map."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..ablation import strongest
+from ..attribution import as_ablation
+from .ablation import TOP, render_ablation_figure, token_quoted
+from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
+from .heatmap import wrapped_title
+from .labels import abbreviate
+from .literal import literal
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..attribution import Patching, Saliency
+
+POSITIVE, NEGATIVE = (178, 24, 43), (33, 102, 172)  # RdBu's ends, as the ablation map's
+
+
+def measure_phrase(result: Saliency) -> str:
+    if result.target is None:
+        return f"next-token loss {result.value:.4f}"
+    return f"log p({token_quoted(result.target)}) {result.value:.4f} after the last token"
+
+
+def saliency_heading(result: Saliency, model: str) -> list[str]:
+    method = result.method + (f" ({result.steps} steps)" if result.steps else "")
+    return [method, model, f"{len(result.ids)} tokens", measure_phrase(result)]
+
+
+def signed(result: Saliency) -> bool:
+    """Whether the scores have a sign (input × gradient, integrated gradients); a gradient's norm has none."""
+    return result.method != "gradient-norm"
+
+
+def sign_note(result: Saliency) -> str:
+    grows = "the loss" if result.target is None else "log p"
+    if not signed(result):
+        return "darker: a larger gradient"
+    return f"red: raises {grows}\nblue: lowers it"
+
+
+def shade(value: float, limit: float, positive: bool) -> str:
+    """A background from white to the sign's colour, as strong as |value| is of ``limit``."""
+    share = min(1.0, abs(value) / limit) if limit else 0.0
+    r, g, b = (round(255 + (c - 255) * share) for c in (POSITIVE if positive else NEGATIVE))
+    ink = "white" if share > 0.6 else "black"
+    return f"{ink} on rgb({r},{g},{b})"
+
+
+def render_saliency(result: Saliency, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
+    """The text, each token shaded by its score; then the tokens with the largest |score|."""
+    yield literal(" · ".join(saliency_heading(result, model)), style="dim")
+    limit = float(np.abs(result.scores).max())
+    if color:
+        text = Text()
+        for token, score in zip(result.tokens, result.scores, strict=True):
+            style = shade(float(score), limit, score >= 0 or not signed(result))
+            text.append_text(literal(token.replace("\n", "↵"), style=style))
+        yield Group(Text(""), text)
+        yield Text(sign_note(result).replace("\n", "; "), style="dim")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column, justify in (("position", "right"), ("token", "left"), ("score", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for i in np.argsort(-np.abs(result.scores), kind="stable")[:TOP]:
+        table.add_row(str(i), literal(abbreviate(result.tokens[i], 24)), f"{result.scores[i]:+.4f}")
+    yield Group(Text(""), table)
+    yield Text(f"the {min(TOP, len(result.scores))} largest |score| of {len(result.scores)} tokens; "
+               "--json has them all", style="dim")  # fmt: skip
+
+
+@styled
+def render_saliency_figure(
+    result: Saliency, model: str, row: np.ndarray, layer: int, head: int, style: FigureStyle = DEFAULT_STYLE
+) -> Figure:
+    """One head's attention of the last token to each token (``row``) beside each token's saliency: attention and
+    attribution side by side."""
+    n = len(result.tokens)
+    fig = new_figure(style, max(0.6, min(2.5, 0.09 * n)))
+    weight_ax, score_ax = fig.subplots(1, 2, sharey=True)
+    rows = np.arange(n)
+    weight_ax.barh(rows, row, color=style.colours["text"])
+    weight_ax.set_xlim(0, max(float(row.max()), 1e-9) * 1.05)
+    scores = result.scores
+    colours = np.where(scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
+    score_ax.barh(rows, scores, color=colours)
+    limit = float(np.abs(scores).max()) or 1.0
+    score_ax.set_xlim(-limit * 1.05 if signed(result) else 0, limit * 1.05)
+    if signed(result):
+        score_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
+    labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(result.tokens)]
+    weight_ax.set_yticks(rows, labels if n <= 64 else [""] * n)
+    weight_ax.invert_yaxis()
+    weight_ax.set_ylabel("token", fontsize=style.scaled(0.8))
+    weight_ax.set_title(f"the last token's attention\n(layer {layer}, head {head})", fontsize=style.scaled(0.8))
+    score_ax.set_title(result.method, fontsize=style.scaled(0.8))
+    score_ax.set_xlabel(sign_note(result), fontsize=style.scaled(0.65))
+    for ax in (weight_ax, score_ax):
+        ax.tick_params(labelsize=style.scaled(0.6), length=0)
+    heading = saliency_heading(result, model)
+    fig.suptitle(wrapped_title(heading, fig.get_size_inches()[0], style.font_size), fontweight="bold")
+    return fig
+
+
+def patching_heading(result: Patching, model: str) -> list[str]:
+    how = "activation patching" + ("" if result.estimate is None else f" estimated by {result.estimate}")
+    target = token_quoted(result.target)
+    return [how, model, f"{len(result.corrupt_ids)} tokens",
+            f"log p({target}) {result.clean_log_prob:.4f} clean, {result.corrupt_log_prob:.4f} corrupt"]  # fmt: skip
+
+
+def patching_label(result: Patching) -> str:
+    return f"Δ log p({token_quoted(result.target)}); red: the clean head raises it"
+
+
+def render_patching_figure(result: Patching, model: str, style: FigureStyle = DEFAULT_STYLE) -> Figure:
+    """Each head's Δ on ablation's diverging map: red where the clean run's output of the head, put into the corrupt
+    run, raises log p(target) (the head carries what the clean text has), blue where it lowers it."""
+    return render_ablation_figure(as_ablation(result), model, style, heading=patching_heading(result, model),
+                                  label=patching_label(result))  # fmt: skip
+
+
+def render_patching(result: Patching, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
+    """The heads whose clean output moves log p(target) most in the corrupt run."""
+    yield literal(" · ".join(patching_heading(result, model)), style="dim")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("layer", "head", f"Δ log p({token_quoted(result.target)})"):
+        table.add_column(literal(column), justify="right")
+    for layer, head, value in strongest(as_ablation(result), TOP):
+        shade_ = ("red" if value > 0 else "blue") if color else ""
+        table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade_))
+    yield Group(Text(""), table)
+    gap = result.clean_log_prob - result.corrupt_log_prob
+    yield Text(f"Δ: log p with the head's output from the clean text, less the corrupt run's; the clean text is "
+               f"{gap:+.4f} above the corrupt one (a head that carries the difference alone restores it all)",
+               style="dim")  # fmt: skip
