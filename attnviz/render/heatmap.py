@@ -7,10 +7,11 @@ as a low weight.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -620,16 +621,37 @@ def heatmap_heading(att: Attention, style: FigureStyle) -> tuple[str, GridLayout
     title = wrapped_title(parts, width, style.font_size)
     key = _layout_key(att, style, title)
     if key not in _headings:
-        layout = grid_layout(att, style, title.count("\n") + 1)
-        if layout.labels.note():
-            noted = wrapped_title([*parts, *layout.labels.note()], width, style.font_size)
-            if noted.count("\n") != title.count("\n"):
-                layout = grid_layout(att, style, noted.count("\n") + 1)
-            title = noted
+        lay_out = functools.partial(grid_layout, att, style)
+        noted = noted_heading(parts, width, style.font_size, lay_out, lambda layout: layout.labels.note())
         if len(_headings) > 16:
             _headings.clear()
-        _headings[key] = (title, layout)
+        _headings[key] = noted
     return _headings[key]
+
+
+L = TypeVar("L")
+
+
+def noted_heading(
+    parts: list[str], width: float, font: float, lay_out: Callable[[int], L], note: Callable[[L], list[str]]
+) -> tuple[str, L]:
+    """A heading of ``parts`` and the layout made for its number of lines, the heading ending in that layout's
+    own ``note`` (which tokens its labels show): one computation says it in the heading and on the axes.
+
+    The note can add a line to the heading, which takes from the panels and can thin their labels further:
+    laid out again until the heading's lines are the ones the layout was made for; should that never settle,
+    the layout with room for the most lines, and its note."""
+    title = wrapped_title(parts, width, font)
+    tried: dict[int, L] = {}
+    lines = title.count("\n") + 1
+    while lines not in tried:
+        layout = tried[lines] = lay_out(lines)
+        title = wrapped_title([*parts, *note(layout)], width, font)
+        if title.count("\n") + 1 == lines:
+            return title, layout
+        lines = title.count("\n") + 1
+    layout = tried[max(tried)]
+    return wrapped_title([*parts, *note(layout)], width, font), layout
 
 
 @styled

@@ -29,7 +29,7 @@ from .figure import (
     text_extent,
     tick_step,
 )
-from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, wrapped_title
+from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, noted_heading
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .literal import literal
 from .terminal import cell_style
@@ -316,15 +316,14 @@ def render_lines_figure(
     def arranged(cols: int) -> Arrangement:
         rows = -(-panels // cols)
         height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * tall * font / 10 + 1.2) + 1.0
-        title = wrapped_title(parts, width, font)
         panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
-        for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
-            head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+
+        def lay_out(lines: int) -> tuple[float, float, LinesLayout]:
+            head = lines_height(lines, font * 1.05) + font * 0.6
             panel_h = (height * 72 - 2 * pad - head - legend - columns - (rows - 1) * gap) / rows - per_row
-            lay = lines_layout(att, style, (panel_w, panel_h), listed)
-            if lay.step == 1:
-                break
-            title = wrapped_title([*parts, *labelled(lay.step)], width, font)
+            return head, panel_h, lines_layout(att, style, (panel_w, panel_h), listed)
+
+        title, (head, panel_h, lay) = noted_heading(parts, width, font, lay_out, lambda laid: labelled(laid[2].step))
         return Arrangement(cols, rows, height, title, head, panel_w, panel_h, lay)
 
     # many heads, or a long map's labels (with positions), can leave the lines no room: fewer panels to a row,

@@ -10,8 +10,9 @@ preset's smallest text, and every colour bar is exactly as tall as its panel.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,9 +34,9 @@ from .heatmap import (
     draw_matrix,
     label_axes,
     label_colour_bar,
+    noted_heading,
     settled,
     token_labels,
-    wrapped_title,
 )
 from .outlines import draw_texts, text_path
 
@@ -150,14 +151,15 @@ def _row_extra(row: Row, titles: list[str], header: bool, labels: TokenLabels, s
 
 
 def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout:
-    """The layout; when its labels are thinned, laid out again with the heading saying so."""
-    first = _arrange_with(rows, heading, style, [])
-    if not first.labels.note():
-        return first
-    return _arrange_with(rows, heading, style, first.labels.note())
+    """The layout, its heading saying which tokens its labels show when they are thinned."""
+    width, font = style.figure_size(0.5, wide=max(len(r.panels) for r in rows) > 1)[0], style.font_size
+    lay_out = functools.partial(_arrange_with, rows, style)
+    title, layout = noted_heading(heading, width, font, lay_out, lambda laid: laid.labels.note())
+    return replace(layout, heading=title)
 
 
-def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note: list[str]) -> _Layout:
+def _arrange_with(rows: list[Row], style: FigureStyle, lines: int) -> _Layout:
+    """The layout under a heading of ``lines`` lines (its text is :func:`_arrange`'s)."""
     n, m = rows[0].panels[0].values.shape
     att = rows[0].panels[0].att
     font = style.font_size
@@ -165,8 +167,7 @@ def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note:
     cols = max(len(r.panels) for r in rows)
     width, height = style.figure_size(0.5, wide=cols > 1)
     pad, gap = font * 0.8, font * GAP
-    title = wrapped_title([*heading, *note], width, font)
-    head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    head = lines_height(lines, font * 1.05) + font * 0.6
     bars = max(sum(_bar_room(p.bar, style) for p in r.panels) for r in rows)
     headers = _headers(rows)
     side = 72.0 * 2
@@ -185,10 +186,9 @@ def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note:
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
         side = max(0.3 * 72, min(side_w, side_h))
     labels = settled(att, style, (side / 72, side * n / m / 72), labels)
-    title = wrapped_title([*heading, *labels.note()], width, font) if note else title
     if not fixed:
         height = (fixed_h + len(rows) * side * n / m) / 72
-    return _Layout((width, height), side, labels, titles, title, inner, headers)
+    return _Layout((width, height), side, labels, titles, "", inner, headers)
 
 
 def render_rows(rows: list[Row], heading: list[str], style: FigureStyle) -> Figure:
