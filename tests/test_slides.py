@@ -48,3 +48,46 @@ def test_a_slides_heading_and_axis_titles_name_the_same_step() -> None:
     assert axes and "labelled every" in heading
     steps = {t.split("every ")[1].split()[0] for t in axes} | {heading.split("labelled every ")[1].split()[0]}
     assert len(steps) == 1, (heading, axes)
+
+
+def _stack(tokens: int, layers: int = 3, heads: int = 2, *, causal: bool = False, peaked: bool = False):
+    """Softmax rows of seeded scores as a model's layers; ``peaked``: every query looks at the first token, so
+    the rollout gathers there (its largest weight near 1, as an encoder's [CLS] column)."""
+    import numpy as np
+
+    from attnviz.sources import AttentionStack
+
+    rng = np.random.default_rng(np.random.SeedSequence(7))
+    scores = rng.normal(size=(layers, heads, tokens, tokens)) + (6.0 * (np.arange(tokens) == 0) if peaked else 0.0)
+    if causal:
+        scores = np.where(np.tril(np.ones((tokens, tokens), dtype=bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    source = {"model": "seeded", "text": ""}
+    return AttentionStack(tuple(f"w{i}" for i in range(tokens)), weights, source, causal=causal)
+
+
+@pytest.mark.parametrize(("tokens", "peaked", "causal"), [(6, False, False), (6, True, False), (12, False, True)])
+def test_rollouts_colour_bar_is_the_fixed_0_to_1_of_heatmaps(tokens: int, peaked: bool, causal: bool) -> None:
+    """Whatever the rollout's largest share (0.3 or 0.99), the map is coloured on 0–1 with the heatmaps'
+    ticks, so two rollouts compare; the bars beside it take the map's colours for the same shares."""
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from attnviz.analysis import rollout
+    from attnviz.render.figure import colormap
+    from attnviz.render.model import render_rollout_figure
+
+    stack = _stack(tokens, causal=causal, peaked=peaked)
+    result = rollout(stack.weights.mean(axis=1))
+    fig = render_rollout_figure(stack, result, FigureStyle())
+    heat = fig.axes[0]
+    assert heat.images[0].get_clim() == (0.0, 1.0)
+    bar = heat.child_axes[0]  # an inset, as tall as the map
+    assert drawn_texts(bar, "colour bar ticks") == ["0.00", "0.25", "0.50", "0.75", "1.00"]
+    assert drawn_texts(bar, "axis titles") == ["share of the input"]
+    np.testing.assert_allclose(heat.images[0].get_array().max(), result.max(), rtol=1e-6)  # weights, not /peak
+    bars = fig.axes[1].patches
+    viridis = colormap("viridis")
+    first = result[len(result) - 1 if causal else 0]
+    assert [to_hex(p.get_facecolor()) for p in bars[:3]] == [to_hex(viridis(float(v))) for v in first[:3]]

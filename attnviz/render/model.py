@@ -432,7 +432,7 @@ def render_rollout_figure(
 ) -> Figure:
     """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
     ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
-    from ..structure import colour_values, scale_ticks
+    from ..structure import SCALE_NAMES, colour_floor, colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
     engine: Any = fig.get_layout_engine()
@@ -442,9 +442,8 @@ def render_rollout_figure(
     att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
     n = len(att.tokens)
     scale = "log" if n > 64 or "pooled" in att.config else "linear"
-    peak = max(float(att.weights.max()), 1e-9)
-    floor = 0.1 / len(stack.tokens) * peak
-    shades = colour_values(att.weights[0] / peak, scale, floor / peak)
+    floor = colour_floor(att.config, len(stack.tokens))  # a rollout's rows sum to 1: weights' 0–1, as heatmaps
+    shades = colour_values(att.weights[0], scale, floor)
     cmap = colormap(style.cmap)
     image = draw_matrix(heat, shades, att.allowed, cmap, style, vmin=0, vmax=1)
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
@@ -457,17 +456,14 @@ def render_rollout_figure(
     panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
-    ticks, labels = scale_ticks(scale, floor / peak)
-    if scale == "linear":
-        labels = [f"{float(t) * peak:.2g}" for t in ticks]
-    share = "share of the input" + (f" (log scale, 1 = {peak:.2g})" if scale == "log" else "")
-    label_colour_bar(bar, ticks, labels, share, style)
+    label_colour_bar(bar, *scale_ticks(scale, floor), "share of the input" + SCALE_NAMES[scale], style)
     bar_font = style.scaled(0.8)
     _, shown, title = inflow(
         stack, result, top=max(5, min(TOP_TOKENS, int(fig.get_figheight() * 72 * 0.7 / bar_font / 1.15)))
     )
     top = max(value for _, value in shown) or 1e-9
-    bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
+    colours = cmap(colour_values(np.array([v for _, v in shown]), scale, floor))  # as the map colours them
+    bars.barh(range(len(shown)), [v for _, v in shown], color=colours)
     bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=bar_font)
     bars.set_ylim(len(shown) - 0.5, -0.5)
     for j, (_, v) in enumerate(shown):
