@@ -91,3 +91,42 @@ def test_rollouts_colour_bar_is_the_fixed_0_to_1_of_heatmaps(tokens: int, peaked
     viridis = colormap("viridis")
     first = result[len(result) - 1 if causal else 0]
     assert [to_hex(p.get_facecolor()) for p in bars[:3]] == [to_hex(viridis(float(v))) for v in first[:3]]
+
+
+@pytest.mark.parametrize("target", [None, " "])
+def test_red_means_needed_in_both_ablation_modes(tmp_path, target: str | None) -> None:
+    """The head the model needs most (the loss rises most, or the target's log-probability falls most, without
+    it) is drawn red in both modes, the colour bar says so, and the terminal table colours it the same."""
+    import numpy as np
+    from tiny_gguf import write_tiny_llama
+
+    from attnviz.ablation import ablate
+    from attnviz.models import load_model
+    from attnviz.render.ablation import render_ablation, render_ablation_figure
+
+    result = ablate(
+        load_model(None, None, write_tiny_llama(tmp_path / "tiny.gguf")), "the cat sat on the", target=target
+    )
+    needed = np.unravel_index(np.argmax(result.delta if target is None else -result.delta), result.delta.shape)
+    helped = np.unravel_index(np.argmin(result.delta if target is None else -result.delta), result.delta.shape)
+    fig = render_ablation_figure(result, "tiny", FigureStyle())
+    image = fig.axes[0].images[0]  # the tiny model's 4 heads share 2 key/value heads: two blocks
+    blocks = sorted(fig.axes[0].images, key=lambda im: im.get_extent()[0])
+    group = result.delta.shape[1] // len(blocks)
+
+    def colour(cell: tuple[np.intp, ...]) -> tuple[float, float, float]:
+        block = blocks[int(cell[1]) // group]
+        return tuple(block.cmap(block.norm(result.delta[cell]))[:3])
+
+    red, blue = colour(needed), colour(helped)
+    assert red[0] > red[2] and blue[2] > blue[0], (red, blue)  # red over blue, and blue over red
+    assert image.norm.vmin == -image.norm.vmax  # centred on 0
+    label = fig.axes[-1].get_ylabel()
+    assert "red: head needed" in label and ("loss rises" if target is None else "log p falls") in label
+    from rich.table import Table
+
+    table = next(r for part in render_ablation(result, "tiny", color=True, width=100)
+                 for r in getattr(part, "renderables", []) if isinstance(r, Table))  # fmt: skip
+    for cell in table.columns[2]._cells:  # largest |Δ| first
+        wants_red = (float(cell.plain) > 0) == (target is None)
+        assert cell.style == ("red" if wants_red else "blue"), (cell.plain, cell.style)
