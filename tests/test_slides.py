@@ -130,3 +130,49 @@ def test_red_means_needed_in_both_ablation_modes(tmp_path, target: str | None) -
     for cell in table.columns[2]._cells:  # largest |Δ| first
         wants_red = (float(cell.plain) > 0) == (target is None)
         assert cell.style == ("red" if wants_red else "blue"), (cell.plain, cell.style)
+
+
+ELEVEN = "The quick brown fox jumps over the lazy dog and runs".split()
+
+
+def _lines_labels(fig) -> tuple[list[str], list[str]]:
+    """The first panel's query labels (left of it) and key labels (right), as drawn."""
+    ax = fig.axes[0]
+    texts = [t for t in ax.texts if t.get_text() not in ("queries", "keys")]
+    return [t.get_text() for t in texts if t.get_ha() == "right"], [t.get_text() for t in texts if t.get_ha() == "left"]
+
+
+@pytest.mark.parametrize("preset", ["slide", "screen", "paper"])
+@pytest.mark.parametrize(("words", "heads"), [(11, 1), (11, 2), (11, 4), (8, 5), (6, 6), (11, 6), (11, 9), (4, 12)])
+def test_a_short_text_keeps_every_label_or_the_heading_says_how(preset: str, words: int, heads: int) -> None:
+    """A short text (one head alone labels every token, whole) is labelled whole in the grid of heads when some
+    grid allows it; when none does (9 heads of 11 tokens on a slide), the heading says --head shows them all."""
+    from attnviz.render.heatmap import figure_heading
+    from attnviz.render.lines import HEAD_ADVICE, render_lines_figure
+
+    tokens = ELEVEN[:words]
+    style = FigureStyle(preset=preset)
+    alone = render_lines_figure(self_attention(tokens, LayerConfig(heads=1, d_model=8)), style)
+    assert _lines_labels(alone) == (tokens, tokens)  # short: one head labels every token whole
+    fig = render_lines_figure(self_attention(tokens, LayerConfig(heads=heads, d_model=8 * heads)), style)
+    heading = figure_heading(fig)
+    if _lines_labels(fig) == (tokens, tokens):
+        assert not any(advice in heading for advice in HEAD_ADVICE) and "labelled every" not in heading
+    else:
+        assert HEAD_ADVICE[0] in heading.replace("\n", " "), heading
+    if heads <= 4 or preset != "slide" or words <= 6:
+        assert _lines_labels(fig) == (tokens, tokens), (heading, _lines_labels(fig))
+
+
+def test_a_short_text_of_long_words_takes_fewer_panels_a_row_to_keep_its_labels() -> None:
+    """Four heads of five long words on a slide: two rows of two, where a row of four cut every label to four
+    letters ('rema…' twice); a label still cut ('Internationalisation') and the heading says --head draws it whole."""
+    from attnviz.render.heatmap import figure_heading
+    from attnviz.render.lines import HEAD_ADVICE, render_lines_figure
+
+    tokens = "Internationalisation remains remarkably complicated everywhere".split()
+    fig = render_lines_figure(self_attention(tokens, LayerConfig(heads=4)), FigureStyle(preset="slide"))
+    assert len({round(ax.get_position().y0, 3) for ax in fig.axes}) == 2  # two rows
+    queries, keys = _lines_labels(fig)
+    assert queries[1:] == keys[1:] == tokens[1:] and queries[0].startswith("Internatio")
+    assert HEAD_ADVICE[1] in figure_heading(fig).replace("\n", " ")
