@@ -24,8 +24,9 @@ from .figure import (
     colormap,
     figure_context,
     hatch_masked,
-    lines_height,
     points_offset,
+    stacked_height,
+    stacked_pitch,
     styled,
     text_extent,
     tick_step,
@@ -534,7 +535,7 @@ def arrange(
     bar_room = bar_gap + bar_w + BAR_TICK_ROOM + max(text_extent(t, style.scaled(0.8))[0] for t in tick_texts)
     bar_room += AXIS_TITLE_PAD
     bar_room += text_extent("attention weight", style.scaled(0.9))[1]
-    heading = lines_height(title_lines, font * 1.05) + font * 0.6
+    heading = stacked_height(title_lines, font * 1.05) + font * 0.6
     head_title = max(text_extent(label, font, weight="bold")[1] for label in att.head_labels) + TITLE_PAD
     for _ in range(2):  # the labels' font and thinning depend on the panel size, which depends on them
         labels = token_labels(att, style, (guess, guess * n / m))
@@ -731,7 +732,7 @@ def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any
     """The figure's title, its lines centred and hanging from ``top`` inches (as outlines, see text_path)."""
     size = style.font_size * 1.05
     lines = title.split("\n")
-    spacing = text_extent("lp", size)[1] * 1.2 / 72
+    spacing = stacked_pitch(size) / 72
     offsets = [(fig.get_figwidth() / 2, top - k * spacing) for k in range(len(lines))]
     paths = [text_path(line, size, "below") for line in lines]
     return draw_texts(fig, lines, paths, offsets, fig.dpi_scale_trans, style.colours["text"], "heading")

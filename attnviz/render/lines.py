@@ -23,8 +23,10 @@ from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
     check_panels,
+    drawn_width,
     lines_height,
     points_offset,
+    stacked_height,
     styled,
     text_extent,
     tick_step,
@@ -222,9 +224,8 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
     listed |= {(1, k[r]) for _, k in panels for r in labelled_rows(k, step, sinks)}
     shown = [_cut((att.tokens, att.keys)[side][i], chars) for side, i in sorted(listed)] or ["queries"]
     title = max(style.smallest, font * 0.9)
-    pixel = 72 / style.resolution()  # hinting may round each glyph's advance up to a whole pixel
-    side = max(max(text_extent(t, font)[0] + len(t) * pixel for t in shown), text_extent("queries", title)[0])
-    side += LABEL_PAD
+    widest = max(drawn_width(t, font, style.resolution()) for t in shown)  # as drawn: hinted to the pixels
+    side = max(widest, text_extent("queries", title)[0]) + LABEL_PAD
     return LinesLayout(font, step, chars, side, title)
 
 
@@ -323,7 +324,7 @@ def render_lines_figure(
         panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
 
         def lay_out(lines: int) -> tuple[float, float, LinesLayout]:
-            head = lines_height(lines, font * 1.05) + font * 0.6
+            head = stacked_height(lines, font * 1.05) + font * 0.6
             panel_h = (height * 72 - 2 * pad - head - legend - columns - (rows - 1) * gap) / rows - per_row
             return head, panel_h, lines_layout(att, style, (panel_w, panel_h), listed)
 
@@ -346,6 +347,7 @@ def render_lines_figure(
     # a short text (one head alone on the preset's canvas labels every token) keeps every label, whole as one
     # head's, in the grid that allows it; where none does, the heading says how to see them all
     alone = arranged(1, shown=1, canvas=True).lay
+    short = alone.step == 1 and "strongest" not in att.config  # not a long text's strongest links
     labels = [att.tokens[i] for q, _ in listed for i in q] + [att.keys[j] for _, k in listed for j in k]
     whole = min(alone.chars, max((visible_cells(label, alone.chars) for label in labels), default=0))
 
@@ -356,12 +358,12 @@ def render_lines_figure(
 
     def kept(a: Arrangement) -> float:
         """Worth, and where every token of a short text is labelled, how much of its longest label is kept."""
-        return worth(a) * (min(1.0, a.lay.chars / max(whole, 1)) if alone.step == a.lay.step == 1 else 1.0)
+        return worth(a) * (min(1.0, a.lay.chars / max(whole, 1)) if short and a.lay.step == 1 else 1.0)
 
     choices = [arranged(cols) for cols in range(panels, 0, -1)]
-    if alone.step == 1 and panels > 1 and not any(readable(a) for a in choices):
+    if short and panels > 1 and not any(readable(a) for a in choices):
         choices = [arranged(cols, advise=True) for cols in range(panels, 0, -1)]
-    elif alone.step == 1:
+    elif short:
         choices = [a for a in choices if readable(a)] or choices
     chosen = max(choices, key=kept)  # first of the best
     cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay

@@ -17,7 +17,16 @@ from ..attention import Attention
 from ..core import Array, BoolArray
 from ..sources import AttentionStack
 from ..structure import LONG_MAP, SCALE_NAMES, SINK_MASS, colour_values, scale_ticks
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, points_offset, styled, text_extent
+from .figure import (
+    DEFAULT_STYLE,
+    FigureStyle,
+    colormap,
+    new_figure,
+    points_offset,
+    stacked_height,
+    styled,
+    text_extent,
+)
 from .heatmap import (
     AXIS_TITLE_PAD,
     BAR_TICK_ROOM,
@@ -178,7 +187,7 @@ def tile_pixels(layers: int, heads: int, style: FigureStyle) -> int:
     lines; a little under, for the wider gaps between groups of heads): the bins to pool each map into, one per
     pixel, so that drawing the tiles drops no bin (and its maximum)."""
     side = 1000  # cells: the layout scales with the tiles' side
-    heading = lines_height(4, style.font_size * 1.05) + style.font_size * 0.6
+    heading = stacked_height(4, style.font_size * 1.05) + style.font_size * 0.6
     cell = model_layout(layers, heads, (side, side), style, heading)[0]
     return max(1, int(cell * side / 72 * style.resolution() * 0.95))
 
@@ -208,7 +217,7 @@ def render_model_figure(
     tile += sink_notes(stack, sinks)
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
-    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    heading = stacked_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     bar_room = model_bar_room(style)
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
@@ -638,7 +647,7 @@ def render_heads_figure(
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
     title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
-    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    heading = stacked_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     present = [name for name in CLASSES if any(name in row for row in classes)]
     entries = [f"{CLASS_NAMES[name]}: {CLASS_SCORES[name]}" for name in present]  # what its cells' numbers are
     swatch = label * 1.1
