@@ -302,3 +302,17 @@ def test_heading_lines_whose_ink_nearly_touches_are_caught(preset: str, upper: s
         old, new = text_extent("lp", size)[1] * 1.2, stacked_pitch(size)
     assert any("stands" in p and "descenders included" in p for p in heading(old)), heading(old)
     assert heading(new) == []
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_lines_of_one_matplotlib_text_are_measured_by_their_ink(preset: str) -> None:
+    """A suptitle of several lines is one Text: its lines are measured one by one, from their glyphs, where
+    matplotlib lays them out — set tight (line spacing 0.95), the underscore of 'd_model' over 'embed' is caught;
+    at matplotlib's 1.2 a descender over an ascender keeps a fifth of the size and passes."""
+    style = FigureStyle(preset=preset)
+    for spacing, caught in ((0.95, True), (1.2, False)):
+        fig = blank(style, (12.0, 3.0))
+        fig.text(0.5, 0.5, "20 tokens · d_model 96 · gyp\nembed token · lllll", ha="center", linespacing=spacing,
+                 fontsize=style.font_size)  # fmt: skip
+        problems = audit(fig)
+        assert any("in one text: lines need" in p for p in problems) is caught, (spacing, problems)

@@ -10,8 +10,8 @@ The rules, and the numbers they use, are the promises the presets make (the READ
 - every text at least the preset's smallest (``figure.SMALLEST_TEXT``): 14 pt on a slide, 8 pt on
   screen, 6 pt on paper;
 - no text over another, none leaving the canvas;
-- the lines of a heading or a title, drawn one by one, keep ``LINE_GAP`` of their size clear between one
-  line's ink and the next's — descenders and underscores included;
+- the lines of a heading or a title drawn one by one, and of any matplotlib text of several lines, keep
+  ``LINE_GAP`` of their size clear between one line's ink and the next's — descenders and underscores included;
 - a cell's value inside its cell, with room around it (``CELL_ROOM`` of the cell at most);
 - token labels thinned only when every label at the preset's minimum would not fit, and then
   said on the figure (a text saying "every …");
@@ -66,6 +66,7 @@ def audit(fig: Figure, name: str = "figure") -> list[str]:
             *_off_canvas(texts, fig),
             *_overlapping(texts),
             *_crowded_lines(texts, fig.dpi),
+            *_crowded_text_lines(fig, renderer),
             *_values_outside_cells(texts),
             *_labels_dropped(fig, texts, style.smallest),
             *_colour_bars(fig, renderer),
@@ -265,6 +266,34 @@ def _crowded_lines(texts: list[Drawn], dpi: float) -> list[str]:
                 problems.append(
                     f"{_say(a)} stands {gap * 72 / dpi:.1f} pt above {_say(b)}: lines need {least * 72 / dpi:.1f} "
                     f"pt clear ({LINE_GAP:g} of their size), descenders included"
+                )
+    return problems
+
+
+def _crowded_text_lines(fig: Figure, renderer: Any) -> list[str]:
+    """The same rule within a matplotlib Text of several lines (a suptitle, a wrapped title): each line's ink,
+    measured from its glyphs' outlines, placed where matplotlib lays the line out."""
+    from matplotlib.text import Text
+    from matplotlib.textpath import TextPath
+
+    problems = []
+    artist: Any
+    for artist in fig.findobj(lambda a: isinstance(a, Text)):
+        text = artist.get_text()
+        if "\n" not in text or "$" in text or not artist.get_visible() or artist.get_rotation() % 180:
+            continue
+        prop, scale = artist.get_fontproperties(), fig.dpi / 72
+        inks = []
+        for line, _, (_, y) in artist._get_layout(renderer)[1]:
+            ink = TextPath((0, 0), line, prop=prop).vertices[:, 1] if line.strip() else None
+            inks.append(None if ink is None or not len(ink) else (line, y + ink.min() * scale, y + ink.max() * scale))
+        for a, b in zip(inks, inks[1:], strict=False):
+            size = prop.get_size_in_points()
+            if a is not None and b is not None and a[1] - b[2] < LINE_GAP * size * scale:
+                gap = (a[1] - b[2]) / scale
+                problems.append(
+                    f"line '{plain(a[0])[:30]}' stands {gap:.1f} pt above '{plain(b[0])[:30]}' in one text: lines need "
+                    f"{LINE_GAP * size:.1f} pt clear ({LINE_GAP:g} of their size), descenders included"
                 )
     return problems
 
