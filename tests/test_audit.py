@@ -269,3 +269,50 @@ def test_the_softmax_panel_of_explain_ticks_weights_only() -> None:
         fig = render_explain_figure(explain_query(layer, att, 8, 0), FigureStyle(), att=att)
     weights = next(ax for ax in fig.axes if "softmax" in ax.get_title())
     assert max(weights.get_xticks()) <= 1
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    ("upper", "lower"),
+    [
+        ("20 tokens · d_model 96 · 12 heads × d_k 8", "embed token + sinusoidal positions · seed 0"),
+        ("quantity, query and gyp", "Hello World, build"),
+        ("snake_case_name", "lllllllllllllll"),
+    ],
+)
+def test_heading_lines_whose_ink_nearly_touches_are_caught(preset: str, upper: str, lower: str) -> None:
+    """Two heading lines set as matplotlib sets a Text's lines (1.2 × 'lp' apart): no box overlaps, but an
+    underscore or a descender stands under a fifth of the size above the next line's ascenders — caught; set
+    as attnviz now sets them (stacked_pitch), they pass."""
+    from attnviz.render.figure import stacked_pitch, text_extent
+    from attnviz.render.outlines import draw_texts, text_path
+
+    style = FigureStyle(preset=preset)
+    size = style.font_size * 1.05
+
+    def heading(pitch: float) -> list[str]:
+        fig = blank(style, (12.0, 3.0))
+        with figure_context(style):
+            paths = [text_path(line, size, "below") for line in (upper, lower)]
+            at = [(6.0, 2.5), (6.0, 2.5 - pitch / 72)]
+            draw_texts(fig, [upper, lower], paths, at, fig.dpi_scale_trans, "black", "heading")
+        return audit(fig)
+
+    with figure_context(style):
+        old, new = text_extent("lp", size)[1] * 1.2, stacked_pitch(size)
+    assert any("stands" in p and "descenders included" in p for p in heading(old)), heading(old)
+    assert heading(new) == []
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_lines_of_one_matplotlib_text_are_measured_by_their_ink(preset: str) -> None:
+    """A suptitle of several lines is one Text: its lines are measured one by one, from their glyphs, where
+    matplotlib lays them out — set tight (line spacing 0.95), the underscore of 'd_model' over 'embed' is caught;
+    at matplotlib's 1.2 a descender over an ascender keeps a fifth of the size and passes."""
+    style = FigureStyle(preset=preset)
+    for spacing, caught in ((0.95, True), (1.2, False)):
+        fig = blank(style, (12.0, 3.0))
+        fig.text(0.5, 0.5, "20 tokens · d_model 96 · gyp\nembed token · lllll", ha="center", linespacing=spacing,
+                 fontsize=style.font_size)  # fmt: skip
+        problems = audit(fig)
+        assert any("in one text: lines need" in p for p in problems) is caught, (spacing, problems)

@@ -41,6 +41,17 @@ def measure_label(result: Ablation) -> str:
     return f"Δ log p({token_quoted(result.target)} next)"
 
 
+def needed_sign(result: Ablation) -> int:
+    """The sign of Δ where the model needs a head: +1 for the loss (it rises without the head), −1 for a target's
+    log-probability (it falls). Red means needed in both: in the figure, the table and the colour bar's words."""
+    return 1 if result.target is None else -1
+
+
+def needed_words(result: Ablation) -> str:
+    """What the colour bar says red is."""
+    return "red: head needed (" + ("loss rises" if result.target is None else "log p falls") + " without it)"
+
+
 def ablation_heading(result: Ablation, model: str) -> list[str]:
     baseline = (
         f"loss {result.baseline:.4f} over {len(result.ids) - 1} next tokens"
@@ -67,12 +78,13 @@ def head_columns(heads: int, group: int) -> list[float]:
 @styled
 def render_ablation_figure(
     result: Ablation, model: str, style: FigureStyle = DEFAULT_STYLE, comparison: Comparison | None = None,
-    heading: list[str] | None = None, label: str | None = None,
+    heading: list[str] | None = None, label: str | None = None, red: int | None = None,
 ) -> Figure:  # fmt: skip
-    """Δ of each head removed: red where removing it raises the measure, blue where it lowers it. Query heads that
-    share a key/value head lie side by side, each group drawn apart from the next. With ``comparison``, beside
-    it each head's estimate against its exact Δ. ``heading`` and ``label`` (the colour bar's) in place of
-    ablation's (activation patching's map is drawn the same way)."""
+    """Δ of each head removed: red where the model needs it (the loss rises, or the target's log-probability
+    falls, without it), blue where it does better without it. Query heads that share a key/value head lie side by
+    side, each group drawn apart from the next. With ``comparison``, beside it each head's estimate against its
+    exact Δ. ``heading``, ``label`` (the colour bar's) and ``red`` (the sign drawn red) in place of ablation's
+    (activation patching's map is drawn the same way, red where the clean head raises log p)."""
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
@@ -82,10 +94,11 @@ def render_ablation_figure(
     fig = new_figure(style, 0.9 if comparison is None else 0.5, wide=comparison is not None)
     ax = fig.subplots() if comparison is None else fig.subplots(1, 2, width_ratios=[3, 2])[0]
     limit = float(np.abs(result.delta).max()) or 1.0
+    cmap = colormap("RdBu_r" if (red or needed_sign(result)) > 0 else "RdBu")  # red where the head is needed
     image = None
     for first in range(0, heads, group or heads):
         last = min(heads, first + (group or heads)) - 1
-        image = ax.imshow(result.delta[:, first : last + 1], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit,
+        image = ax.imshow(result.delta[:, first : last + 1], cmap=cmap, vmin=-limit, vmax=limit,
                           aspect="auto", interpolation="nearest", gid=f"heads {first}-{last}",
                           extent=(columns[first] - 0.5, columns[last] + 0.5, layers - 0.5, -0.5))  # fmt: skip
     assert image is not None
@@ -106,7 +119,7 @@ def render_ablation_figure(
     ax.set_xlabel("head", fontsize=style.scaled(0.8))
     ax.set_ylabel("layer", fontsize=style.scaled(0.8))
     bar = fig.colorbar(image, ax=ax, shrink=1.0, pad=0.02)
-    bar.set_label(label or measure_label(result), fontsize=style.scaled(0.75))
+    bar.set_label(label or f"{measure_label(result)}\n{needed_words(result)}", fontsize=style.scaled(0.75))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
     if comparison is not None:
@@ -150,7 +163,7 @@ def render_ablation(
     for column in ("layer", "head", measure_label(result)):
         table.add_column(literal(column), justify="right")
     for layer, head, value in strongest(result, TOP):
-        shade = ("red" if value > 0 else "blue") if color else ""
+        shade = ("red" if value * needed_sign(result) > 0 else "blue") if color else ""
         table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade))
     yield Group(Text(""), table)
     yield Text(f"the {min(TOP, result.delta.size)} largest |Δ| of {result.delta.size} heads; --json has them all",

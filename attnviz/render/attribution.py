@@ -128,7 +128,7 @@ def render_patching_figure(result: Patching, model: str, style: FigureStyle = DE
     """Each head's Δ on ablation's diverging map: red where the clean run's output of the head, put into the corrupt
     run, raises log p(target) (the head carries what the clean text has), blue where it lowers it."""
     return render_ablation_figure(as_ablation(result), model, style, heading=patching_heading(result, model),
-                                  label=patching_label(result))  # fmt: skip
+                                  label=patching_label(result), red=1)  # fmt: skip
 
 
 def render_patching(result: Patching, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:

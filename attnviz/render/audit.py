@@ -10,6 +10,8 @@ The rules, and the numbers they use, are the promises the presets make (the READ
 - every text at least the preset's smallest (``figure.SMALLEST_TEXT``): 14 pt on a slide, 8 pt on
   screen, 6 pt on paper;
 - no text over another, none leaving the canvas;
+- the lines of a heading or a title drawn one by one, and of any matplotlib text of several lines, keep
+  ``LINE_GAP`` of their size clear between one line's ink and the next's — descenders and underscores included;
 - a cell's value inside its cell, with room around it (``CELL_ROOM`` of the cell at most);
 - token labels thinned only when every label at the preset's minimum would not fit, and then
   said on the figure (a text saying "every …");
@@ -34,6 +36,10 @@ BAR_TOLERANCE = 0.03
 MIN_FILL = 0.12  # an eighth: two rows of three maps with their labels on a 16:9 slide take about 0.13
 FULL_SPAN = 0.9
 SLACK = 1.0  # pixels: boxes that touch are not overlapping
+LINE_GAP = (
+    0.2  # of the type size: 'lp' lines 1.2 × apart leave 0.19, an underscore over an 'l' 0.17 (layouts keep 0.22)
+)
+STACKED = ("heading", "title")  # the roles whose lines are drawn one by one
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ def audit(fig: Figure, name: str = "figure") -> list[str]:
             *_too_small(texts, style.smallest, style.preset),
             *_off_canvas(texts, fig),
             *_overlapping(texts),
+            *_crowded_lines(texts, fig.dpi),
+            *_crowded_text_lines(fig, renderer),
             *_values_outside_cells(texts),
             *_labels_dropped(fig, texts, style.smallest),
             *_colour_bars(fig, renderer),
@@ -237,6 +245,56 @@ def _overlapping(texts: list[Drawn]) -> list[str]:
             problems.append(f"{_say(texts[i])} overlaps {_say(texts[i + 1 + j])}")
         if len(problems) >= 10:
             return [*problems, "… and more overlaps"]
+    return problems
+
+
+def _crowded_lines(texts: list[Drawn], dpi: float) -> list[str]:
+    """Lines of one heading or title (the same role, on the same axes or the figure) one above the other with
+    less than LINE_GAP of their size clear between their ink: an underscore that reads as touching the line
+    below, though no box overlaps."""
+    problems = []
+    lines = [t for t in texts if t.role in STACKED]
+    for k, upper in enumerate(lines):
+        for lower in lines[k + 1 :]:
+            if lower.role != upper.role or lower.axes is not upper.axes:
+                continue
+            a, b = (upper, lower) if upper.box[1] >= lower.box[1] else (lower, upper)
+            across = min(a.box[2], b.box[2]) - max(a.box[0], b.box[0])
+            gap = a.box[1] - b.box[3]
+            least = LINE_GAP * min(a.points, b.points) * dpi / 72
+            if across > SLACK and -SLACK <= gap < least:  # overlapping boxes are the overlap rule's
+                problems.append(
+                    f"{_say(a)} stands {gap * 72 / dpi:.1f} pt above {_say(b)}: lines need {least * 72 / dpi:.1f} "
+                    f"pt clear ({LINE_GAP:g} of their size), descenders included"
+                )
+    return problems
+
+
+def _crowded_text_lines(fig: Figure, renderer: Any) -> list[str]:
+    """The same rule within a matplotlib Text of several lines (a suptitle, a wrapped title): each line's ink,
+    measured from its glyphs' outlines, placed where matplotlib lays the line out."""
+    from matplotlib.text import Text
+    from matplotlib.textpath import TextPath
+
+    problems = []
+    artist: Any
+    for artist in fig.findobj(lambda a: isinstance(a, Text)):
+        text = artist.get_text()
+        if "\n" not in text or "$" in text or not artist.get_visible() or artist.get_rotation() % 180:
+            continue
+        prop, scale = artist.get_fontproperties(), fig.dpi / 72
+        inks = []
+        for line, _, (_, y) in artist._get_layout(renderer)[1]:
+            ink = TextPath((0, 0), line, prop=prop).vertices[:, 1] if line.strip() else None
+            inks.append(None if ink is None or not len(ink) else (line, y + ink.min() * scale, y + ink.max() * scale))
+        for a, b in zip(inks, inks[1:], strict=False):
+            size = prop.get_size_in_points()
+            if a is not None and b is not None and a[1] - b[2] < LINE_GAP * size * scale:
+                gap = (a[1] - b[2]) / scale
+                problems.append(
+                    f"line '{plain(a[0])[:30]}' stands {gap:.1f} pt above '{plain(b[0])[:30]}' in one text: lines need "
+                    f"{LINE_GAP * size:.1f} pt clear ({LINE_GAP:g} of their size), descenders included"
+                )
     return problems
 
 

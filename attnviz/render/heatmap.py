@@ -7,10 +7,11 @@ as a low weight.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -23,8 +24,9 @@ from .figure import (
     colormap,
     figure_context,
     hatch_masked,
-    lines_height,
     points_offset,
+    stacked_height,
+    stacked_pitch,
     styled,
     text_extent,
     tick_step,
@@ -533,7 +535,7 @@ def arrange(
     bar_room = bar_gap + bar_w + BAR_TICK_ROOM + max(text_extent(t, style.scaled(0.8))[0] for t in tick_texts)
     bar_room += AXIS_TITLE_PAD
     bar_room += text_extent("attention weight", style.scaled(0.9))[1]
-    heading = lines_height(title_lines, font * 1.05) + font * 0.6
+    heading = stacked_height(title_lines, font * 1.05) + font * 0.6
     head_title = max(text_extent(label, font, weight="bold")[1] for label in att.head_labels) + TITLE_PAD
     for _ in range(2):  # the labels' font and thinning depend on the panel size, which depends on them
         labels = token_labels(att, style, (guess, guess * n / m))
@@ -620,16 +622,37 @@ def heatmap_heading(att: Attention, style: FigureStyle) -> tuple[str, GridLayout
     title = wrapped_title(parts, width, style.font_size)
     key = _layout_key(att, style, title)
     if key not in _headings:
-        layout = grid_layout(att, style, title.count("\n") + 1)
-        if layout.labels.note():
-            noted = wrapped_title([*parts, *layout.labels.note()], width, style.font_size)
-            if noted.count("\n") != title.count("\n"):
-                layout = grid_layout(att, style, noted.count("\n") + 1)
-            title = noted
+        lay_out = functools.partial(grid_layout, att, style)
+        noted = noted_heading(parts, width, style.font_size, lay_out, lambda layout: layout.labels.note())
         if len(_headings) > 16:
             _headings.clear()
-        _headings[key] = (title, layout)
+        _headings[key] = noted
     return _headings[key]
+
+
+L = TypeVar("L")
+
+
+def noted_heading(
+    parts: list[str], width: float, font: float, lay_out: Callable[[int], L], note: Callable[[L], list[str]]
+) -> tuple[str, L]:
+    """A heading of ``parts`` and the layout made for its number of lines, the heading ending in that layout's
+    own ``note`` (which tokens its labels show): one computation says it in the heading and on the axes.
+
+    The note can add a line to the heading, which takes from the panels and can thin their labels further:
+    laid out again until the heading's lines are the ones the layout was made for; should that never settle,
+    the layout with room for the most lines, and its note."""
+    title = wrapped_title(parts, width, font)
+    tried: dict[int, L] = {}
+    lines = title.count("\n") + 1
+    while lines not in tried:
+        layout = tried[lines] = lay_out(lines)
+        title = wrapped_title([*parts, *note(layout)], width, font)
+        if title.count("\n") + 1 == lines:
+            return title, layout
+        lines = title.count("\n") + 1
+    layout = tried[max(tried)]
+    return wrapped_title([*parts, *note(layout)], width, font), layout
 
 
 @styled
@@ -709,7 +732,7 @@ def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any
     """The figure's title, its lines centred and hanging from ``top`` inches (as outlines, see text_path)."""
     size = style.font_size * 1.05
     lines = title.split("\n")
-    spacing = text_extent("lp", size)[1] * 1.2 / 72
+    spacing = stacked_pitch(size) / 72
     offsets = [(fig.get_figwidth() / 2, top - k * spacing) for k in range(len(lines))]
     paths = [text_path(line, size, "below") for line in lines]
     return draw_texts(fig, lines, paths, offsets, fig.dpi_scale_trans, style.colours["text"], "heading")

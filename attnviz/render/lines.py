@@ -23,14 +23,16 @@ from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
     check_panels,
+    drawn_width,
     lines_height,
     points_offset,
+    stacked_height,
     styled,
     text_extent,
     tick_step,
 )
-from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, wrapped_title
-from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
+from .heatmap import LABEL_PAD, TITLE_PAD, draw_heading, labelled, noted_heading
+from .labels import abbreviate, describe_parts, distinct_labels, visible_cells, wrap_parts
 from .literal import literal
 from .terminal import cell_style
 
@@ -46,6 +48,7 @@ LINES_SHARE = 0.4  # the lines take at least this share of a panel's width
 STRONGEST = 60  # links drawn of a map longer than that, shared among the heads
 PER_HEAD = 12  # links of each head at least
 SINK_MARK = "†"  # a sink key in the terminal; heatmap's '*' is a row's maximum, one mark one meaning
+HEAD_ADVICE = ("--head N draws one head with every token labelled", "--head N draws one head with its labels whole")
 MIN_CONTRAST = 4.5  # WCAG's contrast for text: a head's colour against the background, lines and titles alike
 # Okabe–Ito, then Tol's muted: distinct for colour-blind readers, twelve before repeating.
 HEAD_COLOURS = (
@@ -221,7 +224,8 @@ def lines_layout(att: Attention, style: FigureStyle, room: tuple[float, float], 
     listed |= {(1, k[r]) for _, k in panels for r in labelled_rows(k, step, sinks)}
     shown = [_cut((att.tokens, att.keys)[side][i], chars) for side, i in sorted(listed)] or ["queries"]
     title = max(style.smallest, font * 0.9)
-    side = max(max(text_extent(t, font)[0] for t in shown), text_extent("queries", title)[0]) + LABEL_PAD
+    widest = max(drawn_width(t, font, style.resolution()) for t in shown)  # as drawn: hinted to the pixels
+    side = max(widest, text_extent("queries", title)[0]) + LABEL_PAD
     return LinesLayout(font, step, chars, side, title)
 
 
@@ -313,18 +317,22 @@ def render_lines_figure(
     columns = lines_height(1, font)  # the column titles, over the first row of panels: every panel's are the same
     per_row = lines_height(1, font) + TITLE_PAD + font  # each panel's title
 
-    def arranged(cols: int) -> Arrangement:
-        rows = -(-panels // cols)
-        height = style.figure_size(0.5, wide=panels > 2)[1] if fixed else rows * (0.28 * tall * font / 10 + 1.2) + 1.0
-        title = wrapped_title(parts, width, font)
+    def arranged(cols: int, shown: int = panels, advise: bool = False, canvas: bool = fixed) -> Arrangement:
+        """``shown`` panels ``cols`` to a row; on the preset's canvas, or (not ``canvas``) as tall as they need."""
+        rows = -(-shown // cols)
+        height = style.figure_size(0.5, wide=panels > 2)[1] if canvas else rows * (0.28 * tall * font / 10 + 1.2) + 1
         panel_w = (width * 72 - 2 * pad - (cols - 1) * gap) / cols
-        for _ in range(2):  # thinned labels add a line to the heading, which takes from the panels
-            head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+
+        def lay_out(lines: int) -> tuple[float, float, LinesLayout]:
+            head = stacked_height(lines, font * 1.05) + font * 0.6
             panel_h = (height * 72 - 2 * pad - head - legend - columns - (rows - 1) * gap) / rows - per_row
-            lay = lines_layout(att, style, (panel_w, panel_h), listed)
-            if lay.step == 1:
-                break
-            title = wrapped_title([*parts, *labelled(lay.step)], width, font)
+            return head, panel_h, lines_layout(att, style, (panel_w, panel_h), listed)
+
+        def note(laid: tuple[float, float, LinesLayout]) -> list[str]:
+            advice = [HEAD_ADVICE[0] if laid[2].step > 1 else HEAD_ADVICE[1]] if advise else []
+            return [*labelled(laid[2].step), *advice]
+
+        title, (head, panel_h, lay) = noted_heading(parts, width, font, lay_out, note)
         return Arrangement(cols, rows, height, title, head, panel_w, panel_h, lay)
 
     # many heads, or a long map's labels (with positions), can leave the lines no room: fewer panels to a row,
@@ -336,7 +344,28 @@ def render_lines_figure(
     def worth(a: Arrangement) -> float:
         return a.worth(panels, width) * min(1.0, (a.panel_w + gap * 0.8) / widest)
 
-    chosen = max((arranged(cols) for cols in range(min(panels, 6), 0, -1)), key=worth)  # first of the best
+    # a short text (one head alone on the preset's canvas labels every token) keeps every label, whole as one
+    # head's, in the grid that allows it; where none does, the heading says how to see them all
+    alone = arranged(1, shown=1, canvas=True).lay
+    short = alone.step == 1 and "strongest" not in att.config  # not a long text's strongest links
+    labels = [att.tokens[i] for q, _ in listed for i in q] + [att.keys[j] for _, k in listed for j in k]
+    whole = min(alone.chars, max((visible_cells(label, alone.chars) for label in labels), default=0))
+
+    def readable(a: Arrangement) -> bool:
+        """Every token labelled, as whole as one head's, and the lines their share of each panel."""
+        lines = (a.panel_w - 2 * a.lay.side) / a.panel_w
+        return a.lay.step == 1 and a.lay.chars >= whole and lines >= LINES_SHARE and a.panel_w + gap * 0.8 >= widest
+
+    def kept(a: Arrangement) -> float:
+        """Worth, and where every token of a short text is labelled, how much of its longest label is kept."""
+        return worth(a) * (min(1.0, a.lay.chars / max(whole, 1)) if short and a.lay.step == 1 else 1.0)
+
+    choices = [arranged(cols) for cols in range(panels, 0, -1)]
+    if short and panels > 1 and not any(readable(a) for a in choices):
+        choices = [arranged(cols, advise=True) for cols in range(panels, 0, -1)]
+    elif short:
+        choices = [a for a in choices if readable(a)] or choices
+    chosen = max(choices, key=kept)  # first of the best
     cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay
     panel_w, panel_h = chosen.panel_w, chosen.panel_h
     fig = Figure(figsize=(width, height), dpi=style.resolution())

@@ -17,7 +17,16 @@ from ..attention import Attention
 from ..core import Array, BoolArray
 from ..sources import AttentionStack
 from ..structure import LONG_MAP, SCALE_NAMES, SINK_MASS, colour_values, scale_ticks
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, points_offset, styled, text_extent
+from .figure import (
+    DEFAULT_STYLE,
+    FigureStyle,
+    colormap,
+    new_figure,
+    points_offset,
+    stacked_height,
+    styled,
+    text_extent,
+)
 from .heatmap import (
     AXIS_TITLE_PAD,
     BAR_TICK_ROOM,
@@ -180,7 +189,7 @@ def tile_pixels(layers: int, heads: int, style: FigureStyle) -> int:
     lines; a little under, for the wider gaps between groups of heads): the bins to pool each map into, one per
     pixel, so that drawing the tiles drops no bin (and its maximum)."""
     side = 1000  # cells: the layout scales with the tiles' side
-    heading = lines_height(4, style.font_size * 1.05) + style.font_size * 0.6
+    heading = stacked_height(4, style.font_size * 1.05) + style.font_size * 0.6
     cell = model_layout(layers, heads, (side, side), style, heading)[0]
     return max(1, int(cell * side / 72 * style.resolution() * 0.95))
 
@@ -210,7 +219,7 @@ def render_model_figure(
     tile += sink_notes(stack, sinks)
     title = wrapped_title([*stack_parts(stack), *tile], width, font)
     pad, room = font * 0.8, text_extent("head 0", label)[1] + LABEL_PAD
-    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    heading = stacked_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     bar_room = model_bar_room(style)
     gap = max(1, round(max(n, m) * 0.08))  # cells between tiles
     cmap = colormap(style.cmap)
@@ -442,7 +451,7 @@ def render_rollout_figure(
 ) -> Figure:
     """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
     ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
-    from ..structure import colour_values, scale_ticks
+    from ..structure import SCALE_NAMES, colour_floor, colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
     engine: Any = fig.get_layout_engine()
@@ -452,9 +461,8 @@ def render_rollout_figure(
     att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
     n = len(att.tokens)
     scale = "log" if n > 64 or "pooled" in att.config else "linear"
-    peak = max(float(att.weights.max()), 1e-9)
-    floor = 0.1 / len(stack.tokens) * peak
-    shades = colour_values(att.weights[0] / peak, scale, floor / peak)
+    floor = colour_floor(att.config, len(stack.tokens))  # a rollout's rows sum to 1: weights' 0–1, as heatmaps
+    shades = colour_values(att.weights[0], scale, floor)
     cmap = colormap(style.cmap)
     image = draw_matrix(heat, shades, att.allowed, cmap, style, vmin=0, vmax=1)
     font = annotation_font(panel / n, style) if "pooled" not in att.config else None
@@ -467,17 +475,14 @@ def render_rollout_figure(
     panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
-    ticks, labels = scale_ticks(scale, floor / peak)
-    if scale == "linear":
-        labels = [f"{float(t) * peak:.2g}" for t in ticks]
-    share = "share of the input" + (f" (log scale, 1 = {peak:.2g})" if scale == "log" else "")
-    label_colour_bar(bar, ticks, labels, share, style)
+    label_colour_bar(bar, *scale_ticks(scale, floor), "share of the input" + SCALE_NAMES[scale], style)
     bar_font = style.scaled(0.8)
     _, shown, title = inflow(
         stack, result, top=max(5, min(TOP_TOKENS, int(fig.get_figheight() * 72 * 0.7 / bar_font / 1.15)))
     )
     top = max(value for _, value in shown) or 1e-9
-    bars.barh(range(len(shown)), [v for _, v in shown], color=[cmap(v / top) for _, v in shown])
+    colours = cmap(colour_values(np.array([v for _, v in shown]), scale, floor))  # as the map colours them
+    bars.barh(range(len(shown)), [v for _, v in shown], color=colours)
     bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=bar_font)
     bars.set_ylim(len(shown) - 0.5, -0.5)
     for j, (_, v) in enumerate(shown):
@@ -652,7 +657,7 @@ def render_heads_figure(
     parts = ["head portrait", *stack_parts(stack), *([subtitle] if subtitle else []), *found, *notes]
     title = wrapped_title(parts, width, font) + "".join("\n" + wrapped_sentence(k, width, font) for k in kv)
     pad = font * 0.8
-    heading = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    heading = stacked_height(title.count("\n") + 1, font * 1.05) + font * 0.6
     present = [name for name in CLASSES if any(name in row for row in classes)]
     entries = [f"{CLASS_NAMES[name]}: {CLASS_SCORES[name]}" for name in present]  # what its cells' numbers are
     swatch = label * 1.1

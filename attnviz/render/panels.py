@@ -10,15 +10,16 @@ preset's smallest text, and every colour bar is exactly as tall as its panel.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..attention import Attention
 from ..core import Array, BoolArray
-from .figure import FigureStyle, lines_height, points_offset, text_extent
+from .figure import FigureStyle, lines_height, points_offset, stacked_height, stacked_pitch, text_extent
 from .heatmap import (
     AXIS_TITLE_PAD,
     BAR_TICK_ROOM,
@@ -33,9 +34,9 @@ from .heatmap import (
     draw_matrix,
     label_axes,
     label_colour_bar,
+    noted_heading,
     settled,
     token_labels,
-    wrapped_title,
 )
 from .outlines import draw_texts, text_path
 
@@ -141,7 +142,8 @@ def _row_extra(row: Row, titles: list[str], header: bool, labels: TokenLabels, s
     """Points a row takes besides its panels: its title, its panels' titles and key labels, their footers."""
     extra = lines_height(1, style.font_size) + AXIS_TITLE_PAD if row.title else 0.0
     if header:
-        extra += lines_height(max(t.count("\n") + 1 for t in titles), style.font_size) + TITLE_PAD + labels.top
+        extra += max(stacked_height(t.count("\n") + 1, style.font_size, "bold", t) for t in titles)
+        extra += TITLE_PAD + labels.top
     else:  # the top number of a colour bar stands half its height above the bar
         extra += text_extent("0", style.scaled(0.8))[1] / 2 + LABEL_PAD
     if any(p.footer for p in row.panels):
@@ -150,14 +152,15 @@ def _row_extra(row: Row, titles: list[str], header: bool, labels: TokenLabels, s
 
 
 def _arrange(rows: list[Row], heading: list[str], style: FigureStyle) -> _Layout:
-    """The layout; when its labels are thinned, laid out again with the heading saying so."""
-    first = _arrange_with(rows, heading, style, [])
-    if not first.labels.note():
-        return first
-    return _arrange_with(rows, heading, style, first.labels.note())
+    """The layout, its heading saying which tokens its labels show when they are thinned."""
+    width, font = style.figure_size(0.5, wide=max(len(r.panels) for r in rows) > 1)[0], style.font_size
+    lay_out = functools.partial(_arrange_with, rows, style)
+    title, layout = noted_heading(heading, width, font, lay_out, lambda laid: laid.labels.note())
+    return replace(layout, heading=title)
 
 
-def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note: list[str]) -> _Layout:
+def _arrange_with(rows: list[Row], style: FigureStyle, lines: int) -> _Layout:
+    """The layout under a heading of ``lines`` lines (its text is :func:`_arrange`'s)."""
     n, m = rows[0].panels[0].values.shape
     att = rows[0].panels[0].att
     font = style.font_size
@@ -165,8 +168,7 @@ def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note:
     cols = max(len(r.panels) for r in rows)
     width, height = style.figure_size(0.5, wide=cols > 1)
     pad, gap = font * 0.8, font * GAP
-    title = wrapped_title([*heading, *note], width, font)
-    head = lines_height(title.count("\n") + 1, font * 1.05) + font * 0.6
+    head = stacked_height(lines, font * 1.05) + font * 0.6
     bars = max(sum(_bar_room(p.bar, style) for p in r.panels) for r in rows)
     headers = _headers(rows)
     side = 72.0 * 2
@@ -185,10 +187,9 @@ def _arrange_with(rows: list[Row], heading: list[str], style: FigureStyle, note:
         side_h = (height * 72 - fixed_h) / len(rows) * m / n if fixed else side_w
         side = max(0.3 * 72, min(side_w, side_h))
     labels = settled(att, style, (side / 72, side * n / m / 72), labels)
-    title = wrapped_title([*heading, *labels.note()], width, font) if note else title
     if not fixed:
         height = (fixed_h + len(rows) * side * n / m) / 72
-    return _Layout((width, height), side, labels, titles, title, inner, headers)
+    return _Layout((width, height), side, labels, titles, "", inner, headers)
 
 
 def render_rows(rows: list[Row], heading: list[str], style: FigureStyle) -> Figure:
@@ -206,7 +207,7 @@ def render_rows(rows: list[Row], heading: list[str], style: FigureStyle) -> Figu
     used_w = labels.left + axis_title_room(style) + (cols - 1) * layout.inner + cols * side + (cols - 1) * gap + bars
     x0 = (width * 72 - used_w) / 2
     extras = [_row_extra(r, t, h, labels, style) for r, t, h in zip(rows, layout.titles, layout.headers, strict=True)]
-    head_h = lines_height(layout.heading.count("\n") + 1, font * 1.05) + font * 0.6
+    head_h = stacked_height(layout.heading.count("\n") + 1, font * 1.05) + font * 0.6
     total_h = 2 * pad + head_h + sum(extras) + (len(rows) - 1) * gap + len(rows) * side_h
     y = height * 72 - (height * 72 - total_h) / 2 - pad
     draw_heading(fig, layout.heading, y / 72, style)
@@ -267,7 +268,7 @@ def _draw_panel(
     above = label_axes(ax, panel.att, style, size, outer=(False, first), ticks=ticks, labels=labels.of(panel.att))
     where = ax.transAxes + points_offset(ax.figure, 0, above + TITLE_PAD / 2)
     lines = title.split("\n") if title else []
-    step = text_extent("lp", style.font_size, weight="bold")[1] * 1.2
+    step = stacked_pitch(style.font_size, "bold", title)
     for k, line in enumerate(lines):
         at = where + points_offset(ax.figure, 0, (len(lines) - 1 - k) * step)
         path = text_path(line, style.font_size, "above", "bold")
