@@ -190,6 +190,13 @@ def test_a_models_document_without_a_map_is_refused(cli, gguf, text, layer, comm
     refused(cli, document)
 
 
+def test_saliency_and_patching_documents_are_refused(cli, gguf) -> None:
+    refused(cli, ok(cli("saliency", "--model-file", gguf, "--json", "--", "the cat sat")).out)
+    patched = cli("patch", "--model-file", gguf, "--clean", "the cat sat", "--corrupt", "the sat cat", "--target", "a",
+                  "--json")  # fmt: skip
+    refused(cli, ok(patched).out)
+
+
 def test_check_and_models_and_batch_documents_are_refused(cli, tmp_path: Path) -> None:
     refused(cli, ok(cli("check", "-", "--json", stdin=ok(cli("heatmap", "a", "b", "--json")).out.encode())).out)
     refused(cli, ok(cli("models", "--json")).out)
@@ -199,7 +206,7 @@ def test_check_and_models_and_batch_documents_are_refused(cli, tmp_path: Path) -
 
 
 COVERED = {"heatmap", "mask", "generate"} | {"saturation", "permute", "diff", "lines", "rollout", "heads", "explain"}
-COVERED |= {"ablate", "tokenize", "check", "models", "batch"}
+COVERED |= {"ablate", "tokenize", "check", "models", "batch", "saliency", "patch"}
 
 
 def test_every_command_that_writes_json_is_covered() -> None:

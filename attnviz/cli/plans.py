@@ -81,46 +81,48 @@ def batch(
       attnviz batch plan.toml --shard 2/4 --json
     """
     from .. import batch as plans
+    from ..inputs import files_only
 
-    entries, errors = plans.load_plan(plan, tuple(allow_dir or ()), stores=allow_models)
-    directory = plans.output_directory(plan, output)
-    entries = plans.shard(entries, shard_spec)
-    valid = []
-    for entry in entries:
-        try:
-            plans.validate(entry, directory)
-            valid.append(entry)
-        except UsageError as err:
-            errors.append(f"{entry.where()}: {err}")
-        except Exception as err:  # a bug: this figure's error, not the plan's
-            errors.append(f"{entry.where()}: {plans.unexpected(err)}")
-    name = printable(str(plan))
-    for error in errors:
-        say(f"attnviz: error: {name}: {error}")
-    if check_only:
+    with files_only():  # a plan may name no pipe: its token file a FIFO would hang the run
+        entries, errors = plans.load_plan(plan, tuple(allow_dir or ()), stores=allow_models)
+        directory = plans.output_directory(plan, output)
+        entries = plans.shard(entries, shard_spec)
+        valid = []
+        for entry in entries:
+            try:
+                plans.validate(entry, directory)
+                valid.append(entry)
+            except UsageError as err:
+                errors.append(f"{entry.where()}: {err}")
+            except Exception as err:  # a bug: this figure's error, not the plan's
+                errors.append(f"{entry.where()}: {plans.unexpected(err)}")
+        name = printable(str(plan))
+        for error in errors:
+            say(f"attnviz: error: {name}: {error}")
+        if check_only:
+            if not quiet:
+                say(f"{name}: {plural(len(valid), 'figure')} valid, {plural(len(errors), 'error')}")
+            if errors:
+                raise typer.Exit(2)
+            return
+        if audit:  # a figure is measured as it is drawn: every figure is drawn
+            for entry in valid:
+                entry.args.insert(entry.args.index("--"), "--audit")
+        progress = not quiet
+        jobs = jobs or plans.default_jobs()
+        outcomes = plans.run_plan(valid, directory, jobs=jobs, force=force or audit, progress=progress)
+        for failed in (o for o in outcomes if o.status == "failed"):
+            say(f"attnviz: error: {name}: {failed.entry.where()}: {failed.message}")
+        for problem in (p for o in outcomes for p in o.problems):
+            say(f"attnviz: audit: {problem}")
+        audited = sum(bool(o.problems) for o in outcomes)
+        if as_json:
+            write_json([plans.manifest_document(outcomes, directory)])
         if not quiet:
-            say(f"{name}: {plural(len(valid), 'figure')} valid, {plural(len(errors), 'error')}")
-        if errors:
-            raise typer.Exit(2)
-        return
-    if audit:  # a figure is measured as it is drawn: every figure is drawn
-        for entry in valid:
-            entry.args.insert(entry.args.index("--"), "--audit")
-    progress = not quiet
-    jobs = jobs or plans.default_jobs()
-    outcomes = plans.run_plan(valid, directory, jobs=jobs, force=force or audit, progress=progress)
-    for failed in (o for o in outcomes if o.status == "failed"):
-        say(f"attnviz: error: {name}: {failed.entry.where()}: {failed.message}")
-    for problem in (p for o in outcomes for p in o.problems):
-        say(f"attnviz: audit: {problem}")
-    audited = sum(bool(o.problems) for o in outcomes)
-    if as_json:
-        write_json([plans.manifest_document(outcomes, directory)])
-    if not quiet:
-        counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
-        say(
-            f"{printable(str(directory))}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
-            f"{counts['failed'] + len(errors)} failed" + (f", {audited} with layout problems" if audit else "")
-        )
-    if errors or any(o.status == "failed" for o in outcomes) or audited:
-        raise typer.Exit(1)
+            counts = {s: sum(o.status == s for o in outcomes) for s in ("drawn", "skipped", "failed")}
+            say(
+                f"{printable(str(directory))}: {counts['drawn']} drawn, {counts['skipped']} up to date, "
+                f"{counts['failed'] + len(errors)} failed" + (f", {audited} with layout problems" if audit else "")
+            )
+        if errors or any(o.status == "failed" for o in outcomes) or audited:
+            raise typer.Exit(1)
