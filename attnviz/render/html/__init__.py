@@ -25,6 +25,7 @@ __all__ = [
     "VIEWS",
     "attention_page",
     "exact_fits",
+    "grid_page",
     "json_blob",
     "page_bins",
     "page_bytes",
@@ -51,12 +52,16 @@ def page_data(
     scale: str = "auto",
     sinks: str = "show",
     min_weight: float = 0.05,
+    grid: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page's script reads: the parts, where it starts, the style and how it was made."""
-    first = parts[0]
-    layer = max(0, min(layer, len(first["layers"]) - 1))
-    head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
-    return {
+    """Everything the page's script reads: the parts, where it starts, the style and how it was made;
+    ``grid``: a layers × heads grid of the heads' scores (:mod:`.grid`), drawn beside or in place of maps."""
+    if parts:
+        first = parts[0]
+        layer = max(0, min(layer, len(first["layers"]) - 1))
+        head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
+    extra = {} if grid is None else {"grid": grid}
+    return extra | {
         "attnviz": __version__,
         "view": view,
         "parts": list(parts),
@@ -114,3 +119,17 @@ def stack_page(
     ``exact``: the map it starts on at every token (of a pooled page)."""
     part = with_exact(stack_part(stack), exact, int(start.get("layer", 0)), int(start.get("head", 0)))
     return page_bytes(page_data(view, [part], style, made, **start))
+
+
+def grid_page(
+    grid: dict[str, Any],
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str,
+    stack: AttentionStack | None = None,
+    **start: Any,
+) -> bytes:
+    """A grid of the heads (``heads``: the portrait, each cell opening ``stack``'s map of the head; ``ablate``)."""
+    parts = [] if stack is None else [stack_part(stack)]
+    return page_bytes(page_data(view, parts, style, made, grid=grid, **start))

@@ -19,7 +19,7 @@ from typing import Any
 from ..._version import __version__
 from ...errors import AttnvizError
 
-VIEWS = ("heatmap", "lines", "model")
+VIEWS = ("heatmap", "lines", "model", "heads", "ablate")
 JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 

@@ -1,0 +1,114 @@
+"""The pages of heads and ablate without a browser: the grid says what `--json` says, red is where the head is
+needed, hostile tokens stay in the blob, and the same request writes the same bytes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from attnviz.ablation import Ablation
+from attnviz.render.figure import FigureStyle
+from attnviz.render.html.grid import ablation_grid, signed
+
+BLOB = re.compile(r'<script type="application/json" id="attnviz-data">(.*?)</script>', re.S)
+TINY = Path("/work/shared/fixtures/hf-tiny/llama-tiny")
+HOSTILE = ["</script><img", "<b>x</b>", "<!--", "{{script}}", "&amp;", "]]>", "a\u2028b", "\u2029"]
+
+
+def blob_of(page: Path) -> dict[str, Any]:
+    found = BLOB.findall(page.read_text(encoding="utf-8"))
+    assert len(found) == 1
+    parsed: dict[str, Any] = json.loads(found[0])
+    return parsed
+
+
+def outside_blob(page: Path) -> str:
+    return BLOB.sub("", page.read_text(encoding="utf-8"))
+
+
+def test_the_head_portrait_page_holds_what_heads_json_says(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    words = ["--causal", "--heads", "4", "--seed", "3", "the", "cat", "sat", "on", "the", "mat", "the", "cat"]
+    assert cli("heads", *words, "-o", str(tmp_path / "a.html")).code == 0
+    assert cli("heads", *words, "-o", str(tmp_path / "b.html")).code == 0
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
+    document = json.loads(cli("heads", *words, "--json").out)
+    blob = blob_of(tmp_path / "a.html")
+    grid = blob["grid"]
+    assert blob["view"] == "heads" and grid["opens"]
+    assert [[c["class"] for c in row] for row in grid["cells"]] == document["classes"]["class"]
+    for row, scores, alpha in zip(grid["cells"], document["classes"]["score"], document["sink"]["alpha1"], strict=True):
+        for cell, score, a in zip(row, scores, alpha, strict=True):
+            assert cell["about"][0].endswith(f"{score:.3f}")
+            assert cell["about"][1].startswith(f"α₁ (sink rate) {a:.3f}")
+    part = blob["parts"][0]
+    assert len(part["layers"]) == 1 and len(part["layers"][0]["maps"]) == 4  # each head's map, to open
+
+
+@pytest.mark.parametrize("variant", range(len(HOSTILE)))
+def test_a_heads_page_holds_a_hostile_token_only_in_its_blob(
+    tmp_path: Path, cli: Callable[..., Any], variant: int
+) -> None:
+    tokens = [HOSTILE[variant], "the", HOSTILE[(variant + 3) % len(HOSTILE)], "cat"]
+    page = tmp_path / "heads.html"
+    assert cli("heads", "-o", str(page), "--", *tokens).code == 0
+    rest = outside_blob(page)
+    for token in tokens[::2]:
+        assert token not in rest
+    assert blob_of(page)["parts"][0]["queries"][0] != ""
+
+
+def ablation(target: str | None) -> Ablation:
+    delta = np.array([[0.5, -0.25, 0.0], [0.125, -0.5, 0.01]])
+    return Ablation(tokens=("a", "b"), ids=(1, 2), method="zero", baseline=2.0, delta=delta, target=target)
+
+
+def redness(colour: str) -> int:
+    r, _, b = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
+    return r - b
+
+
+@pytest.mark.parametrize("target", [None, " Paris"])
+def test_the_ablation_page_is_red_where_the_head_is_needed(target: str | None) -> None:
+    result = ablation(target)
+    grid = ablation_grid(result, "model <b>", FigureStyle())
+    needed = 1 if target is None else -1  # the loss rises without it, or the target's log p falls
+    for row, deltas in zip(grid["cells"], result.delta, strict=True):
+        for cell, delta in zip(row, deltas, strict=True):
+            if delta != 0:
+                assert (redness(cell["colour"]) > 0) == (delta * needed > 0)
+                assert cell["about"][1] == ("needed" if delta * needed > 0 else "the model does better without it")
+            assert cell["text"] == signed(delta)
+    assert grid["cells"][0][2]["text"] == "0.00" and grid["cells"][0][1]["text"] == "\u22120.25"
+    words = "loss rises" if target is None else "log p falls"
+    assert grid["scale_title"].endswith(f"red: head needed ({words} without it)")
+    assert redness(grid["scale"][0]["colour"]) * needed > 0  # the scale's top is +limit
+    assert grid["heading"][1] == "model <b>"
+
+
+@pytest.mark.skipif(not TINY.is_dir(), reason=f"{TINY} is not here")
+def test_the_ablation_page_is_the_same_bytes_twice_and_keeps_the_text_in_its_blob(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    text = "</script><img src=x> the cat sat \u2028 on the mat"
+    for name in ("a", "b"):
+        assert cli("ablate", "--model-dir", str(TINY), "-o", str(tmp_path / f"{name}.html"), "--", text).code == 0
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
+    assert "</script><img" not in outside_blob(tmp_path / "a.html") and "\u2028" not in outside_blob(
+        tmp_path / "a.html"
+    )
+    blob = blob_of(tmp_path / "a.html")
+    document = json.loads(cli("ablate", "--model-dir", str(TINY), "--json", "--", text).out)
+    shown = [[float(c["about"][0].split()[2].replace("\u2212", "-")) for c in row] for row in blob["grid"]["cells"]]
+    assert np.allclose(shown, document["delta"], atol=0.5e-4)
+    assert blob["view"] == "ablate" and blob["parts"] == []
+
+
+def test_views_without_a_page_still_refuse_html(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    run = cli("rollout", "the", "cat", "-o", str(tmp_path / "r.html"))
+    assert run.code == 2 and "heads and ablate; this view writes .png" in run.err
