@@ -111,4 +111,47 @@ def test_the_ablation_page_is_the_same_bytes_twice_and_keeps_the_text_in_its_blo
 
 def test_views_without_a_page_still_refuse_html(tmp_path: Path, cli: Callable[..., Any]) -> None:
     run = cli("rollout", "the", "cat", "-o", str(tmp_path / "r.html"))
-    assert run.code == 2 and "heads and ablate; this view writes .png" in run.err
+    assert run.code == 2 and "explain, heads and ablate; this view writes .png" in run.err
+
+
+def test_the_explain_page_holds_every_querys_steps_as_explain_json_has_them(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    words = ["--causal", "--head", "1", "the", "cat", "sat", "on", "the", "mat"]
+    for name in ("a", "b"):
+        assert cli("explain", *words, "-o", str(tmp_path / f"{name}.html")).code == 0
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
+    explain = blob_of(tmp_path / "a.html")["explain"]
+    assert explain["every"] and [q["query"] for q in explain["queries"]] == list(range(6))
+    assert explain["start"] == 5 and explain["head"] == 1
+    for entry in explain["queries"]:
+        document = json.loads(cli("explain", *words, "--query", str(entry["query"]), "--json").out)
+        assert np.allclose(entry["weights"], document["weights"], rtol=1e-5, atol=1e-12)  # six digits kept
+        assert [s is None for s in entry["scores"]] == [s is None for s in document["scores"]]
+        assert np.allclose(entry["q"], document["q"], rtol=1e-5)
+    assert np.allclose(explain["key_vectors"], document["keys"], rtol=1e-5)
+
+
+def test_an_explain_page_too_large_for_every_query_holds_the_chosen_one(
+    tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnviz.render.html import explained
+
+    monkeypatch.setattr(explained, "EXPLAIN_NUMBERS", 100)
+    page = tmp_path / "one.html"
+    assert cli("explain", "--query", "2", "the", "cat", "sat", "on", "-o", str(page)).code == 0
+    explain = blob_of(page)["explain"]
+    assert not explain["every"] and [q["query"] for q in explain["queries"]] == [2]
+    run = cli("explain", "--query", "7", "the", "cat", "-o", str(tmp_path / "bad.html"))
+    assert run.code == 2 and run.err.startswith("attnviz: error: --query") and "Traceback" not in run.err
+
+
+@pytest.mark.parametrize("variant", range(len(HOSTILE)))
+def test_an_explain_page_holds_a_hostile_token_only_in_its_blob(
+    tmp_path: Path, cli: Callable[..., Any], variant: int
+) -> None:
+    tokens = [HOSTILE[variant], "the", HOSTILE[(variant + 5) % len(HOSTILE)]]
+    page = tmp_path / "explain.html"
+    assert cli("explain", "-o", str(page), "--", *tokens).code == 0
+    for token in tokens[::2]:
+        assert token not in outside_blob(page)

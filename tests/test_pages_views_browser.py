@@ -29,6 +29,9 @@ def pages() -> Iterator[dict[str, Path]]:
     folder = Path(tempfile.mkdtemp(prefix="attnviz-view-pages-"))
     assert main(["heads", "--causal", "--heads", "4", *WORDS, "-o", str(folder / "heads.html")]) == 0
     assert main(["heads", "--heads", "2", "--theme", "dark", "-o", str(folder / "heads-hostile.html"), "--", *BAD]) == 0
+    explain = ["explain", "--causal", "--query", "2", *WORDS[:6], "-o", str(folder / "explain.html")]
+    assert main(explain) == 0
+    assert main(["explain", "--theme", "dark", "-o", str(folder / "explain-hostile.html"), "--", *BAD]) == 0
     if TINY.is_dir():
         text = "</script><img src=x onerror=window.pwned=1> the cat sat on the mat"
         assert main(["ablate", "--model-dir", str(TINY), "-o", str(folder / "ablate.html"), "--", text]) == 0
@@ -45,6 +48,7 @@ def needs(pages: dict[str, Path], name: str) -> Path:
 
 
 GRID_PAGES = ["heads", "heads-hostile", "ablate", "ablate-estimate"]
+STEP_PAGES = ["explain", "explain-hostile"]
 
 
 @pytest.mark.parametrize("name", GRID_PAGES)
@@ -115,18 +119,59 @@ def test_an_ablated_heads_delta_shows_on_hover_with_the_measure_in_the_heading(
     assert problems(browser) == []
 
 
-@pytest.mark.parametrize("name", ["heads-hostile", "ablate"])
+@pytest.mark.parametrize("name", ["heads-hostile", "ablate", "explain-hostile"])
 def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     opened(browser, needs(pages, name))
-    for cell in browser.find_elements("css selector", ".cell")[:6]:
+    for cell in browser.find_elements("css selector", ".cell, .key-token")[:6]:
         ActionChains(browser).move_to_element(cell).perform()
     assert browser.execute_script("return window.pwned") is None
     assert browser.execute_script("return document.querySelectorAll('img, b, main script').length") == 0
-    if name == "heads-hostile":  # the tokens label the head's map
+    if name == "explain-hostile":  # the tokens label the keys
+        labels = browser.execute_script("return document.getElementById('explain').textContent")
+        assert "<b>x</b>" in labels and "<script>window." in labels and "<!--" in labels
+    elif name == "heads-hostile":  # the tokens label the head's map
         labels = browser.execute_script("return document.getElementById('key-labels').textContent")
         assert "<b>x</b>" in labels and "<script>window." in labels and "<!--" in labels
     else:  # the text is only in how the page was made
         assert "</script><img" in browser.execute_script("return document.getElementById('made-text').textContent")
+    assert problems(browser) == []
+
+
+@pytest.mark.parametrize("name", STEP_PAGES)
+def test_a_step_page_opens_offline_asking_for_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
+    opened(browser, pages[name])
+    assert browser.execute_script("return document.getElementById('heading').textContent")
+    assert browser.execute_script(LAYOUT) == []
+    assert problems(browser) == []
+
+
+def test_the_explain_page_changes_query_with_the_menu_and_the_arrows(browser: Any, pages: dict[str, Path]) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    opened(browser, pages["explain"])
+    numbers = "return Array.from(document.querySelectorAll('.bar-number')).map(e => e.textContent)"
+    assert browser.execute_script("return document.body.dataset.shown") == "2"
+    before = browser.execute_script(numbers)
+    # causal: query 2 sees keys 0-2; each later key's q·k_j is shown, its scaled score and weight masked
+    assert [before[3 * j + 1 : 3 * j + 3] for j in range(3, 6)] == [["masked", "masked"]] * 3
+    assert "masked" not in before[:9] and "masked" not in before[9::3]
+    weights = [float(before[3 * j + 2]) for j in range(3)]
+    assert sum(weights) == pytest.approx(1.0, abs=3 * 0.005)
+    assert browser.find_element("id", "heading").text.startswith("query 2 “sat” · head 0 · ")
+    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    assert browser.execute_script("return document.body.dataset.shown") == "3"
+    after = browser.execute_script(numbers)
+    assert after != before and after.count("masked") == 4
+    Select(browser.find_element("id", "choose-query")).select_by_index(0)
+    assert browser.execute_script("return document.body.dataset.shown") == "0"
+    key = browser.find_element("css selector", '[data-key="0"]')
+    browser.execute_script("arguments[0].focus()", key)
+    assert browser.find_element("id", "readout").text.startswith("key 0 “the”: q·k_j ")
+    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    assert browser.execute_script("return document.activeElement.dataset.key") == "1"
+    assert browser.find_element("id", "readout").text.endswith("masked")
     assert problems(browser) == []

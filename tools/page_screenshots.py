@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "samples" / "pages"
-# name: (the command's arguments, the page kept in samples/pages?, what to focus (a query token, or a grid's
-# cell "layer/head", clicked first), window size)
+# name: (the command's arguments, the page kept in samples/pages?, what to focus (a query token, a grid's
+# cell "layer/head", clicked first, or explain's "key j"), window size)
 PAGES: dict[str, tuple[list[str], bool, int | str, str]] = {
     "minilm-model-view": (
         ["heatmap", "--model", "minilm", "--file", "samples/sentence.txt", "--all-layers"],
@@ -34,6 +34,12 @@ PAGES: dict[str, tuple[list[str], bool, int | str, str]] = {
         "1400,960",
     ),
     "minilm-heads": (["heads", "--model", "minilm", "--file", "samples/sentence.txt"], False, "5/9", "1400,900"),
+    "smollm2-explain": (
+        ["explain", "--model", "smollm2", "--file", "samples/sentence.txt", "--layer", "3", "--head", "2"],
+        False,
+        "key 4",
+        "1400,760",
+    ),
     "smollm2-ablate-dark": (
         ["ablate", "--model", "smollm2", "--file", "samples/sentence.txt", "--theme", "dark"],
         False,
@@ -78,7 +84,9 @@ def main() -> None:
                     lambda d: d.execute_script("return document.body.dataset.tiles || document.body.dataset.ready")
                     in ("drawn", "yes")
                 )
-                if isinstance(token, str):  # a grid's cell: opened (where it opens a map), then focused
+                if isinstance(token, str) and token.startswith("key "):  # explain's key row
+                    focus = driver.find_element("css selector", f'[data-key="{token.split()[1]}"]')
+                elif isinstance(token, str):  # a grid's cell: opened (where it opens a map), then focused
                     layer, head = token.split("/")
                     focus = driver.find_element("css selector", f'.cell[data-layer="{layer}"][data-head="{head}"]')
                     driver.execute_script("arguments[0].click()", focus)

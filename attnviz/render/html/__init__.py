@@ -26,6 +26,7 @@ __all__ = [
     "attention_page",
     "exact_fits",
     "grid_page",
+    "view_page",
     "json_blob",
     "page_bins",
     "page_bytes",
@@ -52,16 +53,16 @@ def page_data(
     scale: str = "auto",
     sinks: str = "show",
     min_weight: float = 0.05,
-    grid: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the page's script reads: the parts, where it starts, the style and how it was made;
-    ``grid``: a layers × heads grid of the heads' scores (:mod:`.grid`), drawn beside or in place of maps."""
+    ``extra``: what a view draws beside or in place of maps (``grid``: :mod:`.grid`; ``explain``: :mod:`.explained`;
+    ``steps``: :mod:`.steps`)."""
     if parts:
         first = parts[0]
         layer = max(0, min(layer, len(first["layers"]) - 1))
         head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
-    extra = {} if grid is None else {"grid": grid}
-    return extra | {
+    return (extra or {}) | {
         "attnviz": __version__,
         "view": view,
         "parts": list(parts),
@@ -132,4 +133,9 @@ def grid_page(
 ) -> bytes:
     """A grid of the heads (``heads``: the portrait, each cell opening ``stack``'s map of the head; ``ablate``)."""
     parts = [] if stack is None else [stack_part(stack)]
-    return page_bytes(page_data(view, parts, style, made, grid=grid, **start))
+    return page_bytes(page_data(view, parts, style, made, extra={"grid": grid}, **start))
+
+
+def view_page(name: str, entry: dict[str, Any], style: FigureStyle, made: dict[str, Any], *, view: str) -> bytes:
+    """A page of a view drawn by its own script (explain, generate) from ``entry``, held as ``name``."""
+    return page_bytes(page_data(view, [], style, made, extra={name: entry}))
