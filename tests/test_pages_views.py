@@ -111,7 +111,7 @@ def test_the_ablation_page_is_the_same_bytes_twice_and_keeps_the_text_in_its_blo
 
 def test_views_without_a_page_still_refuse_html(tmp_path: Path, cli: Callable[..., Any]) -> None:
     run = cli("rollout", "the", "cat", "-o", str(tmp_path / "r.html"))
-    assert run.code == 2 and "explain, heads and ablate; this view writes .png" in run.err
+    assert run.code == 2 and "heads, ablate and generate; this view writes .png" in run.err
 
 
 def test_the_explain_page_holds_every_querys_steps_as_explain_json_has_them(
@@ -155,3 +155,35 @@ def test_an_explain_page_holds_a_hostile_token_only_in_its_blob(
     assert cli("explain", "-o", str(page), "--", *tokens).code == 0
     for token in tokens[::2]:
         assert token not in outside_blob(page)
+
+
+@pytest.mark.skipif(not TINY.is_dir(), reason=f"{TINY} is not here")
+@pytest.mark.parametrize("sinks", ["show", "hide"])
+def test_the_generate_page_holds_each_steps_row_as_generate_json_has_it(
+    tmp_path: Path, cli: Callable[..., Any], sinks: str
+) -> None:
+    words = ["--model-dir", str(TINY), "--new", "5", "--sinks", sinks, "--", "</script><b>the cat\u2028sat"]
+    for name in ("a", "b"):
+        run = cli("generate", "-o", str(tmp_path / f"{name}.html"), *words)
+        assert run.code == 0, run.err
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
+    assert "</script><b>" not in outside_blob(tmp_path / "a.html")
+    document = json.loads(cli("generate", "--json", *words).out)
+    run = blob_of(tmp_path / "a.html")["steps"]
+    assert blob_of(tmp_path / "a.html")["view"] == "generate"
+    assert len(run["steps"]) == len(document["steps"]) == len(run["written"])
+    for page, step in zip(run["steps"], document["steps"], strict=True):
+        assert page["scale"] == step["color_scale"] and page["hidden"] == step.get("sinks_hidden", [])
+        row = step["row"][0]  # the one head shown
+        assert [w is None for w in page["weights"]] == [w is None for w in row]
+        shown = [w for w in page["weights"] if w is not None]
+        assert np.allclose(shown, [w for w in row if w is not None], rtol=5e-4, atol=1e-12)  # 4 digits
+        assert all(0 <= p <= 1 for p in page["places"])
+
+
+@pytest.mark.skipif(not TINY.is_dir(), reason=f"{TINY} is not here")
+def test_a_generate_page_too_long_is_refused_before_it_runs(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    run = cli("generate", "--model-dir", str(TINY), "--new", "4096", "-o", str(tmp_path / "g.html"), "the cat")
+    assert run.code == 2 and "a page holds each step's row" in run.err and not (tmp_path / "g.html").exists()
+    run = cli("generate", "--model-dir", str(TINY), "--audit", "-o", str(tmp_path / "g.html"), "the cat")
+    assert run.code == 2 and "lays itself out in the browser" in run.err

@@ -35,6 +35,8 @@ def pages() -> Iterator[dict[str, Path]]:
     if TINY.is_dir():
         text = "</script><img src=x onerror=window.pwned=1> the cat sat on the mat"
         assert main(["ablate", "--model-dir", str(TINY), "-o", str(folder / "ablate.html"), "--", text]) == 0
+        generate = ["generate", "--model-dir", str(TINY), "--new", "6", "-o", str(folder / "generate.html")]
+        assert main([*generate, "--", text]) == 0
         estimate = ["ablate", "--model-dir", str(TINY), "--estimate", "--compare", "--theme", "dark", "--", text]
         assert main([*estimate[:-2], "-o", str(folder / "ablate-estimate.html"), *estimate[-2:]]) == 0
     yield {path.stem: path for path in folder.glob("*.html")}
@@ -48,7 +50,7 @@ def needs(pages: dict[str, Path], name: str) -> Path:
 
 
 GRID_PAGES = ["heads", "heads-hostile", "ablate", "ablate-estimate"]
-STEP_PAGES = ["explain", "explain-hostile"]
+STEP_PAGES = ["explain", "explain-hostile", "generate"]
 
 
 @pytest.mark.parametrize("name", GRID_PAGES)
@@ -119,12 +121,12 @@ def test_an_ablated_heads_delta_shows_on_hover_with_the_measure_in_the_heading(
     assert problems(browser) == []
 
 
-@pytest.mark.parametrize("name", ["heads-hostile", "ablate", "explain-hostile"])
+@pytest.mark.parametrize("name", ["heads-hostile", "ablate", "explain-hostile", "generate"])
 def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     opened(browser, needs(pages, name))
-    for cell in browser.find_elements("css selector", ".cell, .key-token")[:6]:
+    for cell in browser.find_elements("css selector", ".cell, .key-token, .written-text .token:not([hidden])")[:6]:
         ActionChains(browser).move_to_element(cell).perform()
     assert browser.execute_script("return window.pwned") is None
     assert browser.execute_script("return document.querySelectorAll('img, b, main script').length") == 0
@@ -134,6 +136,8 @@ def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, 
     elif name == "heads-hostile":  # the tokens label the head's map
         labels = browser.execute_script("return document.getElementById('key-labels').textContent")
         assert "<b>x</b>" in labels and "<script>window." in labels and "<!--" in labels
+    elif name == "generate":  # the prompt is the page's text
+        assert "</script><img" in browser.execute_script("return document.getElementById('writing').textContent")
     else:  # the text is only in how the page was made
         assert "</script><img" in browser.execute_script("return document.getElementById('made-text').textContent")
     assert problems(browser) == []
@@ -141,7 +145,7 @@ def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, 
 
 @pytest.mark.parametrize("name", STEP_PAGES)
 def test_a_step_page_opens_offline_asking_for_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
-    opened(browser, pages[name])
+    opened(browser, needs(pages, name))
     assert browser.execute_script("return document.getElementById('heading').textContent")
     assert browser.execute_script(LAYOUT) == []
     assert problems(browser) == []
@@ -174,4 +178,39 @@ def test_the_explain_page_changes_query_with_the_menu_and_the_arrows(browser: An
     ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.activeElement.dataset.key") == "1"
     assert browser.find_element("id", "readout").text.endswith("masked")
+    assert problems(browser) == []
+
+
+def test_the_generate_page_steps_with_the_slider_and_the_arrows(browser: Any, pages: dict[str, Path]) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    opened(browser, needs(pages, "generate"))
+    data = json.loads(browser.execute_script("return document.getElementById('attnviz-data').textContent"))
+    run = data["steps"]
+    last, prompt = len(run["steps"]), len(run["prompt"])
+    colours = (
+        "return Array.from(document.querySelectorAll('.written-text .token'))"
+        ".map(e => e.hidden ? null : e.style.background)"
+    )
+    assert browser.execute_script("return document.body.dataset.shown") == str(last)
+    at_last = browser.execute_script(colours)
+    assert None not in at_last and len(set(at_last)) > 1  # every token shown, coloured by its weight
+    ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
+    assert browser.execute_script("return document.body.dataset.shown") == str(last - 1)
+    before = browser.execute_script(colours)
+    assert before[-1] is None and before[:-1] != at_last[:-1]  # the last token not yet written; the row another
+    ActionChains(browser).send_keys(Keys.HOME).perform()
+    assert browser.execute_script(colours).count(None) == last - 1
+    slider = browser.find_element("id", "choose-step")
+    browser.execute_script("arguments[0].focus()", slider)
+    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()  # the slider's own keys
+    assert browser.execute_script("return document.body.dataset.shown") == "2"
+    query = browser.find_element("css selector", ".written-text .token.query")
+    assert query.get_attribute("data-key") == str(prompt + 1)
+    token = browser.find_element("css selector", '.written-text .token[data-key="0"]')
+    ActionChains(browser).move_to_element(token).perform()
+    said = browser.find_element("id", "readout").text
+    weight = run["steps"][1]["weights"][0]
+    assert said.startswith("token 0 “") and (f"weight {weight:.3f}" in said or f"weight {weight:.1e}" in said)
     assert problems(browser) == []

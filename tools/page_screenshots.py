@@ -40,6 +40,12 @@ PAGES: dict[str, tuple[list[str], bool, int | str, str]] = {
         "key 4",
         "1400,760",
     ),
+    "smollm2-generate": (
+        ["generate", "--model", "smollm2", "One, two, one,", "-L", "18", "--head", "6", "--new", "12"],
+        False,
+        "key 4",
+        "1400,420",
+    ),
     "smollm2-ablate-dark": (
         ["ablate", "--model", "smollm2", "--file", "samples/sentence.txt", "--theme", "dark"],
         False,
@@ -81,10 +87,12 @@ def main() -> None:
             try:
                 driver.get(page.as_uri())
                 WebDriverWait(driver, 60).until(
-                    lambda d: d.execute_script("return document.body.dataset.tiles || document.body.dataset.ready")
-                    in ("drawn", "yes")
+                    lambda d: (
+                        d.execute_script("return document.body.dataset.tiles || document.body.dataset.ready")
+                        in ("drawn", "yes")
+                    )
                 )
-                if isinstance(token, str) and token.startswith("key "):  # explain's key row
+                if isinstance(token, str) and token.startswith("key "):  # explain's key row, generate's token
                     focus = driver.find_element("css selector", f'[data-key="{token.split()[1]}"]')
                 elif isinstance(token, str):  # a grid's cell: opened (where it opens a map), then focused
                     layer, head = token.split("/")
