@@ -34,7 +34,10 @@
 
   // ---- strips of components: one canvas per vector, a cell per component ----
   const rowH = Math.round(style.font * 1.55);
-  function stripWidth(count) { return count * Math.max(2, Math.min(14, Math.floor(Math.max(160, style.panel * 0.42) / count))); }
+  function stripWidth(count) {  // three strips a row, beside the key and three bars of 9em: all within the window
+    const room = Math.min(style.panel * 0.42, (window.innerWidth - style.font * 44) / 3);
+    return count * Math.max(2, Math.min(14, Math.floor(Math.max(96, room) / count)));
+  }
   function strip(values, width, height, title) {
     const canvas = el("canvas", null, "strip");
     const ratio = window.devicePixelRatio || 1;
