@@ -87,7 +87,12 @@
     for (let x = 0; x < bar.width; x++) { const c = cmap[Math.round(x / Math.max(1, bar.width - 1) * 255)]; ctx.fillStyle = "rgb(" + c.join(",") + ")"; ctx.fillRect(x, 0, 1, bar.height); }
     ticks.replaceChildren();
     ticks.style.width = width + "px";
-    for (const [at, label] of entry.ticks) { const t = el("span", label, "step-tick"); t.style.left = at * 100 + "%"; ticks.append(t); }
+    for (const [at, label] of entry.ticks) {  // the end ticks inside the bar's width, the others centred on their place
+      const t = el("span", label, "step-tick");
+      t.style.left = at * 100 + "%";
+      t.style.transform = "translateX(" + (at <= 0 ? 0 : at >= 1 ? -100 : -50) + "%)";
+      ticks.append(t);
+    }
     legendTitle.textContent = "attention weight" + (entry.scale === "log" ? " (log scale)" : entry.scale === "power" ? " (square-root scale)" : "");
   }
   function readout() {
