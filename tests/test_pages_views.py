@@ -187,3 +187,28 @@ def test_a_generate_page_too_long_is_refused_before_it_runs(tmp_path: Path, cli:
     assert run.code == 2 and "a page holds each step's row" in run.err and not (tmp_path / "g.html").exists()
     run = cli("generate", "--model-dir", str(TINY), "--audit", "-o", str(tmp_path / "g.html"), "the cat")
     assert run.code == 2 and "lays itself out in the browser" in run.err
+
+
+def test_a_plan_writes_heads_and_explain_pages(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[figure]]\nname = "portrait"\ncommand = "heads"\nformat = "html"\ntokens = "the cat sat the cat"\n\n'
+        '[[figure]]\nname = "steps"\ncommand = "explain"\nformat = "html"\ntokens = "the cat sat"\n',
+        encoding="utf-8",
+    )
+    assert cli("batch", str(plan), "-o", str(tmp_path / "out")).code == 0
+    assert blob_of(tmp_path / "out" / "portrait.html")["view"] == "heads"
+    assert blob_of(tmp_path / "out" / "steps.html")["view"] == "explain"
+
+
+@pytest.mark.skipif(not TINY.is_dir(), reason=f"{TINY} is not here")
+def test_a_models_head_portrait_page_holds_every_layers_maps(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    words = ["--model-dir", str(TINY), "the cat sat on the mat the cat sat"]
+    page = tmp_path / "heads.html"
+    assert cli("heads", *words, "-o", str(page)).code == 0
+    document = json.loads(cli("heads", *words, "--json").out)
+    blob = blob_of(page)
+    assert [[c["class"] for c in row] for row in blob["grid"]["cells"]] == document["classes"]["class"]
+    layers = blob["parts"][0]["layers"]
+    assert len(layers) == len(document["classes"]["class"])  # a map of every head to open
+    assert all(len(layer["maps"]) == len(document["classes"]["class"][0]) for layer in layers)
