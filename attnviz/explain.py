@@ -8,6 +8,7 @@ row. A decoder's q, k and v are its own (after its norms and rotary embedding). 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,11 +63,30 @@ def explain_query(layer: Layer, att: Attention, query: int, head: int) -> QueryE
     return explain_heads(q[:, query], k, v, layer.w_o, att.allowed[query], float(att.config["scale"]), query, head)
 
 
+def explain_every_query(layer: Layer, att: Attention, head: int, queries: Sequence[int]) -> list[QueryExplanation]:
+    """Each of ``queries`` of head ``head`` step by step (a page's query menu): the projections made once."""
+    for query in queries:
+        _check(query, head, att.weights.shape[1], att.weights.shape[0])
+    with one_blas_thread():
+        q, k, v = layer.projections()
+    scale = float(att.config["scale"])
+    return [explain_heads(q[:, i], k, v, layer.w_o, att.allowed[i], scale, i, head) for i in queries]
+
+
 def explain_decoder(
     model: Decoder, text: str, layer: int, query: int | None, head: int
 ) -> tuple[QueryExplanation, Attention]:
     """Row ``query`` (default: the last) of head ``head`` of a decoder's layer ``layer`` step by step, from that
     layer's own queries, keys and values, and the layer's attention as the views take it."""
+    explained, att = decoder_queries(model, text, layer, head, lambda n: [n - 1 if query is None else query])
+    return explained[0], att
+
+
+def decoder_queries(
+    model: Decoder, text: str, layer: int, head: int, queries: Callable[[int], Sequence[int]]
+) -> tuple[list[QueryExplanation], Attention]:
+    """The rows ``queries(n)`` of head ``head`` of a decoder's layer ``layer`` (of n tokens) step by step, the
+    layer run once; and the layer's attention as the views take it."""
     from .blocked import Keep, attend
     from .models.parts import overflow_checked
     from .sources import kept_stack, model_source
@@ -78,8 +98,9 @@ def explain_decoder(
                          "shows long maps, pooled)")  # fmt: skip
     if not 0 <= layer < model.layers:
         raise out_of_range("--layer", layer, model.layers, "layer")
-    query = n - 1 if query is None else query
-    _check(query, head, n, model.heads)
+    chosen = list(queries(n))
+    for query in chosen:
+        _check(query, head, n, model.heads)
     q, k, v = model.layer_inputs(encoding.ids, layer)
     scale, cap, keep = model.scale(layer), model.softcap(layer), Keep(heads=(head,), scores=True)
     with overflow_checked():
@@ -90,7 +111,7 @@ def explain_decoder(
                        causal=True)  # fmt: skip
     att = stack.layer(layer)
     w_o = model.weights.tensor(f"blk.{layer}.attn_output.weight").T
-    return explain_heads(q[:, query], k, v, w_o, att.allowed[query], scale, query, head, cap), att
+    return [explain_heads(q[:, i], k, v, w_o, att.allowed[i], scale, i, head, cap) for i in chosen], att
 
 
 def explain_heads(

@@ -251,13 +251,13 @@ Output = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write a figure to this file (.png, .svg, .pdf; heatmap and lines: also an interactive .html page), "
-        "or - for stdout.",
+        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate: also an "
+        "interactive .html page), or - for stdout.",
         show_default=False,
         rich_help_panel=P_FIG,
     ),
 ]
-OutputFormat = Literal[Format, "html"]  # html: a page, for the views that have one (heatmap, lines)
+OutputFormat = Literal[Format, "html"]  # html: a page, for the views that have one (see cli.output.PAGE_VIEWS)
 FormatOption = Annotated[
     OutputFormat | None,
     typer.Option(

@@ -10,6 +10,7 @@ import typer
 from .. import options as opt
 from .._version import __version__
 from ..errors import UsageError, printable
+from . import output
 from .entry import app
 from .output import emit, one_output, views
 
@@ -73,6 +74,7 @@ def ablate(
     change in the log-probability of that token after the last one. The layers before each
     head's run once. --estimate gives every head's Δ from one forward and one backward pass
     instead (attribution patching: Nanda 2023; Kramár et al. 2024); --compare runs both.
+    -o FILE.html writes the map as a page: each head's Δ on hover or focus.
 
     [bold]Examples[/bold]
 
@@ -81,6 +83,8 @@ def ablate(
       attnviz ablate --model smollm2 "Paris is in" --target " France" --json
 
       attnviz ablate --model smollm2 --file doc.txt --estimate --compare
+
+      attnviz ablate --model smollm2 --file doc.txt -o ablation.html
     """
     from ..ablation import ablate as run_ablation
     from ..models import load_model
@@ -118,19 +122,27 @@ def ablate(
     source = model_source(model, layer.text, None, encoding.ids)
     from .. import schema
 
+    made = {
+        "attnviz": __version__,
+        "command": "ablate",
+        "tokens": list(result.tokens),
+        "source": source,
+        "view": {"method": result.method, "target": target, "estimate": result.estimate},
+        "style": asdict(figure.style),
+    }
+    if output.is_page(figure):  # the map of Δ to explore: each head's on hover or focus
+        from ..render import html
+        from ..render.html.grid import ablation_grid
+
+        grid = ablation_grid(result, model.name, figure.style, comparison)
+        output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
+        return
     emit(
         figure,
         as_json,
         no_color,
         draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style, comparison),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "ablate",
-            "tokens": list(result.tokens),
-            "source": source,
-            "view": {"method": result.method, "target": target, "estimate": result.estimate},
-            "style": asdict(figure.style),
-        },  # fmt: skip
+        description=lambda: made,
         documents=lambda: [schema.ablation_document(result, source, comparison)],
         show=lambda color, width: views.ablation.render_ablation(
             result, model.name, comparison, color=color, width=width

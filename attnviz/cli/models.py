@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,9 +18,12 @@ from .entry import app
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from ..analysis import HeadScores
     from ..blocked import Kept
     from ..core import Array
     from ..models.locate import Found
+    from ..sources import AttentionStack
+from . import output
 from .output import (
     emit,
     one_output,
@@ -127,13 +130,16 @@ def heads(
     detection pattern D; Gu et al.'s sink rate α₁ (the first token's mean weight) and Sink₁ (the share
     of heads with α₁ above --sink-threshold); each head's mean row entropy; and attnviz's patterns
     (previous, next, first token, [SEP], self, same token elsewhere, induction), each the mean weight a
-    head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class.
+    head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class;
+    -o FILE.html writes it as a page: a head's scores on hover or focus, its map on a click or Enter.
 
     [bold]Examples[/bold]
 
       attnviz heads --model minilm "The quick brown fox jumps over the lazy dog."
 
       attnviz heads --model smollm2 --repeat random -o atlas.png
+
+      attnviz heads --model minilm "The quick brown fox." -o heads.html
     """
     import dataclasses
 
@@ -141,7 +147,6 @@ def heads(
 
     from .. import schema
     from ..analysis import (
-        HeadScores,
         Pairs,
         head_patterns,
         layer_head_scores,
@@ -187,6 +192,11 @@ def heads(
     elif repeat is not None:
         said = "the text twice"
     sink = f"Sink₁ {sink_share(standard.alpha1, sink_threshold):.0%} (α₁ > {sink_threshold:g})"
+    if output.is_page(figure):
+        made = stack_figure_description("heads", stack, figure.style)
+        notes = [n for n in (said, sink) if n]
+        heads_page(layer, figure, stack, (classes, values), standard, scores, notes, made)
+        return
     emit(
         figure,
         as_json,
@@ -204,6 +214,29 @@ def heads(
             stack, scores, standard, sink_threshold, top=top, color=color, width=width, said=said
         ),
     )
+
+
+def heads_page(
+    layer: opt.LayerRequest,
+    figure: opt.FigureRequest,
+    stack: AttentionStack,
+    classes: tuple[list[list[str]], Array],
+    standard: HeadScores,
+    scores: dict[str, Array],
+    notes: list[str],
+    made: dict[str, Any],
+) -> None:
+    """heads -o FILE.html: the portrait, each head opening its map. A model's maps were dropped as its heads
+    were scored; the page runs it once more for them, pooled (and kept to 8 bits) as the model view's are."""
+    from ..render import html
+    from ..render.html.grid import heads_grid
+    from ..sources import Want
+
+    maps = stack
+    if layer.external:
+        maps = layer.stack(Want(pool="max", sinks_each=True, bins=html.page_bins(None)))
+    grid = heads_grid(stack, classes[0], classes[1], standard, scores, figure.style, notes)
+    output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="heads", stack=maps))
 
 
 @app.command()

@@ -136,7 +136,7 @@ def stack_figure_description(command: str, stack: AttentionStack, style: FigureS
 
 
 PAGE_SUFFIXES = (".html", ".htm")
-PAGE_VIEWS = "heatmap (also --all-layers: the model view) and lines"
+PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate and generate"
 
 
 def is_page(figure: opt.FigureRequest) -> bool:

@@ -12,6 +12,7 @@ from .. import options as opt
 from .._version import __version__
 from ..config import Positions
 from ..errors import UsageError, printable
+from . import output
 from .entry import app
 from .output import (
     compare_output,
@@ -170,6 +171,8 @@ def explain(
     shows the change in the loss of the next token (after the last token: the model's own top
     prediction) beside the weight: attention and importance can disagree.
 
+    -o FILE.html writes the steps as a page: every query's (a menu and ← →) when they fit, else --query's.
+
     [bold]Examples[/bold]
 
       attnviz explain "the cat sat on the mat" --query 2 --head 0
@@ -181,10 +184,17 @@ def explain(
       attnviz explain --model smollm2 "The cat sat on the mat" --layer 3 --head 2
 
       attnviz explain --model smollm2 "The cat sat" --importance -o keys.png
+
+      attnviz explain --model smollm2 "The cat sat" --layer 3 -o steps.html
     """
     from ..explain import explain_decoder, explain_query
 
     one_output(figure.output, as_json, False)
+    if output.is_page(figure):
+        if importance or all_heads:
+            raise UsageError("--importance draws a figure (.png, .svg, .pdf); a page (.html) shows the steps")
+        explain_page(layer, figure, query, head)
+        return
     if (importance or all_heads) and not layer.external:
         raise UsageError("--importance measures a decoder's loss: give --model, --model-dir or --model-file")
     if all_heads and not importance:
@@ -243,6 +253,48 @@ def explain(
         documents=lambda: [schema.explain_document(e, att)],
         show=lambda color, width: views.explain.render_explain(e, att, color=color, width=width),
     )
+
+
+def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int | None, head: int) -> None:
+    """explain -o FILE.html: the steps of every query (a menu and ← →) when the page can hold them, else of
+    --query alone, the page saying so; the layer is run once either way."""
+    from ..explain import decoder_queries, explain_every_query
+    from ..render import html
+    from ..render.html.explained import every_query_fits, explain_entry
+
+    def chosen(n: int, d_k: int, d_model: int, m: int) -> tuple[list[int], int, bool]:
+        start = n - 1 if query is None else query
+        every = every_query_fits(n, m, d_k, d_model)
+        return (list(range(n)) if every and 0 <= start < n else [start]), start, every
+
+    picked: dict[str, Any] = {}
+    if layer.external:
+        from ..models import load_model
+        from ..models.decoder import Decoder
+
+        if not layer.text.strip():
+            raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
+        model = load_model(layer.model, layer.model_dir, layer.model_file)
+        if not isinstance(model, Decoder):
+            raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
+        index = model.layers - 1 if layer.layer is None else layer.layer
+
+        def queries(n: int) -> list[int]:
+            picked["queries"], picked["start"], picked["every"] = chosen(n, model.shape.d_head, model.shape.hidden, n)
+            return list(picked["queries"])
+
+        explained, att = decoder_queries(model, layer.text, index, head, queries)
+    else:
+        built, att = layer.prepare()
+        n = len(att.tokens)
+        start = n - 1 - sum(att.padding) if query is None else query
+        d_k = int(att.config.get("d_k", 1))
+        every = every_query_fits(n, len(att.keys), d_k, int(att.config.get("d_model", 1)))
+        picked.update(start=start, every=every)
+        explained = explain_every_query(built, att, head, list(range(n)) if every and 0 <= start < n else [start])
+    entry = explain_entry(explained, att, picked["start"], picked["every"])
+    made = figure_description("explain", att, figure.style, query=picked["start"], head=head)
+    output.write_page(figure, lambda: html.view_page("explain", entry, figure.style, made, view="explain"))
 
 
 @app.command()

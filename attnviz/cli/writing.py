@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from .. import options as opt
+from .._version import __version__
 from ..errors import UsageError, out_of_range, say
 from .entry import app
 
@@ -40,7 +41,8 @@ def generate(
         typer.Option(
             "--output",
             "-o",
-            help="Write the animation to this file: .gif, .png (animated), or .mp4 or .webm (with ffmpeg).",
+            help="Write the animation to this file: .gif, .png (animated), or .mp4 or .webm (with ffmpeg); "
+            "or a page with a step slider: .html.",
             show_default=False,
             rich_help_panel=opt.P_FIG,
         ),
@@ -83,6 +85,7 @@ def generate(
 
     The prompt runs once; each step feeds the token just written through the model with a
     key/value cache, and shows its attention row (layer --layer, head --head or --mean).
+    -o FILE.html writes a page in place of the film: a step slider (and ← →) over the rows.
     Greedy by default; --temperature and --top-k sample (seeded by --seed). Ctrl-C stops
     and keeps what was written.
 
@@ -93,6 +96,8 @@ def generate(
       attnviz generate --model smollm2 "def add(a, b):" --new 24
 
       attnviz generate --model smollm2 "Once upon a time" --new 8 --jsonl
+
+      attnviz generate --model smollm2 "One, two, one," -L 18 --head 6 -o steps.html
     """
     from ..blocked import Keep
     from ..generate import Sampling
@@ -112,13 +117,25 @@ def generate(
         raise UsageError("choose one of --head, --mean and --all-heads")
     if all_heads and not (as_json or jsonl):
         raise UsageError("--all-heads is for --json and --jsonl; a film or the terminal shows one head, or --mean")
-    if figure.output is not None:
+    from .output import is_page
+
+    page = is_page(figure)
+    if figure.output is not None and not page:
         from ..render.film import film_budget, film_format
 
         film_format(figure.output)
         film_budget(figure.style, new)
+    if page and audit:
+        raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if page:
+        from ..render.html.steps import STEP_NUMBERS, step_numbers
+
+        prompt = len(model.encode(layer.text).ids)
+        if step_numbers(prompt, new) > STEP_NUMBERS:
+            raise UsageError(f"a page holds each step's row over the text so far: {prompt:,} prompt tokens and "
+                             f"--new {new} are too many; lower --new, or write a film (-o FILE.gif)")  # fmt: skip
     chosen = model.layers - 1 if layer.layer is None else layer.layer  # generate() checks the layer, and the model
     if head is not None and head >= model.heads:
         raise out_of_range("--head", head, model.heads, "head")
@@ -136,6 +153,8 @@ def generate(
         generation = run()
         write_json([generate_document(generation, described, color_scale, sinks)])
         _said(generation)
+    elif page:
+        _page(run(), figure, described, color_scale, sinks)
     elif figure.output is not None:
         from ..render.film import map_budget
 
@@ -145,6 +164,27 @@ def generate(
 
 
 Writing = Callable[..., "Generation"]  # generate() with all but on_step given
+
+
+def _page(
+    generation: Generation, figure: opt.FigureRequest, sampling: dict[str, object], scale: ColourScale, sinks: SinkMode
+) -> None:
+    """The page: a step slider in place of the film, each step's row over the text so far, as --json has them;
+    an interrupted generation writes none (as a film)."""
+    from .. import schema
+    from ..render import html
+    from ..render.html.steps import steps_entry
+    from .output import write_page
+
+    if generation.stopped == "interrupted":
+        say(f"attnviz: interrupted after {len(generation.rows)} tokens: {figure.output} not written")
+        raise typer.Exit(130)
+    entry = steps_entry(generation, dict(sampling), scale, sinks)
+    made = schema.generate_header(generation, dict(sampling)) | {
+        "attnviz": __version__, "command": "generate", "prompt": generation.prompt,
+        "view": {"color_scale": scale, "sinks": sinks}, "style": dataclasses.asdict(figure.style),
+    }  # fmt: skip
+    write_page(figure, lambda: html.view_page("steps", entry, figure.style, made, view="generate"))
 
 
 def _with_bar(run: Writing, name: str) -> Writing:

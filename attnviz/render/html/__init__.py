@@ -25,6 +25,8 @@ __all__ = [
     "VIEWS",
     "attention_page",
     "exact_fits",
+    "grid_page",
+    "view_page",
     "json_blob",
     "page_bins",
     "page_bytes",
@@ -51,12 +53,16 @@ def page_data(
     scale: str = "auto",
     sinks: str = "show",
     min_weight: float = 0.05,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page's script reads: the parts, where it starts, the style and how it was made."""
-    first = parts[0]
-    layer = max(0, min(layer, len(first["layers"]) - 1))
-    head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
-    return {
+    """Everything the page's script reads: the parts, where it starts, the style and how it was made;
+    ``extra``: what a view draws beside or in place of maps (``grid``: :mod:`.grid`; ``explain``: :mod:`.explained`;
+    ``steps``: :mod:`.steps`)."""
+    if parts:
+        first = parts[0]
+        layer = max(0, min(layer, len(first["layers"]) - 1))
+        head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
+    return (extra or {}) | {
         "attnviz": __version__,
         "view": view,
         "parts": list(parts),
@@ -114,3 +120,22 @@ def stack_page(
     ``exact``: the map it starts on at every token (of a pooled page)."""
     part = with_exact(stack_part(stack), exact, int(start.get("layer", 0)), int(start.get("head", 0)))
     return page_bytes(page_data(view, [part], style, made, **start))
+
+
+def grid_page(
+    grid: dict[str, Any],
+    style: FigureStyle,
+    made: dict[str, Any],
+    *,
+    view: str,
+    stack: AttentionStack | None = None,
+    **start: Any,
+) -> bytes:
+    """A grid of the heads (``heads``: the portrait, each cell opening ``stack``'s map of the head; ``ablate``)."""
+    parts = [] if stack is None else [stack_part(stack)]
+    return page_bytes(page_data(view, parts, style, made, extra={"grid": grid}, **start))
+
+
+def view_page(name: str, entry: dict[str, Any], style: FigureStyle, made: dict[str, Any], *, view: str) -> bytes:
+    """A page of a view drawn by its own script (explain, generate) from ``entry``, held as ``name``."""
+    return page_bytes(page_data(view, [], style, made, extra={name: entry}))

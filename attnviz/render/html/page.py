@@ -19,7 +19,8 @@ from typing import Any
 from ..._version import __version__
 from ...errors import AttnvizError
 
-VIEWS = ("heatmap", "lines", "model")
+VIEWS = ("heatmap", "lines", "model", "heads", "ablate", "explain", "generate")
+SCRIPTS = {"explain": "explain.js", "generate": "steps.js"}  # views drawn by a script of their own; else view.js
 JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
@@ -54,7 +55,7 @@ def page_html(data: dict[str, Any]) -> str:
     """The page for ``data`` (see :mod:`.data`): its view, parts, style and how it was made."""
     if data.get("view") not in VIEWS:
         raise AttnvizError(f"no page for the view {data.get('view')!r}")
-    script, style = "\n" + asset("view.js"), "\n" + asset("view.css")
+    script, style = "\n" + asset(SCRIPTS.get(data["view"], "view.js")), "\n" + asset("view.css")
     if "</script" in script.lower() or "</style" in style.lower():
         raise AttnvizError("the page's script or style would end its own element")  # a packaging error
     values = {

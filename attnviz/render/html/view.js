@@ -227,6 +227,14 @@
   document.addEventListener("keydown", (event) => {
     const target = event.target;
     if (target instanceof HTMLSelectElement || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (target && target.dataset && target.dataset.cell && event.key.startsWith("Arrow")) {  // a grid's cells
+      const down = { ArrowUp: -1, ArrowDown: 1 }[event.key] || 0, across = { ArrowLeft: -1, ArrowRight: 1 }[event.key] || 0;
+      const next = document.querySelector('.cell[data-layer="' + (+target.dataset.layer + down) + '"][data-head="' + (+target.dataset.head + across) + '"]');
+      if (next) next.focus();
+      event.preventDefault();
+      return;
+    }
+    if (!data.parts.length) return;
     const token = target && target.dataset ? target.dataset.side : undefined;
     if (event.key === "ArrowLeft" || event.key === "ArrowRight") {
       choose(state.layer, state.head + (event.key === "ArrowRight" ? 1 : -1));
@@ -609,8 +617,75 @@
     ctx.drawImage(small, 0, 0, tile.width, tile.height);
   }
   function markTile() {
-    for (const tile of document.querySelectorAll("canvas.tile"))
+    for (const tile of document.querySelectorAll(".tile"))
       tile.classList.toggle("chosen", +tile.dataset.layer === state.layer && +tile.dataset.head === state.head);
+  }
+
+  // ---- a grid of the heads' scores (heads: the portrait; ablate: each head's Δ), coloured as the figure is ----
+  const rgbOf = (hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16));
+  function buildGrid() {
+    const g = data.grid, box = $("tiles");
+    box.replaceChildren(el("h2", g.title, "grid-title"));
+    for (const note of g.notes) box.append(el("p", note, "muted"));
+    const wide = Math.max(...g.cells.flat().map((c) => c.text.length)) > 3;  // "+0.13" needs more than ".87"
+    const size = Math.round(style.font * (wide ? 3.4 : 2.6)), height = Math.round(style.font * 1.9);
+    const grid = el("div", null, "tile-grid");
+    grid.style.gridTemplateColumns = "auto repeat(" + g.cols.length + ", " + size + "px)";
+    grid.append(el("div", "head", "tile-layer"));
+    for (const name of g.cols) grid.append(el("div", name.replace(/^head /, ""), "tile-head"));
+    g.cells.forEach((row, l) => {
+      grid.append(el("div", g.rows[l], "tile-layer"));
+      row.forEach((cell, h) => {
+        const tile = el("div", cell.text, "tile cell");
+        tile.style.background = cell.colour;
+        tile.style.color = luminance(rgbOf(cell.colour)) > 0.179 ? "#000" : "#fff";
+        tile.style.height = height + "px";
+        tile.tabIndex = 0;
+        tile.setAttribute("role", g.opens ? "button" : "img");
+        tile.setAttribute("aria-label", g.rows[l] + " " + g.cols[h] + ": " + cell.about.join("; "));
+        Object.assign(tile.dataset, { layer: String(l), head: String(h), cell: "yes" });
+        const about = (hovered) => {  // every score below the grid; the first two beside a hovered head
+          const name = g.rows[l] + " · " + g.cols[h];
+          $("readout").textContent = name + "\n" + cell.about.join("\n");
+          const b = tile.getBoundingClientRect();
+          if (hovered) tip(name + "\n" + cell.about.slice(0, 2).join("\n"), b.right, b.bottom - 12);
+          document.body.dataset.about = l + "/" + h;
+        };
+        tile.addEventListener("mouseenter", () => about(true));
+        tile.addEventListener("focus", () => about(false));
+        tile.addEventListener("mouseleave", hideTip);
+        tile.addEventListener("blur", hideTip);
+        if (g.opens) {
+          tile.addEventListener("click", () => choose(l, h));
+          tile.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") { choose(l, h); event.preventDefault(); } });
+        }
+        grid.append(tile);
+      });
+    });
+    const row = el("div", null, "grid-row" + (g.legend ? " below" : ""));  // a scale beside, a list of classes below
+    row.append(grid);
+    box.append(row);
+    const legend = el("div", null, "grid-legend");
+    for (const entry of g.legend || []) {
+      const item = el("span", null, "swatch-entry");
+      const swatch = el("span", null, "swatch");
+      swatch.style.background = entry.colour;
+      item.append(swatch, el("span", entry.label));
+      legend.append(item);
+    }
+    if (g.scale) {
+      const bar = el("div", null, "scale-bar");
+      for (const stop of g.scale) {
+        const item = el("span", null, "scale-stop");
+        const swatch = el("span", null, "swatch");
+        swatch.style.background = stop.colour;
+        item.append(swatch, el("span", stop.label));
+        bar.append(item);
+      }
+      legend.append(el("div", g.scale_title, "scale-title"), bar);
+    }
+    row.append(legend);
+    if (!g.legend) legend.append($("readout"));  // beside the scale, in view however long the grid
   }
 
   // ---- drawing what the state says ----
@@ -619,23 +694,31 @@
     if (!$("heatmap-panel").hidden) drawHeatmap();
     if (!$("lines-panel").hidden) drawLines();
     drawHeading();
-    if (data.view === "model") {
-      if (everything) queueTiles();
-      markTile();
-    }
+    if (data.view === "model" && everything) queueTiles();
+    if (data.view === "model" || data.view === "heads") markTile();
     document.body.dataset.shown = [state.part, state.layer, state.head].join("/");
   }
-  const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"] }[data.view];
+  const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"], heads: ["tiles", "heatmap-panel"], ablate: ["tiles"] }[data.view];
   for (const id of panels) $(id).hidden = false;
-  if (data.view === "model") $("heatmap-panel").prepend($("map-title"));  // beside the tiles, over its map
+  if (data.view === "model" || data.view === "heads") $("heatmap-panel").prepend($("map-title"));  // beside the tiles, over its map
   const layered = data.parts.some((p) => p.layers.length > 1);
-  $("keys-help").textContent = "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
+  const help = {
+    heads: "Keys: Tab to a head, then the arrows move between heads and Enter opens its map · ← → ↑ ↓ elsewhere: head and layer",
+    ablate: "Keys: Tab to a head, then the arrows move between heads; hover or focus a head for its Δ",
+  }[data.view];
+  $("keys-help").textContent = help || "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
   $("made-text").textContent = JSON.stringify(data.made, null, 2);
-  buildControls();
-  if (data.view === "model") buildTiles();
-  show(true);
+  if (data.grid) buildGrid();
+  if (data.parts.length) {
+    buildControls();
+    if (data.view === "model") buildTiles();
+    show(true);
+  } else {
+    $("heading").textContent = data.grid.heading.join(" · ");
+    document.title = "attnviz · " + data.grid.title;
+  }
   let resized = 0;
-  window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { if (data.view === "model") buildTiles(); show(true); }, 150); });
+  window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { if (data.view === "model") buildTiles(); if (data.parts.length) show(true); }, 150); });
   document.body.dataset.ready = "yes";
   document.body.dataset.readyAt = String(Math.round(performance.now()));  // since the page was asked for
 })();
