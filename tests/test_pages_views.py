@@ -17,7 +17,7 @@ from attnviz.render.figure import FigureStyle
 from attnviz.render.html.grid import ablation_grid, signed
 
 BLOB = re.compile(r'<script type="application/json" id="attnviz-data">(.*?)</script>', re.S)
-TINY = Path("/work/shared/fixtures/hf-tiny/llama-tiny")
+TINY = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hf-tiny" / "llama-tiny"  # beside the checkout
 HOSTILE = ["</script><img", "<b>x</b>", "<!--", "{{script}}", "&amp;", "]]>", "a\u2028b", "\u2029"]
 
 

@@ -19,7 +19,7 @@ from attnviz.cli import main
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 browser = base.browser  # one chromium for the module, as the heatmap's pages have
-TINY = Path("/work/shared/fixtures/hf-tiny/llama-tiny")
+TINY = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hf-tiny" / "llama-tiny"  # beside the checkout
 WORDS = "the cat sat on the mat the cat sat".split()
 BAD = [t for t in HOSTILE if " " not in t and t not in ("\ud800", "\u2029", "a\u2028b")]  # one word each
 
