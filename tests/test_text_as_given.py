@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import AttnvizError
 from attnviz.inputs import files_only, read_text
@@ -55,15 +56,28 @@ def test_arguments_are_joined_with_single_spaces() -> None:
     assert read_text([" a", "b ", "c"]) == " a b  c"
 
 
-@needs_smollm2
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny.gguf"))
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_runs_the_file_as_tokenize_splits_it(cli, tmp_path: Path, command: str) -> None:
+def test_every_command_runs_the_file_as_tokenize_splits_it(cli, tmp_path: Path, tiny: str, command: str) -> None:
     path = tmp_path / "t.txt"
     path.write_text("  Indented start.\nfire.\n", encoding="utf-8")
-    expected = _tokens(cli, "tokenize", "--model", "smollm2", "--file", str(path), "--no-special")
+    expected = _tokens(cli, "tokenize", "--model-file", tiny, "--file", str(path), "--no-special")
     assert expected[0] == " " and expected[-1] == "\n"  # what stripping lost
-    assert _tokens(cli, *COMMANDS[command], "--model", "smollm2", "--file", str(path)) == expected
-    assert _tokens(cli, *COMMANDS[command], "--model", "smollm2", "-", stdin=path.read_bytes()) == expected
+    assert _tokens(cli, *COMMANDS[command], "--model-file", tiny, "--file", str(path)) == expected
+    assert _tokens(cli, *COMMANDS[command], "--model-file", tiny, "-", stdin=path.read_bytes()) == expected
+
+
+@needs_smollm2
+def test_a_real_tokenizer_sees_the_last_newline(cli, tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("The fire.\n", encoding="utf-8")
+    expected = _tokens(cli, "tokenize", "--model", "smollm2", "--file", str(path), "--no-special")
+    assert expected[-1] == "\n"  # id 198, not the 13 of a bare "."
+    assert _tokens(cli, "heatmap", "--model", "smollm2", "--layer", "0", "--head", "0", "--file", str(path)) == expected
 
 
 @needs_smollm2
