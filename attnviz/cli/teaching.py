@@ -4,7 +4,7 @@ order-blindness without positions, differences between two settings, and attenti
 from __future__ import annotations
 
 from dataclasses import asdict, replace
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -14,6 +14,10 @@ from ..config import Positions
 from ..errors import UsageError, printable
 from . import output
 from .entry import app
+
+if TYPE_CHECKING:
+    from ..models.decoder import Decoder
+
 from .output import (
     compare_output,
     emit,
@@ -126,6 +130,19 @@ def saturation(
     )
 
 
+def explained_decoder(layer: opt.LayerRequest) -> Decoder:
+    """The decoder ``explain`` runs (its page too), or one line of why not: no text, or an encoder."""
+    from ..models import load_model
+    from ..models.decoder import Decoder
+
+    if not layer.text.strip():
+        raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
+    model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(model, Decoder):
+        raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
+    return model
+
+
 @app.command()
 @opt.with_options(
     layer=opt.LAYER.variant(hidden=("pair", "max_tokens", "from_file", "tokens_file")),
@@ -201,14 +218,7 @@ def explain(
         raise UsageError("--all-heads goes with --importance")
     measured = None
     if layer.external:
-        from ..models import load_model
-        from ..models.decoder import Decoder
-
-        if not layer.text.strip():
-            raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
-        model = load_model(layer.model, layer.model_dir, layer.model_file)
-        if not isinstance(model, Decoder):
-            raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
+        model = explained_decoder(layer)
         chosen = model.layers - 1 if layer.layer is None else layer.layer
         e, att = explain_decoder(model, layer.text, chosen, query, head)
         query = e.query
@@ -269,14 +279,7 @@ def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int 
 
     picked: dict[str, Any] = {}
     if layer.external:
-        from ..models import load_model
-        from ..models.decoder import Decoder
-
-        if not layer.text.strip():
-            raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
-        model = load_model(layer.model, layer.model_dir, layer.model_file)
-        if not isinstance(model, Decoder):
-            raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
+        model = explained_decoder(layer)
         index = model.layers - 1 if layer.layer is None else layer.layer
 
         def queries(n: int) -> list[int]:

@@ -4,27 +4,11 @@
 // put in as text (textContent), never markup. Names follow attnviz's Python (query, key, weight, values).
 "use strict";
 (function () {
-  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
-  const style = data.style, ex = data.explain;
-  const $ = (id) => document.getElementById(id);
-  const root = document.documentElement.style;
-  for (const [name, value] of Object.entries(style.colours)) root.setProperty("--" + name, value);
-  root.setProperty("--font", style.font + "px");
-  document.body.classList.add("theme-" + style.theme, "preset-" + style.preset);
-  const cmap = style.cmap.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
-  const diverging = ex.diverging.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
+  const { data, style, $, el, cut, rgbOf, cmap } = attnviz;  // page.js
+  const ex = data.explain;
+  const diverging = ex.diverging.map(rgbOf);
   const state = { at: ex.start, key: null };
 
-  function el(tag, text, cls) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (cls) node.className = cls;
-    return node;
-  }
-  function cut(text, chars) {
-    const points = Array.from(text);
-    return points.length <= chars ? text : points.slice(0, Math.max(1, chars - 1)).join("").trimEnd() + "…";
-  }
   function fixed(v, digits) { return v === null ? "masked" : (Math.abs(v) < 0.005 && v !== 0 && digits <= 2 ? v.toExponential(0) : v.toFixed(digits)).replace("-", "−"); }
   const rgb = (c) => "rgb(" + c.join(",") + ")";
   function component(v) {  // render.explain's RdBu_r from −limit to +limit

@@ -26,7 +26,7 @@ JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u20
 
 @functools.cache
 def asset(name: str) -> str:
-    """A file of the page (page.html, view.js, view.css), from the package."""
+    """A file of the page (page.html, page.js, view.js, view.css), from the package."""
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
@@ -55,7 +55,8 @@ def page_html(data: dict[str, Any]) -> str:
     """The page for ``data`` (see :mod:`.data`): its view, parts, style and how it was made."""
     if data.get("view") not in VIEWS:
         raise AttnvizError(f"no page for the view {data.get('view')!r}")
-    script, style = "\n" + asset(SCRIPTS.get(data["view"], "view.js")), "\n" + asset("view.css")
+    script = "\n" + asset("page.js") + "\n" + asset(SCRIPTS.get(data["view"], "view.js"))  # page.js: what all share
+    style = "\n" + asset("view.css")
     if "</script" in script.lower() or "</style" in style.lower():
         raise AttnvizError("the page's script or style would end its own element")  # a packaging error
     values = {

@@ -3,26 +3,10 @@
 // it. Plain DOM; every token is put in as text (textContent), never markup. Names follow attnviz's Python.
 "use strict";
 (function () {
-  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
-  const style = data.style, run = data.steps;
-  const $ = (id) => document.getElementById(id);
-  const root = document.documentElement.style;
-  for (const [name, value] of Object.entries(style.colours)) root.setProperty("--" + name, value);
-  root.setProperty("--font", style.font + "px");
-  document.body.classList.add("theme-" + style.theme, "preset-" + style.preset);
-  const cmap = style.cmap.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
+  const { data, style, $, el, cut, cmap } = attnviz;  // page.js
+  const run = data.steps;
   const steps = run.steps, n = run.prompt.length, tokens = [...run.prompt, ...run.written];
 
-  function el(tag, text, cls) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (cls) node.className = cls;
-    return node;
-  }
-  function cut(text, chars) {
-    const points = Array.from(text);
-    return points.length <= chars ? text : points.slice(0, Math.max(1, chars - 1)).join("").trimEnd() + "…";
-  }
   function luminance(rgb) {
     const lin = rgb.map((v) => { const c = v / 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); });
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];

@@ -3,13 +3,10 @@
 // Names follow attnviz's Python: part, layer, head, query, key, weight.
 "use strict";
 (function () {
-  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
-  const style = data.style;
-  const $ = (id) => document.getElementById(id);
+  const { data, style, $, el, cut, rgbOf, cmap } = attnviz;  // page.js
   const SVG = "http://www.w3.org/2000/svg";
   const SCALE_NAMES = { linear: "", log: " (log scale)", power: " (square-root scale)" };
   const SCALE_PHRASE = { linear: "", log: "log colour scale", power: "square-root colour scale" };
-  const cmap = style.cmap.map((hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16)));
 
   const start = data.start;
   const state = {
@@ -18,17 +15,7 @@
   };
 
   // ---- the theme and preset: CSS variables (the style's own rules read them) ----
-  const root = document.documentElement.style;
-  for (const [name, value] of Object.entries(style.colours)) root.setProperty("--" + name, value);
-  root.setProperty("--font", style.font + "px");
-  document.body.classList.add("theme-" + style.theme, "preset-" + style.preset);
 
-  function el(tag, text, cls) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (cls) node.className = cls;
-    return node;
-  }
   function svg(tag, attrs) {
     const node = document.createElementNS(SVG, tag);
     for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
@@ -39,10 +26,6 @@
     return k + suffix;
   }
   function plural(count, noun) { return count + " " + noun + (count === 1 ? "" : "s"); }
-  function cut(text, chars) {
-    const points = Array.from(text);
-    return points.length <= chars ? text : points.slice(0, Math.max(1, chars - 1)).join("").trimEnd() + "…";
-  }
   function tickStep(count, lengthPx, fontPx) {  // render.figure.tick_step: every k-th label, so none overlap
     const fits = Math.max(1, Math.floor(lengthPx / (fontPx * 1.15) + 1e-6));
     return Math.max(1, Math.ceil(count / fits));
@@ -622,7 +605,6 @@
   }
 
   // ---- a grid of the heads' scores (heads: the portrait; ablate: each head's Δ), coloured as the figure is ----
-  const rgbOf = (hex) => [1, 3, 5].map((k) => parseInt(hex.slice(k, k + 2), 16));
   function buildGrid() {
     const g = data.grid, box = $("tiles");
     box.replaceChildren(el("h2", g.title, "grid-title"));
