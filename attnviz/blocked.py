@@ -133,7 +133,7 @@ def attend(
     vv = None if v is None else np.asarray(v, dtype=np.float32)
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     combine = np.maximum if keep.pool == "max" else np.add
-    above = np.triu(np.ones((step, step), dtype=bool), k=1)
+    above = np.triu(np.ones((min(step, n), min(step, n)), dtype=bool), k=1)
     lock = threading.Lock()
 
     def one_group(g: int, hidden: tuple[tuple[int, ...], ...] = ()) -> None:
@@ -228,7 +228,7 @@ def attend_backward(
     k, v, grad = (np.asarray(a, dtype=np.float32) for a in (k, v, grad))
     heads, n, _ = q.shape
     step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(n, 1))))
-    above = np.triu(np.ones((step, step), dtype=bool), k=1)
+    above = np.triu(np.ones((min(step, n), min(step, n)), dtype=bool), k=1)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
 
     def one_head(h: int) -> None:

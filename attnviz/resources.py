@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import AttnvizError
+from .errors import AttnvizError, quoted
 
 
 def available_memory() -> int | None:
@@ -46,6 +46,24 @@ def _system_memory() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def memory_budget() -> int | None:
+    """Bytes attnviz may keep for speed (weights' pages between a generation's steps): ``ATTNVIZ_MEMORY`` (a
+    number of bytes, or with K, M or G), else a quarter of :func:`available_memory`; None when neither is known."""
+    given = os.environ.get("ATTNVIZ_MEMORY", "").strip()
+    if given:
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        number, unit = (given[:-1], units[given[-1].upper()]) if given[-1].upper() in units else (given, 1)
+        try:
+            value = float(number)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value * unit < 2**63:
+            raise AttnvizError(f"ATTNVIZ_MEMORY must be a number of bytes (or with K, M or G), got {quoted(given, 40)}")
+        return int(value * unit)
+    available = available_memory()
+    return None if available is None else available // 4
 
 
 def human_bytes(n: float) -> str:

@@ -78,22 +78,42 @@ if hasattr(os, "register_at_fork"):
 def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
     """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
     (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
-    threads for. At most BLOCK_THREADS: each holds a block, and past a few the Python between NumPy's calls, not
-    the cores, sets the pace. ``work`` must not call this again (its threads would wait for themselves)."""
+    threads for. The caller takes items too, beside at most BLOCK_THREADS − 1 kept threads: each call hands work
+    to the others once, not once per item (a generated token's products are short enough for the hand-over to
+    count). ``work`` must not call this again (its threads would wait for themselves)."""
     global _blocks_pool
     chosen = list(items)
-    if cores() == 1 or len(chosen) == 1:
+    helpers = min(cores(), BLOCK_THREADS, len(chosen)) - 1
+    if helpers < 1:
         for item in chosen:
             work(item)
         return
     import contextvars
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     if _blocks_pool is None:
-        _blocks_pool = ThreadPoolExecutor(max_workers=min(cores(), BLOCK_THREADS), thread_name_prefix="attnviz-blocks")
+        _blocks_pool = ThreadPoolExecutor(max_workers=BLOCK_THREADS - 1, thread_name_prefix="attnviz-blocks")
+    left, lock = iter(chosen), threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                item = next(left, _DONE)
+            if item is _DONE:
+                return
+            work(item)  # type: ignore[arg-type]
+
     context = contextvars.copy_context()
-    for _ in _blocks_pool.map(lambda item: context.copy().run(work, item), chosen):
-        pass
+    started = [_blocks_pool.submit(context.copy().run, drain) for _ in range(helpers)]
+    try:
+        drain()
+    finally:
+        for future in started:
+            future.result()
+
+
+_DONE = object()
 
 
 def product(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:

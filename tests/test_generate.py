@@ -118,6 +118,58 @@ def test_generation_reads_the_stored_matrices_and_keeps_no_float32_copy(tmp_path
     assert matrices > 4 * 2**20 and peak < matrices / 2, (peak, matrices)
 
 
+@pytest.mark.parametrize("budget", ["", "100M", "1K", "0"])
+def test_generation_keeps_the_stored_pages_within_the_memory_budget(tiny: Path, monkeypatch, budget: str) -> None:
+    """Every step reads every matrix: their pages stay in the process while the file fits ATTNVIZ_MEMORY (else a
+    quarter of the available memory), and are given back a block at a time beyond it, as one pass does. The
+    tokens written are the same either way."""
+    from attnviz.models import weights
+
+    monkeypatch.setenv("ATTNVIZ_MEMORY", budget)
+    released: list[int] = []
+    monkeypatch.setattr(weights, "release", lambda mapped, start, length: released.append(length))
+    model = load_model(None, model_file=tiny)
+    written = generate(model, "the cat", 3, 1).ids
+    kept = budget in ("", "100M")
+    assert model.weights.mapped_between_passes is kept
+    assert (not released) is kept
+    monkeypatch.setenv("ATTNVIZ_MEMORY", "0")
+    assert generate(load_model(None, model_file=tiny), "the cat", 3, 1).ids == written
+
+
+@pytest.mark.parametrize("budget", ["lots", "-1", "1X", "nan", "1e30G"])
+def test_a_memory_budget_that_is_not_a_size_is_one_line(cli, tiny: Path, monkeypatch, budget: str) -> None:
+    monkeypatch.setenv("ATTNVIZ_MEMORY", budget)
+    run = cli("generate", "--model-file", str(tiny), "the cat", "--new", "2")
+    assert run.code != 0 and run.err.count("\n") == 1 and "ATTNVIZ_MEMORY" in run.err, run.err
+
+
+def test_the_caller_shares_the_blocks_and_an_error_in_any_reaches_it(monkeypatch) -> None:
+    """run_blocks: every item once, the caller's thread among those doing them; an item's error is raised after
+    the others have ended."""
+    import threading
+
+    from attnviz import threads
+
+    monkeypatch.setattr(threads, "cores", lambda: 2)
+    seen: list[tuple[int, str]] = []
+
+    def note(i: int) -> None:
+        seen.append((i, threading.current_thread().name))
+        time.sleep(0.002)  # long enough that no thread takes them all before the caller starts
+
+    threads.run_blocks(note, range(40))
+    assert sorted(i for i, _ in seen) == list(range(40))
+    assert threading.current_thread().name in {name for _, name in seen}
+
+    def fails(i: int) -> None:
+        if i == 7:
+            raise ValueError("block 7")
+
+    with pytest.raises(ValueError, match="block 7"):
+        threads.run_blocks(fails, range(50))
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
 def test_a_forked_child_runs_the_model_its_parent_ran(tiny: Path, monkeypatch) -> None:
     """A batch forks its workers after the parent may have run a model: the threads that multiply a matrix's

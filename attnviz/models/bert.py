@@ -161,6 +161,17 @@ class Renamed:
     def stored_name(self, name: str) -> str:
         return self.stored.stored_name(self.names_.get(name, name))
 
+    @property
+    def mapped_between_passes(self) -> bool:
+        return self.stored.mapped_between_passes
+
+    @mapped_between_passes.setter
+    def mapped_between_passes(self, value: bool) -> None:
+        self.stored.mapped_between_passes = value
+
+    def stored_bytes(self) -> int:
+        return self.stored.stored_bytes()
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         if name not in self.names_:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")

@@ -57,6 +57,10 @@ class Resident:
     def __init__(self, weights: Tensors) -> None:
         self.inner, self.path = weights, weights.path
         self.kept: dict[str, Array] = {}
+        self.mapped_between_passes = True
+
+    def stored_bytes(self) -> int:
+        return self.inner.stored_bytes()
 
     def __contains__(self, name: str) -> bool:
         return name in self.inner
@@ -252,6 +256,17 @@ class Decoder:
         text (ablation); generation reads the stored matrices a block at a time instead (:meth:`Tensors.product`)."""
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
+
+    def keep_mapped(self) -> bool:
+        """Keep the stored matrices' pages in this process between passes, when the file fits the memory budget
+        (:func:`attnviz.resources.memory_budget`): a generation reads every matrix again for each token, and
+        bringing its pages back from the system's cache each time cost more than the products. Beyond the budget
+        they are read a block at a time, as one pass reads them. Returns whether they are kept."""
+        from ..resources import memory_budget
+
+        budget = memory_budget()
+        self.weights.mapped_between_passes = budget is not None and self.weights.stored_bytes() <= budget
+        return self.weights.mapped_between_passes
 
     def forward(
         self, ids: Array, cache: Cache, keep: tuple[int, Keep], progress: Steps | None = None

@@ -64,6 +64,7 @@ class GGUF:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.mapped_between_passes = False  # see weights.Tensors
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
             if self.size < 24:
@@ -193,6 +194,9 @@ class GGUF:
     def stored_name(self, name: str) -> str:
         return name
 
+    def stored_bytes(self) -> int:
+        return len(self.data)
+
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
         info, raw = self.raw(name)
@@ -212,7 +216,8 @@ class GGUF:
 
         def block(start: int, stop: int) -> np.ndarray:
             result = times(x, raw[start:stop], info.kind)
-            release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+            if not self.mapped_between_passes:
+                release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
             return result
 
         return by_rows(len(x), info.shape, block)
@@ -274,7 +279,7 @@ def times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
         return np.asarray(x @ _floats(raw, kind).T, dtype=np.float32)
     if len(x) <= FEW_INPUTS and kind in SMALL_BLOCKS:
         return _few_times(x, raw, kind)
-    codes, scale, offset = decode(raw, kind)  # (groups, group, blocks, rows); (groups, blocks, rows)
+    codes, scale, offset = decode(raw, kind, shifted=len(x) > FEW_INPUTS)  # (groups, group, blocks, rows)
     groups, group, blocks, rows = codes.shape
     if len(x) > FEW_INPUTS:
         values = codes * scale[:, None] + (0 if offset is None else offset[:, None])
@@ -345,16 +350,19 @@ def planes(raw: np.ndarray, kind: int) -> np.ndarray:
     return values.reshape(-1, *codes.shape[2:])
 
 
-def decode(raw: np.ndarray, kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def decode(raw: np.ndarray, kind: int, shifted: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """A quantised type's rows of raw bytes as groups of integer codes (groups per block, values per group,
     blocks per row, rows; float32) with each group's scale and offset (groups, blocks, rows; None: no offset):
-    value = code·scale + offset, computed in float32 as ggml's dequantize_row_* compute it.
+    value = code·scale + offset, computed in float32 as ggml's dequantize_row_* compute it (not ``shifted``:
+    Q6_K's codes less 32 as the offset, a pass fewer for a product's sums, not ggml's bits).
 
     Each byte of a block is first gathered across all blocks (one plane of bytes), so every operation after
     runs over long contiguous planes, not along 18-byte blocks."""
     block_bytes = BLOCKS[kind][1]
     gathered = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, block_bytes).transpose(2, 1, 0))
-    unpack = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k, 13: _q5_k, 14: _q6_k}[kind]
+    if kind == 14:
+        return _q6_k(gathered, shifted)
+    unpack = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k, 13: _q5_k}[kind]
     return unpack(gathered)
 
 
@@ -451,19 +459,29 @@ def _q5_k(p: np.ndarray) -> Decoded:  # d, dmin, scales (12), qh (32), qs (128)
     return _k_quant(p, _k_nibbles(p[48:176], p[16:48]))
 
 
-def _q6_k(p: np.ndarray) -> Decoded:  # ql (128), qh (64), scales (16 × int8), d: x = (d·scale)·q, a scale per 16
+def _q6_k(p: np.ndarray, shifted: bool = True) -> Decoded:
+    """ql (128), qh (64), scales (16 × int8), d: x = (d·scale)·(q − 32), a scale per 16. Not ``shifted``: the codes
+    as stored, and −32·(d·scale) as each group's offset (a product's sums; not dequantise's bits)."""
     rest = p.shape[1:]
     ql = p[0:128].reshape(2, 64, *rest)
     qh = p[128:192].reshape(2, 32, *rest)
     codes = np.empty((2, 4, 32, *rest), dtype=np.uint8)  # halves, quarters, 32 values
+    top = np.empty_like(qh)
     for quarter in range(4):
         packed = ql[:, 32 * (quarter % 2) : 32 * (quarter % 2) + 32]
         if quarter < 2:
             np.bitwise_and(packed, 0x0F, out=codes[:, quarter])
         else:
             np.right_shift(packed, 4, out=codes[:, quarter])
-        codes[:, quarter] |= ((qh >> (2 * quarter)) & 3) << 4
+        if quarter < 3:  # the quarter's 2 bits of qh to bits 4 and 5
+            np.left_shift(qh, 4 - 2 * quarter, out=top)
+        else:
+            np.right_shift(qh, 2, out=top)
+        np.bitwise_and(top, 0x30, out=top)
+        np.bitwise_or(codes[:, quarter], top, out=codes[:, quarter])
     q = codes.astype(np.float32).reshape(16, 16, *rest)
-    q -= 32
-    scales = p[192:208].view(np.int8).astype(np.float32)
-    return q, _half(p, 208) * scales, None
+    scales = _half(p, 208) * p[192:208].view(np.int8).astype(np.float32)
+    if shifted:
+        q -= 32
+        return q, scales, None
+    return q, scales, -32 * scales

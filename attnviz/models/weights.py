@@ -26,6 +26,10 @@ MAX_INDEX_BYTES = 32 * 2**20  # the shard index's JSON: every tensor's name and 
 
 class Tensors(Protocol):
     path: Path
+    mapped_between_passes: bool
+    """False: each block of rows a product reads leaves the process's memory after it (:func:`release`), so one
+    pass over a long text never holds the whole file; True: the pages stay, for a generation, which reads every
+    matrix again for each token (page faults cost more than its products)."""
 
     def __contains__(self, name: str) -> bool: ...
 
@@ -34,6 +38,10 @@ class Tensors(Protocol):
         ...
 
     def shape(self, name: str) -> tuple[int, ...]: ...
+
+    def stored_bytes(self) -> int:
+        """The bytes of every tensor as the file stores them."""
+        ...
 
     def stored_name(self, name: str) -> str:
         """The name the file stores tensor ``name`` under, for messages (a folder's own; a GGUF's is the same)."""
@@ -107,6 +115,7 @@ class FolderTensors:
         self.unnamed: list[str] = []  # stored names the family has no name for: refused unless known inert
         self.transposed = transposed
         self.adjust = adjust
+        self.mapped_between_passes = False
         for name, stored in checkpoint_tensors(path).items():
             renamed = rename(name)
             if renamed is None:
@@ -122,6 +131,9 @@ class FolderTensors:
 
     def stored_name(self, name: str) -> str:
         return self.original.get(name, name)
+
+    def stored_bytes(self) -> int:
+        return sum(stored.array.nbytes for stored in self.stored.values())
 
     def shape(self, name: str) -> tuple[int, ...]:
         shape = self.stored[name].shape
@@ -147,12 +159,12 @@ class FolderTensors:
             values = stored.float32(np.s_[:, start:stop]).T if transposed else stored.float32(np.s_[start:stop])
             values = self.adjust(name, values) if self.adjust is not None else values
             result = np.asarray(x @ values.T, dtype=np.float32)
-            if stored.mapped is not None and not transposed:
+            if stored.mapped is not None and not transposed and not self.mapped_between_passes:
                 release(stored.mapped, stored.offset + start * row_bytes, (stop - start) * row_bytes)
             return result
 
         out = by_rows(len(x), self.shape(name), block)
-        if stored.mapped is not None and transposed:  # a block is a few columns of every stored row: all at the end
+        if stored.mapped is not None and transposed and not self.mapped_between_passes:  # a block is a few columns of every stored row: all at the end
             release(stored.mapped, stored.offset, stored.array.nbytes)
         return out
 
