@@ -89,6 +89,11 @@ def generate(
     Greedy by default; --temperature and --top-k sample (seeded by --seed). Ctrl-C stops
     and keeps what was written.
 
+    Speed and memory: each step multiplies the file's quantised blocks as stored (no float32
+    copy of the model), and the file stays in memory between steps while it fits ATTNVIZ_MEMORY
+    (bytes, or 500M, 2G; default: a quarter of the available memory); beyond it, each step
+    reads it again a block of rows at a time.
+
     [bold]Examples[/bold]
 
       attnviz generate --model smollm2 "One, two, one," -L 18 --head 6 -o film.gif
