@@ -89,10 +89,11 @@ def generate(
     Greedy by default; --temperature and --top-k sample (seeded by --seed). Ctrl-C stops
     and keeps what was written.
 
-    Speed and memory: each step multiplies the file's quantised blocks as stored (no float32
-    copy of the model), and the file stays in memory between steps while it fits ATTNVIZ_MEMORY
-    (bytes, or 500M, 2G; default: a quarter of the available memory); beyond it, each step
-    reads it again a block of rows at a time.
+    Speed and memory: no float32 copy of the model is made. While the file fits ATTNVIZ_MEMORY
+    (bytes, or 500M, 2G; default: a quarter of the available memory) it stays in memory between
+    steps, and the matrices whose products gain most have their integer codes unpacked (a byte or
+    half a byte a value: at most 0.4× the file more); beyond it, each step multiplies the stored
+    blocks, read again a block of rows at a time.
 
     [bold]Examples[/bold]
 

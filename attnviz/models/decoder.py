@@ -25,6 +25,7 @@ from .weights import Tensors, rows
 if TYPE_CHECKING:
     from ..progress import Steps
 
+UNPACKED_SHARE = 0.4  # of a model's stored bytes, the memory a generation may add to unpack its matrices
 HeadsEdit = Callable[[Array], Array]
 """What an experiment makes of one layer's heads' outputs (heads, n, d) before the output projection: a head's set
 to zero or to its mean (:mod:`attnviz.ablation`), one query's row of a head recomputed without a key."""
@@ -258,15 +259,26 @@ class Decoder:
             self.weights = Resident(self.weights)
 
     def keep_mapped(self) -> bool:
-        """Keep the stored matrices' pages in this process between passes, when the file fits the memory budget
-        (:func:`attnviz.resources.memory_budget`): a generation reads every matrix again for each token, and
-        bringing its pages back from the system's cache each time cost more than the products. Beyond the budget
-        they are read a block at a time, as one pass reads them. Returns whether they are kept."""
+        """Ready the weights for a generation, which reads every matrix again for each token: when the file fits
+        the memory budget (:func:`attnviz.resources.memory_budget`), its pages stay in this process between
+        passes (bringing them back from the system's cache each time cost more than the products), and the
+        matrices whose products gain the most are unpacked (:mod:`.unpacked`), within UNPACKED_SHARE of the
+        stored bytes more. Beyond the budget they are read a block at a time, as one pass reads them. Returns
+        whether they are kept."""
         from ..resources import memory_budget
+        from .gguf import GGUF
+        from .unpacked import chosen
 
-        budget = memory_budget()
-        self.weights.mapped_between_passes = budget is not None and self.weights.stored_bytes() <= budget
-        return self.weights.mapped_between_passes
+        budget, stored = memory_budget(), self.weights.stored_bytes()
+        kept = budget is not None and stored <= budget
+        self.weights.mapped_between_passes = kept
+        if kept and budget is not None and isinstance(self.weights, GGUF):
+            read = {*self.expected(), "output.weight"}
+            matrices = {name: (info.shape, info.kind, self.weights.raw(name)[1].nbytes)
+                        for name, info in self.weights.tensors.items() if name in read}  # fmt: skip
+            allowance = min(budget - stored, int(UNPACKED_SHARE * stored))
+            self.weights.to_unpack = set(chosen(matrices, allowance))
+        return kept
 
     def forward(
         self, ids: Array, cache: Cache, keep: tuple[int, Keep], progress: Steps | None = None

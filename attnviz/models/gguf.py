@@ -7,17 +7,22 @@ from the file is checked against the file's length before anything is allocated.
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import AttnvizError, printable, quoted
 from ..inputs import open_regular
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
+
+if TYPE_CHECKING:
+    from .unpacked import Unpacked
 
 MAGIC = b"GGUF"
 TYPE_NAMES = {
@@ -65,6 +70,8 @@ class GGUF:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.mapped_between_passes = False  # see weights.Tensors
+        self.to_unpack: set[str] = set()  # matrices a few inputs' product unpacks first (see unpacked.py)
+        self.unpacked: dict[str, Unpacked] = {}
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
             if self.size < 24:
@@ -213,6 +220,14 @@ class GGUF:
         x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
 
         from .weights import by_rows, release
+
+        if len(x) <= FEW_INPUTS and name in self.to_unpack:
+            if name not in self.unpacked:
+                from .unpacked import unpack
+
+                self.unpacked[name] = unpack(raw, info.kind)
+                release(self.data, info.offset, raw.nbytes)  # read again only by a product of many inputs
+            return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x))
 
         def block(start: int, stop: int) -> np.ndarray:
             result = times(x, raw[start:stop], info.kind)

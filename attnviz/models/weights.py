@@ -164,7 +164,9 @@ class FolderTensors:
             return result
 
         out = by_rows(len(x), self.shape(name), block)
-        if stored.mapped is not None and transposed and not self.mapped_between_passes:  # a block is a few columns of every stored row: all at the end
+        if (
+            stored.mapped is not None and transposed and not self.mapped_between_passes
+        ):  # columns of every row: at the end
             release(stored.mapped, stored.offset, stored.array.nbytes)
         return out
 

@@ -1,0 +1,84 @@
+"""A generation's matrices unpacked (attnviz/models/unpacked.py): the same products as the stored blocks give,
+within the memory the budget allows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_quants import QUANTISED, blocks
+from tiny_gguf import write_tiny_llama
+
+from attnviz.generate import generate
+from attnviz.models import load_model
+from attnviz.models.gguf import BLOCKS, TYPE_NAMES, dequantise, in_planes_order, times
+from attnviz.models.unpacked import SAVED, chosen, halved, unpack, unpacked_bytes
+
+
+@pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
+@pytest.mark.parametrize("width", [64, 256, 288, 512])
+def test_an_unpacked_matrix_multiplies_as_its_stored_blocks(kind: int, width: int) -> None:
+    """Every type, rows of whole groups in both halves (codes two to a byte where 4-bit) or not, any block of
+    rows: the values dequantise gives, summed in another order, so equal within float32 rounding."""
+    per_block = BLOCKS[kind][0]
+    if width % per_block:
+        pytest.skip(f"{TYPE_NAMES[kind]} has blocks of {per_block}")
+    raw = blocks(kind, 11, width // per_block, kind + width)
+    matrix = dequantise(raw, kind).astype(np.float64)
+    unpacked = unpack(raw, kind)
+    assert unpacked.codes.nbytes + unpacked.scale.nbytes + (
+        0 if unpacked.offset is None else unpacked.offset.nbytes
+    ) == unpacked_bytes((11, width), kind)
+    assert unpacked.nibbles == halved(kind, width) == (kind in (2, 3, 12) and width % 64 == 0)
+    for n in (1, 4):
+        x = np.random.default_rng(n).standard_normal((n, width)).astype(np.float32)
+        scale = (np.abs(x) @ np.abs(matrix).T).max()
+        for start, stop in ((0, 11), (3, 8)):
+            ours = unpacked.times(x, start, stop)
+            assert ours.dtype == np.float32 and ours.shape == (n, stop - start)
+            np.testing.assert_allclose(ours, x @ matrix[start:stop].T, rtol=0, atol=1e-6 * scale)
+            stored = times(in_planes_order(x, kind), raw[start:stop], kind)
+            np.testing.assert_allclose(ours, stored, rtol=0, atol=2e-6 * scale)
+
+
+def test_the_matrices_chosen_save_the_most_time_for_their_memory_within_the_allowance() -> None:
+    stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in SAVED}
+    matrices = {TYPE_NAMES[k]: ((4096, 4096), k, stored[k]) for k in SAVED}
+    extra = {TYPE_NAMES[k]: unpacked_bytes((4096, 4096), k) - stored[k] for k in SAVED}
+    rate = {name: SAVED[k] * 4096 * 4096 / extra[name] for name, (_, k, _) in matrices.items() if SAVED[k]}
+    assert chosen(matrices, 0) == []
+    every = chosen(matrices, 10**12)
+    assert set(every) == set(rate)
+    for allowance in (extra["Q6_K"], sum(extra.values()) // 2):
+        picked = chosen(matrices, allowance)
+        assert sum(extra[name] for name in picked) <= allowance
+        left = [name for name in rate if name not in picked]
+        # none left out would have fitted in what was left, at a better rate than one taken
+        room = allowance - sum(extra[name] for name in picked)
+        assert all(extra[name] > room or rate[name] <= min(rate[p] for p in picked) for name in left)
+
+
+@pytest.mark.parametrize("budget", ["", "1K"])
+def test_generation_unpacks_within_the_budget_and_writes_the_same_tokens(tmp_path: Path, monkeypatch, budget) -> None:
+    """With room, a generation unpacks the matrices a step multiplies (no more than UNPACKED_SHARE of the stored
+    bytes more) and writes what the stored blocks write; without, it unpacks nothing."""
+    from attnviz.models import decoder
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    monkeypatch.setenv("ATTNVIZ_MEMORY", "1K")
+    plain = generate(load_model(None, model_file=path), "the cat sat", 5, 1)
+    monkeypatch.setenv("ATTNVIZ_MEMORY", budget)
+    model = load_model(None, model_file=path)
+    written = generate(model, "the cat sat", 5, 1)
+    assert written.ids == plain.ids
+    unpacked = model.weights.unpacked
+    if budget:
+        assert not unpacked and not model.weights.to_unpack
+        return
+    assert unpacked and set(unpacked) == model.weights.to_unpack
+    added = sum(
+        u.codes.nbytes + u.scale.nbytes + (u.scale.nbytes if u.offset is not None else 0) for u in unpacked.values()
+    )
+    stored = sum(model.weights.raw(name)[1].nbytes for name in unpacked)
+    assert added - stored <= decoder.UNPACKED_SHARE * model.weights.stored_bytes()
