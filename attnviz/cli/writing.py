@@ -92,8 +92,8 @@ def generate(
     Speed and memory: no float32 copy of the model is made. While the file fits ATTNVIZ_MEMORY
     (bytes, or 500M, 2G; default: a quarter of the available memory) it stays in memory between
     steps, and the matrices whose products gain most have their integer codes unpacked (a byte or
-    half a byte a value: at most 0.4× the file more); beyond it, each step multiplies the stored
-    blocks, read again a block of rows at a time.
+    half a byte a value) while the process stays within 1.35× the file; beyond the budget, each
+    step multiplies the stored blocks, read again a block of rows at a time.
 
     [bold]Examples[/bold]
 

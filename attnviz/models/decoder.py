@@ -25,7 +25,7 @@ from .weights import Tensors, rows
 if TYPE_CHECKING:
     from ..progress import Steps
 
-UNPACKED_SHARE = 0.4  # of a model's stored bytes, the memory a generation may add to unpack its matrices
+GENERATION_MEMORY = 1.35  # × the stored bytes, a generation with its unpacked matrices: the step works in 1.5×
 HeadsEdit = Callable[[Array], Array]
 """What an experiment makes of one layer's heads' outputs (heads, n, d) before the output projection: a head's set
 to zero or to its mean (:mod:`attnviz.ablation`), one query's row of a head recomputed without a key."""
@@ -262,21 +262,22 @@ class Decoder:
         """Ready the weights for a generation, which reads every matrix again for each token: when the file fits
         the memory budget (:func:`attnviz.resources.memory_budget`), its pages stay in this process between
         passes (bringing them back from the system's cache each time cost more than the products), and the
-        matrices whose products gain the most are unpacked (:mod:`.unpacked`), within UNPACKED_SHARE of the
-        stored bytes more. Beyond the budget they are read a block at a time, as one pass reads them. Returns
-        whether they are kept."""
-        from ..resources import memory_budget
+        matrices whose products gain the most are unpacked (:mod:`.unpacked`), as long as the process (its own
+        memory, as it is now, and the stored bytes) stays within GENERATION_MEMORY × the stored bytes. Beyond the
+        budget they are read a block at a time, as one pass reads them (a model that has unpacked matrices keeps
+        them for its next generation). Returns whether they are kept."""
+        from ..resources import memory_budget, own_memory
         from .gguf import GGUF
         from .unpacked import chosen
 
         budget, stored = memory_budget(), self.weights.stored_bytes()
         kept = budget is not None and stored <= budget
         self.weights.mapped_between_passes = kept
-        if kept and budget is not None and isinstance(self.weights, GGUF):
+        if kept and budget is not None and isinstance(self.weights, GGUF) and not self.weights.unpacked:
             read = {*self.expected(), "output.weight"}
             matrices = {name: (info.shape, info.kind, self.weights.raw(name)[1].nbytes)
                         for name, info in self.weights.tensors.items() if name in read}  # fmt: skip
-            allowance = min(budget - stored, int(UNPACKED_SHARE * stored))
+            allowance = min(budget - stored, int((GENERATION_MEMORY - 1) * stored) - own_memory())
             self.weights.to_unpack = set(chosen(matrices, allowance))
         return kept
 

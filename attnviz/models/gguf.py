@@ -225,8 +225,12 @@ class GGUF:
             if name not in self.unpacked:
                 from .unpacked import unpack
 
-                self.unpacked[name] = unpack(raw, info.kind)
-                release(self.data, info.offset, raw.nbytes)  # read again only by a product of many inputs
+                row = raw.shape[1]  # the stored pages leave as they are unpacked: read again only for many inputs
+                self.unpacked[name] = unpack(
+                    raw,
+                    info.kind,
+                    lambda start, stop: release(self.data, info.offset + start * row, (stop - start) * row),
+                )
             return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x))
 
         def block(start: int, stop: int) -> np.ndarray:

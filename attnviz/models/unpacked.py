@@ -11,6 +11,7 @@ memory, at a quarter of its size. The codes are the file's, so the product is th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,9 +77,9 @@ def halved(kind: int, width: int) -> bool:
     return kind in NIBBLES and width % 64 == 0
 
 
-def unpack(raw: np.ndarray, kind: int) -> Unpacked:
+def unpack(raw: np.ndarray, kind: int, done: Callable[[int, int], None] = lambda start, stop: None) -> Unpacked:
     """The rows ``raw`` (bytes of one GGUF type of :data:`SAVED`) unpacked, a block of rows at a time (decoding
-    holds a block's values in float32)."""
+    holds a block's values in float32); ``done(start, stop)`` after each block (its stored pages may go)."""
     from ..threads import run_blocks
 
     rows, group = raw.shape[0], 16 if kind == 14 else 32
@@ -105,6 +106,7 @@ def unpack(raw: np.ndarray, kind: int) -> Unpacked:
         out.scale[:, start:stop] = scale.transpose(1, 0, 2).reshape(-1, stop - start)
         if out.offset is not None and offset is not None:
             out.offset[:, start:stop] = offset.transpose(1, 0, 2).reshape(-1, stop - start)
+        done(start, stop)
 
     run_blocks(one, range(0, rows, step))
     return out
