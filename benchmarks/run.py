@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -96,14 +97,19 @@ def long_sequence(n: int) -> None:
     ROWS[-1] = (*ROWS[-1][:5], ROWS[-1][5] and peak <= 2**30, ROWS[-1][6])
 
 
-def processes(commands: list[list[str]], repeats: int = 9, pick: Callable[[list[float]], float] = min) -> list[float]:
+def processes(
+    commands: list[list[str]],
+    repeats: int = 9,
+    pick: Callable[[list[float]], float] = min,
+    env: dict[str, str] | None = None,
+) -> list[float]:
     """The best (or ``pick``) of ``repeats`` fresh runs of each command, taken in turns so that the
-    machine's load falls on all of them alike.
+    machine's load falls on all of them alike; ``env`` added to every command's environment.
 
     Python may write its bytecode cache, as it does for users (PYTHONDONTWRITEBYTECODE would
     make every changed module compile again on each start).
     """
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"} | (env or {})
     times: list[list[float]] = [[] for _ in commands]
     for turn in range(repeats + 1):
         for command, spent in zip(commands, times, strict=True):
@@ -115,12 +121,23 @@ def processes(commands: list[list[str]], repeats: int = 9, pick: Callable[[list[
 
 
 def start_up() -> None:
-    if not FLOOR.is_file():
-        print(f"(skipping start-up: {FLOOR} not found)")
+    """attnviz's console script as ``make demo`` installs it (editable) and as a wheel installs it, each against
+    the floor in the same environment."""
+    attnviz = [str(Path(sys.executable).with_name("attnviz"))]
+    if not FLOOR.is_file() or not Path(attnviz[0]).is_file():
+        print(f"(skipping start-up: {FLOOR} or {attnviz[0]} not found)")
         return
-    attnviz = [sys.executable, "-m", "attnviz"]
     floor = [sys.executable, str(FLOOR)]
-    record("start-up: --help", *processes([[*attnviz, "--help"], [*floor, "--help"]]), 1.3)
+    ours, base = processes([[*attnviz, "--help"], [*floor, "--help"]])
+    record("start-up: --help (editable install)", ours, base, 1.2)
+    with tempfile.TemporaryDirectory() as plain:
+        install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", plain, str(ROOT)]
+        if subprocess.run(install, capture_output=True).returncode == 0:  # a wheel, built and installed as pip does
+            script = [str(Path(plain, "bin", "attnviz")), "--help"]
+            ours, base = processes([script, [*floor, "--help"]], env={"PYTHONPATH": plain})
+            record("start-up: --help (plain install)", ours, base, 1.2)
+        else:
+            print("(skipping start-up of a plain install: pip could not build attnviz)")
     words = "the cat sat on the mat".split()
     record(  # the median of 15 paired runs, as a user's shell meets it
         "start-up: heatmap … --json",
