@@ -13,9 +13,11 @@ import argparse
 import gc
 import io
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -96,40 +98,66 @@ def long_sequence(n: int) -> None:
     ROWS[-1] = (*ROWS[-1][:5], ROWS[-1][5] and peak <= 2**30, ROWS[-1][6])
 
 
-def processes(commands: list[list[str]], repeats: int = 9, pick: Callable[[list[float]], float] = min) -> list[float]:
+def processes(
+    commands: list[list[str]],
+    repeats: int = 9,
+    pick: Callable[[list[float]], float] = min,
+    env: dict[str, str] | None = None,
+    cpu: list[float] | None = None,
+) -> list[float]:
     """The best (or ``pick``) of ``repeats`` fresh runs of each command, taken in turns so that the
-    machine's load falls on all of them alike.
+    machine's load falls on all of them alike; ``env`` added to every command's environment. ``cpu``,
+    when given, receives the same pick of each command's CPU time (user and system), which the load
+    moves less than the time on the clock.
 
     Python may write its bytecode cache, as it does for users (PYTHONDONTWRITEBYTECODE would
     make every changed module compile again on each start).
     """
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"} | (env or {})
     times: list[list[float]] = [[] for _ in commands]
+    cpu_times: list[list[float]] = [[] for _ in commands]
     for turn in range(repeats + 1):
-        for command, spent in zip(commands, times, strict=True):
+        for command, spent, used in zip(commands, times, cpu_times, strict=True):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(command, capture_output=True, check=True, cwd=ROOT, env=env)
             if turn:  # the first turn warms the caches
                 spent.append(time.perf_counter() - start)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                used.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    if cpu is not None:
+        cpu[:] = [pick(used) for used in cpu_times]
     return [pick(spent) for spent in times]
 
 
 def start_up() -> None:
-    if not FLOOR.is_file():
-        print(f"(skipping start-up: {FLOOR} not found)")
+    """attnviz's console script as ``make demo`` installs it (editable) and as a wheel installs it, each against
+    the floor in the same environment; the ratio of CPU times beside it."""
+    attnviz = [str(Path(sys.executable).with_name("attnviz"))]
+    if not FLOOR.is_file() or not Path(attnviz[0]).is_file():
+        print(f"(skipping start-up: {FLOOR} or {attnviz[0]} not found)")
         return
-    attnviz = [sys.executable, "-m", "attnviz"]
     floor = [sys.executable, str(FLOOR)]
-    record("start-up: --help", *processes([[*attnviz, "--help"], [*floor, "--help"]]), 1.3)
+
+    def row(case: str, commands: list[list[str]], **how: Any) -> None:
+        cpu: list[float] = []
+        ours, base = processes(commands, cpu=cpu, **how)
+        record(case, ours, base, 1.2, f"CPU time {cpu[0] / cpu[1]:.2f}×")
+
+    row("start-up: --help (editable install)", [[*attnviz, "--help"], [*floor, "--help"]])
+    with tempfile.TemporaryDirectory() as plain:
+        install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", plain, str(ROOT)]
+        if subprocess.run(install, capture_output=True).returncode == 0:  # a wheel, built and installed as pip does
+            script = [str(Path(plain, "bin", "attnviz")), "--help"]
+            row("start-up: --help (plain install)", [script, [*floor, "--help"]], env={"PYTHONPATH": plain})
+        else:
+            print("(skipping start-up of a plain install: pip could not build attnviz)")
     words = "the cat sat on the mat".split()
-    record(  # the median of 15 paired runs, as a user's shell meets it
+    row(  # the median of 15 paired runs, as a user's shell meets it
         "start-up: heatmap … --json",
-        *processes(
-            [[*attnviz, "heatmap", *words, "--json"], [*floor, "heatmap", *words, "--json"]],
-            repeats=15,
-            pick=statistics.median,
-        ),
-        1.2,
+        [[*attnviz, "heatmap", *words, "--json"], [*floor, "heatmap", *words, "--json"]],
+        repeats=15,
+        pick=statistics.median,
     )
 
 

@@ -222,12 +222,26 @@ def test_help_paragraphs_wrap_to_the_terminal_and_show_brackets(cli, monkeypatch
         assert "[defaults] and [[figure]]" in run.out and "Each [[figure]] names" in run.out
 
 
-@pytest.mark.parametrize("args", [["heatmap", "--help"], ["mask", "--bogus"], ["heatmap", "--heads", "x", "a"]])
-def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: list[str]) -> None:
-    """main builds only the command named first (start-up); help and errors must not change."""
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["heatmap", "--help"],
+        ["mask", "--bogus"],
+        ["heatmap", "--heads", "x", "a"],
+        ["--help"],
+        ["-h"],
+        ["--help", "heatmap", "--bogus"],
+        ["-h", "--version"],
+        ["--help", "--bogus"],
+    ],
+)
+@pytest.mark.parametrize("columns", ["60", "100"])
+def test_a_command_reads_the_same_when_only_it_is_built(cli, monkeypatch, args: list[str], columns: str) -> None:
+    """main builds only the command named first, and --help only the commands' names and help (start-up);
+    help and errors must not change."""
     from attnviz.cli import entry as module
 
-    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("COLUMNS", columns)
     lean = cli(*args)
     assert module._app_for(args) is not module.app
     monkeypatch.setattr(module, "_app_for", lambda argv: module.app)

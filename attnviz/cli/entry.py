@@ -6,6 +6,7 @@ line on stderr and an exit code in :func:`main`, and nowhere else.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 import textwrap
@@ -111,23 +112,39 @@ def register(command: str | None = None) -> typer.Typer:
 
 
 def _app_for(argv: list[str]) -> typer.Typer:
-    """The app with only the command that will run, when the first argument names one.
+    """The app with only the command that will run, when the first argument names one; with the commands
+    as ``--help`` lists them (name, docstring, panel: no parameters), when it is ``--help``.
 
     typer builds every command's parameters before it runs one (a few milliseconds each), and
-    start-up is a target (see benchmarks/run.py); usage lines and errors read the same.
+    start-up is a target (see benchmarks/run.py); usage lines, help and errors read the same.
     """
     name = argv[0] if argv else ""
-    chosen = [
-        info
-        for info in app.registered_commands
-        if info.callback is not None and (info.name or info.callback.__name__.replace("_", "-")) == name
-    ]
+    if name in APP_SETTINGS["context_settings"]["help_option_names"]:  # eager: no command runs after it
+        chosen = [_listed(info) for info in app.registered_commands]
+    else:
+        chosen = [
+            info
+            for info in app.registered_commands
+            if info.callback is not None and (info.name or info.callback.__name__.replace("_", "-")) == name
+        ]
     if not chosen:
         return app
     lean = typer.Typer(**APP_SETTINGS)
     lean.registered_callback = app.registered_callback
     lean.registered_commands = chosen
     return lean
+
+
+def _listed(info: Any) -> Any:
+    """A command as the app's --help lists it: its name, docstring and panel, and no parameters to build."""
+
+    def listed() -> None:
+        raise AssertionError("a command listed by --help never runs")
+
+    listed.__name__, listed.__doc__ = info.callback.__name__, info.callback.__doc__
+    shown = copy.copy(info)
+    shown.callback = listed
+    return shown
 
 
 def _flag_help(make: Any) -> Any:
