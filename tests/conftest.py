@@ -63,7 +63,9 @@ def loads_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Within the test, each model file or folder is loaded once, by the first command that names it, and the
     later commands get that model again: for tests that run many commands on one unchanged model, where what is
     checked is each command's answer, not its loading (the first command still loads it as a user's would).
-    A file written again (another size or time) is loaded again."""
+    A file or folder written again (another size or time) is loaded again; a built-in model is keyed by its name.
+    Not for tests that compare numbers across commands after ablate, explain --importance or the gradient
+    commands, which keep the model's weights dequantised (Decoder.resident) for the commands after them."""
     import attnviz.models
 
     load, loaded = attnviz.models.load_model, {}
