@@ -59,6 +59,32 @@ class Run:
 
 
 @pytest.fixture
+def loads_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the test, each model file or folder is loaded once, by the first command that names it, and the
+    later commands get that model again: for tests that run many commands on one unchanged model, where what is
+    checked is each command's answer, not its loading (the first command still loads it as a user's would).
+    A file or folder written again (another size or time) is loaded again; a built-in model is keyed by its name.
+    Not for tests that compare numbers across commands after ablate, explain --importance or the gradient
+    commands, which keep the model's weights dequantised (Decoder.resident) for the commands after them."""
+    import attnviz.models
+
+    load, loaded = attnviz.models.load_model, {}
+
+    def once(name: str | None, model_dir: Path | None = None, model_file: Path | None = None) -> object:
+        where = model_file or model_dir
+        if where is not None and not Path(where).exists():
+            return load(name, model_dir, model_file)  # its error, as a user gets it
+        files = [] if where is None else [Path(where), *(Path(where).iterdir() if Path(where).is_dir() else ())]
+        stamps = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        key = (name, str(model_dir), str(model_file), stamps)
+        if key not in loaded:
+            loaded[key] = load(name, model_dir, model_file)
+        return loaded[key]
+
+    monkeypatch.setattr(attnviz.models, "load_model", once)
+
+
+@pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run]:
     """cli("heatmap", "a", "b", stdin=b"...") -> Run(code, out, err), as a user at an 80-column pipe sees it."""
     monkeypatch.delenv("COLUMNS", raising=False)

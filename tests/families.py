@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import struct
 from collections.abc import Mapping
@@ -55,14 +56,27 @@ def write_converted(
     """A GGUF of the metadata kept as ``gguf:metadata`` (or ``metadata``) and the vocabulary of SmolLM2's GGUF, the
     keys in ``types``'s order and of its GGUF types where given, and F32 ``tensors``."""
     kept = json.loads(str(z["gguf:metadata" if "gguf:metadata" in z else "metadata"]))
-    vocabulary = GGUF(model_location("smollm2")[0]).metadata
-    values = {key: [v if isinstance(v, str) else int(v) for v in vocabulary[key]] for key in VOCABULARY}  # type: ignore[attr-defined]
     metadata: dict[str, object] = {}
     for key in types or [*kept, *VOCABULARY]:
-        value = values[key] if key in VOCABULARY else kept[key]
-        metadata[key] = typed(value, types[key]) if types else value
+        if key in VOCABULARY:
+            metadata[key] = _typed_vocabulary(key, tuple(types[key])) if types else _vocabulary()[key]
+        else:
+            metadata[key] = typed(kept[key], types[key]) if types else kept[key]
     raw = {k: (F32, v.shape, np.ascontiguousarray(v, "<f4").tobytes()) for k, v in tensors.items()}
     write_gguf(path, metadata, raw, alignment=int(kept.get("general.alignment", 32)))
+
+
+@functools.cache
+def _vocabulary() -> dict[str, list[str | int]]:
+    """SmolLM2's vocabulary keys, read from its GGUF once per process (every family's file takes them)."""
+    vocabulary = GGUF(model_location("smollm2")[0]).metadata
+    return {key: [v if isinstance(v, str) else int(v) for v in vocabulary[key]] for key in VOCABULARY}  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _typed_vocabulary(key: str, kind: tuple[int, ...]) -> bytes:
+    """A vocabulary key's value with its GGUF type, encoded once per process."""
+    return typed(_vocabulary()[key], list(kind))
 
 
 def typed(value: object, kind: list[int]) -> bytes:

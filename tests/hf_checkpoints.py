@@ -4,6 +4,7 @@ the reference uses), and a tokenizer.json where one can be had without ../shared
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,7 +62,13 @@ def expanded(z: Mapping[str, np.ndarray], prefix: str = "", rows: np.ndarray | N
 
 def smollm2_tokenizer_json() -> dict:
     """SmolLM2's tokenizer.json (that of the BPE checkpoints): its vocabulary and merges from SmolLM2's GGUF,
-    which make_hf_tiny.py checked are the same, the rest kept in the skeleton."""
+    which make_hf_tiny.py checked are the same, the rest kept in the skeleton. A fresh copy each call."""
+    return json.loads(_smollm2_tokenizer_text())
+
+
+@functools.cache
+def _smollm2_tokenizer_text() -> str:
+    """The tokenizer.json as text, built from the GGUF once per process (a copy is read in a quarter of the time)."""
     from attnviz.models import model_location
     from attnviz.models.gguf import GGUF
 
@@ -69,7 +76,7 @@ def smollm2_tokenizer_json() -> dict:
     spec = json.loads((HF_TINY / "smollm2_tokenizer_skeleton.json").read_text(encoding="utf-8"))
     spec["model"]["vocab"] = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
     spec["model"]["merges"] = [m.split(" ") for m in meta["tokenizer.ggml.merges"]]
-    return spec
+    return json.dumps(spec, ensure_ascii=False)
 
 
 def minilm_tokenizer_json() -> dict:

@@ -218,7 +218,7 @@ def test_saturation_passes_the_audit(cli, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("model", ["minilm", "smollm2", "gemma3"])
-def test_real_models_views_pass_the_audit(cli, tmp_path: Path, model: str, preset: str) -> None:
+def test_real_models_views_pass_the_audit(cli, loads_once, tmp_path: Path, model: str, preset: str) -> None:
     import importlib.util
     import os
 

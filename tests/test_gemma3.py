@@ -97,7 +97,7 @@ def test_quantised_tensors_of_the_file_dequantise_as_gguf_does(gemma) -> None:
 
 
 @needs_model
-def test_gemma3_in_the_commands(cli, tmp_path: Path) -> None:
+def test_gemma3_in_the_commands(cli, loads_once, tmp_path: Path) -> None:
     text = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."
     run = cli("heatmap", "--model", "gemma3", text, "--layer", "5", "--head", "3", "--no-color")
     assert run.code == 0 and "gemma3 · layer 5 of 18" in run.out
@@ -107,7 +107,7 @@ def test_gemma3_in_the_commands(cli, tmp_path: Path) -> None:
 
 
 @needs_model
-def test_a_sliding_layer_shows_its_band_as_masked_and_says_so(cli) -> None:
+def test_a_sliding_layer_shows_its_band_as_masked_and_says_so(cli, loads_once) -> None:
     import json
 
     text = " ".join(f"w{i}" for i in range(160))  # ~600 tokens: past the 512-key window

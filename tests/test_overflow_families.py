@@ -68,7 +68,7 @@ def huge(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path
 @pytest.mark.parametrize("place", PLACES)
 @pytest.mark.parametrize("name", families.names())
 def test_every_model_command_refuses_an_overflowing_gguf_in_one_line_without_a_warning(
-    cli, huge, tmp_path, monkeypatch, name: str, place: str
+    cli, loads_once, huge, tmp_path, monkeypatch, name: str, place: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = huge[(name, place)]
@@ -123,7 +123,7 @@ def huge_folder(family: str, place: str, folder: Path, monkeypatch: pytest.Monke
 @pytest.mark.parametrize("family", [*ENCODERS, "gpt2", "llama", "mistral", "qwen2", "smollm3", "gemma3_text", "gemma2",
                                     "qwen3", "olmo2", "phi3"])  # fmt: skip
 def test_every_model_command_refuses_an_overflowing_folder_in_one_line_without_a_warning(
-    cli, tmp_path, monkeypatch, family: str, place: str
+    cli, loads_once, tmp_path, monkeypatch, family: str, place: str
 ) -> None:
     folder = huge_folder(family, place, tmp_path / family, monkeypatch)
     monkeypatch.chdir(tmp_path)

@@ -211,7 +211,7 @@ def test_a_token_hovered_or_focused_shows_its_row(browser: Any, pages: dict[str,
     opened(browser, pages["heatmap"])
     all_links = browser.find_element("id", "lines").get_attribute("data-links")
     token = browser.find_element("css selector", '[data-side="query"][data-index="3"]')
-    ActionChains(browser).move_to_element(token).perform()
+    ActionChains(browser, duration=0).move_to_element(token).perform()
     numbers = [e.text for e in browser.find_elements("css selector", "text.number") if e.text]
     assert len(numbers) == 4  # causal: query 3 sees keys 0-3, each with its weight
     assert sum(float(n) for n in numbers) == pytest.approx(1.0, abs=4 * 0.0005)
@@ -232,13 +232,13 @@ def test_a_cell_hovered_says_query_key_and_weight(browser: Any, pages: dict[str,
     over = browser.find_element("id", "heatmap-over")
     size = over.size
     cell = size["width"] / 10
-    ActionChains(browser).move_to_element_with_offset(
+    ActionChains(browser, duration=0).move_to_element_with_offset(
         over, -size["width"] / 2 + cell * 1.5, -size["height"] / 2 + cell * 5.5
     ).perform()
     tip = browser.find_element("id", "tooltip")
     assert tip.is_displayed()
     assert tip.text.startswith("query 5 “mat” → key 1 “cat”: weight 0.")
-    ActionChains(browser).move_to_element_with_offset(
+    ActionChains(browser, duration=0).move_to_element_with_offset(
         over, -size["width"] / 2 + cell * 7.5, -size["height"] / 2 + cell * 2.5
     ).perform()
     assert tip.text.endswith("masked (this query may not see this key)")
@@ -271,8 +271,10 @@ def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, 
     from selenium.webdriver.common.action_chains import ActionChains
 
     opened(browser, pages[name])
+    hover = ActionChains(browser, duration=0)  # every token in turn, in one request
     for token in browser.find_elements("css selector", "text.token"):
-        ActionChains(browser).move_to_element(token).perform()
+        hover.move_to_element(token)
+    hover.perform()
     assert browser.execute_script("return window.pwned") is None
     assert browser.execute_script("return document.querySelectorAll('img, b, svg script, main script').length") == 0
     labels = browser.execute_script(
@@ -303,7 +305,7 @@ def test_a_pooled_page_opens_on_its_first_map_at_every_token(browser: Any, pages
     assert heading.text.startswith("400 tokens max-pooled into 256 × 256 bins")
     assert browser.execute_script(count) == 256
     token = browser.find_element("css selector", '[data-side="query"][data-index="100"]')
-    ActionChains(browser).move_to_element(token).perform()
+    ActionChains(browser, duration=0).move_to_element(token).perform()
     assert browser.find_element("id", "readout").text.startswith("query 100 “tokens 156–157: ")
     ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
     assert browser.execute_script(count) == 400

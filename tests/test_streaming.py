@@ -76,7 +76,7 @@ def test_rollout_and_head_patterns_streamed_equal_the_dense_ones(cli, models, ki
 
 
 @pytest.mark.slow
-def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli) -> None:
+def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli, loads_once) -> None:
     model = load_model("smollm2")
     full = all_attention(model, model.encode(TEXT)).weights
     assert full.shape[-1] > 250
@@ -103,7 +103,7 @@ def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli) -> None:
     ],
     ids=lambda c: " ".join(c),
 )
-def test_a_real_documents_tokens_draw_in_every_figure(cli, tmp_path: Path, command: list[str]) -> None:
+def test_a_real_documents_tokens_draw_in_every_figure(cli, loads_once, tmp_path: Path, command: list[str]) -> None:
     """Lone spaces, newlines and tabs are tokens of a decoder: each is drawn, as ␣ ↵ ⇥."""
     document = tmp_path / "doc.txt"
     document.write_text("Attention  is\n\nall you\tneed.\n  It  weighs\n every token .\n\n\n", encoding="utf-8")
