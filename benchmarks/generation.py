@@ -53,16 +53,17 @@ def load(args: list[str]) -> Any:
     return load_model(None, model_file=Path(args[1]))
 
 
-def steady(model: Any, new: int = 45, first: int = 5) -> float:
+def steady(model: Any, new: int = 45, first: int = 5) -> tuple[float, list[int]]:
     """Seconds per token of ``model``'s greedy generation after PROMPT, between its ``first``-th and ``new``-th
-    new tokens; a generation that stops early (its end token) is an error, not a shorter measurement."""
+    new tokens, and the ids written; a generation that stops early (its end token) is an error, not a shorter
+    measurement."""
     from attnviz.generate import generate
 
     times: list[float] = []
     result = generate(model, PROMPT, new, layer=0, on_step=lambda g: times.append(time.perf_counter()))
     if len(times) < new:
         raise RuntimeError(f"{model.name} stopped after {len(times)} tokens ({result.stopped}); {new} were asked for")
-    return (times[new - 1] - times[first - 1]) / (new - first)
+    return (times[new - 1] - times[first - 1]) / (new - first), list(result.ids)
 
 
 def matrices(model: Any) -> tuple[list[str], str]:
@@ -111,7 +112,7 @@ def rows(quick: bool) -> list[Row]:
     new, first = (15, 5) if quick else (45, 5)
     for name, args in models(quick):
         model = load(args)
-        ours, base = steady(model, new=new, first=first), floor(model)
+        ours, base = steady(model, new=new, first=first)[0], floor(model)
         note = f"{1 / ours:.1f} tokens/s; floor {1 / base:.1f} tokens/s (float32 W·x, every matrix)"
         out.append((f"generate: {name}, tokens {first}→{new}, s/token", ours, base, ours / base, "≤ 1×",
                     ours <= base, note))  # fmt: skip
