@@ -68,7 +68,7 @@ PEERS := build/peers-venv
 $(PEERS)/.installed:
 	$(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0
-	$(PEERS)/bin/python -m pip install --quiet transformers==5.24.0 'gguf>=0.10' numpy
+	$(PEERS)/bin/python -m pip install --quiet transformers==5.24.0 accelerate 'gguf>=0.10' numpy
 	touch $@
 
 bench-peers: $(VENV)/.installed-bench $(PEERS)/.installed
