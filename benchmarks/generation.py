@@ -121,8 +121,8 @@ def rows(quick: bool) -> list[Row]:
         prompt = len(model.encode(PROMPT).ids)
         budget = stored_bytes(model) + cache_bytes(model, prompt + 5)
         mib = peak / 2**20, budget / 2**20
-        note = "baseline: the weights as stored + the float32 key/value cache"
-        case = f"  {name}: peak memory, generate --new 5 (MiB)"
+        note = "generate --new 5, a fresh process; baseline: the weights as stored + the float32 key/value cache"
+        case = f"  {name}: generate's peak memory (MiB)"
         out.append((case, *mib, mib[0] / mib[1], "≤ 1.5×", mib[0] <= 1.5 * mib[1], note))
         del model
     return out
