@@ -168,8 +168,18 @@ def document_text(model: Any, tokens: int) -> str:
     low, high = 0, tokens * 2  # the most words whose text is at most ``tokens`` tokens
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if len(model.encode(" ".join(words[:middle])).ids) <= tokens else (low, middle)
+        low, high = (middle, high) if fits(model, " ".join(words[:middle]), tokens) else (low, middle)
     return " ".join(words[:low])
+
+
+def fits(model: Any, text: str, tokens: int) -> bool:
+    """``text`` is at most ``tokens`` tokens of ``model`` (more than the model takes is refused: not)."""
+    from attnviz.errors import AttnvizError
+
+    try:
+        return len(model.encode(text).ids) <= tokens
+    except AttnvizError:
+        return False
 
 
 def every_head_rows(python: str, quick: bool) -> list[Row]:
@@ -237,6 +247,7 @@ def main() -> None:
     parser.add_argument("--peer", help="the Python of the venv with torch and transformers")
     parser.add_argument("--transformers", type=Path, help=argparse.SUPPRESS)  # the peer's part: one case's JSON
     parser.add_argument("--quick", action="store_true", help="SmolLM2 at 2,543 tokens and the Qwen-shaped model only")
+    parser.add_argument("--only", choices=("generate", "heads"), help="one part of the table")
     options = parser.parse_args()
     if options.transformers is not None:
         print(json.dumps(transformers_case(json.loads(options.transformers.read_text()))))
@@ -244,7 +255,8 @@ def main() -> None:
     if options.peer is None:
         parser.error("--peer PYTHON is needed (make bench-peers builds build/peers-venv)")
     print(HEADER, flush=True)
-    rows = generation_rows(options.peer, options.quick) + every_head_rows(options.peer, options.quick)
+    rows = [] if options.only == "heads" else generation_rows(options.peer, options.quick)
+    rows += [] if options.only == "generate" else every_head_rows(options.peer, options.quick)
     print(f"\n{HEADER}")  # the whole table again, without the lines said between its rows
     for row in rows:
         show(row)
