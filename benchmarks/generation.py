@@ -77,7 +77,8 @@ def floor(model: Any) -> float:
     """Seconds per token of a float32 framework's products: every layer's matrices and the output matrix times a
     vector, W dequantised by attnviz from the same file. HELD_LAYERS distinct layers are held (a whole model in
     float32 would be 5 GB for the Llama-shaped one), each layer of the pass using one of them in turn, so that
-    every product reads its matrix from memory as a whole model's would."""
+    every product reads its matrix from memory as a whole model's would (on the Qwen-shaped model, 0.041 s a
+    token against 0.044 s with all 24 layers held)."""
     names, output = matrices(model)
     held = [[model.weights.tensor(f"blk.{i}.{n}") for n in names] for i in range(min(HELD_LAYERS, model.layers))]
     head = model.weights.tensor(output)
