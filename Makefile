@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint samples pages slides bench clean
+.PHONY: demo test lint samples pages slides bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +57,27 @@ pages: $(VENV)/.installed-test
 slides: $(VENV)/.installed-test
 	$(BIN)/attnviz batch samples/slides.toml -o build/slides --audit
 
-# Speed, as ratios against baselines measured in the same run.
-bench: $(VENV)/.installed
+# Speed, as ratios against baselines measured in the same run. The bench extra (gguf) writes the benchmark's own
+# 0.5B- and 1B-shaped models into build/bench-models, once.
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $@ $(VENV)/.installed
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py
+
+# attnviz beside transformers (float32, 2 threads) on the same weights and ids, in the same run. torch and
+# transformers live in a scratch environment of their own, never a dependency of attnviz; pip takes torch 2.13.0's
+# CPU build where it lies on the disk.
+PEERS := build/peers-venv
+$(PEERS)/.installed:
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0
+	$(PEERS)/bin/python -m pip install --quiet transformers==5.24.0 accelerate 'gguf>=0.10' numpy
+	touch $@
+
+bench-peers: $(VENV)/.installed-bench $(PEERS)/.installed
+	$(BIN)/python benchmarks/peers.py --peer $(PEERS)/bin/python
 
 clean:
 	rm -rf $(VENV) build *.egg-info

