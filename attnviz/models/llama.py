@@ -75,7 +75,8 @@ class Llama(Decoder):
     def feed_forward(self, f: Array, layer: int) -> Array:
         p = f"blk.{layer}."
         gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
-        return self.linear(self.activation(gate) * up, p + "ffn_down")
+        hidden = self.activation(gate)  # a new array: times ``up`` in place (a long text's is n × the width)
+        return self.linear(np.multiply(hidden, up, out=hidden), p + "ffn_down")
 
     def feed_forward_backward(self, f: Array, layer: int, grad: Array) -> Array:
         """∂/∂f of :meth:`feed_forward` given ∂/∂ its output."""
