@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..core import Array
+from ..threads import run_blocks
 
 
 def layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
@@ -109,6 +111,24 @@ def silu_backward(x: Array) -> Array:
     sigmoid = 1 / (1 + np.exp(-x))
     result: Array = sigmoid * (1 + x * (1 - sigmoid))
     return result
+
+
+GATED_BYTES = 2**18  # float32 bytes of the rows of a gated product made at a time: a block stays in cache
+
+
+def gated(activation: Callable[[Array], Array], gate: Array, up: Array) -> Array:
+    """activation(gate) · up, a new array made a block of rows at a time among the threads: a long text's (n, the
+    feed-forward's width) is the largest array a layer makes elementwise, the one step not already shared."""
+    out = np.empty(gate.shape, np.result_type(gate, up))
+    step = max(1, GATED_BYTES // (4 * max(gate.shape[-1], 1)))
+
+    def block(start: int) -> None:
+        part = out[start : start + step]
+        part[...] = activation(gate[start : start + step])
+        np.multiply(part, up[start : start + step], out=part)
+
+    run_blocks(block, range(0, len(gate), step))
+    return out
 
 
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "silu": silu, "swish": silu}
