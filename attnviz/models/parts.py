@@ -193,19 +193,19 @@ class Rope:
         return np.cos(angles) * self.attention, np.sin(angles) * self.attention
 
     def pairs(self, x: Array, start: int = 0) -> Array:
-        """(heads, n, d) rotated as GGUF lays out Llama's Q and K: adjacent pairs (2i, 2i+1), each the halves of a
-        complex number e + i·o, turned by multiplying it by cos + i·sin (one pass, not eight over strided halves)."""
-        if not self.dims:
-            return x.copy()
-        kind = np.result_type(x.dtype, np.complex64)
-        part = x[..., : self.dims]
-        if part.strides[-1] != part.itemsize:
-            part = np.ascontiguousarray(part)
-        turned: Array = (part.view(kind) * _turns(self, x.shape[1], start, kind)).view(x.dtype)
-        if self.dims == x.shape[-1]:
-            return turned
-        rotated = x.copy()
-        rotated[..., : self.dims] = turned
+        """(heads, n, d) rotated as GGUF lays out Llama's Q and K: adjacent pairs (2i, 2i+1). Written into one new
+        array (no copy of x, no temporary but one), with cos and sin made once for every layer."""
+        cos, sin = _angles(self, x.shape[1], start, x.dtype)
+        even, odd = x[..., 0 : self.dims : 2], x[..., 1 : self.dims : 2]
+        rotated = np.empty_like(x)
+        rotated[..., self.dims :] = x[..., self.dims :]
+        first, second = rotated[..., 0 : self.dims : 2], rotated[..., 1 : self.dims : 2]
+        other = odd * sin
+        np.multiply(even, cos, out=first)
+        first -= other
+        np.multiply(odd, cos, out=other)
+        np.multiply(even, sin, out=second)
+        second += other
         return rotated
 
     def pairs_backward(self, grad: Array, start: int = 0) -> Array:
@@ -233,14 +233,12 @@ class Rope:
 
 
 @functools.lru_cache(maxsize=8)
-def _turns(rope: Rope, n: int, start: int, kind: np.dtype[Any]) -> Array:
-    """cos + i·sin of :meth:`Rope.angles` (n, dims/2) as complex numbers of ``kind``, each part rounded to its real
-    type as the angles are before they multiply: every layer of one rope turns by the same numbers, made once."""
-    cos, sin = (a.astype(np.empty(0, kind).real.dtype) for a in rope.angles(n, start))
-    turns = np.empty(cos.shape, kind)
-    turns.real, turns.imag = cos, sin
-    turns.flags.writeable = False
-    return turns
+def _angles(rope: Rope, n: int, start: int, kind: np.dtype[Any]) -> tuple[Array, Array]:
+    """cos and sin of :meth:`Rope.angles` in the type of the values they turn: every layer of one rope turns by the
+    same numbers, made once."""
+    cos, sin = (a.astype(kind) for a in rope.angles(n, start))
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 NO_ROPE = Rope(1.0, 0)  # a layer without position embedding (SmolLM3's NoPE layers): it rotates no dimension
