@@ -53,18 +53,26 @@ def random_layer(n: int) -> Row:
 
 def command_peak(command: list[str]) -> tuple[float, float]:
     """Seconds and peak resident bytes of one run of ``command`` in a fresh process."""
+    seconds, _, peak = command_usage(command)
+    return seconds, peak
+
+
+def command_usage(command: list[str]) -> tuple[float, float, float]:
+    """Seconds, CPU seconds (every thread's, user and system) and peak resident bytes of one run of ``command`` in
+    a fresh process."""
     measure = (
         "import resource, subprocess, sys, time; t = time.perf_counter(); "
         "subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss)"
     )
     out = subprocess.run([sys.executable, "-c", measure, *command], capture_output=True, text=True, check=True).stdout
-    seconds, kib = out.split()
-    return float(seconds), int(kib) * 1024.0
+    seconds, cpu, kib = out.split()
+    return float(seconds), float(cpu), int(kib) * 1024.0
 
 
-def text_of(tokens: int, encode: Callable[[str], int]) -> str:
-    """Real prose (the README) cut to at most ``tokens`` tokens of the model."""
+def text_of(tokens: int, encode: Callable[[str], int], prose: Path = ROOT / "README.md") -> str:
+    """Real prose (the README, or ``prose``) repeated as needed and cut to at most ``tokens`` tokens of the model."""
     from attnviz.errors import AttnvizError
 
     def fits(text: str) -> bool:
@@ -73,7 +81,7 @@ def text_of(tokens: int, encode: Callable[[str], int]) -> str:
         except AttnvizError:  # more than the model takes
             return False
 
-    source = (ROOT / "README.md").read_text(encoding="utf-8")
+    source = prose.read_text(encoding="utf-8")
     while len(source) < tokens * 8:
         source += "\n\n" + source
     low, high = 0, min(len(source), tokens * 8)
@@ -125,17 +133,6 @@ def smollm2(n: int) -> list[Row]:
                 1.5,
                 peak,
                 2**30,
-            )
-        )
-        seconds, peak = command_peak([*common, "--all-layers", "-o", str(Path(tmp) / "b.png")])
-        rows.append(
-            row(
-                f"smollm2, {tokens:,} tokens, --all-layers -o",
-                seconds,
-                decoder_floor(tokens, 30, model),
-                1.7,
-                peak,
-                1.5 * 2**30,
             )
         )
         short = text_of(2048, lambda t: len(model.encode(t).ids))

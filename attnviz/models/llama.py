@@ -16,7 +16,7 @@ from ..core import Array
 from ..errors import AttnvizError
 from .decoder import Decoder, Shape, joined
 from .metadata import Settings
-from .parts import SLOPES, Rope, rms_norm, rms_norm_backward, silu
+from .parts import SLOPES, Rope, gated, rms_norm, rms_norm_backward, silu
 from .tokenizer import Tokenizer
 from .weights import Tensors, rows
 
@@ -75,7 +75,7 @@ class Llama(Decoder):
     def feed_forward(self, f: Array, layer: int) -> Array:
         p = f"blk.{layer}."
         gate, up = self.linear(f, p + "ffn_gate"), self.linear(f, p + "ffn_up")
-        return self.linear(self.activation(gate) * up, p + "ffn_down")
+        return self.linear(gated(self.activation, gate, up), p + "ffn_down")
 
     def feed_forward_backward(self, f: Array, layer: int, grad: Array) -> Array:
         """∂/∂f of :meth:`feed_forward` given ∂/∂ its output."""
