@@ -267,18 +267,14 @@ class Decoder:
         budget they are read a block at a time, as one pass reads them (a model that has unpacked matrices keeps
         them for its next generation). Returns whether they are kept."""
         from ..resources import memory_budget, own_memory
-        from .gguf import GGUF
-        from .unpacked import chosen
 
         budget, stored = memory_budget(), self.weights.stored_bytes()
         kept = budget is not None and stored <= budget
         self.weights.mapped_between_passes = kept
-        if kept and budget is not None and isinstance(self.weights, GGUF) and not self.weights.unpacked:
-            read = {*self.expected(), "output.weight"}
-            matrices = {name: (info.shape, info.kind, self.weights.raw(name)[1].nbytes)
-                        for name, info in self.weights.tensors.items() if name in read}  # fmt: skip
+        unpack = getattr(self.weights, "unpack_within", None)  # a GGUF's quantised matrices
+        if kept and budget is not None and unpack is not None:
             allowance = min(budget - stored, int((GENERATION_MEMORY - 1) * stored) - own_memory())
-            self.weights.to_unpack = set(chosen(matrices, allowance))
+            unpack({*self.expected(), "output.weight"}, allowance)
         return kept
 
     def forward(

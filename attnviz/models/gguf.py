@@ -266,6 +266,16 @@ class GGUF:
         run_blocks(block, range(0, height, step))
         return matrix
 
+    def unpack_within(self, names: set[str], allowance: int) -> None:
+        """Unpack, at their first product of a few inputs, those of the matrices ``names`` that save the most time
+        within ``allowance`` bytes beyond what they take stored (:func:`.unpacked.chosen`); once chosen, kept."""
+        from .unpacked import chosen
+
+        if not self.to_unpack:
+            matrices = {name: (info.shape, info.kind, self.raw(name)[1].nbytes)
+                        for name, info in self.tensors.items() if name in names}  # fmt: skip
+            self.to_unpack = set(chosen(matrices, allowance))
+
     def raw(self, name: str) -> tuple[TensorInfo, np.ndarray]:
         """The tensor's bytes, memory-mapped, a row (of its innermost dimension) each."""
         if name not in self.tensors:
