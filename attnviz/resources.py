@@ -48,17 +48,6 @@ def _system_memory() -> int | None:
         return None
 
 
-def own_memory() -> int:
-    """The bytes this process holds of its own (resident, not shared with a file: the interpreter, libraries,
-    arrays); 0 where the system does not say."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            fields = statm.read().split()
-        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def memory_budget() -> int | None:
     """Bytes attnviz may keep for speed (weights' pages between a generation's steps): ``ATTNVIZ_MEMORY`` (a
     number of bytes, or with K, M or G), else a quarter of :func:`available_memory`; None when neither is known."""

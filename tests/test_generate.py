@@ -124,10 +124,8 @@ def test_generation_keeps_the_stored_pages_within_the_memory_budget(tiny: Path, 
     """Every step reads every matrix: their pages stay in the process while the file fits ATTNVIZ_MEMORY (else a
     quarter of the available memory), but those of a matrix unpacked (given back whole, once), and are given back a
     block at a time beyond it, as one pass does. The tokens written are the same either way."""
-    from attnviz import resources
     from attnviz.models import weights
 
-    monkeypatch.setattr(resources, "own_memory", lambda: 0)  # the interpreter is larger than the tiny model
     monkeypatch.setenv("ATTNVIZ_MEMORY", budget)
     released: list[int] = []
     monkeypatch.setattr(weights, "release", lambda mapped, start, length: released.append(length))
@@ -181,7 +179,8 @@ def test_a_forked_child_runs_the_model_its_parent_ran(tiny: Path, monkeypatch) -
     blocks of rows are not inherited, and the child starts its own instead of waiting for them forever."""
     from attnviz.models import weights
 
-    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**12)  # several blocks a matrix: the threads are used
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 2**12)  # several blocks a matrix, each product shared:
+    monkeypatch.setattr(weights, "SHARED_WORK", 0)  # the threads are used
     model = load_model(None, model_file=tiny)
     written = generate(model, "the cat", 3, 1).ids
     child = os.fork()

@@ -63,10 +63,8 @@ def test_the_matrices_chosen_save_the_most_time_for_their_memory_within_the_allo
 def test_generation_unpacks_within_the_budget_and_writes_the_same_tokens(tmp_path: Path, monkeypatch, budget) -> None:
     """With room, a generation unpacks the matrices a step multiplies (the process within GENERATION_MEMORY × the
     stored bytes) and writes what the stored blocks write; without, it unpacks nothing."""
-    from attnviz import resources
     from attnviz.models import decoder
 
-    monkeypatch.setattr(resources, "own_memory", lambda: 0)  # the interpreter is larger than the tiny model
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     monkeypatch.setenv("ATTNVIZ_MEMORY", "1K")
     plain = generate(load_model(None, model_file=path), "the cat sat", 5, 1)
@@ -84,3 +82,31 @@ def test_generation_unpacks_within_the_budget_and_writes_the_same_tokens(tmp_pat
     )
     stored = sum(model.weights.raw(name)[1].nbytes for name in unpacked)
     assert added - stored <= (decoder.GENERATION_MEMORY - 1) * model.weights.stored_bytes()
+
+
+@pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
+def test_a_files_unpacked_product_is_its_stored_one_whatever_the_threads(tmp_path: Path, monkeypatch, kind) -> None:
+    """Through the file: the first product of a few inputs unpacks the matrix (giving its stored pages back), the
+    same numbers as the stored blocks give, bit for bit the same on one thread or shared among several."""
+    from tiny_gguf import write_gguf
+
+    from attnviz.models import gguf, weights
+    from attnviz.models.gguf import GGUF
+
+    width = 2 * BLOCKS[kind][0]
+    write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"},
+               {"w": (kind, (300, width), blocks(kind, 300, 2, kind).tobytes())})  # fmt: skip
+    x = np.random.default_rng(kind).standard_normal((1, width)).astype(np.float32)
+    stored = GGUF(tmp_path / "m.gguf").product(x, "w")
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * width * 7)  # 43 blocks of 7 rows, stored or unpacked
+    monkeypatch.setattr(gguf, "UNPACKED_BLOCK_BYTES", 4 * width * 7)
+    runs = []
+    for shared in (0, 2**62):
+        monkeypatch.setattr(weights, "SHARED_WORK", shared)
+        file = GGUF(tmp_path / "m.gguf")
+        file.unpack_within({"w"}, 2**30)
+        runs.append(file.product(x, "w"))
+        assert set(file.unpacked) == ({"w"} if SAVED[kind] else set())
+    assert runs[0].tobytes() == runs[1].tobytes()
+    scale = np.abs(stored).max() + 1
+    np.testing.assert_allclose(runs[0], stored, rtol=0, atol=1e-5 * scale)

@@ -25,7 +25,7 @@ from .weights import Tensors, rows
 if TYPE_CHECKING:
     from ..progress import Steps
 
-GENERATION_MEMORY = 1.35  # × the stored bytes, a generation with its unpacked matrices: the step works in 1.5×
+GENERATION_MEMORY = 1.35  # × the stored bytes: a generation's weights with its unpacked matrices (the step: to 1.5×)
 HeadsEdit = Callable[[Array], Array]
 """What an experiment makes of one layer's heads' outputs (heads, n, d) before the output projection: a head's set
 to zero or to its mean (:mod:`attnviz.ablation`), one query's row of a head recomputed without a key."""
@@ -262,18 +262,18 @@ class Decoder:
         """Ready the weights for a generation, which reads every matrix again for each token: when the file fits
         the memory budget (:func:`attnviz.resources.memory_budget`), its pages stay in this process between
         passes (bringing them back from the system's cache each time cost more than the products), and the
-        matrices whose products gain the most are unpacked (:mod:`.unpacked`), as long as the process (its own
-        memory, as it is now, and the stored bytes) stays within GENERATION_MEMORY × the stored bytes. Beyond the
+        matrices whose products gain the most are unpacked (:mod:`.unpacked`), as long as the weights with them stay
+        within GENERATION_MEMORY × the stored bytes. Beyond the
         budget they are read a block at a time, as one pass reads them (a model that has unpacked matrices keeps
         them for its next generation). Returns whether they are kept."""
-        from ..resources import memory_budget, own_memory
+        from ..resources import memory_budget
 
         budget, stored = memory_budget(), self.weights.stored_bytes()
         kept = budget is not None and stored <= budget
         self.weights.mapped_between_passes = kept
         unpack = getattr(self.weights, "unpack_within", None)  # a GGUF's quantised matrices
         if kept and budget is not None and unpack is not None:
-            allowance = min(budget - stored, int((GENERATION_MEMORY - 1) * stored) - own_memory())
+            allowance = min(budget - stored, int((GENERATION_MEMORY - 1) * stored))
             unpack({*self.expected(), "output.weight"}, allowance)
         return kept
 

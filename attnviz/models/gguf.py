@@ -234,7 +234,7 @@ class GGUF:
                     info.kind,
                     lambda start, stop: release(self.data, info.offset + start * row, (stop - start) * row),
                 )
-            return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x))
+            return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x), UNPACKED_BLOCK_BYTES)
         if len(x) >= MANY_INPUTS and 4 * raw.shape[0] * math.prod(info.shape[1:]) <= WHOLE_BYTES:
             return product(np.asarray(x, dtype=np.float32), self.dequantised(info, raw).T)
         x = in_planes_order(np.asarray(x, dtype=np.float32), info.kind)
@@ -347,6 +347,7 @@ def times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
 
 
 FEW_INPUTS = 16  # up to this many inputs, times() scales each group's sums, not the matrix
+UNPACKED_BLOCK_BYTES = 2**22  # float32 bytes of an unpacked matrix's rows a few inputs meet at a time: fewer calls
 MANY_INPUTS = 512  # from this many, GGUF.product dequantises the matrix whole and splits the inputs among the threads
 WHOLE_BYTES = 64 * 2**20  # … when the matrix in float32 is no larger (an output matrix of a large vocabulary is)
 # Blocks of 32 values and one scale: where each code's byte (or nibble) lies, and its fifth bits' (Q5_0, Q5_1).

@@ -58,22 +58,31 @@ class Tensors(Protocol):
 
 
 ROW_BLOCK_BYTES = 2**20  # float32 bytes of the rows of a matrix dequantised at a time: a block stays in cache
+SHARED_WORK = 2**22  # multiply-adds below which a product runs on the caller's thread alone (about a millisecond)
 
 
-def by_rows(n: int, shape: tuple[int, ...], block: Callable[[int, int], np.ndarray]) -> np.ndarray:
+def by_rows(
+    n: int, shape: tuple[int, ...], block: Callable[[int, int], np.ndarray], block_bytes: int = 0
+) -> np.ndarray:
     """The (n, out) product of a matrix of ``shape`` (out, in) with n inputs from ``block(start, stop)``, the
-    product with rows start … stop of the matrix: blocks of about ROW_BLOCK_BYTES, shared among attnviz's
-    threads. Generation's next-token scores read a 49,152- or 262,144-row output matrix at every step; its
-    memory is a block per thread, not the matrix in float32. Each block is one product whatever the threads,
-    so the result does not depend on the cores."""
+    product with rows start … stop of the matrix: blocks of about ROW_BLOCK_BYTES (or ``block_bytes``), shared
+    among attnviz's threads. Generation's next-token scores read a 49,152- or 262,144-row output matrix at every
+    step; its memory is a block per thread, not the matrix in float32. Each block is one product whatever the
+    threads, so the result does not depend on the cores. A product of less than SHARED_WORK is not shared: waking
+    another thread for it costs more than it saves (SmolLM2's one-token products, 211 a token, were slower on two
+    cores than on one)."""
     height, width = shape[0], math.prod(shape[1:])
-    step = max(1, ROW_BLOCK_BYTES // (4 * max(width, 1)))
+    step = max(1, (block_bytes or ROW_BLOCK_BYTES) // (4 * max(width, 1)))
     out = np.empty((n, height), dtype=np.float32)
 
     def one(start: int) -> None:
         out[:, start : start + step] = block(start, min(height, start + step))
 
-    run_blocks(one, range(0, height, step))
+    if n * height * width < SHARED_WORK:
+        for start in range(0, height, step):
+            one(start)
+    else:
+        run_blocks(one, range(0, height, step))
     return out
 
 
