@@ -346,7 +346,7 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert process.poll() is None, "the save finished before it could be interrupted"
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=TIMEOUT)
-    assert process.returncode == -signal.SIGTERM and b"Traceback" not in err
+    assert process.returncode == -signal.SIGTERM and b"Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
 
 
