@@ -100,6 +100,24 @@ def _exp_rows(block: Array, scores: Array | None = None) -> Array:
     return reciprocal
 
 
+def attend_query(
+    q: Array, k: Array, v: Array, *, scale: float, key_mask: BoolArray | None = None, softcap: float | None = None
+) -> Array:
+    """softmax(q kᵀ · scale) v for one query a head (h, 1, d) over keys and values (h, m, d), as :func:`attend` computes
+    it, keeping nothing: a generation step's layers whose attention is not shown (thirty calls a token, where the
+    blocks of :func:`attend` cost more than the products)."""
+    scores = np.matmul(np.asarray(q, dtype=np.float32) * np.float32(scale), np.swapaxes(k, -1, -2))  # (h, 1, m)
+    if softcap is not None:
+        scores = np.float32(softcap) * np.tanh(scores * np.float32(1 / softcap))
+    if key_mask is not None:
+        scores[..., ~np.asarray(key_mask, dtype=bool)] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    output: Array = np.matmul(scores, v)
+    return output
+
+
 def attend(
     q: Array,
     k: Array,

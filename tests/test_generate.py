@@ -344,3 +344,20 @@ def test_a_film_of_a_sink_head_is_coloured_as_heatmap_colours_its_map(smollm2, c
     streamed = cli("generate", "--model", "smollm2", "One, two, one, two, one,", "--new", "2", "--jsonl",
                    "--color-scale", "power")  # fmt: skip
     assert [json.loads(line)["color_scale"] for line in streamed.out.splitlines()] == ["power"] * 3
+
+
+@pytest.mark.parametrize("softcap", [None, 20.0])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_steps_unshown_layers_attend_as_the_blocked_pass_does(softcap, masked) -> None:
+    """attend_query (a step's layers whose attention is not shown) gives attend's output within float32 rounding:
+    scores up to ±60 (past attend's unshifted range), a sliding window's keys masked, a soft cap."""
+    from attnviz.blocked import attend, attend_query
+
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((4, n, 16), dtype=np.float32) for n in (1, 37, 37))
+    q *= 6  # some rows' largest score beyond ±30
+    seen = (np.arange(37) > 20) if masked else None
+    ours = attend_query(q, k, v, scale=0.25, key_mask=seen, softcap=softcap)
+    blocked, _ = attend(q, k, v, scale=0.25, key_mask=seen, softcap=softcap, keep=Keep(heads=()))
+    assert ours.shape == (4, 1, 16) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, blocked, rtol=1e-5, atol=1e-6)

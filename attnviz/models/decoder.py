@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, Kept, attend, attend_backward
+from ..blocked import NOTHING, Keep, Kept, attend, attend_backward, attend_query
 from ..core import Array
 from ..errors import AttnvizError, UsageError
 from ..threads import one_blas_thread, product
@@ -304,8 +304,11 @@ class Decoder:
                                           keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
                 else:
                     seen = None if window is None else np.arange(start + 1) > start - window
-                    output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap,
-                                          keep=keep[1] if layer == keep[0] else NOTHING)  # fmt: skip
+                    if layer == keep[0]:
+                        output, kept = attend(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap,
+                                              keep=keep[1])  # fmt: skip
+                    else:  # a layer not shown: its output alone
+                        output = attend_query(q, k, v, scale=self.scale(layer), key_mask=seen, softcap=cap)
                 assert output is not None
                 if layer == keep[0]:
                     shown = kept
