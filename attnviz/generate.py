@@ -204,7 +204,7 @@ def generate(
         raise UsageError(f"{len(encoding.ids):,} tokens and {new:,} more are more than {name}'s {model.context:,}")
     budget(len(encoding.ids))
     spelled = model.spelled()
-    model.keep_mapped()
+    model.ready_to_write()
     cache = model.start(len(encoding.ids) + new)
     prompt_pass = functools.partial(progress, unit="prompt layer")
     logits, kept = model.forward(np.asarray(encoding.ids), cache, (layer, keep), prompt_pass)

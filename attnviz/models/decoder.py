@@ -258,7 +258,7 @@ class Decoder:
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
 
-    def keep_mapped(self) -> bool:
+    def ready_to_write(self) -> bool:
         """Ready the weights for a generation, which reads every matrix again for each token: when the file fits
         the memory budget (:func:`attnviz.resources.memory_budget`), its pages stay in this process between
         passes (bringing them back from the system's cache each time cost more than the products), and the
