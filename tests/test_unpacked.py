@@ -45,18 +45,39 @@ def test_an_unpacked_matrix_multiplies_as_its_stored_blocks(kind: int, width: in
 def test_the_matrices_chosen_save_the_most_time_for_their_memory_within_the_allowance() -> None:
     stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in SAVED}
     matrices = {TYPE_NAMES[k]: ((4096, 4096), k, stored[k]) for k in SAVED}
-    extra = {TYPE_NAMES[k]: unpacked_bytes((4096, 4096), k) - stored[k] for k in SAVED}
-    rate = {name: SAVED[k] * 4096 * 4096 / extra[name] for name, (_, k, _) in matrices.items() if SAVED[k]}
-    assert chosen(matrices, 0) == []
-    every = chosen(matrices, 10**12)
-    assert set(every) == set(rate)
-    for allowance in (extra["Q6_K"], sum(extra.values()) // 2):
-        picked = chosen(matrices, allowance)
+    assert chosen(matrices, 0) == ([], False)
+    every, half = chosen(matrices, 10**12)
+    assert set(every) == set(matrices) and not half  # room for all: float32 scales, nothing to widen
+    for allowance in (unpacked_bytes((4096, 4096), 14) - stored[14], 10 * 2**20, 25 * 2**20):
+        picked, half = chosen(matrices, allowance)
+        extra = {TYPE_NAMES[k]: max(1, unpacked_bytes((4096, 4096), k, half) - stored[k]) for k in SAVED}
+        rate = {name: SAVED[k] * 4096 * 4096 / extra[name] for name, (_, k, _) in matrices.items()}
         assert sum(extra[name] for name in picked) <= allowance
         left = [name for name in rate if name not in picked]
         # none left out would have fitted in what was left, at a better rate than one taken
         room = allowance - sum(extra[name] for name in picked)
         assert all(extra[name] > room or rate[name] <= min(rate[p] for p in picked) for name in left)
+
+
+def test_float16_scales_only_where_they_let_more_matrices_in() -> None:
+    """Q8_0 unpacked with its file's float16 scales costs nothing beyond its stored bytes; with float32 ones a
+    sixteenth more. Scales stay float32 where every matrix fits so (widening costs at every product)."""
+    size = (4096, 4096)
+    stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in (8, 12)}
+    assert unpacked_bytes(size, 8, half=True) == stored[8]
+    assert unpacked_bytes(size, 8) == stored[8] + 2 * 4096 * 4096 // 32
+    assert unpacked_bytes(size, 12, half=True) == unpacked_bytes(size, 12)  # a K-quant's scales are products
+    matrices = {"embeddings": (size, 8, stored[8]), "feed-forward": (size, 12, stored[12])}
+    both = unpacked_bytes(size, 12) - stored[12] + unpacked_bytes(size, 8) - stored[8]
+    assert sorted(chosen(matrices, both)[0]) == ["embeddings", "feed-forward"] and not chosen(matrices, both)[1]
+    assert sorted(chosen(matrices, both - 1)[0]) == ["embeddings", "feed-forward"]
+    assert chosen(matrices, both - 1)[1]
+    for half in (False, True):
+        raw = blocks(8, 5, 4, 3)
+        unpacked = unpack(raw, 8, half=half)
+        assert unpacked.scale.dtype == (np.float16 if half else np.float32)
+        x = np.random.default_rng(0).standard_normal((1, 128)).astype(np.float32)
+        np.testing.assert_array_equal(unpacked.times(x, 0, 5), unpack(raw, 8).times(x, 0, 5))
 
 
 @pytest.mark.parametrize("budget", ["", "1K"])

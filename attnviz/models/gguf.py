@@ -72,6 +72,7 @@ class GGUF:
         self.path = path
         self.mapped_between_passes = False  # see weights.Tensors
         self.to_unpack: set[str] = set()  # matrices a few inputs' product unpacks first (see unpacked.py)
+        self.half_scales = False  # their scales kept in float16 where the file's are, to fit more of them
         self.unpacked: dict[str, Unpacked] = {}
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
@@ -233,6 +234,7 @@ class GGUF:
                     raw,
                     info.kind,
                     lambda start, stop: release(self.data, info.offset + start * row, (stop - start) * row),
+                    self.half_scales,
                 )
             return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x), UNPACKED_BLOCK_BYTES)
         if len(x) >= MANY_INPUTS and 4 * raw.shape[0] * math.prod(info.shape[1:]) <= WHOLE_BYTES:
@@ -274,7 +276,8 @@ class GGUF:
         if not self.to_unpack:
             matrices = {name: (info.shape, info.kind, self.raw(name)[1].nbytes)
                         for name, info in self.tensors.items() if name in names}  # fmt: skip
-            self.to_unpack = set(chosen(matrices, allowance))
+            picked, self.half_scales = chosen(matrices, allowance)
+            self.to_unpack = set(picked)
 
     def raw(self, name: str) -> tuple[TensorInfo, np.ndarray]:
         """The tensor's bytes, memory-mapped, a row (of its innermost dimension) each."""
