@@ -1,13 +1,14 @@
 """generate's steady-state speed and peak memory, on SmolLM2 and the two benchmark models (issue 40).
 
 Speed: tokens per second once the prompt has run, measured as the issue says: the time of 45 new tokens minus the
-time of 5, over 40 (one greedy run of 45 tokens, timed at its 5th and 45th, in-process through
-:func:`attnviz.generate.generate`; loading and the prompt are not counted). Its floor, measured in the same run, is
-what a float32 framework must do per token: one float32 matrix-vector product with every matrix of the same model,
-held dequantised (attnviz's own dequantisation of the same file) and multiplied by NumPy's BLAS on the machine's
-cores, as transformers does without its overheads. Target: the ratio transformers' own steady state (SDPA, float32,
-2 threads, the same file and prompt; make bench-peers) took over the same floor in one quiet run of both on the
-2-core machine (TRANSFORMERS): a token in no more time than transformers takes.
+time of 5, over 40 (one greedy run of 45 tokens, each token timed, in-process through
+:func:`attnviz.generate.generate`; loading and the prompt are not counted). Its floor is what a float32 framework
+must do per token: one float32 matrix-vector product with every matrix of the same model, held dequantised
+(attnviz's own dequantisation of the same file) and multiplied by NumPy's BLAS on the machine's cores, as
+transformers does without its overheads; a floor's token is run after each of attnviz's (:mod:`turns`), so that
+the machine's drifting speed falls on both. Target: the ratio transformers' own steady state (SDPA, float32,
+2 threads, the same file and prompt; make bench-peers, its tokens taken in turn with the same two) took over the
+same floor (TRANSFORMERS): a token in no more time than transformers takes.
 
 Memory: the peak resident memory of the generate command in a fresh process, less that of ``tokenize`` of the same
 prompt on the same model (the interpreter, attnviz and the model's tokenizer: about 60 MiB, 0.6× SmolLM2's weights),
@@ -17,18 +18,18 @@ against the weights as stored (the file's tensor bytes) plus the key/value cache
 from __future__ import annotations
 
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from real_lengths import Row, command_peak
-from timing import best
+from turns import Clock
 
 PROMPT = "The quick brown fox jumps over the"  # 7 tokens of SmolLM2's and of GPT-2's vocabularies
-# transformers' seconds a token over the floor's (one run of each on 2 December 2026, the machine otherwise idle:
-# transformers 0.067, 0.158 and 0.281 s; the floor 0.021, 0.052 and 0.147 s)
-TRANSFORMERS = {"smollm2": 3.2, "qwen2.5-0.5b-shaped": 3.0, "llama-3.2-1b-shaped": 1.9}
+# transformers' seconds a token over the floor's, each token of the three taken in turn (make bench-peers; two runs
+# on 2 December 2026, the machine otherwise idle: 2.51 and 2.58, 2.61 and 2.76, 2.34 and 2.01): the lower
+TRANSFORMERS = {"smollm2": 2.5, "qwen2.5-0.5b-shaped": 2.6, "llama-3.2-1b-shaped": 2.0}
 HELD_BYTES = 2**28  # the floor's layers held in float32 at once, each used in turn: 8× a 32 MiB cache and more
 
 
@@ -59,17 +60,19 @@ def load(args: list[str]) -> Any:
     return load_model(None, model_file=Path(args[1]))
 
 
-def steady(model: Any, new: int = 45, first: int = 5) -> tuple[float, list[int]]:
+def steady(model: Any, new: int = 45, first: int = 5, clock: Clock | None = None) -> tuple[float, list[int]]:
     """Seconds per token of ``model``'s greedy generation after PROMPT, between its ``first``-th and ``new``-th
-    new tokens, and the ids written; a generation that stops early (its end token) is an error, not a shorter
-    measurement."""
+    new tokens (each token's own turn, timed by ``clock``, which may run other work between them), and the ids
+    written; a generation that stops early (its end token) is an error, not a shorter measurement."""
     from attnviz.generate import generate
 
-    times: list[float] = []
-    result = generate(model, PROMPT, new, layer=0, on_step=lambda g: times.append(time.perf_counter()))
-    if len(times) < new:
-        raise RuntimeError(f"{model.name} stopped after {len(times)} tokens ({result.stopped}); {new} were asked for")
-    return (times[new - 1] - times[first - 1]) / (new - first), list(result.ids)
+    clock = clock or Clock(new)
+    clock.begin()
+    result = generate(model, PROMPT, new, layer=0, on_step=lambda g: clock.tick())
+    if len(clock.spent) < new:
+        stopped = f"{model.name} stopped after {len(clock.spent)} tokens ({result.stopped})"
+        raise RuntimeError(f"{stopped}; {new} were asked for")
+    return clock.steady(first), list(result.ids)
 
 
 def matrices(model: Any) -> tuple[list[str], str]:
@@ -79,12 +82,13 @@ def matrices(model: Any) -> tuple[list[str], str]:
     return [n.removeprefix("blk.0.") for n in layer], output
 
 
-def floor(model: Any) -> float:
-    """Seconds per token of a float32 framework's products: every layer's matrices and the output matrix times a
-    vector, W dequantised by attnviz from the same file. The first layers up to HELD_BYTES (at least two; a whole
-    model in float32 would be 5 GB for the Llama-shaped one) are held, each layer of the pass using one of them in
-    turn, so that every product reads its matrix from memory as a whole model's would, never from a cache (held so,
-    SmolLM2 took 0.014 s a token and the Qwen-shaped model 0.048 s; with every layer held, 0.015 and 0.045 s)."""
+def floor(model: Any) -> Callable[[], None]:
+    """A float32 framework's products for one token: every layer's matrices and the output matrix times a vector,
+    W dequantised by attnviz from the same file. The first layers up to HELD_BYTES (at least two; a whole model in
+    float32 would be 5 GB for the Llama-shaped one) are held, each layer of the pass using one of them in turn, so
+    that every product reads its matrix from memory as a whole model's would, never from a cache (held so, SmolLM2
+    took 0.014 s a token and the Qwen-shaped model 0.048 s; with every layer held, 0.015 and 0.045 s). Timed
+    between the generation's tokens (:class:`turns.Clock`), so that both see the machine at the same speed."""
     names, output = matrices(model)
     held: list[list[Any]] = []
     while len(held) < model.layers and (len(held) < 2 or sum(w.nbytes for layer in held for w in layer) < HELD_BYTES):
@@ -99,7 +103,8 @@ def floor(model: Any) -> float:
                 w @ inputs[w.shape[1]]
         head @ inputs[head.shape[1]]
 
-    return best(token, 5)
+    token()
+    return token
 
 
 def stored_bytes(model: Any) -> int:
@@ -121,7 +126,9 @@ def rows(quick: bool) -> list[Row]:
     new, first = (15, 5) if quick else (45, 5)
     for name, args in models(quick):
         model = load(args)
-        ours, base = steady(model, new=new, first=first)[0], floor(model)
+        clock = Clock(new, between=floor(model))
+        ours = steady(model, new, first, clock)[0]
+        base = clock.between_steady(first)
         note = f"{1 / ours:.1f} tokens/s; floor {1 / base:.1f} tokens/s (float32 W·x, every matrix)"
         limit = TRANSFORMERS[name]
         out.append((f"generate: {name}, tokens {first}→{new}, s/token", ours, base, ours / base,

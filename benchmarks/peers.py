@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from turns import Baton, Clock
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "samples" / "document.txt"
 THREADS = 2
@@ -36,8 +38,9 @@ QUIET = {"TQDM_DISABLE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE
 # --- the peer's part: torch and transformers, no attnviz --------------------------------------------------------
 
 
-def transformers_case(case: dict[str, Any]) -> dict[str, Any]:
-    """One case in the peer's venv: load the GGUF in float32, run it, say the times and the process's peak."""
+def transformers_case(case: dict[str, Any], baton: Baton | None = None) -> dict[str, Any]:
+    """One case in the peer's venv: load the GGUF in float32, run it, say the times and the process's peak; a
+    generation takes turns with attnviz's, a token each, where ``baton`` is given."""
     import resource
 
     import torch  # type: ignore[import-not-found,unused-ignore]
@@ -53,7 +56,7 @@ def transformers_case(case: dict[str, Any]) -> dict[str, Any]:
     ids = torch.tensor([case["ids"]])
     with torch.inference_mode():
         if case["task"] == "generate":
-            out |= steady_transformers(model, ids, case["new"], case["first"])
+            out |= steady_transformers(model, ids, case["new"], case["first"], baton)
         else:
             start = time.perf_counter()
             result = model(ids, output_attentions=case["attention"] == "eager", use_cache=False)
@@ -64,23 +67,26 @@ def transformers_case(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def steady_transformers(model: Any, ids: Any, new: int, first: int) -> dict[str, Any]:
+def steady_transformers(model: Any, ids: Any, new: int, first: int, baton: Baton | None) -> dict[str, Any]:
     """Seconds per token between the ``first``-th and ``new``-th new tokens of a greedy generate, timed at each
-    token by a stopping criterion that never stops it, and the ids written."""
+    token by a stopping criterion that never stops it (where the turn passes to attnviz), and the ids written."""
+    import torch  # type: ignore[import-not-found,unused-ignore]
     from transformers import StoppingCriteria, StoppingCriteriaList  # type: ignore[import-not-found,unused-ignore]
 
-    times: list[float] = []
+    clock = Clock(new, baton)
 
-    class Clock(StoppingCriteria):  # type: ignore[misc,unused-ignore]
+    class Ticks(StoppingCriteria):  # type: ignore[misc,unused-ignore]
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            import torch  # type: ignore[import-not-found,unused-ignore]
-
-            times.append(time.perf_counter())
+            clock.tick()
             return torch.zeros(input_ids.shape[0], dtype=torch.bool)
 
+    if baton is not None:
+        baton.give()  # loaded: attnviz's first token may start
+        baton.take()
+    clock.begin()
     written = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
-                             stopping_criteria=StoppingCriteriaList([Clock()]), pad_token_id=0)  # fmt: skip
-    return {"seconds": (times[new - 1] - times[first - 1]) / (new - first), "ids": written[0, ids.shape[1] :].tolist()}
+                             stopping_criteria=StoppingCriteriaList([Ticks()]), pad_token_id=0)  # fmt: skip
+    return {"seconds": clock.steady(first), "ids": written[0, ids.shape[1] :].tolist()}
 
 
 # --- attnviz's part ----------------------------------------------------------------------------------------------
@@ -126,29 +132,71 @@ def show(row: Row) -> Row:
 
 
 def generation_rows(python: str, quick: bool) -> list[Row]:
-    """generate's steady state on each model, attnviz in-process, transformers in the peer's process; the peak
-    memory of each in a fresh process (attnviz's generate command, --new 5)."""
-    from generation import PROMPT, models, steady
+    """generate's steady state on each model, attnviz in-process and transformers in the peer's process taking
+    turns a token each (:mod:`turns`), with the float32 floor's token (generation.floor) between attnviz's: three
+    times measured at the machine's same speed. The peak memory of each in a fresh process (attnviz's generate
+    command, --new 5)."""
+    from generation import PROMPT, models
     from real_lengths import command_peak
 
     rows: list[Row] = []
     for name, args in models(quick):
         model = load(args)
         ids = list(model.encode(PROMPT).ids)
-        ours, mine = steady(model)
-        _, peak = command_peak([sys.executable, "-m", "attnviz", "generate", *args, PROMPT, "--new", "5", "--json"])
         folder, file = where(args)
-        theirs = peer(python, {"label": f"generate {name}", "task": "generate", "folder": folder, "file": file,
-                               "attention": "sdpa", "ids": ids, "new": 45, "first": 5})  # fmt: skip
+        case = {"label": f"generate {name}", "task": "generate", "folder": folder, "file": file,
+                "attention": "sdpa", "ids": ids, "new": 45, "first": 5}  # fmt: skip
+        ours, base, mine, theirs = in_turns(python, case, model)
+        _, peak = command_peak([sys.executable, "-m", "attnviz", "generate", *args, PROMPT, "--new", "5", "--json"])
+        label = f"generate: {name}, tokens 5→45, s/token"
         if theirs is None:
-            rows.append(show((f"generate: {name}, tokens 5→45, s/token", ours, None, f"attnviz's peak {mib(peak)}")))
+            rows.append(show((label, ours, None, f"attnviz's peak {mib(peak)}; {ours / base:.2f}× the floor")))
             continue
         same = next((k for k, (a, b) in enumerate(zip(mine, theirs["ids"], strict=False)) if a != b), len(mine))
         note = f"{1 / ours:.1f} vs {1 / theirs['seconds']:.1f} tokens/s; same greedy ids for {same} of 45; "
-        note += f"peak {mib(peak)} vs {mib(theirs['peak'])}"
-        rows.append(show((f"generate: {name}, tokens 5→45, s/token", ours, theirs["seconds"], note)))
+        note += f"peak {mib(peak)} vs {mib(theirs['peak'])}; × the float32 floor: "
+        note += f"{ours / base:.2f} vs {theirs['seconds'] / base:.2f}"
+        rows.append(show((label, ours, theirs["seconds"], note)))
         del model
     return rows
+
+
+def in_turns(python: str, case: dict[str, Any], model: Any) -> tuple[float, float, list[int], dict[str, Any] | None]:
+    """attnviz's generation of ``case`` and transformers' in the peer's process, a token each in turn, with the
+    floor's token after each of attnviz's: (attnviz's seconds a token, the floor's, attnviz's ids, the peer's
+    result: None, said, where it fails — attnviz is then measured alone)."""
+    from generation import floor, steady
+
+    new, first = case["new"], case["first"]
+    with tempfile.TemporaryDirectory() as folder:
+        spec, said = Path(folder) / "case.json", Path(folder) / "said"
+        spec.write_text(json.dumps(case))
+        to_peer, from_peer = os.pipe(), os.pipe()
+        with open(said, "w") as out:
+            process = subprocess.Popen(
+                [python, __file__, "--transformers", str(spec), "--baton", f"{to_peer[0]},{from_peer[1]}"],
+                pass_fds=(to_peer[0], from_peer[1]), stdout=out, stderr=subprocess.STDOUT, env=os.environ | QUIET,
+            )  # fmt: skip
+        os.close(to_peer[0])
+        os.close(from_peer[1])
+        baton = Baton(from_peer[0], to_peer[1])
+        clock = Clock(new, baton, between=floor(model))
+        try:
+            baton.take()  # the peer has loaded its model
+            ours, mine = steady(model, new, first, clock)
+            baton.take()  # its last token
+        except RuntimeError:
+            clock = Clock(new, between=clock.between)
+            ours, mine = steady(model, new, first, clock)
+        finally:
+            os.close(to_peer[1])
+            os.close(from_peer[0])
+        process.wait()
+        lines = said.read_text().strip().splitlines() or ["?"]
+    if process.returncode:
+        print(f"(transformers failed on {case['label']}: {lines[-1]})")
+        return ours, clock.between_steady(first), mine, None
+    return ours, clock.between_steady(first), mine, json.loads(lines[-1])
 
 
 def where(args: list[str]) -> tuple[str, str]:
@@ -246,11 +294,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", help="the Python of the venv with torch and transformers")
     parser.add_argument("--transformers", type=Path, help=argparse.SUPPRESS)  # the peer's part: one case's JSON
+    parser.add_argument("--baton", help=argparse.SUPPRESS)  # the peer's part: the pipes of its turns, "take,give"
     parser.add_argument("--quick", action="store_true", help="SmolLM2 at 2,543 tokens and the Qwen-shaped model only")
     parser.add_argument("--only", choices=("generate", "heads"), help="one part of the table")
     options = parser.parse_args()
     if options.transformers is not None:
-        print(json.dumps(transformers_case(json.loads(options.transformers.read_text()))))
+        baton = Baton(*map(int, options.baton.split(","))) if options.baton else None
+        print(json.dumps(transformers_case(json.loads(options.transformers.read_text()), baton)))
         return
     if options.peer is None:
         parser.error("--peer PYTHON is needed (make bench-peers builds build/peers-venv)")
