@@ -46,11 +46,11 @@ def test_the_matrices_chosen_save_the_most_time_for_their_memory_within_the_allo
     stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in SAVED}
     matrices = {TYPE_NAMES[k]: ((4096, 4096), k, stored[k]) for k in SAVED}
     assert chosen(matrices, 0) == ([], False)
-    every, half = chosen(matrices, 10**12)
-    assert set(every) == set(matrices) and not half  # room for all: float32 scales, nothing to widen
+    every, compact = chosen(matrices, 10**12)
+    assert set(every) == set(matrices) and not compact  # room for all: float32 scales, nothing to widen
     for allowance in (unpacked_bytes((4096, 4096), 14) - stored[14], 10 * 2**20, 25 * 2**20):
-        picked, half = chosen(matrices, allowance)
-        extra = {TYPE_NAMES[k]: max(1, unpacked_bytes((4096, 4096), k, half) - stored[k]) for k in SAVED}
+        picked, compact = chosen(matrices, allowance)
+        extra = {TYPE_NAMES[k]: max(1, unpacked_bytes((4096, 4096), k, compact) - stored[k]) for k in SAVED}
         rate = {name: SAVED[k] * 4096 * 4096 / extra[name] for name, (_, k, _) in matrices.items()}
         assert sum(extra[name] for name in picked) <= allowance
         left = [name for name in rate if name not in picked]
@@ -59,25 +59,35 @@ def test_the_matrices_chosen_save_the_most_time_for_their_memory_within_the_allo
         assert all(extra[name] > room or rate[name] <= min(rate[p] for p in picked) for name in left)
 
 
-def test_float16_scales_only_where_they_let_more_matrices_in() -> None:
+def test_compact_scales_only_where_they_let_more_matrices_in() -> None:
     """Q8_0 unpacked with its file's float16 scales costs nothing beyond its stored bytes; with float32 ones a
-    sixteenth more. Scales stay float32 where every matrix fits so (widening costs at every product)."""
+    sixteenth more. A K-quant keeps its groups' integer scales and mins and its super-blocks' scales. Scales stay
+    float32 where every matrix fits so (making them at every product costs)."""
     size = (4096, 4096)
-    stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in (8, 12)}
-    assert unpacked_bytes(size, 8, half=True) == stored[8]
+    stored = {k: int(BLOCKS[k][1] * 4096 * 4096 / BLOCKS[k][0]) for k in (8, 12, 14)}
+    assert unpacked_bytes(size, 8, compact=True) == stored[8]
     assert unpacked_bytes(size, 8) == stored[8] + 2 * 4096 * 4096 // 32
-    assert unpacked_bytes(size, 12, half=True) == unpacked_bytes(size, 12)  # a K-quant's scales are products
+    assert unpacked_bytes(size, 12) == 4096 * 4096 // 2 + 2 * 4 * 4096 * 4096 // 32
+    assert unpacked_bytes(size, 12, compact=True) == 4096 * 4096 // 2 + 2 * 4096 * (4096 // 32 + 4 * 4096 // 256)
+    assert unpacked_bytes(size, 14, compact=True) == 4096 * 4096 + 4096 * (4096 // 16 + 4 * 4096 // 256)
     matrices = {"embeddings": (size, 8, stored[8]), "feed-forward": (size, 12, stored[12])}
     both = unpacked_bytes(size, 12) - stored[12] + unpacked_bytes(size, 8) - stored[8]
     assert sorted(chosen(matrices, both)[0]) == ["embeddings", "feed-forward"] and not chosen(matrices, both)[1]
     assert sorted(chosen(matrices, both - 1)[0]) == ["embeddings", "feed-forward"]
     assert chosen(matrices, both - 1)[1]
-    for half in (False, True):
-        raw = blocks(8, 5, 4, 3)
-        unpacked = unpack(raw, 8, half=half)
-        assert unpacked.scale.dtype == (np.float16 if half else np.float32)
-        x = np.random.default_rng(0).standard_normal((1, 128)).astype(np.float32)
-        np.testing.assert_array_equal(unpacked.times(x, 0, 5), unpack(raw, 8).times(x, 0, 5))
+
+
+@pytest.mark.parametrize("kind", [2, 3, 6, 8, 12, 13, 14], ids=lambda k: TYPE_NAMES[k])
+def test_compact_scales_give_the_same_product_bit_for_bit(kind: int) -> None:
+    """The scales made at each product from the file's own (float16, or a K-quant's integer times its
+    super-block's float16) are those decode makes, so the product is the same to the last bit."""
+    raw = blocks(kind, 9, 2, kind)
+    width = 2 * BLOCKS[kind][0]
+    x = np.random.default_rng(kind).standard_normal((2, width)).astype(np.float32)
+    wide, compact = unpack(raw, kind), unpack(raw, kind, compact=True)
+    assert compact.scale.nbytes < wide.scale.nbytes
+    for start, stop in ((0, 9), (2, 7)):
+        np.testing.assert_array_equal(compact.times(x, start, stop), wide.times(x, start, stop))
 
 
 @pytest.mark.parametrize("budget", ["", "1K"])

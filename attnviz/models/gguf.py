@@ -72,7 +72,7 @@ class GGUF:
         self.path = path
         self.mapped_between_passes = False  # see weights.Tensors
         self.to_unpack: set[str] = set()  # matrices a few inputs' product unpacks first (see unpacked.py)
-        self.half_scales = False  # their scales kept in float16 where the file's are, to fit more of them
+        self.compact_scales = False  # their scales kept as the file keeps them, to fit more of them (see unpacked.py)
         self.unpacked: dict[str, Unpacked] = {}
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
@@ -234,7 +234,7 @@ class GGUF:
                     raw,
                     info.kind,
                     lambda start, stop: release(self.data, info.offset + start * row, (stop - start) * row),
-                    self.half_scales,
+                    self.compact_scales,
                 )
             return by_rows(len(x), info.shape, functools.partial(self.unpacked[name].times, x), UNPACKED_BLOCK_BYTES)
         if len(x) >= MANY_INPUTS and 4 * raw.shape[0] * math.prod(info.shape[1:]) <= WHOLE_BYTES:
@@ -276,7 +276,7 @@ class GGUF:
         if not self.to_unpack:
             matrices = {name: (info.shape, info.kind, self.raw(name)[1].nbytes)
                         for name, info in self.tensors.items() if name in names}  # fmt: skip
-            picked, self.half_scales = chosen(matrices, allowance)
+            picked, self.compact_scales = chosen(matrices, allowance)
             self.to_unpack = set(picked)
 
     def raw(self, name: str) -> tuple[TensorInfo, np.ndarray]:
@@ -495,6 +495,20 @@ def _k_quant(p: np.ndarray, q: np.ndarray) -> Decoded:
     """Q4_K and Q5_K: 8 groups of 32, each x = (d·scale)·q − dmin·min (q: (8, 32, …))."""
     scale, minimum = _scales_mins_k4(p[4:16])
     return q, _half(p, 0) * scale, -(_half(p, 2) * minimum)
+
+
+def k_scales(raw: np.ndarray, kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A K-quant's scales as its blocks store them: each super-block's d as float32 (blocks, rows), each group's
+    integer scale (groups per block, blocks, rows; uint8, Q6_K's int8), and for Q4_K and Q5_K dmin and each
+    group's min alike. :func:`decode` gives the same multiplied: a group's scale d·scale, its offset −dmin·min."""
+    block_bytes = BLOCKS[kind][1]
+    blocks = raw.reshape(raw.shape[0], -1, block_bytes)
+    if kind == 14:
+        p = np.ascontiguousarray(blocks[:, :, 192:210].transpose(2, 1, 0))
+        return _half(p, 16)[0], p[0:16].view(np.int8), None, None
+    p = np.ascontiguousarray(blocks[:, :, 0:16].transpose(2, 1, 0))
+    scale, minimum = _scales_mins_k4(p[4:16])
+    return _half(p, 0)[0], scale.astype(np.uint8), _half(p, 2)[0], minimum.astype(np.uint8)
 
 
 def _k_nibbles(qs: np.ndarray, high: np.ndarray | None = None) -> np.ndarray:

@@ -18,14 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gguf import BLOCKS, decode
+from .gguf import BLOCKS, decode, k_scales
 
 # Nanoseconds a value's product saves on one core, unpacked (measured: the stored types' few-input products
 # against an unpacked one's, twelve 4,096 × 1,024 matrices in turn, from memory not the caches, on 2 December 2026),
 # to choose the matrices that save the most time for the memory they take.
 SAVED = {2: 0.23, 3: 0.31, 6: 0.67, 7: 0.62, 8: 0.08, 12: 0.43, 13: 1.07, 14: 1.0}
 EXACT_HALF = {2, 3, 6, 7, 8}  # types whose scales and offsets are the file's float16: they may be kept so
-WIDENING = 0.026  # nanoseconds a value to widen its group's float16 scale (or offset) at each product (:func:`widened`)
+K_QUANTS = {12, 13, 14}  # types whose groups' scales are integers times their super-block's float16: kept so
+# Nanoseconds a value that making its group's scale (or offset) as the file keeps them into float32 costs at each
+# product: float16 widened (:func:`widened`), or a K-quant's integer times its super-block's scale.
+COMPACT_COST = 0.026
 
 
 NIBBLES = {2: 8, 3: 0, 12: 0}  # types of 4-bit codes, kept two to a byte: the shift that makes them 0 … 15
@@ -50,6 +53,21 @@ class Unpacked:
     group: int
     nibbles: bool = False
     shift: int = 0
+    block_scale: np.ndarray | None = None
+    block_offset: np.ndarray | None = None
+
+    def group_scales(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each group's scale and offset (groups, rows) in float32 for rows start … stop."""
+        scale = widened(self.scale[:, start:stop])
+        offset = None if self.offset is None else widened(self.offset[:, start:stop])
+        if self.block_scale is not None:
+            blocks, rows = self.block_scale.shape[0], stop - start
+            per_block = (blocks, scale.shape[0] // blocks, rows)
+            scale = (self.block_scale[:, None, start:stop] * scale.reshape(per_block)).reshape(-1, rows)
+            if offset is not None and self.block_offset is not None:
+                offset = (self.block_offset[:, None, start:stop] * offset.reshape(per_block)).reshape(-1, rows)
+                offset = np.negative(offset, out=offset)
+        return scale, offset
 
     def times(self, x: np.ndarray, start: int, stop: int) -> np.ndarray:
         """x Wᵀ (n, stop − start) for rows start … stop and a few float32 inputs x (n, width)."""
@@ -73,12 +91,12 @@ class Unpacked:
                 np.copyto(values, codes, casting="unsafe")
                 sums = np.matmul(values, by_group)  # (groups, rows, n)
         totals = by_group.sum(axis=1).T  # (n, groups)
-        scale = widened(self.scale[:, start:stop])
+        scale, offset = self.group_scales(start, stop)
         out = np.einsum("grn,gr->nr", sums, scale)
         if self.shift:
             out -= self.shift * (totals @ scale)
-        if self.offset is not None:
-            out += totals @ widened(self.offset[:, start:stop])
+        if offset is not None:
+            out += totals @ offset
         return np.asarray(out, dtype=np.float32)
 
 
@@ -111,15 +129,18 @@ def widened(values: np.ndarray) -> np.ndarray:
     return np.take(_HALF_TO_SINGLE, values.view(np.uint16))
 
 
-def unpacked_bytes(shape: tuple[int, ...], kind: int, half: bool = False) -> int:
+def unpacked_bytes(shape: tuple[int, ...], kind: int, compact: bool = False) -> int:
     """The memory of a matrix unpacked: a byte a value (half of one for 4-bit codes), four for each group's scale
-    and (but Q4_0's, Q5_0's, Q8_0's and Q6_K's, whose codes are shifted in place) four for its offset — two each
-    with ``half`` scales (EXACT_HALF types only): Q8_0 then takes no more than stored, its codes and scales the
-    file's."""
+    and (but Q4_0's, Q5_0's, Q8_0's and Q6_K's, whose codes are shifted in place) four for its offset — with
+    ``compact`` scales, two each (EXACT_HALF: Q8_0 then takes no more than stored, its codes and scales the
+    file's), or a byte each and four for each super-block's (K_QUANTS)."""
     rows, width = shape[0], shape[-1]
     group, offsets = (16, False) if kind == 14 else (32, kind not in (2, 6, 8))
     codes = rows * width // 2 if halved(kind, width) else rows * width
-    return codes + (2 if offsets else 1) * (2 if half and kind in EXACT_HALF else 4) * rows * (width // group)
+    arrays = 2 if offsets else 1
+    if compact and kind in K_QUANTS:
+        return codes + arrays * rows * (width // group + 4 * (width // 256))
+    return codes + arrays * (2 if compact and kind in EXACT_HALF else 4) * rows * (width // group)
 
 
 def halved(kind: int, width: int) -> bool:
@@ -129,17 +150,19 @@ def halved(kind: int, width: int) -> bool:
 
 
 def unpack(
-    raw: np.ndarray, kind: int, done: Callable[[int, int], None] = lambda start, stop: None, half: bool = False
+    raw: np.ndarray, kind: int, done: Callable[[int, int], None] = lambda start, stop: None, compact: bool = False
 ) -> Unpacked:
     """The rows ``raw`` (bytes of one GGUF type of :data:`SAVED`) unpacked, a block of rows at a time (decoding
-    holds a block's values in float32); ``done(start, stop)`` after each block (its stored pages may go); ``half``:
-    an EXACT_HALF type's scales kept in float16."""
+    holds a block's values in float32); ``done(start, stop)`` after each block (its stored pages may go);
+    ``compact``: the scales kept as the file keeps them (see :class:`Unpacked`)."""
     from ..threads import run_blocks
 
     rows, group = raw.shape[0], 16 if kind == 14 else 32
     width = raw.shape[1] // BLOCKS[kind][1] * BLOCKS[kind][0]
-    nibbles, scales = halved(kind, width), np.float16 if half and kind in EXACT_HALF else np.float32
-    groups = width // group
+    nibbles, groups, factored = halved(kind, width), width // group, compact and kind in K_QUANTS
+    scales: type[np.generic] = np.float16 if compact and kind in EXACT_HALF else np.float32
+    if factored:
+        scales = np.int8 if kind == 14 else np.uint8
     if group == 16:
         codes = np.empty((rows, width), dtype=np.int8)
     else:
@@ -151,6 +174,8 @@ def unpack(
         group,
         nibbles,
         NIBBLES[kind] if nibbles else 0,
+        np.empty((width // 256, rows), dtype=np.float32) if factored else None,
+        np.empty((width // 256, rows), dtype=np.float32) if factored and kind != 14 else None,
     )
     step = max(1, 2**18 // max(width, 1))
 
@@ -165,6 +190,11 @@ def unpack(
             out.codes[:, start:stop] = (stored[:, 0] | (stored[:, 1] << 4)).transpose(1, 0, 2)
         else:
             out.codes[:, start:stop] = natural.transpose(1, 0, 2)
+        if factored:
+            block_scale, scale, block_offset, offset = k_scales(raw[start:stop], kind)
+            out.block_scale[:, start:stop] = block_scale  # type: ignore[index]
+            if out.block_offset is not None and block_offset is not None:
+                out.block_offset[:, start:stop] = block_offset
         out.scale[:, start:stop] = scale.transpose(1, 0, 2).reshape(-1, stop - start)
         if out.offset is not None and offset is not None:
             out.offset[:, start:stop] = offset.transpose(1, 0, 2).reshape(-1, stop - start)
@@ -176,31 +206,31 @@ def unpack(
 
 def chosen(matrices: dict[str, tuple[tuple[int, ...], int, int]], allowance: int) -> tuple[list[str], bool]:
     """The matrices (name: shape, type, stored bytes) to unpack within ``allowance`` bytes beyond what they take
-    stored, those that save the most time for their memory first; and whether their scales are kept in float16
-    (EXACT_HALF types): only where that lets more of them in, as widening them costs a little at each product."""
-    single, half = _chosen(matrices, allowance, False), _chosen(matrices, allowance, True)
-    return (half, True) if _saved(matrices, half, True) > _saved(matrices, single, False) else (single, False)
+    stored, those that save the most time for their memory first; and whether their scales are kept as the file
+    keeps them (:class:`Unpacked`): only where that lets more of them in, as it costs a little at each product."""
+    wide, compact = _chosen(matrices, allowance, False), _chosen(matrices, allowance, True)
+    return (compact, True) if _saved(matrices, compact, True) > _saved(matrices, wide, False) else (wide, False)
 
 
 def _worth(shape: tuple[int, ...], kind: int) -> bool:
     return bool(SAVED.get(kind)) and len(shape) == 2 and shape[-1] % BLOCKS[kind][0] == 0
 
 
-def _saved(matrices: dict[str, tuple[tuple[int, ...], int, int]], names: list[str], half: bool) -> float:
-    """Nanoseconds a product of each of ``names`` saves, unpacked, less widening float16 scales (and offsets)."""
+def _saved(matrices: dict[str, tuple[tuple[int, ...], int, int]], names: list[str], compact: bool) -> float:
+    """Nanoseconds a product of each of ``names`` saves, unpacked, less making compact scales (and offsets)."""
     total = 0.0
     for name in names:
         shape, kind, _ = matrices[name]
-        widening = WIDENING * (1 if kind in (2, 6, 8) else 2) if half and kind in EXACT_HALF else 0.0
-        total += (SAVED[kind] - widening) * shape[0] * shape[1]
+        cost = COMPACT_COST * (1 if kind in (2, 6, 8, 14) else 2) if compact else 0.0
+        total += (SAVED[kind] - cost) * shape[0] * shape[1]
     return total
 
 
-def _chosen(matrices: dict[str, tuple[tuple[int, ...], int, int]], allowance: int, half: bool) -> list[str]:
+def _chosen(matrices: dict[str, tuple[tuple[int, ...], int, int]], allowance: int, compact: bool) -> list[str]:
     worth = []
     for name, (shape, kind, stored) in matrices.items():
         if _worth(shape, kind):
-            extra = max(1, unpacked_bytes(shape, kind, half) - stored)
+            extra = max(1, unpacked_bytes(shape, kind, compact) - stored)
             worth.append((SAVED[kind] * shape[0] * shape[1] / extra, name, extra))
     picked, spent = [], 0
     for _, name, extra in sorted(worth, reverse=True):
