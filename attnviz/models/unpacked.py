@@ -1,5 +1,6 @@
-"""A quantised matrix with its integer codes unpacked, one int8 a value in the rows' order, and each group's scale
-and offset in float32: what a generation step multiplies by, token after token.
+"""A quantised matrix with its integer codes unpacked, an int8 a value (or two 4-bit codes a byte), and each
+group's scale and offset in float32 or as the file keeps them: what a generation step multiplies by, token after
+token.
 
 From the stored blocks, a product for one token casts every byte to float32 and gathers or shifts the bits of
 the codes first (Q5's fifth bits, Q6_K's two top bits, K-quants' byte planes): about 0.4–1.3 ns a value on one
