@@ -40,9 +40,12 @@ class Unpacked:
     """The codes of groups of 32 (every type but Q6_K) a group at a time: (groups, rows, 32) int8 — or, with
     ``nibbles``, (groups / 2, rows, 32) uint8, a row's first half of groups in the low nibbles and its second half
     in the high ones, stored ``shift`` above the code; Q6_K's groups of 16 row by row, (rows, width) int8. Scale and
-    offset (groups of the row, rows): value = (code − shift)·scale + offset. Scales and offsets are float32, or the
-    file's own float16 (EXACT_HALF) where the memory allowed asks for it (:func:`chosen`): widened at each product
-    (WIDENING).
+    offset (groups of the row, rows): value = (code − shift)·scale + offset.
+
+    Scales and offsets are float32 — or, where the memory allowed asks for it (:func:`chosen`), kept as the file
+    keeps them and made at each product (COMPACT_COST): the file's float16 (EXACT_HALF), or a K-quant's integer
+    scales (and mins) of each group with ``block_scale`` (and ``block_offset``) of each super-block (blocks of
+    the row, rows): scale = block_scale·scale, offset = −block_offset·offset, as ggml multiplies them.
 
     A group's codes of all the rows together make each group's product one matrix-vector product of contiguous
     rows of 32: a sixth less time a token than the same codes row by row, whose groups are read 32 values in
@@ -85,8 +88,8 @@ class Unpacked:
             if self.nibbles:
                 half, nibbles = groups // 2, scratch("nibbles", codes.shape, np.uint8)
                 sums = np.empty((groups, rows, n), dtype=np.float32)
-                for part, take in ((np.s_[:half], np.bitwise_and), (np.s_[half:], np.right_shift)):
-                    np.copyto(values, take(codes, 0x0F if take is np.bitwise_and else 4, out=nibbles), casting="unsafe")
+                for part, take, operand in ((np.s_[:half], np.bitwise_and, 0x0F), (np.s_[half:], np.right_shift, 4)):
+                    np.copyto(values, take(codes, operand, out=nibbles), casting="unsafe")
                     np.matmul(values, by_group[part], out=sums[part])
             else:
                 np.copyto(values, codes, casting="unsafe")
@@ -132,16 +135,21 @@ def widened(values: np.ndarray) -> np.ndarray:
 
 def unpacked_bytes(shape: tuple[int, ...], kind: int, compact: bool = False) -> int:
     """The memory of a matrix unpacked: a byte a value (half of one for 4-bit codes), four for each group's scale
-    and (but Q4_0's, Q5_0's, Q8_0's and Q6_K's, whose codes are shifted in place) four for its offset — with
+    and (:func:`offsets`) four for its offset — with
     ``compact`` scales, two each (EXACT_HALF: Q8_0 then takes no more than stored, its codes and scales the
     file's), or a byte each and four for each super-block's (K_QUANTS)."""
     rows, width = shape[0], shape[-1]
-    group, offsets = (16, False) if kind == 14 else (32, kind not in (2, 6, 8))
+    group, arrays = 16 if kind == 14 else 32, 2 if offsets(kind) else 1
     codes = rows * width // 2 if halved(kind, width) else rows * width
-    arrays = 2 if offsets else 1
     if compact and kind in K_QUANTS:
         return codes + arrays * rows * (width // group + 4 * (width // 256))
     return codes + arrays * (2 if compact and kind in EXACT_HALF else 4) * rows * (width // group)
+
+
+def offsets(kind: int) -> bool:
+    """Whether a type's groups have an offset beside their scale: all but Q4_0's, Q5_0's, Q8_0's and Q6_K's, whose
+    codes are shifted in place."""
+    return kind not in (2, 6, 8, 14)
 
 
 def halved(kind: int, width: int) -> bool:
@@ -171,12 +179,12 @@ def unpack(
     out = Unpacked(
         codes,
         np.empty((width // group, rows), dtype=scales),
-        None if kind in (2, 6, 8, 14) else np.empty((width // group, rows), dtype=scales),
+        np.empty((width // group, rows), dtype=scales) if offsets(kind) else None,
         group,
         nibbles,
         NIBBLES[kind] if nibbles else 0,
         np.empty((width // 256, rows), dtype=np.float32) if factored else None,
-        np.empty((width // 256, rows), dtype=np.float32) if factored and kind != 14 else None,
+        np.empty((width // 256, rows), dtype=np.float32) if factored and offsets(kind) else None,
     )
     step = max(1, 2**18 // max(width, 1))
 
@@ -222,7 +230,7 @@ def _saved(matrices: dict[str, tuple[tuple[int, ...], int, int]], names: list[st
     total = 0.0
     for name in names:
         shape, kind, _ = matrices[name]
-        cost = COMPACT_COST * (1 if kind in (2, 6, 8, 14) else 2) if compact else 0.0
+        cost = COMPACT_COST * (2 if offsets(kind) else 1) if compact else 0.0
         total += (SAVED[kind] - cost) * shape[0] * shape[1]
     return total
 
