@@ -191,3 +191,52 @@ def test_a_json_map_is_refused_by_what_reading_it_takes(cli, tmp_path: Path, mon
     monkeypatch.setattr(attnviz.resources, "available_memory", lambda: peak)
     run = cli("check", str(path))
     assert run.code == 1 and "of JSON) needs about" in run.err and "use .npy or .npz" in run.err, run.err
+
+
+KEPT_OR_NOT = """
+import ctypes, sys
+import numpy as np
+from attnviz.resources import keep_freed_memory
+
+FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in FIELDS.split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "keep":
+    keep_freed_memory()
+before = libc.mallinfo2().hblks
+block = np.ones(2**21, dtype=np.float32)  # 8 MiB, as a block of scores at 8,000 tokens
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_command_line_takes_blocks_of_megabytes_from_the_heap_it_keeps(kept: bool) -> None:
+    """After keep_freed_memory, an 8 MiB block comes from the heap (kept when freed for the next), not from a
+    mapping of its own that glibc gives back at once and the kernel zeroes again when the next is taken."""
+    import ctypes
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later")
+    done = subprocess.run([sys.executable, "-c", KEPT_OR_NOT, "keep" if kept else "default"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert int(done.stdout) == (0 if kept else 1)
+
+
+def test_only_a_command_changes_the_allocator(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import attnviz.resources
+    from attnviz.cli.entry import main
+
+    calls: list[None] = []
+    monkeypatch.setattr(attnviz.resources, "keep_freed_memory", lambda: calls.append(None))
+    assert main(["--help"]) == 0 and calls == []
+    assert main(["heatmap", "the cat sat", "--json"]) == 0 and len(calls) == 1
+    capsys.readouterr()

@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
                 return _fail(f"the argument '{printable(arg)}' is not UTF-8 text", 2)
     register(given[0] if given else None)
+    if given and given[0] in COMMANDS:
+        from ..resources import keep_freed_memory
+
+        keep_freed_memory()
     command = typer.main.get_command(_app_for(given))
     command.help = _reflow(command.help or "")
     for sub in [command, *getattr(command, "commands", {}).values()]:
