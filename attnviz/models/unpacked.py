@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gguf import BLOCKS, decode, k_scales
+from .gguf import BLOCKS, decode, k_scales, widened
 
 # Nanoseconds a value's product saves on one core, unpacked (measured: the stored types' few-input products
 # against an unpacked one's, twelve 4,096 × 1,024 matrices in turn, from memory not the caches, on 2 December 2026),
@@ -117,20 +117,6 @@ def scratch(use: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.nda
         kept = np.empty(size, dtype=np.uint8)
         setattr(_scratch, use, kept)
     return kept[:size].view(dtype).reshape(shape)
-
-
-_HALF_TO_SINGLE: np.ndarray | None = None
-
-
-def widened(values: np.ndarray) -> np.ndarray:
-    """float16 values as float32 (float32 as they are): looked up in a table of all 65,536, three times faster than
-    NumPy's own cast, which this machine's build does a value at a time."""
-    global _HALF_TO_SINGLE
-    if values.dtype != np.float16:
-        return values
-    if _HALF_TO_SINGLE is None:
-        _HALF_TO_SINGLE = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return np.take(_HALF_TO_SINGLE, values.view(np.uint16))
 
 
 def unpacked_bytes(shape: tuple[int, ...], kind: int, compact: bool = False) -> int:
