@@ -557,7 +557,8 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     try:
         import tempfile  # not on the way of a command that writes no file
 
-        handle, temporary = tempfile.mkstemp(dir=parent, prefix=f"{TEMPORARY}{os.getpid()}-", suffix=".tmp")
+        with _signals_held():  # a SIGTERM between creating the temporary and knowing its name would leave it
+            handle, temporary = tempfile.mkstemp(dir=parent, prefix=f"{TEMPORARY}{os.getpid()}-", suffix=".tmp")
         with os.fdopen(handle, "wb") as out:
             if callable(data):
                 data(out)
@@ -572,6 +573,22 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     finally:  # also on Ctrl-C, SIGTERM, SIGHUP: never leave a half-written file behind
         if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back inside, delivered on leaving (where the system can hold them)."""
+    import signal
+
+    held = {signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _regular_target(destination: str) -> Path:
