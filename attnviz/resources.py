@@ -53,7 +53,8 @@ def keep_freed_memory() -> None:
     the system and take it again. A long text's every-head view allocates and frees blocks of megabytes (a block
     of scores, a product's rows) thousands of times; glibc gave many back and the kernel zeroed each again when
     it was taken: 11 of the 66 s of CPU of SmolLM2's every head at 8,000 tokens, and a fifth of its time. Blocks
-    under 64 MiB now come from the heap and up to 256 MiB freed stay there (peak memory: 15 MiB more there).
+    under 64 MiB now come from the heap and up to 256 MiB freed stay there. The cost is peak memory: 15 MiB more
+    there, 150 MiB more (1.26 GB) for generate's 3,000-token prompt; a trim at 64 MiB kept the peaks and half the gain.
     Called by the command line only, whose process ends with its command: a program importing attnviz keeps its
     own allocator's settings. glibc only (mallopt); elsewhere nothing changes."""
     import ctypes
