@@ -103,10 +103,12 @@ def _exp_rows(block: Array, scores: Array | None = None) -> Array:
 def attend_query(
     q: Array, k: Array, v: Array, *, scale: float, key_mask: BoolArray | None = None, softcap: float | None = None
 ) -> Array:
-    """softmax(q kᵀ · scale) v for one query a head (h, 1, d) over keys and values (h, m, d), as :func:`attend` computes
-    it, keeping nothing: a generation step's layers whose attention is not shown (thirty calls a token, where the
-    blocks of :func:`attend` cost more than the products)."""
-    scores = np.matmul(np.asarray(q, dtype=np.float32) * np.float32(scale), np.swapaxes(k, -1, -2))  # (h, 1, m)
+    """softmax(q kᵀ · scale) v for one query a head (h, 1, d) over keys and values (g, m, d) shared by groups of h / g
+    query heads, as :func:`attend` computes it, keeping nothing: a generation step's layers whose attention is not
+    shown (thirty calls a token, where the blocks of :func:`attend` cost more than the products)."""
+    heads, _, d = q.shape
+    grouped = (np.asarray(q, dtype=np.float32) * np.float32(scale)).reshape(len(k), heads // len(k), d)
+    scores = np.matmul(grouped, np.swapaxes(k, -1, -2))  # (g, h / g, m)
     if softcap is not None:
         scores = np.float32(softcap) * np.tanh(scores * np.float32(1 / softcap))
     if key_mask is not None:
@@ -114,7 +116,7 @@ def attend_query(
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
-    output: Array = np.matmul(scores, v)
+    output: Array = np.matmul(scores, v).reshape(heads, 1, -1)
     return output
 
 
@@ -132,6 +134,9 @@ def attend(
 ) -> tuple[Array | None, Kept]:
     """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32, keeping of the weights what ``keep`` says.
 
+    ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention): key/value head j serves query heads
+    j·g … j·g + g − 1, g = h / their heads, read where they are rather than repeated for each.
+
     ``window`` (with ``causal``): query i sees only the keys i − window + 1 … i (a sliding-window layer).
     ``softcap`` (Gemma 2's logit soft-capping): each scaled score s becomes softcap · tanh(s / softcap) before
     the mask, so no score leaves (−softcap, softcap); the kept scores are the capped ones.
@@ -140,10 +145,9 @@ def attend(
     groups of rows (a bin, when pooling), so nothing two threads write overlaps.
     """
     keep = keep or Keep()
-    q = np.asarray(q, dtype=np.float32) * np.float32(scale)
-    kt = np.ascontiguousarray(np.swapaxes(np.asarray(k, dtype=np.float32), -1, -2))  # (h, d_k, m)
+    q, k = np.asarray(q, dtype=np.float32), np.asarray(k, dtype=np.float32)
     heads, n, _ = q.shape
-    m = kt.shape[-1]
+    m, group = k.shape[1], heads // k.shape[0]
     chosen = keep.chosen(heads)
     index = {h: i for i, h in enumerate(chosen)}
     pooled = keep.bins is not None
@@ -169,6 +173,7 @@ def attend(
         pooled without the keys hidden from each (and no output: the first pass made it)."""
         start, stop = int(groups[g]), int(groups[g + 1])
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
+        queries = np.empty((min(step, stop - start), q.shape[-1]), dtype=np.float32)
         column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
         for h in chosen if hidden else range(heads):
             kept = index.get(h)
@@ -184,7 +189,8 @@ def attend(
                 part = full[:, lo:]  # the keys some query of the block may see: only these are scored
                 own = scores is None or kept is None
                 logits = part if own else scores[kept, a:b, lo:used]  # type: ignore[index]
-                np.matmul(q[h, a:b], kt[h, :, lo:used], out=logits)
+                np.multiply(q[h, a:b], np.float32(scale), out=queries[: b - a])  # scaled a block at a time, in threads
+                np.matmul(queries[: b - a], k[h // group, lo:used].T, out=logits)
                 if softcap is not None:
                     np.multiply(logits, np.float32(1 / softcap), out=logits)
                     np.tanh(logits, out=logits)
@@ -204,7 +210,7 @@ def attend(
                     _without_keys(logits, [j - lo for j in hidden[kept] if lo <= j < used])
                 reciprocal = _exp_rows(part, None if own else logits)  # the weights: each row of part times these
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
-                    np.matmul(part, vv[h, lo:used], out=output[h, a:b])
+                    np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])
                 normalised = kept is not None and not pooled  # the weights themselves are kept
                 if normalised:

@@ -361,3 +361,7 @@ def test_a_steps_unshown_layers_attend_as_the_blocked_pass_does(softcap, masked)
     blocked, _ = attend(q, k, v, scale=0.25, key_mask=seen, softcap=softcap, keep=Keep(heads=()))
     assert ours.shape == (4, 1, 16) and ours.dtype == np.float32
     np.testing.assert_allclose(ours, blocked, rtol=1e-5, atol=1e-6)
+    grouped = attend_query(q, k[::2], v[::2], scale=0.25, key_mask=seen, softcap=softcap)  # heads 0, 1 share key head 0
+    repeated = attend_query(q, np.repeat(k[::2], 2, axis=0), np.repeat(v[::2], 2, axis=0), scale=0.25,
+                            key_mask=seen, softcap=softcap)  # fmt: skip
+    np.testing.assert_allclose(grouped, repeated, rtol=1e-5, atol=1e-6)

@@ -49,6 +49,22 @@ def test_the_engine_matches_the_textbook_core(
         assert (kept.weights[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
 
 
+@pytest.mark.parametrize(
+    "keep", [Keep(), Keep(heads=(1, 4), scores=True), Keep(mean=True), Keep(bins=7), Keep(bins=7, sinks="hide")]
+)
+def test_grouped_keys_and_values_are_read_as_if_repeated_for_each_query_head(keep: Keep) -> None:
+    """Grouped-query attention: key/value head j serves query heads 3j … 3j + 2, with the same bits as its copies."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((h, 300, 8), dtype=np.float32) for h in (6, 2, 2))
+    q, k[:, 0] = np.abs(q), 3  # key 0 a sink, which Keep(sinks="hide") hides
+    grouped = attend(q, k, v, scale=0.4, causal=True, keep=keep)
+    repeated = attend(q, np.repeat(k, 3, axis=0), np.repeat(v, 3, axis=0), scale=0.4, causal=True, keep=keep)
+    assert grouped[0] is not None and repeated[0] is not None
+    np.testing.assert_array_equal(grouped[0], repeated[0])
+    np.testing.assert_array_equal(grouped[1].weights, repeated[1].weights)
+    assert grouped[1].hidden == repeated[1].hidden == (((0,),) * 6 if keep.sinks == "hide" else ())
+
+
 @pytest.mark.parametrize("pool", ["max", "mean"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_pooling_while_computing_equals_pooling_the_full_map(pool: str, causal: bool) -> None:

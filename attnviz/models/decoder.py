@@ -297,7 +297,7 @@ class Decoder:
             x = self.embed(np.asarray(ids), start)
             for layer in range(self.layers):
                 q, k, v = self.attention_inputs(x, layer, start)
-                k, v = shared_heads(*cache.extend(layer, k, v), self.heads)
+                k, v = cache.extend(layer, k, v)
                 window, cap = self.windows[layer], self.softcap(layer)
                 if start == 0:
                     output, kept = attend(q, k, v, scale=self.scale(layer), causal=True, window=window, softcap=cap,
@@ -359,48 +359,56 @@ class Decoder:
             for i in range(layer + 1):
                 self.finite(x, i - 1)
                 q, k, v = self.attention_inputs(x, i)
-                k, v = shared_heads(k, v, self.heads)
                 if i == layer:
                     break
                 output, _ = attend(q, k, v, scale=self.scale(i), causal=True, window=self.windows[i],
                                    softcap=self.softcap(i), keep=NOTHING)  # fmt: skip
                 assert output is not None
                 x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
-        return q, k, v
+        return q, *shared_heads(k, v, self.heads)
 
     def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
         """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
 
         Memory is the hidden states, one layer's weights and its attention a block of rows at a
-        time: never (layers, heads, n, n). Layers after the last one asked for are not run.
+        time: never (layers, heads, n, n). Layers after the last one asked for are not run, nor its heads' outputs
+        when it keeps some weights (one that keeps none is checked by its outputs: :meth:`heads_outputs`).
         """
         with one_blas_thread(), overflow_checked():
             x = self.embed(np.asarray(encoding.ids))
             last = max(keep)
             for layer in range(last + 1):
-                output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))
+                if layer == last and keep[layer].heads != ():  # its heads' outputs, which no layer reads, unmade
+                    kept = self.heads_weights(x, layer, keep[layer])
+                else:
+                    output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))
                 self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
                 if progress is not None:
                     progress(layer + 1, last + 1)
-                if layer == last:
-                    return  # the rest changes no attention that was asked for
-                x = self.after(x, joined(output), layer)
+                if layer < last:
+                    x = self.after(x, joined(output), layer)
 
     def heads_outputs(self, x: Array, layer: int, keep: Keep = NOTHING) -> tuple[Array, Kept]:
         """Layer ``layer``'s heads' outputs (heads, n, d) for its input ``x``, a whole text (causal, from position 0),
         and what ``keep`` says of its weights."""
-        self.finite(x, layer - 1)
-        q, k, v = self.attention_inputs(x, layer)
-        k, v = shared_heads(k, v, self.heads)
-        output, kept = attend(
-            q, k, v, scale=self.scale(layer), causal=True, window=self.windows[layer],
-            softcap=self.softcap(layer), keep=keep,
-        )  # fmt: skip
+        output, kept = self._attended(x, layer, keep, values=True)
         assert output is not None
         self.finite(output, layer)  # what a layer that keeps nothing is checked by
         return output, kept
+
+    def heads_weights(self, x: Array, layer: int, keep: Keep) -> Kept:
+        """What ``keep`` says of layer ``layer``'s weights, without its heads' outputs (which no later layer reads)."""
+        return self._attended(x, layer, keep, values=False)[1]
+
+    def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept]:
+        self.finite(x, layer - 1)
+        q, k, v = self.attention_inputs(x, layer)
+        return attend(
+            q, k, v if values else None, scale=self.scale(layer), causal=True, window=self.windows[layer],
+            softcap=self.softcap(layer), keep=keep,
+        )  # fmt: skip
 
     def heads_backward(self, x: Array, layer: int, grad: Array) -> Array:
         """∂/∂x of :meth:`heads_outputs` given ∂/∂ the heads' outputs (heads, n, d): the queries, keys and values
@@ -456,7 +464,6 @@ class Decoder:
                     if layer > first:
                         self.finite(rows, layer - 1)
                         q, k, v = self.attention_inputs(rows, layer)
-                        k, v = shared_heads(k, v, h)
                         output, _ = attend(by_copy(q), by_copy(k), by_copy(v), scale=self.scale(layer),
                                            causal=True, window=self.windows[layer], softcap=self.softcap(layer),
                                            keep=NOTHING)  # fmt: skip
