@@ -40,77 +40,77 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def run_all(work: Callable[[T], None], items: Iterable[T]) -> None:
-    """``work`` on every item, one thread per core; each item's result must not depend on the others.
+def run_all(work: Callable[[T], None], items: Iterable[T], most: int | None = None) -> None:
+    """``work`` on every item, by the caller and up to one kept thread per other core (at most ``most`` threads in
+    all), each taking the next item until none is left; each item's result must not depend on the others. An
+    item's error is raised once the threads have stopped (they take no item after it).
 
-    Called from a worker of another ``run_all`` (a product inside one of several ablations), the items run one
-    after the other in that worker: every core already has its thread, and more would only take turns."""
+    The threads are kept for the next call: starting threads for each of a long text's 200-odd calls cost half a
+    second, as long as a thread waits for the interpreter to start it beside threads that compute. Called inside
+    such work (a product inside one of several ablations), the items run one after the other there: every core
+    already has its thread, and more would only take turns."""
     chosen = list(items)
-    if cores() == 1 or len(chosen) == 1 or _in_worker.get():
+    helpers = min(cores(), most or len(chosen), len(chosen)) - 1
+    if helpers < 1 or _in_worker.get():
         for item in chosen:
             work(item)
         return
-    from concurrent.futures import ThreadPoolExecutor  # not on the path of a small JSON answer
-
-    def in_callers_context(item: T, context: contextvars.Context) -> None:
-        context.run(_in_worker.set, True)
-        context.run(work, item)  # NumPy's errstate is a context variable: the caller's holds in the workers
-
-    with ThreadPoolExecutor(max_workers=min(cores(), len(chosen))) as pool:
-        for _ in pool.map(in_callers_context, chosen, [contextvars.copy_context() for _ in chosen]):
-            pass
-
-
-_blocks_pool: Any = None
-BLOCK_THREADS = 4
-
-
-def _forget_blocks_pool() -> None:
-    """A forked child (a batch's workers) has none of its parent's threads: it starts a pool of its own."""
-    global _blocks_pool
-    _blocks_pool = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_blocks_pool)
-
-
-def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
-    """``work`` on every item as :func:`run_all` does, in threads kept for the next call: a matrix's blocks of rows
-    (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to start
-    threads for. The caller takes items too, beside at most BLOCK_THREADS − 1 kept threads: each call hands work
-    to the others once, not once per item (a generated token's products are short enough for the hand-over to
-    count). ``work`` must not call this again (its threads would wait for themselves)."""
-    global _blocks_pool
-    chosen = list(items)
-    helpers = min(cores(), BLOCK_THREADS, len(chosen)) - 1
-    if helpers < 1:
-        for item in chosen:
-            work(item)
-        return
-    import contextvars
     import threading
-    from concurrent.futures import ThreadPoolExecutor
 
-    if _blocks_pool is None:
-        _blocks_pool = ThreadPoolExecutor(max_workers=BLOCK_THREADS - 1, thread_name_prefix="attnviz-blocks")
-    left, lock = iter(chosen), threading.Lock()
+    left, lock, failed = iter(chosen), threading.Lock(), threading.Event()
 
     def drain() -> None:
-        while True:
+        _in_worker.set(True)  # in this thread's own copy of the caller's context (NumPy's errstate among it)
+        while not failed.is_set():
             with lock:
                 item = next(left, _DONE)
             if item is _DONE:
                 return
-            work(item)  # type: ignore[arg-type]
+            try:
+                work(item)  # type: ignore[arg-type]
+            except BaseException:
+                failed.set()
+                raise
 
-    context = contextvars.copy_context()
-    started = [_blocks_pool.submit(context.copy().run, drain) for _ in range(helpers)]
+    started = [_threads().submit(contextvars.copy_context().run, drain) for _ in range(helpers)]
     try:
-        drain()
+        contextvars.copy_context().run(drain)
     finally:
         for future in started:
-            future.result()
+            future.exception()  # waits: no item of this call runs after it returns
+    for future in started:
+        future.result()
+
+
+_kept: Any = None
+BLOCK_THREADS = 4  # run_blocks' threads: a generated token's products are too short to share among more
+
+
+def _threads() -> Any:
+    """The threads run_all keeps, started on first use (a JSON answer of a few tokens starts none)."""
+    global _kept
+    if _kept is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _kept = ThreadPoolExecutor(max_workers=max(1, cores() - 1), thread_name_prefix="attnviz")
+    return _kept
+
+
+def _forget_threads() -> None:
+    """A forked child (a batch's workers) has none of its parent's threads: it starts its own."""
+    global _kept
+    _kept = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads)
+
+
+def run_blocks(work: Callable[[T], None], items: Iterable[T]) -> None:
+    """:func:`run_all` on at most BLOCK_THREADS threads: a matrix's blocks of rows
+    (:func:`attnviz.models.weights.by_rows`), some hundreds of calls per generated token, each too short to share
+    among more (each call hands work to the others once, not once per item)."""
+    run_all(work, items, BLOCK_THREADS)
 
 
 _DONE = object()
