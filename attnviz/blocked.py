@@ -175,6 +175,7 @@ def attend(
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
         queries = np.empty((min(step, stop - start), q.shape[-1]), dtype=np.float32)
         column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
+        ones = np.ones(step, dtype=np.float32)
         for h in chosen if hidden else range(heads):
             kept = index.get(h)
             for a, b in pairwise(_even(start, stop, step)):
@@ -212,18 +213,17 @@ def attend(
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])
-                normalised = kept is not None and not pooled  # the weights themselves are kept
-                if normalised:
-                    np.multiply(part, reciprocal, out=part)
-                if kept is None or direct:
+                if kept is None:
                     continue
-                scale_rows = None if normalised else reciprocal
-                if column is not None and scale_rows is not None:  # each key's weight from the block's other rows
-                    column[kept, lo:used] += scale_rows[:, 0] @ part
+                np.multiply(part, reciprocal, out=part)  # the weights
+                if direct:
+                    continue
+                if column is not None:  # each key's weight from the block's other rows
+                    column[kept, lo:used] += ones[: b - a] @ part
                     own_rows = np.arange(max(a, lo), min(b, used))
-                    column[kept, own_rows] -= full[own_rows - a, own_rows] * scale_rows[own_rows - a, 0]
+                    column[kept, own_rows] -= full[own_rows - a, own_rows]
                 if sums is not None:
-                    _pool_into(sums[kept], full, a, rows, cols, used, combine, scale_rows)
+                    _pool_into(sums[kept], full[:, :used], a, rows, cols, combine)
                 elif weights is not None:
                     weights[0, a:b, :used] += full / len(chosen)
         if column is not None and columns is not None:
@@ -345,26 +345,17 @@ def _groups(rows: np.ndarray, step: int) -> np.ndarray:
 
 
 def _pool_into(
-    target: Array,
-    part: Array,
-    first: int,
-    rows: np.ndarray,
-    cols: np.ndarray,
-    used: int,
-    combine: np.ufunc,
-    scale_rows: Array | None = None,
+    target: Array, weights: Array, first: int, rows: np.ndarray, cols: np.ndarray, combine: np.ufunc
 ) -> None:
-    """Fold a block of weights (rows first…, keys 0…used), each row times ``scale_rows`` (rows, 1) if given, into
-    ``target`` (row bins, key bins) by max or sum: the rows are scaled once their keys are pooled."""
-    by_cols = combine.reduceat(part, cols[: np.searchsorted(cols[:-1], used)], axis=1)
-    if scale_rows is not None:
-        np.multiply(by_cols, scale_rows, out=by_cols)
-    last = first + part.shape[0]
-    lo, hi = np.searchsorted(rows, first, "right") - 1, np.searchsorted(rows, last - 1, "right") - 1
-    starts = np.maximum(rows[lo : hi + 1], first) - first
-    segments = combine.reduceat(by_cols, starts, axis=0)
-    width = segments.shape[1]
-    target[lo : hi + 1, :width] = combine(target[lo : hi + 1, :width], segments)
+    """Fold a block of weights (rows first…, keys from 0) into ``target`` (row bins, key bins) by max or sum: each row
+    bin's rows first, down the block's columns (a pass NumPy makes without holding the interpreter, so the threads'
+    blocks are pooled side by side), then that one row's bins of keys."""
+    last = first + weights.shape[0]
+    edges = cols[: np.searchsorted(cols[:-1], weights.shape[1])]
+    for row_bin in range(np.searchsorted(rows, first, "right") - 1, np.searchsorted(rows, last - 1, "right")):
+        start, stop = max(rows[row_bin], first) - first, min(rows[row_bin + 1], last) - first
+        pooled = combine.reduceat(combine.reduce(weights[start:stop], axis=0), edges)
+        target[row_bin, : len(pooled)] = combine(target[row_bin, : len(pooled)], pooled)
 
 
 def pool_map(weights: Array, bins: int, pool: Pool = "max") -> tuple[Array, np.ndarray, np.ndarray]:
