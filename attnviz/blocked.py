@@ -220,8 +220,7 @@ def attend(
                     continue
                 if column is not None:  # each key's weight from the block's other rows
                     column[kept, lo:used] += ones[: b - a] @ part
-                    own_rows = np.arange(max(a, lo), min(b, used))
-                    column[kept, own_rows] -= full[own_rows - a, own_rows]
+                    column[kept, a : max(a, min(b, used))] -= np.diagonal(full[:, a:used])  # its own rows' weights
                 if sums is not None:
                     _pool_into(sums[kept], full[:, :used], a, rows, cols, combine)
                 elif weights is not None:
