@@ -27,7 +27,7 @@ from .threads import one_blas_thread, run_all
 
 ROWS_PER_BLOCK = 256
 BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
-SAFE_EXPONENT = 30.0  # softmax is shift-invariant; rows whose largest score is within ±30 skip the shift
+UNSHIFTED_SUMS = (float(np.exp(-30.0)), float(np.exp(60.0)))  # rows whose exponentials sum within these: no shift
 
 
 @dataclass(frozen=True)
@@ -77,25 +77,36 @@ def bin_edges(n: int, bins: int) -> np.ndarray:
     return np.unique(np.linspace(0, n, min(n, bins) + 1).round().astype(int))
 
 
-def _softmax_rows(block: Array, scores: Array | None = None) -> None:
-    """Each row of ``block`` (rows, m) becomes the softmax of that row of ``scores`` (default: of itself,
-    in place); -inf entries become 0, NaN stays NaN."""
-    np.multiply(block, _exp_rows(block, scores), out=block)
+def _softmax_rows(block: Array, scores: Array) -> None:
+    """Each row of ``block`` (rows, m) becomes the softmax of that row of ``scores``; -inf entries become 0, NaN
+    stays NaN."""
+    reciprocal = _exp_rows(block, scores)
+    assert reciprocal is not None  # the scores kept apart: shifted when they must be
+    np.multiply(block, reciprocal, out=block)
 
 
-def _exp_rows(block: Array, scores: Array | None = None) -> Array:
-    """Each row of ``block`` becomes the exponentials of that row of ``scores`` (default: of itself, in place), less
-    the row's largest where exp could overflow; returns (rows, 1) the reciprocals of their sums (0 for a row of
-    nothing): the softmax is their product, which a pooled view and the output take after the n² values are
-    reduced (a row's scale commutes with its maximum, its sum and its product with the values)."""
+def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False) -> Array | None:
+    """Each row of ``block`` becomes the exponentials of that row of ``scores`` (default: of itself, in place);
+    returns (rows, 1) the reciprocals of their sums (0 for a row of nothing): the softmax is their product, which a
+    pooled view and the output take after the n² values are reduced (a row's scale commutes with its maximum, its
+    sum and its product with the values).
+
+    The softmax is shift-invariant: the rows are taken as they are unless a row's sum leaves UNSHIFTED_SUMS (an
+    exponential overflowed, or the row's all vanished or nearly) — then ``shifted``, less each row's largest, which
+    costs a pass over the block to find. From ``scores`` that is done here; in place the scores are gone: None, and
+    the caller scores the block again."""
     source = block if scores is None else scores
-    peak = source.max(axis=1, keepdims=True)
-    if np.all(np.abs(peak) <= SAFE_EXPONENT):  # exp cannot overflow or lose the row: no shift needed
-        np.exp(source, out=block)
-    else:
+    if shifted:
+        peak = source.max(axis=1, keepdims=True)
         np.subtract(source, np.where(np.isfinite(peak), peak, 0), out=block)
         np.exp(block, out=block)
+    else:
+        with np.errstate(over="ignore"):  # an overflow here is found from the sums, and shifted
+            np.exp(source, out=block)
     total = np.einsum("ij->i", block)[:, None]  # SIMD sums of each row: a third of sum(axis=1)'s time
+    low, high = UNSHIFTED_SUMS
+    if not shifted and not np.all((total >= low) & (total <= high)):
+        return None if scores is None else _exp_rows(block, scores, shifted=True)
     reciprocal: Array = np.where(total != 0, 1 / np.where(total != 0, total, 1), 0).astype(np.float32)
     return reciprocal
 
@@ -176,6 +187,27 @@ def attend(
         queries = np.empty((min(step, stop - start), q.shape[-1]), dtype=np.float32)
         column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
         ones = np.ones(step, dtype=np.float32)
+
+        def scored(logits: Array, h: int, kept: int | None, a: int, b: int, lo: int, used: int) -> None:
+            """Head h's scaled scores of queries a … b over keys lo … used, masked (and without the keys ``hidden``
+            from its kept map), into ``logits``."""
+            np.multiply(q[h, a:b], np.float32(scale), out=queries[: b - a])  # scaled a block at a time, in threads
+            np.matmul(queries[: b - a], k[h // group, lo:used].T, out=logits)
+            if softcap is not None:
+                np.multiply(logits, np.float32(1 / softcap), out=logits)
+                np.tanh(logits, out=logits)
+                np.multiply(logits, np.float32(softcap), out=logits)
+            if causal:  # only the block's diagonal square holds both allowed and masked keys
+                diagonal = logits[:, a - lo : used - lo]
+                np.copyto(diagonal, -np.inf, where=above[: b - a, : diagonal.shape[1]])
+            if window is not None and b - 1 - window >= lo:  # some row of the block has keys behind its window
+                behind = np.arange(lo, used)[None, :] <= np.arange(a, b)[:, None] - window
+                logits[behind] = -np.inf
+            if blocked_keys is not None:
+                logits[:, blocked_keys[lo:used]] = -np.inf
+            if hidden and kept is not None:
+                _without_keys(logits, [j - lo for j in hidden[kept] if lo <= j < used])
+
         for h in chosen if hidden else range(heads):
             kept = index.get(h)
             for a, b in pairwise(_even(start, stop, step)):
@@ -190,26 +222,15 @@ def attend(
                 part = full[:, lo:]  # the keys some query of the block may see: only these are scored
                 own = scores is None or kept is None
                 logits = part if own else scores[kept, a:b, lo:used]  # type: ignore[index]
-                np.multiply(q[h, a:b], np.float32(scale), out=queries[: b - a])  # scaled a block at a time, in threads
-                np.matmul(queries[: b - a], k[h // group, lo:used].T, out=logits)
-                if softcap is not None:
-                    np.multiply(logits, np.float32(1 / softcap), out=logits)
-                    np.tanh(logits, out=logits)
-                    np.multiply(logits, np.float32(softcap), out=logits)
-                if causal:  # only the block's diagonal square holds both allowed and masked keys
-                    diagonal = logits[:, a - lo : used - lo]
-                    np.copyto(diagonal, -np.inf, where=above[: b - a, : diagonal.shape[1]])
-                if window is not None and b - 1 - window >= lo:  # some row of the block has keys behind its window
-                    behind = np.arange(lo, used)[None, :] <= np.arange(a, b)[:, None] - window
-                    logits[behind] = -np.inf
-                if blocked_keys is not None:
-                    logits[:, blocked_keys[lo:used]] = -np.inf
+                scored(logits, h, kept, a, b, lo, used)
                 if not own and scores is not None:
                     scores[kept, a:b, used:] = -np.inf
                     scores[kept, a:b, :lo] = -np.inf
-                if hidden and kept is not None:
-                    _without_keys(logits, [j - lo for j in hidden[kept] if lo <= j < used])
                 reciprocal = _exp_rows(part, None if own else logits)  # the weights: each row of part times these
+                if reciprocal is None:  # scores past exp's range, taken in place: scored again, to be shifted
+                    scored(logits, h, kept, a, b, lo, used)
+                    reciprocal = _exp_rows(part, shifted=True)
+                assert reciprocal is not None
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])

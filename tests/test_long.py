@@ -31,7 +31,8 @@ from attnviz.render.heatmap import pooled_bins, render_heatmap_figure
 def test_the_engine_matches_the_textbook_core(
     n: int, m: int, causal: bool, seed: int, head: int | None, mean: bool, spread: float
 ) -> None:
-    """Scores within ±30 take the softmax without its shift, larger ones (spread 40) with it: both are exact."""
+    """Rows whose exponentials sum within UNSHIFTED_SUMS take the softmax without its shift; larger scores (spread
+    40) overflow exp, and their blocks are scored again and shifted: both are exact."""
     m = n if causal else m
     rng = np.random.default_rng(seed)
     q, k, v = rng.normal(size=(2, n, 8)) * spread, rng.normal(size=(2, m, 8)), rng.normal(size=(2, m, 8))
