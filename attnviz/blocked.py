@@ -177,6 +177,7 @@ def attend(
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     combine = np.maximum if keep.pool == "max" else np.add
     above = np.triu(np.ones((min(step, n), min(step, n)), dtype=bool), k=1)
+    ones = np.ones(step, dtype=np.float32)  # a block's column sums: a product with them
     lock = threading.Lock()
 
     def one_group(g: int, hidden: tuple[tuple[int, ...], ...] = ()) -> None:
@@ -186,7 +187,6 @@ def attend(
         block = np.empty((min(step, stop - start), m), dtype=np.float32)
         queries = np.empty((min(step, stop - start), q.shape[-1]), dtype=np.float32)
         column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
-        ones = np.ones(step, dtype=np.float32)
 
         def scored(logits: Array, h: int, kept: int | None, a: int, b: int, lo: int, used: int) -> None:
             """Head h's scaled scores of queries a … b over keys lo … used, masked (and without the keys ``hidden``
