@@ -629,8 +629,8 @@ def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: b
         version = npy.read_magic(stream)
         reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, _, dtype = reader(stream)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-        raise AttnvizError(f"{where}: not a readable .npy array ({err})") from None
+    except _unreadable_npy() as err:
+        raise AttnvizError(f"{where}: not a readable .npy array ({_npy_problem(err)})") from None
     if dtype.hasobject:
         raise AttnvizError(f"{where}: holds Python objects, which attnviz never loads (they could run code)")
     needed = math.prod(shape) * dtype.itemsize
@@ -642,6 +642,25 @@ def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: b
         )
     as_float64 = math.prod(shape) * 8
     ensure_fits(needed + 2 * as_float64, f"loading {where}", "use a smaller file")
+
+
+def _unreadable_npy(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """What NumPy's reader raises on a damaged .npy header or archive (matched only once one is raised): the
+    header is read as Python literals (ast: SyntaxError, RecursionError when nested deep), and failing that
+    tokenised again (tokenize.TokenError), besides the archive's and the file's own errors."""
+    import tokenize
+
+    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, SyntaxError,
+            RecursionError, tokenize.TokenError, *more)  # fmt: skip
+
+
+def _npy_problem(err: BaseException) -> str:
+    """What :func:`_unreadable_npy` caught, in a few words (a header that is no Python literal: those)."""
+    import tokenize
+
+    if isinstance(err, (SyntaxError, RecursionError, tokenize.TokenError)):
+        return "its header does not parse"
+    return printable(str(err))
 
 
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
@@ -662,8 +681,8 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
                         _check_npy_header(member, info.file_size, f"{path}: {info.filename}", exact=True)
         stream.seek(0)
         loaded = np.load(stream, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
-        raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
+    except _unreadable_npy() as err:
+        raise AttnvizError(f"{path}: not a readable {suffix} file ({_npy_problem(err)})") from None
     if suffix == ".npy":
         return loaded, None
     with loaded:
@@ -680,8 +699,8 @@ def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray,
         try:
             array = loaded[name]
             tokens = [str(t) for t in loaded["tokens"].tolist()] if "tokens" in keys else None
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
-            raise AttnvizError(f"{path}: not a readable {suffix} file ({err})") from None
+        except _unreadable_npy(KeyError) as err:
+            raise AttnvizError(f"{path}: not a readable {suffix} file ({_npy_problem(err)})") from None
     return array, tokens
 
 

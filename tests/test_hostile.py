@@ -230,6 +230,25 @@ def test_fuzz_numpy_files(tmp_path: Path, data: bytes) -> None:
             pass
 
 
+@pytest.mark.parametrize(
+    "header", [b"\x00\x00\x00\x00\x00[", b"(" * 5000, b"{'descr': '<f4', 'shape': (" + b"[" * 3000 + b")}",
+               b"\x1b]8;;http://x\x07hi\x1b]8;;\x07"],
+)  # fmt: skip
+def test_npy_headers_that_do_not_parse_are_refused_in_one_line(cli, tmp_path: Path, header: bytes) -> None:
+    """NumPy reads a .npy header as a Python literal and tokenises again one that is not: those parsers' own errors
+    (the fuzz test found a NUL byte and an open bracket raising tokenize.TokenError) are one line too, in an .npz."""
+    import zipfile
+
+    array = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header
+    (tmp_path / "bad.npy").write_bytes(array)
+    with zipfile.ZipFile(tmp_path / "bad.npz", "w") as archive:
+        archive.writestr("attention.npy", array)
+    for name in ("bad.npy", "bad.npz"):
+        run = cli("heatmap", "--from", str(tmp_path / name))
+        assert run.code == 1 and run.err.count("\n") == 1 and "its header does not parse" in run.err, run.err
+        assert "\x1b" not in run.err and "Traceback" not in run.err
+
+
 @pytest.mark.memory_cap
 @FUZZ
 @given(st.integers(0, 2**64 - 1), st.binary(max_size=200))
