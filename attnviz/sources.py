@@ -646,21 +646,22 @@ def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: b
 
 def _unreadable_npy(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
     """What NumPy's reader raises on a damaged .npy header or archive (matched only once one is raised): the
-    header is read as Python literals (ast: SyntaxError, RecursionError when nested deep), and failing that
-    tokenised again (tokenize.TokenError), besides the archive's and the file's own errors."""
+    header parsers' errors (:func:`_header_parsers_errors`), the archive's and the file's own."""
+    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            *_header_parsers_errors(), *more)  # fmt: skip
+
+
+def _header_parsers_errors() -> tuple[type[BaseException], ...]:
+    """NumPy reads a .npy header as Python literals (ast: SyntaxError, RecursionError when nested deep) and, failing
+    that, tokenises it again (tokenize.TokenError)."""
     import tokenize
 
-    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, SyntaxError,
-            RecursionError, tokenize.TokenError, *more)  # fmt: skip
+    return SyntaxError, RecursionError, tokenize.TokenError
 
 
 def _npy_problem(err: BaseException) -> str:
     """What :func:`_unreadable_npy` caught, in a few words (a header that is no Python literal: those)."""
-    import tokenize
-
-    if isinstance(err, (SyntaxError, RecursionError, tokenize.TokenError)):
-        return "its header does not parse"
-    return printable(str(err))
+    return "its header does not parse" if isinstance(err, _header_parsers_errors()) else printable(str(err))
 
 
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
