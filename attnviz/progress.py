@@ -198,13 +198,12 @@ class _Bar:
                 "updated": now, "expected": self.expected(now, done, total)}  # fmt: skip
 
     def start(self) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, Progress
         from rich.table import Column
 
         count, times = _columns()
-        from .render.literal import plain_console
-
-        console = plain_console(file=sys.stderr, force_terminal=True)
+        console = Console(file=sys.stderr, force_terminal=True, markup=False, emoji=False, highlight=False)
         narrow = console.width < NARROW  # the count and the times, whole; the bar takes what is left
         self.progress = Progress(
             count(table_column=Column(no_wrap=True)),

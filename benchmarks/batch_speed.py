@@ -52,7 +52,7 @@ def baseline(directory: Path, count: int) -> float:
 
 
 def attnviz_batch(directory: Path, count: int) -> float:
-    from attnviz import batch
+    from attnviz.cli import batch
 
     plan = directory / "plan.toml"
     plan.write_text(

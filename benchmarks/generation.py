@@ -2,8 +2,8 @@
 
 Speed: tokens per second once the prompt has run, measured as the issue says: the time of 45 new tokens minus the
 time of 5, over 40 (one greedy run of 45 tokens, each token timed, in-process through
-:func:`attnviz.generate.generate`; loading and the prompt are not counted). Its floor is what a float32 framework
-must do per token: one float32 matrix-vector product with every matrix of the same model, held dequantised
+:func:`attnviz.analysis.generate.generate`; loading and the prompt are not counted). Its floor is what a float32
+framework must do per token: one float32 matrix-vector product with every matrix of the same model, held dequantised
 (attnviz's own dequantisation of the same file) and multiplied by NumPy's BLAS on the machine's cores, as
 transformers does without its overheads; a floor's token is run after each of attnviz's (:mod:`turns`), so that
 the machine's drifting speed falls on both. Target: the ratio transformers' own steady state (SDPA, float32,
@@ -65,7 +65,7 @@ def steady(model: Any, new: int = 45, first: int = 5, clock: Clock | None = None
     """Seconds per token of ``model``'s greedy generation after PROMPT, between its ``first``-th and ``new``-th
     new tokens (each token's own turn, timed by ``clock``, which may run other work between them), and the ids
     written; a generation that stops early (its end token) is an error, not a shorter measurement."""
-    from attnviz.generate import generate
+    from attnviz.analysis.generate import generate
 
     clock = clock or Clock(new)
     clock.begin()

@@ -71,8 +71,9 @@ def command_usage(command: list[str]) -> tuple[float, float, float]:
     return float(seconds), float(cpu), int(kib) * 1024.0
 
 
-def text_of(tokens: int, encode: Callable[[str], int], prose: Path = ROOT / "README.md") -> str:
-    """Real prose (the README, or ``prose``) repeated as needed and cut to at most ``tokens`` tokens of the model."""
+def text_of(tokens: int, encode: Callable[[str], int], prose: Path | None = None) -> str:
+    """Real prose (the documentation, the README and then each page of docs/, or ``prose``) repeated as needed and
+    cut to at most ``tokens`` tokens of the model."""
     from attnviz.errors import AttnvizError
 
     def fits(text: str) -> bool:
@@ -81,7 +82,8 @@ def text_of(tokens: int, encode: Callable[[str], int], prose: Path = ROOT / "REA
         except AttnvizError:  # more than the model takes
             return False
 
-    source = prose.read_text(encoding="utf-8")
+    pages = [prose] if prose is not None else [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    source = "\n\n".join(page.read_text(encoding="utf-8") for page in pages)
     while len(source) < tokens * 8:
         source += "\n\n" + source
     low, high = 0, min(len(source), tokens * 8)

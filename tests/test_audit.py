@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.config import LayerConfig
-from attnviz.layer import self_attention
 from attnviz.render.audit import audit
 from attnviz.render.figure import STYLE_ATTRIBUTE, FigureStyle, figure_context
 from attnviz.render.heatmap import draw_matrix, label_axes, render_heatmap_figure, token_labels
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import self_attention
 
 SIX = ["the", "cat", "sat", "on", "the", "mat"]
 
@@ -259,10 +259,10 @@ def test_audit_messages_quote_mathtext_as_it_is_drawn() -> None:
 
 
 def test_the_softmax_panel_of_explain_ticks_weights_only() -> None:
-    from attnviz.explain import explain_query
-    from attnviz.layer import LayerConfig, prepare
+    from attnviz.analysis.explain import explain_query
     from attnviz.render.explain import render_explain_figure
     from attnviz.render.figure import FigureStyle, figure_context
+    from attnviz.sources.layer import LayerConfig, prepare
 
     layer, att = prepare(tuple("the cat sat on the mat and then slept".split()), LayerConfig(heads=4))
     with figure_context(FigureStyle()):

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from attnviz.blocked import attend_backward
-from attnviz.core import causal_mask, scaled_dot_product_attention, soft_cap, soft_cap_backward
+from attnviz.engine.blocked import attend_backward
+from attnviz.engine.core import causal_mask, scaled_dot_product_attention, soft_cap, soft_cap_backward
 from attnviz.models.parts import (
     SLOPES,
     Rope,
@@ -114,7 +114,7 @@ def test_attention(n: int, window: int | None, softcap: float | None, rows: int 
                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Causal, a sliding window, soft-capped scores, blocks of rows smaller than the text (``rows``)."""
     if rows is not None:
-        monkeypatch.setattr("attnviz.blocked.ROWS_PER_BLOCK", rows)
+        monkeypatch.setattr("attnviz.engine.blocked.ROWS_PER_BLOCK", rows)
     heads, d, scale = 3, 8, 0.35
     q, k, v = (rng.standard_normal((heads, n, d)) for _ in range(3))
     allowed = causal_mask(n)

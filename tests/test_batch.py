@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnviz import batch as plans
+from attnviz.cli import batch as plans
 
 PLAN = """
 [defaults]

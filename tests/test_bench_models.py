@@ -77,7 +77,7 @@ def test_llama3_factors_are_the_converters() -> None:
 
 @pytest.mark.parametrize("architecture", list(TINY))
 def test_attnviz_runs_the_model_and_writes_with_it(written: dict[str, Path], architecture: str) -> None:
-    from attnviz.generate import generate
+    from attnviz.analysis.generate import generate
     from attnviz.models import load_model
 
     model = load_model(None, model_file=written[architecture])

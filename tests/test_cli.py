@@ -296,7 +296,7 @@ def test_an_unreadable_file_is_refused_in_one_line(cli, tmp_path: Path, monkeypa
                 raise PermissionError(13, "Permission denied", str(file))
             return real_open(file, *args, **kwargs)
 
-        monkeypatch.setattr("attnviz.inputs.os.open", refusing)
+        monkeypatch.setattr("attnviz.files.os.open", refusing)
     run = cli("heatmap", "--file", str(locked))
     assert run.code == 1
     assert run.err.splitlines() == [f"attnviz: error: {locked}: permission denied"]

@@ -8,13 +8,7 @@ from chapter import chapter_self_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.core import (
-    causal_mask,
-    multi_head_attention,
-    padding_mask,
-    scaled_dot_product_attention,
-    softmax,
-)
+from attnviz.engine.core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
 
 
 def test_softmax_is_stable_for_huge_scores() -> None:

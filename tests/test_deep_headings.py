@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_llama
 
+from attnviz.engine.stack import AttentionStack
 from attnviz.render.audit import audit
 from attnviz.render.figure import PRESETS, FigureStyle
 from attnviz.render.heatmap import figure_heading, wrapped_title
 from attnviz.render.labels import LISTED, shortened
 from attnviz.render.model import render_heads_figure, sharing_phrases
-from attnviz.sources import AttentionStack
 
 
 @pytest.mark.parametrize(

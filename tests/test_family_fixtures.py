@@ -10,11 +10,12 @@ from pathlib import Path
 import families
 import numpy as np
 import pytest
+from conftest import DOCS
 
 from attnviz.models.checkpoint import folder_tokenizer
 from attnviz.models.gguf import GGUF
 from attnviz.models.safetensors import read_safetensors
-from attnviz.models.vocabulary import from_gguf
+from attnviz.models.tokenizers.vocabulary import from_gguf
 
 
 def test_every_family_has_its_fixture() -> None:
@@ -54,17 +55,18 @@ SHOWN = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT", "gpt2
          "nomic_bert": "Nomic BERT", "nomic-bert": "Nomic BERT"}  # fmt: skip
 
 
-def test_every_family_the_loaders_run_is_named_in_the_help_and_the_readmes_table() -> None:
-    """A family added to a loader's table and not to --model-dir's and --model-file's help or the README's
-    families table fails here (xlm-roberta is RoBERTa's kin in the help)."""
+def test_every_family_the_loaders_run_is_named_in_the_help_and_the_docs_table() -> None:
+    """A family added to a loader's table and not to --model-dir's and --model-file's help or the families table
+    of the docs (the page that holds it, docs/models.md) fails here (xlm-roberta is RoBERTa's kin in the help)."""
     from typing import get_args
 
+    from attnviz.cli.options import ModelDir, ModelFile
     from attnviz.models import supported
-    from attnviz.options import ModelDir, ModelFile
 
     helps = {name: get_args(option)[1].help for name, option in (("folder", ModelDir), ("gguf", ModelFile))}
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("### The model families attnviz runs") :].split("\n\n")[2]
+    heading = "\n## The model families attnviz runs\n"
+    (page,) = [p.read_text(encoding="utf-8") for p in DOCS if heading in p.read_text(encoding="utf-8")]
+    table = page[page.index(heading) :].split("\n\n")[2]
     for kind, help_text in helps.items():
         for family in supported(kind):
             assert family == "xlm-roberta" or SHOWN[family] in help_text, (kind, family)

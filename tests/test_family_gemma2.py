@@ -12,8 +12,8 @@ import families
 import numpy as np
 import pytest
 
-from attnviz.blocked import NOTHING, Keep, attend
-from attnviz.core import scaled_dot_product_attention
+from attnviz.engine.blocked import NOTHING, Keep, attend
+from attnviz.engine.core import scaled_dot_product_attention
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model
 from attnviz.models.gemma2 import Gemma2

@@ -33,7 +33,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Files]:
     """The folder ("hf"), the folder with nomic-ai's config.json ("hub") and the GGUF ("gguf"); while the module
     runs, the GGUF's parse and tokenizer are read once, its metadata and tensors changed as ``CHANGES`` says."""
     from attnviz.models import gguf as gguf_module
-    from attnviz.models import vocabulary
+    from attnviz.models.tokenizers import vocabulary
 
     root = tmp_path_factory.mktemp("nomic")
     made = {"hf": nomic_files.folder(root / "hf"), "hub": nomic_files.folder(root / "hub", hub=True)}

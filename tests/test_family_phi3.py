@@ -11,8 +11,8 @@ import families
 import numpy as np
 import pytest
 
+from attnviz.analysis.generate import generate
 from attnviz.errors import AttnvizError
-from attnviz.generate import generate
 from attnviz.models import Encoding, all_attention, load_model, refuse_unused
 from attnviz.models.gguf import GGUF
 from attnviz.models.metadata import INERT_CONFIG_KEYS, INERT_GGUF_KEYS, Settings, gguf_settings, refuse_unread

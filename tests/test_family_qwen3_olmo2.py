@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from test_file_keys import LLAMA_CPP_KEYS, TRANSFORMERS_DEFAULTS
 
-from attnviz.blocked import Keep
+from attnviz.engine.blocked import Keep
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model
 from attnviz.models.gguf import GGUF
@@ -35,8 +35,9 @@ Files = dict[tuple[str, str], Path]
 def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Files]:
     """Each family's folder ("hf") and GGUF ("gguf"); while the module runs, a GGUF's parse and tokenizer (and
     the folders' one tokenizer.json) are read once and reused, the metadata and tensors changed as ``CHANGES`` says."""
-    from attnviz.models import checkpoint, vocabulary
+    from attnviz.models import checkpoint
     from attnviz.models import gguf as gguf_module
+    from attnviz.models.tokenizers import vocabulary
 
     root = tmp_path_factory.mktemp("qwen3-olmo2")
     made: Files = {}

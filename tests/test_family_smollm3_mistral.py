@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_llama
 
-from attnviz.blocked import Keep
+from attnviz.analysis.generate import Sampling, generate
+from attnviz.engine.blocked import Keep
 from attnviz.errors import AttnvizError
-from attnviz.generate import Sampling, generate
 from attnviz.models import Encoding, all_attention, load_model
 from attnviz.models.decoder import Decoder
 from attnviz.models.gguf import SCALARS

@@ -11,8 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.image import AxesImage
 
-from attnviz.config import LayerConfig
-from attnviz.layer import self_attention
+from attnviz.analysis.saturation import measure_saturation
 from attnviz.render.figure import THEMES, FigureStyle, colormap, figure_bytes, figure_context, format_of, parse_size
 from attnviz.render.heatmap import (
     arrange,
@@ -25,7 +24,8 @@ from attnviz.render.heatmap import (
 from attnviz.render.mask import render_mask_figure
 from attnviz.render.outlines import drawn_texts
 from attnviz.render.saturation import render_saturation_figure
-from attnviz.saturation import measure_saturation
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import self_attention
 
 SENTENCE = ["the", "cat", "sat", "on", "the", "mat"]
 
@@ -278,9 +278,9 @@ def test_json_description_is_valid_json(tmp_path: Path) -> None:
 
 
 def test_explain_figure_draws_the_weights_as_bars() -> None:
-    from attnviz.explain import explain_query
-    from attnviz.layer import prepare
+    from attnviz.analysis.explain import explain_query
     from attnviz.render.explain import render_explain_figure
+    from attnviz.sources.layer import prepare
 
     layer, att = prepare(SENTENCE, LayerConfig(causal=True))
     e = explain_query(layer, att, 3, 2)
@@ -292,7 +292,7 @@ def test_explain_figure_draws_the_weights_as_bars() -> None:
 
 
 def test_permute_figure_shares_one_difference_scale() -> None:
-    from attnviz.compare import order_blindness, permutation
+    from attnviz.analysis.compare import order_blindness, permutation
     from attnviz.render.compare import permutation_heading, permutation_rows, render_rows_figure
 
     order = permutation(6, 0)
@@ -340,7 +340,7 @@ def test_the_strongest_links_of_nine_heads_fill_a_slide() -> None:
     """SmolLM2's layer 18 on a 3,027-token document: 12 links of each of 9 heads, labelled with their positions,
     in three rows of three on a slide, filled 11% of it: 'queries' and 'keys' over every row of panels took the
     lines' height. Said once, over the first row (every panel's columns are the same), the panels fill 13%."""
-    from attnviz.attention import Attention
+    from attnviz.engine.attention import Attention
     from attnviz.render.audit import audit
     from attnviz.render.lines import render_lines_figure
 
@@ -377,21 +377,33 @@ def test_a_models_head_titles_in_a_grid_on_a_slide_do_not_run_into_each_other() 
 
 
 def test_batch_reuse_of_a_figure_gives_the_bytes_of_a_fresh_one() -> None:
+    from contextlib import nullcontext
+
     from attnviz.render import heatmap as view
 
     def draw_all(reuse: bool) -> list[bytes]:
-        view.REUSE_FIGURES = reuse
-        try:
+        with view.shared_figures() if reuse else nullcontext():
             out = []
             for seed in range(4):
                 att = self_attention(SENTENCE, LayerConfig(seed=seed, causal=seed >= 2)).select(head=0)
                 out.append(figure_bytes(render_heatmap_figure(att, FigureStyle(annotate=True)), "png", {}))
             return out
-        finally:
-            view.REUSE_FIGURES = False
-            view.forget_figures()
 
     assert draw_all(True) == draw_all(False)
+
+
+def test_figures_that_share_a_layout_keep_their_own_headings() -> None:
+    """The heading of one seed's map was kept for the next of the same layout, which then named the first seed."""
+    from contextlib import nullcontext
+
+    from attnviz.render import heatmap as view
+
+    for shared in (nullcontext(), view.shared_figures()):
+        with shared:
+            for seed in range(3):
+                att = self_attention(SENTENCE, LayerConfig(seed=seed)).select(head=0)
+                title = view.heatmap_heading(att, FigureStyle(annotate=True))[0]
+                assert title.endswith(f"seed {seed}"), title
 
 
 def _ink_boxes(collection) -> list[tuple[float, float, float, float]]:
@@ -449,7 +461,7 @@ def test_layout_keeps_labels_inside_the_figure_and_clear_of_panels_and_titles(to
 
 
 def test_a_pooled_map_labels_its_log_colour_bar_in_plain_text() -> None:
-    from attnviz.layer import pooled_self_attention
+    from attnviz.sources.layer import pooled_self_attention
 
     att = pooled_self_attention([f"w{i}" for i in range(2000)], LayerConfig(), bins=50, head=0)
     with figure_context(FigureStyle()):
@@ -480,9 +492,9 @@ def test_png_encoder_writes_the_pixels_and_the_text(shape, tmp_path: Path) -> No
 def test_the_model_view_tiles_every_head_and_greys_what_the_mask_blocks() -> None:
     from matplotlib.colors import to_rgba
 
-    from attnviz.core import causal_mask
+    from attnviz.engine.core import causal_mask
+    from attnviz.engine.stack import AttentionStack
     from attnviz.render.model import model_tiles, render_model_figure
-    from attnviz.sources import AttentionStack
 
     rng = np.random.default_rng(0)
     weights = rng.random((3, 4, 5, 5)) * causal_mask(5, 5)
@@ -509,10 +521,10 @@ def test_the_model_view_tiles_every_head_and_greys_what_the_mask_blocks() -> Non
 def test_a_deep_models_view_is_cut_into_bands_where_that_makes_its_tiles_larger(preset: str, bands: int) -> None:
     """30 layers × 9 heads: a 3:1 strip on a screen or a page left most of it empty; two bands of 15 layers,
     each with its own layer titles, fill it. A 16:9 slide keeps the one strip, its tiles being larger so."""
-    from attnviz.core import causal_mask
+    from attnviz.engine.core import causal_mask
+    from attnviz.engine.stack import AttentionStack
     from attnviz.render.audit import audit
     from attnviz.render.model import render_model_figure
-    from attnviz.sources import AttentionStack
 
     weights = np.random.default_rng(0).random((30, 9, 6, 6)) * causal_mask(6, 6)
     weights /= weights.sum(-1, keepdims=True)
@@ -609,8 +621,8 @@ def test_one_layer_of_the_model_view_lies_in_bands_and_keeps_its_colour_bar_titl
 
 def test_the_model_views_mean_says_its_tiles_are_the_mean_of_the_heads() -> None:
     """With --mean each tile is one layer's mean; the heading said '3 heads' as if each were drawn."""
+    from attnviz.engine.stack import AttentionStack
     from attnviz.render.model import stack_parts
-    from attnviz.sources import AttentionStack
 
     weights = np.full((2, 3, 4, 4), 0.25)
     stack = AttentionStack(tokens=tuple("abcd"), weights=weights, source={"model": "test"}, causal=False)

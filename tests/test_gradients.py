@@ -23,10 +23,10 @@ import pytest
 from test_checkpoints import PACKAGES
 from tiny_gguf import write_tiny_llama
 
-from attnviz.ablation import target_id, token_text
-from attnviz.attribution import SALIENCY_METHODS, attribution, estimated, patch, saliency
+from attnviz.analysis.ablation import target_id, token_text
+from attnviz.analysis.attribution import SALIENCY_METHODS, attribution, estimated, patch, saliency
+from attnviz.analysis.gradients import backward
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.gradients import backward
 from attnviz.models import load_model
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_llama
 
-from attnviz.analysis import (
+from attnviz.analysis.heads import (
     PATTERN_THRESHOLD,
     detection_patterns,
     layer_head_scores,
@@ -24,10 +24,10 @@ from attnviz.analysis import (
     sink_share,
     stacked_scores,
 )
+from attnviz.engine.stack import AttentionStack
 from attnviz.render.audit import audit
 from attnviz.render.figure import PRESETS, FigureStyle
 from attnviz.render.model import CLASS_COLOURS, portrait_colours, render_heads_figure
-from attnviz.sources import AttentionStack
 
 
 def tl_patterns(tokens: np.ndarray) -> dict[str, np.ndarray]:
@@ -170,7 +170,7 @@ def test_top_past_the_heads_lists_every_head_once(cli, top: int) -> None:
 def test_repeat_random_runs_the_same_tokens_twice() -> None:
     """Each drawn word is one token after a space; the first word of the text must be so too, or its first copy
     is other tokens ('s', 'ands' for ' sands') and the sequence is not the same sequence twice."""
-    from attnviz.sources import model_stack
+    from attnviz.sources.model import model_stack
 
     ids = model_stack("smollm2", None, "", repeat="random").source["token_ids"]
     assert len(ids) == 80 and ids[:40] == ids[40:]

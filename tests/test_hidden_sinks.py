@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.attention import Attention
-from attnviz.structure import readable
+from attnviz.engine.attention import Attention
+from attnviz.render.scale import readable
 
 
 def planted_sink(n: int, heads: int = 1, seed: int = 0, sink: int = 0) -> np.ndarray:
@@ -116,8 +116,8 @@ def test_a_null_outside_the_hidden_keys_is_refused(cli, tmp_path: Path) -> None:
 
 
 def test_the_rollout_hides_a_key_hidden_from_every_layer() -> None:
+    from attnviz.engine.stack import AttentionStack
     from attnviz.render.model import rollout_attention
-    from attnviz.sources import AttentionStack
 
     weights = np.stack([planted_sink(8, seed=s) for s in range(3)])
     stack = AttentionStack(tokens=tuple("abcdefgh"), weights=weights, source={}, causal=True)
@@ -147,9 +147,9 @@ def test_generate_json_steps_hide_what_its_map_hides(cli) -> None:
 def test_the_model_view_draws_each_tiles_hidden_sinks_as_masked_cells() -> None:
     from matplotlib.colors import to_rgba
 
+    from attnviz.engine.stack import AttentionStack
     from attnviz.render.figure import DEFAULT_STYLE
     from attnviz.render.model import render_model_figure
-    from attnviz.sources import AttentionStack
 
     stack = AttentionStack(tokens=tuple("abcdefghij"), weights=planted_sink(10)[None], source={}, causal=True)
     figure = render_model_figure(stack.with_sinks("hide"), sinks="hide")

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnviz.batch import load_plan
+from attnviz.cli.batch import load_plan
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.inputs import tokens_from_text
 from attnviz.models.safetensors import read_safetensors
-from attnviz.sources import file_stack
+from attnviz.sources.arrays import file_stack
+from attnviz.sources.text import tokens_from_text
 
 COMMANDS = ["heatmap", "mask", "explain", "permute", "diff", "lines", "rollout", "heads"]
 EXTRA = {"diff": ["--b", "--causal"]}

@@ -17,12 +17,12 @@ from capped import attnviz
 from rich.console import Console
 from tiny_gguf import write_tiny_llama
 
-from attnviz.blocked import Keep
-from attnviz.generate import Generation, Sampling, generate
+from attnviz.analysis.generate import Generation, Sampling, generate
+from attnviz.engine.blocked import Keep
 from attnviz.models import load_model
 from attnviz.models.decoder import Decoder
 from attnviz.models.gguf import GGUF
-from attnviz.models.tokenizer import byte_alphabet
+from attnviz.models.tokenizers.characters import byte_alphabet
 from attnviz.render.written import live_view, step_line
 
 HOSTILE = {

@@ -28,13 +28,14 @@ from tiny_gguf import F32, _string, write_gguf, write_tiny_llama
 
 from attnviz.errors import AttnvizError
 from attnviz.models import all_attention, load_model
-from attnviz.models.checkpoint import FAMILIES, folder_tokenizer, renamer
+from attnviz.models.checkpoint import folder_tokenizer
+from attnviz.models.families import MODEL_TYPES as FAMILIES
 from attnviz.models.gguf import GGUF
-from attnviz.models.llama import sliding_windows
+from attnviz.models.llama import WINDOWS
 from attnviz.models.metadata import COUNT_KEYS, Settings
 from attnviz.models.parts import Rope
 from attnviz.models.safetensors import read_safetensors
-from attnviz.models.weights import FolderTensors
+from attnviz.models.weights import FolderTensors, renamer
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 VOCAB = ["a", "b", "c", "t", " ", "at", "<|end|>"]
@@ -452,7 +453,7 @@ def test_qwen2_slides_as_qwen2config_says(changes: dict, layers: int, windows: t
     """Qwen2Config: sliding_window only with use_sliding_window; layer_types (given, or full attention below
     max_window_layers and sliding from there); a layer slides where its type is sliding_attention."""
     config = {"model_type": "qwen2", "num_hidden_layers": layers} | changes
-    assert sliding_windows(Settings(config, "config.json"), layers, "qwen2") == windows
+    assert WINDOWS["qwen2"](Settings(config, "config.json"), layers) == windows
 
 
 @pytest.mark.parametrize(
@@ -469,7 +470,7 @@ def test_qwen2_slides_as_qwen2config_says(changes: dict, layers: int, windows: t
 )  # fmt: skip
 def test_mistral_and_llama_slide_as_transformers_does(family: str, changes: dict, windows: tuple) -> None:
     config = {"model_type": family, "num_hidden_layers": 2} | changes
-    assert sliding_windows(Settings(config, "config.json"), 2, family) == windows
+    assert WINDOWS[family](Settings(config, "config.json"), 2) == windows
 
 
 def test_a_qwen2_folder_slides_only_its_upper_layers(tmp_path: Path) -> None:

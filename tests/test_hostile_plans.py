@@ -20,7 +20,7 @@ from capped import assert_refused, attnviz
 from fake_stores import cache_repo, home_fixture, pull  # noqa: F401 (the fixture home)
 from tiny_gguf import write_tiny_llama
 
-from attnviz import batch as plans
+from attnviz.cli import batch as plans
 
 PLAN = """
 [defaults]

@@ -18,8 +18,11 @@ from hypothesis import strategies as st
 from tiny_bert import VOCAB, write_tiny_bert
 
 from attnviz.errors import AttnvizError
-from attnviz.models.tokenizer import MAX_ADDED_CHARACTERS, MAX_PATTERN_PARTS, Matcher, from_spec, merged, pattern_parts
-from attnviz.models.vocabulary import from_gguf
+from attnviz.models.tokenizers.added import MAX_ADDED_CHARACTERS, Matcher
+from attnviz.models.tokenizers.bpe import merged
+from attnviz.models.tokenizers.budget import MAX_PATTERN_PARTS, pattern_parts
+from attnviz.models.tokenizers.from_json import from_spec
+from attnviz.models.tokenizers.vocabulary import from_gguf
 
 BASE = {
     "model": {"type": "WordPiece", "vocab": {t: i for i, t in enumerate(VOCAB)}, "unk_token": "[UNK]"},
@@ -222,7 +225,7 @@ SLOW = ["(a|aa)+$", "(?:a|aa)+b", "(a|a)+$", "(?:a|aa|aaa)+$", "(?:(x)|x)+$"]
 @pytest.mark.parametrize("pattern, where", list(zip(SLOW, ["pre_tokenizer", "normalizer"] * 3, strict=False)))
 def test_slow_patterns_share_one_budget_for_the_whole_text(monkeypatch, pattern: str, where: str) -> None:
     """Ten pieces that each backtrack without end: stopped after one budget, not after ten."""
-    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.15)
+    monkeypatch.setattr("attnviz.models.tokenizers.budget.PATTERN_SECONDS", 0.15)
     if where == "pre_tokenizer":
         split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
         changes = {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, split]}}
@@ -238,7 +241,7 @@ def test_slow_patterns_share_one_budget_for_the_whole_text(monkeypatch, pattern:
 
 
 def test_a_slow_decoder_pattern_shares_the_budget_of_the_vocabulary(monkeypatch) -> None:
-    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.15)
+    monkeypatch.setattr("attnviz.models.tokenizers.budget.PATTERN_SECONDS", 0.15)
     vocab = {**BASE["model"]["vocab"], **{"a" * 26 + c: 13 + i for i, c in enumerate("bcdefgh")}}
     raw = spec(model=model(vocab=vocab), decoder={"type": "Replace", "pattern": {"Regex": "(a|aa)+$"}, "content": ""})
     start = time.perf_counter()
@@ -265,7 +268,7 @@ def test_wordpiece_is_linear_in_the_word(word: str, pieces: list[str]) -> None:
 
 @pytest.mark.parametrize("text", ["a" * 30_000, " ".join(["a" * 1000] * 40)])
 def test_a_wordpiece_vocabulary_of_many_lengths_is_stopped_by_the_budget(monkeypatch, text: str) -> None:
-    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.2)
+    monkeypatch.setattr("attnviz.models.tokenizers.budget.PATTERN_SECONDS", 0.2)
     vocab = {"[UNK]": 0, "a": 1, "##a": 2, **{"##" + "a" * k + "b": k + 1 for k in range(2, 1500)}}
     tokenizer = from_spec(spec(model=model(vocab=vocab, max_input_chars_per_word=10**9), post_processor=None))
     start = time.perf_counter()
@@ -315,8 +318,8 @@ def test_merging_is_the_lowest_leftmost_pair_one_at_a_time(table: tuple[str, lis
 
 @pytest.mark.parametrize("kind", ["BPE", "SentencePiece"])
 def test_merging_a_long_piece_is_stopped_by_the_budget(monkeypatch, tmp_path: Path, kind: str) -> None:
-    monkeypatch.setattr("attnviz.models.tokenizer.PATTERN_SECONDS", 0.05)
-    monkeypatch.setattr("attnviz.models.tokenizer.ON_TIME_EVERY", 64)
+    monkeypatch.setattr("attnviz.models.tokenizers.budget.PATTERN_SECONDS", 0.05)
+    monkeypatch.setattr("attnviz.models.tokenizers.bpe.ON_TIME_EVERY", 64)
     if kind == "BPE":
         raw = spec(model={"type": "BPE", "vocab": {"a": 0, "aa": 1}, "merges": ["a a"]}, normalizer=None,
                    pre_tokenizer=None, post_processor=None, decoder=None)  # fmt: skip

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.analysis import check_attention, head_patterns, rollout
+from attnviz.analysis.heads import check_attention, head_patterns, rollout
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.sources import file_stack, load_attention_array
+from attnviz.sources.arrays import file_stack, load_attention_array
 
 
 def uniform(*shape: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.inputs import read_tokens, tokens_from_text
+from attnviz.sources.text import read_tokens, tokens_from_text
 
 
 def test_arguments_are_joined_and_split_on_whitespace() -> None:
@@ -81,8 +81,8 @@ def test_a_limit_is_not_allocated_before_the_bytes_are_read(tmp_path: Path, monk
     import os
     import tracemalloc
 
-    from attnviz.documents import read_json_source
-    from attnviz.inputs import read_at_most, read_file
+    from attnviz.files import read_at_most, read_file
+    from attnviz.sources.documents import read_json_source
 
     path = tmp_path / "doc.json"
     path.write_bytes(b"[" + b"0," * 50_000 + b"0]")

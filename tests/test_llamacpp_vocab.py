@@ -16,15 +16,11 @@ from awkward_texts import awkward_texts
 
 from attnviz.errors import AttnvizError
 from attnviz.models.gguf import GGUF
-from attnviz.models.pretokenizers import (
-    DIGIT_GROUPS,
-    GPT2,
-    JAIS2,
-    LLAMA3,
+from attnviz.models.tokenizers.characters import byte_alphabet
+from attnviz.models.tokenizers.from_json import from_spec
+from attnviz.models.tokenizers.llamacpp_pre import DIGIT_GROUPS, GPT2, JAIS2, LLAMA3, PRE_TYPES, REGEXES, THOUSANDS
+from attnviz.models.tokenizers.llamacpp_split import (
     LONG_SPACE,
-    PRE_TYPES,
-    REGEXES,
-    THOUSANDS,
     Splitter,
     _ecmascript,
     _pieces,
@@ -34,8 +30,7 @@ from attnviz.models.pretokenizers import (
     llamacpp,
     widened,
 )
-from attnviz.models.tokenizer import byte_alphabet, from_spec
-from attnviz.models.vocabulary import USER_DEFINED, from_gguf
+from attnviz.models.tokenizers.vocabulary import USER_DEFINED, from_gguf
 
 SUITE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamacpp-vocab"  # beside the checkout
 VOCABULARIES = sorted(p.name for p in SUITE.glob("ggml-vocab-*.gguf")) if SUITE.is_dir() else []
@@ -375,7 +370,7 @@ def test_jais2s_long_runs_of_white_space_are_cut_where_its_regex_would_cut_them(
 
     slow, rng = regex.compile(_ecmascript(collapse_regex(JAIS2)), regex.ASCII | regex.V0), random.Random(0)
     for long_space in (LONG_SPACE, 4):
-        monkeypatch.setattr("attnviz.models.pretokenizers.LONG_SPACE", long_space)
+        monkeypatch.setattr("attnviz.models.tokenizers.llamacpp_split.LONG_SPACE", long_space)
         for k in range(120):
             blocks = []
             for _ in range(rng.randint(1, 4)):
@@ -465,7 +460,7 @@ fim_sep_token_id prefix_token_id suffix_token_id middle_token_id cls_token_id"""
 
 @pytest.mark.parametrize("vocabulary", [bpe, spm])
 def test_every_tokenizer_key_llamacpp_writes_is_run_refused_or_inert(tmp_path: Path, vocabulary) -> None:
-    from attnviz.models.vocabulary import INERT_TOKENIZER_KEYS
+    from attnviz.models.tokenizers.vocabulary import INERT_TOKENIZER_KEYS
 
     assert INERT_TOKENIZER_KEYS <= set(TOKENIZER_KEYS)
     refused = []

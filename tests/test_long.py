@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.blocked import Keep, attend, bin_edges, pool_map
-from attnviz.config import LayerConfig
-from attnviz.core import causal_mask, scaled_dot_product_attention
-from attnviz.layer import full_weights, pooled_self_attention, self_attention
+from attnviz.engine.blocked import Keep, attend, bin_edges, pool_map
+from attnviz.engine.core import causal_mask, scaled_dot_product_attention
+from attnviz.engine.view import Pooled
 from attnviz.render.figure import FigureStyle, figure_context
 from attnviz.render.heatmap import pooled_bins, render_heatmap_figure
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import full_weights, pooled_self_attention, self_attention
 
 
 @settings(max_examples=30, deadline=None)
@@ -92,7 +93,7 @@ def test_pooled_maps_equal_pooling_the_full_map(pool: str, causal: bool) -> None
         for h in range(4)
     ]
     np.testing.assert_allclose(pooled.weights, expected, atol=1e-6)
-    assert pooled.tokens[0] == "0–10" and pooled.config["pooled"] == {"method": pool, "tokens": 101, "bins": 9}
+    assert pooled.tokens[0] == "0–10" and pooled.view.pooled == Pooled(method=pool, tokens=101, bins=9)
     if causal:
         assert pooled.mask is not None and not pooled.mask[0, -1] and pooled.mask[-1, 0]
 
@@ -162,9 +163,9 @@ def test_a_models_json_has_the_same_length_budget_as_its_figure(cli, tmp_path: P
     every layer, as the random layer's is; --pool writes it (pooled once past JSON_BINS)."""
     from tiny_gguf import write_tiny_llama
 
-    import attnviz.layer
+    import attnviz.sources.layer
 
-    monkeypatch.setattr(attnviz.layer, "LONG_SEQUENCE", 8)
+    monkeypatch.setattr(attnviz.sources.layer, "LONG_SEQUENCE", 8)
     model = ("--model-file", str(write_tiny_llama(tmp_path / "llama.gguf")), "the cat sat on the mat and the dog sat")
     for extra in (["--json", "--head", "0"], ["--jsonl"], ["--all-layers", "--json"]):
         refused = cli("heatmap", *model, *extra)
@@ -193,8 +194,8 @@ def test_a_json_map_is_refused_by_what_reading_it_takes(cli, tmp_path: Path, mon
     import tracemalloc
 
     import attnviz.resources
-    from attnviz.documents import JSON_BYTES_PER_BYTE
-    from attnviz.sources import file_stack
+    from attnviz.sources.arrays import file_stack
+    from attnviz.sources.documents import JSON_BYTES_PER_BYTE
 
     path = tmp_path / "map.json"
     n = 400

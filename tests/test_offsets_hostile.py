@@ -14,11 +14,12 @@ import pytest
 from test_llamacpp_vocab import spm
 from tiny_gguf import write_gguf
 
-from attnviz.models import laying
-from attnviz.models import tokenizer as pipeline
-from attnviz.models.laying import NEAR, Scan
-from attnviz.models.offsets import token_offsets
-from attnviz.models.tokenizer import byte_alphabet, from_spec
+from attnviz.models.tokenizers import budget, laying
+from attnviz.models.tokenizers.characters import byte_alphabet
+from attnviz.models.tokenizers.from_json import from_spec
+from attnviz.models.tokenizers.laying import NEAR, Scan
+from attnviz.models.tokenizers.offsets import token_offsets
+from attnviz.models.tokenizers.pipeline import Tokenizer
 
 # --- the work of laying tokens along the text ---------------------------------------------------------------------
 
@@ -69,7 +70,7 @@ REWRITING = {
 TEXTS = {"a": "a", "ab": "ab", "a b": "a b", "a  b a": "a  b a"}  # each repeated to the size
 
 
-def work(tokenizer: pipeline.Tokenizer, text: str) -> tuple[int, list[tuple[int, int]]]:
+def work(tokenizer: Tokenizer, text: str) -> tuple[int, list[tuple[int, int]]]:
     scan = Scan()
     spans = token_offsets(tokenizer, text, tokenizer.tokenize(text), scan)
     return scan.work, spans
@@ -122,7 +123,7 @@ def test_offsets_past_the_texts_time_budget_are_refused_in_one_line(cli, tmp_pat
     real = laying.on_time
 
     def spent(what: str) -> None:
-        pipeline._deadline.set(0.0)
+        budget._deadline.set(0.0)
         real(what)
 
     monkeypatch.setattr(laying, "on_time", spent)

@@ -15,8 +15,8 @@ import tiny_gguf
 from capped import assert_refused, attnviz
 from tiny_bert import write_tiny_bert
 
+from attnviz.engine.threads import run_all
 from attnviz.models.parts import layer_norm, overflow_checked, rms_norm
-from attnviz.threads import run_all
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_norms_of_rows_whose_square_overflows_are_nan_not_zero() -> None:
 
 
 def test_the_callers_errstate_holds_in_the_worker_threads(monkeypatch) -> None:
-    monkeypatch.setattr("attnviz.threads.cores", lambda: 2)
+    monkeypatch.setattr("attnviz.engine.threads.cores", lambda: 2)
 
     def overflow(_: int) -> None:
         np.float32(3e38) * np.float32(10)  # noqa: B018

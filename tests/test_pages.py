@@ -8,12 +8,14 @@ import hashlib
 import html
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,11 +135,11 @@ def test_the_weights_read_back_within_their_encodings_precision(encoding: str) -
 
 
 def test_a_page_pools_only_what_does_not_fit() -> None:
-    bins = page_data.page_bins(None)
-    assert bins(400, 12, {"layers": 6}) is None  # 72 maps of 400 × 400 bytes: 11.5 MB, within 16 MiB
-    assert bins(512, 12, {"layers": 6}) == 256  # 18.9 MB: pooled, as finely as a page shows
-    assert bins(3027, 9, {"layers": 30}) == 249  # 270 maps: 249² × 270 bytes is within 16 MiB, 250² is not
-    assert page_data.page_bins(1, pooled=True)(3000, 4, {}) == 256
+    bins = page_data.page_bins
+    assert bins(400, 6 * 12) is None  # 72 maps of 400 × 400 bytes: 11.5 MB, within 16 MiB
+    assert bins(512, 6 * 12) == 256  # 18.9 MB: pooled, as finely as a page shows
+    assert bins(3027, 30 * 9) == 249  # 270 maps: 249² × 270 bytes is within 16 MiB, 250² is not
+    assert bins(3000, 4, pooled=True) == 256
 
 
 def test_head_view_reads_bertviz_input_and_torch_like_tensors() -> None:
@@ -255,14 +257,37 @@ def test_head_view_says_what_is_wrong_in_one_line(arguments: dict[str, Any], mes
     assert "\n" not in str(caught.value)
 
 
-def test_attention_and_stacks_display_themselves() -> None:
-    att = attnviz.self_attention("the cat sat".split(), attnviz.LayerConfig(heads=2))
-    frame = att._repr_html_()
-    assert frame.startswith("<iframe srcdoc=") and "&lt;/script&gt;" in frame
-    from attnviz.sources import AttentionStack
+DISPLAYS = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import attnviz
+from attnviz.engine.stack import AttentionStack
+att = attnviz.self_attention("the cat sat".split(), attnviz.LayerConfig(heads=2))
+stack = AttentionStack(tokens=att.tokens, weights=att.weights[None], source={"model": "random"})
+import json, sys
+json.dump([shell.display_formatter.format(value)[0].get("text/html") for value in (att, stack)], sys.stdout)
+"""
 
-    stack = AttentionStack(tokens=att.tokens, weights=att.weights[None], source={"model": "random"})
-    assert json.loads(BLOB.findall(html.unescape(stack._repr_html_()))[0])["view"] == "model"
+
+def test_attention_and_stacks_display_themselves_in_ipython() -> None:
+    """IPython started first, as a notebook's kernel is: its own formatter shows an Attention and an AttentionStack
+    as their pages, which attnviz registered when it was imported (the engine's classes know nothing of pages)."""
+    import subprocess
+
+    pytest.importorskip("IPython")
+    done = subprocess.run([sys.executable, "-c", DISPLAYS], capture_output=True, text=True, check=True, cwd=REPO)
+    frame, stack_frame = json.loads(done.stdout)
+    assert frame.startswith("<iframe srcdoc=") and "&lt;/script&gt;" in frame
+    assert json.loads(BLOB.findall(html.unescape(stack_frame))[0])["view"] == "model"
+    assert json.loads(BLOB.findall(html.unescape(frame))[0])["view"] == "heatmap"
+
+
+def test_nothing_registers_a_display_outside_ipython() -> None:
+    import subprocess
+
+    code = "import attnviz, sys; print('IPython' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "False"
 
 
 def test_the_command_line_writes_pages_of_heatmap_and_lines_only(tmp_path: Path, cli: Callable[..., Any]) -> None:
@@ -304,12 +329,12 @@ def test_a_plan_writes_pages_and_keeps_them_when_unchanged(tmp_path: Path, cli: 
 
 def test_the_readmes_sample_page_is_what_attnviz_writes_now(tmp_path: Path, cli: Callable[..., Any]) -> None:
     """samples/pages/ holds a page and screenshots of pages (tools/page_screenshots.py makes them): the page is
-    what its command writes now, and every screenshot the README shows is there."""
-    from conftest import REPO, SAMPLES
+    what its command writes now, and every screenshot the README and docs/ show is there."""
+    from conftest import DOCS, SAMPLES
     from test_samples import installed
 
-    README = (REPO / "README.md").read_text(encoding="utf-8")
-    shown = set(re.findall(r"\]\(samples/(pages/[^)]+\.png)\)", README))
+    text = "\n".join(page.read_text(encoding="utf-8") for page in DOCS)
+    shown = set(re.findall(r"\]\((?:\.\./)?samples/(pages/[^)]+\.png)\)", text))
     assert shown and all((SAMPLES / name).is_file() for name in shown)
     if not installed("minilm"):
         pytest.skip("samples/pages/minilm-model-view.html is not checked: it needs the minilm package")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnviz.ablation import Ablation
+from attnviz.analysis.ablation import Ablation
 from attnviz.render.figure import FigureStyle
 from attnviz.render.html.grid import ablation_grid, signed
 

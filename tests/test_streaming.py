@@ -11,10 +11,11 @@ import pytest
 from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
 
-from attnviz.analysis import head_patterns, rollout
-from attnviz.blocked import pool_map
+from attnviz.analysis.heads import head_patterns, rollout
+from attnviz.engine.blocked import pool_map
+from attnviz.engine.stack import Want
 from attnviz.models import all_attention, load_model
-from attnviz.sources import Want, model_stack
+from attnviz.sources.model import model_stack
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = (REPO / "samples" / "document.txt").read_text(encoding="utf-8")[:1500]  # real prose: about 300 tokens
@@ -41,8 +42,8 @@ def dense(kind: dict[str, Path], text: str) -> np.ndarray:
         Want(layers=(1,), heads=(1,)),
         Want(layers=(-1,), mean=True),
         Want(heads=(0,)),
-        Want(layers=(0, 1), bins=lambda n, shown, config: 3),
-        Want(mean=True, bins=lambda n, shown, config: 4, pool="mean"),
+        Want(layers=(0, 1), bins=3),
+        Want(mean=True, bins=4, pool="mean"),
     ],
     ids=["one head", "mean of the last", "a head of every layer", "pooled", "mean-pooled mean"],
 )
@@ -56,7 +57,7 @@ def test_what_a_view_keeps_equals_the_dense_pass(models, kind: str, want: Want) 
     if want.mean:
         expected = expected.mean(axis=1, keepdims=True)
     if want.bins is not None:
-        expected = pool_map(expected, want.bins(full.shape[-1], 1, {}) or 0, want.pool)[0]
+        expected = pool_map(expected, want.bins, want.pool)[0]
     assert stack.kept_layers == layers
     np.testing.assert_allclose(stack.weights, expected, atol=1e-6)
 
@@ -82,7 +83,7 @@ def test_smollm2_streamed_equals_dense_on_300_real_tokens(cli, loads_once) -> No
     assert full.shape[-1] > 250
     doc = json.loads(cli("heatmap", "--model", "smollm2", TEXT, "--layer", "18", "--head", "6", "--json").out)
     np.testing.assert_allclose(doc["weights"][0], full[18, 6], atol=1e-6)
-    pooled = model_stack("smollm2", None, TEXT, want=Want(bins=lambda n, shown, config: 40))
+    pooled = model_stack("smollm2", None, TEXT, want=Want(bins=40))
     # pooled rows are computed in other blocks than the dense ones: float32 rounding, through 30 layers
     np.testing.assert_allclose(pooled.weights, pool_map(full, 40)[0], atol=1e-5)
     doc = json.loads(cli("rollout", "--model", "smollm2", TEXT, "--json").out)
@@ -134,9 +135,9 @@ def test_colour_scale_and_sinks_in_json(cli, models) -> None:
 
 
 def test_hiding_sinks_renormalises_the_rows() -> None:
-    from attnviz.attention import Attention
-    from attnviz.core import causal_mask
-    from attnviz.structure import readable
+    from attnviz.engine.attention import Attention
+    from attnviz.engine.core import causal_mask
+    from attnviz.render.scale import readable
 
     n = 12
     weights = np.tril(np.full((1, n, n), 0.1)) * causal_mask(n)
@@ -144,11 +145,11 @@ def test_hiding_sinks_renormalises_the_rows() -> None:
     weights /= weights.sum(axis=-1, keepdims=True)
     att = Attention(tokens=tuple(f"t{i}" for i in range(n)), weights=weights, head_labels=("h",), mask=causal_mask(n))
     shown = readable(att)
-    assert [s["key"] for s in shown.config["sinks"]] == [0] and shown.config["color_scale"] == "log"
+    assert [s.key for s in shown.view.sinks] == [0] and shown.view.scale == "log"
     hidden = readable(att, sinks="hide")
-    assert (hidden.weights[0, 1:, 0] == 0).all() and hidden.config["sinks_hidden"] == [0]
+    assert (hidden.weights[0, 1:, 0] == 0).all() and hidden.view.hidden == (0,)
     np.testing.assert_allclose(hidden.weights[0, 1:].sum(axis=-1), 1.0)
-    assert readable(att, scale="power").config["color_scale"] == "power"
+    assert readable(att, scale="power").view.scale == "power"
 
 
 def test_lines_of_a_long_map_draw_its_strongest_links(cli, tmp_path: Path) -> None:
@@ -175,9 +176,9 @@ def planted_sink(n: int, heads: int = 1, seed: int = 0) -> np.ndarray:
 
 
 def test_the_engine_finds_and_hides_sinks_at_full_resolution_while_it_pools() -> None:
-    from attnviz.blocked import Keep, attend
-    from attnviz.core import causal_mask
-    from attnviz.structure import key_mass, without_keys
+    from attnviz.engine.blocked import Keep, attend
+    from attnviz.engine.core import causal_mask
+    from attnviz.engine.sinks import key_mass, without_keys
 
     n, d = 1100, 8
     rng = np.random.default_rng(1)
@@ -200,12 +201,12 @@ def test_the_engine_finds_and_hides_sinks_at_full_resolution_while_it_pools() ->
 
 @pytest.mark.parametrize("kind", ["bert", "llama"])
 def test_a_pooled_model_map_measures_each_key_as_the_full_map_does(models, kind: str) -> None:
-    from attnviz.structure import key_mass
+    from attnviz.engine.sinks import key_mass
 
     text = "the cat sat on the mat . the dog sat on the cat ." if kind == "bert" else "the cat sat on the mat the cat"
     full = dense(models[kind], text)
     where = models[kind]
-    want = Want(layers=(1,), bins=lambda n, shown, config: 4, sinks="hide", sinks_each=True)
+    want = Want(layers=(1,), bins=4, sinks="hide", sinks_each=True)
     stack = model_stack(None, where.get("model_dir"), text, want=want, model_file=where.get("model_file"))
     mask = None if kind == "bert" else np.tril(np.ones(full.shape[-2:], dtype=bool))
     assert stack.key_mass is not None
@@ -213,10 +214,10 @@ def test_a_pooled_model_map_measures_each_key_as_the_full_map_does(models, kind:
 
 
 def test_sinks_are_hidden_at_length_pooled_and_whole(cli, tmp_path: Path) -> None:
-    from attnviz.analysis import check_attention
-    from attnviz.attention import Attention
-    from attnviz.core import causal_mask
-    from attnviz.structure import readable
+    from attnviz.analysis.heads import check_attention
+    from attnviz.engine.attention import Attention
+    from attnviz.engine.core import causal_mask
+    from attnviz.render.scale import readable
 
     n = 1024
     weights = planted_sink(n)
@@ -252,7 +253,7 @@ def test_sinks_are_hidden_at_length_pooled_and_whole(cli, tmp_path: Path) -> Non
     assert pictures["show"].read_bytes() != pictures["hide"].read_bytes()
     att = Attention(tokens=tuple(map(str, range(n))), weights=weights, head_labels=("h",), mask=causal_mask(n))
     whole = readable(att, sinks="hide")
-    assert whole.config["sinks_hidden"] == [0] and whole.weights[0, 1:, 0].max() == 0
+    assert whole.view.hidden == (0,) and whole.weights[0, 1:, 0].max() == 0
     assert all(c.count == 0 for c in check_attention(whole.weights[None], causal=True))
 
 
@@ -317,8 +318,9 @@ def test_lines_sinks_mark_marks_the_sink_keys(cli, tmp_path: Path) -> None:
 def test_lines_labels_and_outlines_a_sink_between_its_thinned_labels() -> None:
     """9 heads on a slide label every 3rd of 23 keys: the sink, key 7, is labelled and outlined in each panel
     all the same, the thinned labels beside it (6, 9) left out so that none overlap (the audit)."""
-    from attnviz.attention import Attention
-    from attnviz.core import causal_mask
+    from attnviz.engine.attention import Attention
+    from attnviz.engine.core import causal_mask
+    from attnviz.engine.view import Sink, View
     from attnviz.render.audit import audit
     from attnviz.render.figure import FigureStyle
     from attnviz.render.heatmap import figure_heading
@@ -327,10 +329,9 @@ def test_lines_labels_and_outlines_a_sink_between_its_thinned_labels() -> None:
     n = 23
     weights = np.random.default_rng(0).random((9, n, n)) * np.tril(np.ones((n, n)))
     weights[:, 7:, 7] += weights[:, 7:].sum(axis=-1) * 4
-    sinks = [{"key": 7, "token": "7", "mass": 0.55}]
+    view = View(sinks=(Sink(key=7, token="7", mass=0.55),), sink_mode="mark")
     att = Attention(tuple(map(str, range(n))), weights / weights.sum(axis=-1, keepdims=True),
-                    tuple(f"head {h}" for h in range(9)), {"sinks": sinks, "sink_mode": "mark"},
-                    mask=causal_mask(n))  # fmt: skip
+                    tuple(f"head {h}" for h in range(9)), mask=causal_mask(n), view=view)  # fmt: skip
     fig = render_lines_figure(att, FigureStyle(preset="slide"))
     assert "labelled every 3rd" in figure_heading(fig)
     outlined = [t for ax in fig.axes for t in ax.texts if t.get_gid() == "sinks"]

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.attention import Attention
-from attnviz.compare import difference, order_blindness, permutation
-from attnviz.config import LayerConfig
+from attnviz.analysis.compare import difference, order_blindness, permutation
+from attnviz.analysis.explain import explain_query
+from attnviz.engine.attention import Attention
 from attnviz.errors import UsageError
-from attnviz.explain import explain_query
-from attnviz.layer import cross_attention, prepare, self_attention
 from attnviz.render.lines import links
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import cross_attention, prepare, self_attention
 
 SENTENCE = ["the", "cat", "sat", "on", "the", "mat"]
 

@@ -9,11 +9,11 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from attnviz.attention import Attention
-from attnviz.config import LayerConfig
-from attnviz.layer import self_attention
+from attnviz.engine.attention import Attention
 from attnviz.render.labels import abbreviate, visible_token
 from attnviz.render.terminal import render_heatmap, shade, weight_colour
+from attnviz.sources.config import LayerConfig
+from attnviz.sources.layer import self_attention
 
 
 def render(att: Attention, *, width: int = 80, color: bool = False) -> str:
@@ -146,8 +146,8 @@ SCOTLAND = "🏴" + "".join(map(chr, [0xE0067, 0xE0062, 0xE0073, 0xE0063, 0xE007
     ],
 )
 def test_labels_are_cut_between_graphemes_never_inside_one(token: str, clusters: list[str]) -> None:
-    from attnviz.inputs import graphemes
     from attnviz.render.labels import cell_len
+    from attnviz.sources.text import graphemes
 
     assert graphemes(visible_token(token)) == clusters
     for width in range(2, 8):
@@ -192,7 +192,7 @@ def test_chars_splits_unspaced_text_and_a_hint_says_so(cli) -> None:
 
 
 def test_memory_advice_names_what_costs(cli) -> None:
-    from attnviz.layer import memory_advice
+    from attnviz.sources.layer import memory_advice
 
     run = cli("heatmap", "the", "cat", "--d-model", "10000000")
     assert run.code == 1 and "--d-model²" in run.err and "fewer heads" not in run.err
@@ -206,8 +206,8 @@ def test_explain_names_the_softmax(cli) -> None:
 
 @pytest.mark.parametrize("scale", ["linear", "log", "power"])
 def test_the_shade_legend_names_the_weights_each_shade_stands_for(scale: str) -> None:
+    from attnviz.render.scale import colour_values, weight_at
     from attnviz.render.terminal import shade_legend
-    from attnviz.structure import colour_values, weight_at
 
     floor = 1.7e-5
     weights = np.geomspace(floor / 10, 1, 400)

@@ -15,7 +15,8 @@ import pytest
 from tiny_gguf import write_tiny_llama
 
 from attnviz.errors import AttnvizError
-from attnviz.inputs import files_only, read_text
+from attnviz.files import files_only
+from attnviz.sources.text import read_text
 
 TEXTS = {
     "a last newline": "The fire.\n",
@@ -136,7 +137,7 @@ def test_a_pipe_from_the_users_shell_is_read(cli, tmp_path: Path, fifo: Path, op
 
 
 def test_a_pipe_is_read_within_the_same_limit(tmp_path: Path) -> None:
-    from attnviz.inputs import MAX_INPUT
+    from attnviz.files import MAX_INPUT
 
     path = tmp_path / "fifo"
     os.mkfifo(path)

@@ -16,8 +16,10 @@ from test_llamacpp_vocab import VOCABULARIES as SUITE_FILES
 from test_llamacpp_vocab import suite
 
 from attnviz.models import load_tokenizer
-from attnviz.models.offsets import Pieces, tokenize
-from attnviz.models.tokenizer import Tokenizer, byte_values, from_spec, read_tokenizer_json
+from attnviz.models.tokenizers.characters import byte_values
+from attnviz.models.tokenizers.from_json import from_spec, read_tokenizer_json
+from attnviz.models.tokenizers.offsets import Pieces, tokenize
+from attnviz.models.tokenizers.pipeline import Tokenizer
 
 VOCABULARIES = SHARED.parent / "llamacpp-vocab"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/fixtures is not beside the checkout")

@@ -10,9 +10,9 @@ import pytest
 from test_quants import QUANTISED, blocks
 from tiny_gguf import write_tiny_llama
 
-from attnviz.generate import generate
+from attnviz.analysis.generate import generate
 from attnviz.models import load_model
-from attnviz.models.gguf import BLOCKS, TYPE_NAMES, dequantise, in_planes_order, times
+from attnviz.models.quants import BLOCKS, TYPE_NAMES, dequantise, in_planes_order, times
 from attnviz.models.unpacked import SAVED, chosen, halved, unpack, unpacked_bytes
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.models.tokenizer import byte_alphabet
+from attnviz.models.tokenizers.characters import byte_alphabet
 
 F32, F16, Q4_0, Q4_1, Q8_0, Q4_K = 0, 1, 2, 3, 8, 12
 

@@ -39,7 +39,7 @@ def command_line(entry: Any, folder: Path) -> str:
 def drawn_from(plan: str, folder: str) -> str:
     """One sha256 of what the sheet shows: the plan, each of its figures' files and this script. The sheet
     records it, so that a test can tell (without drawing) that the sheet is of the figures committed beside it."""
-    from attnviz.batch import load_plan
+    from attnviz.cli.batch import load_plan
 
     digest = hashlib.sha256(Path(plan).read_bytes() + Path(__file__).read_bytes())
     for entry in load_plan(Path(plan))[0]:
@@ -67,7 +67,7 @@ def main(plan: str, folder: str, sheet: str) -> None:
     from matplotlib.image import imread
     from PIL import Image
 
-    from attnviz.batch import load_plan
+    from attnviz.cli.batch import load_plan
     from attnviz.render.figure import FigureStyle, figure_bytes, figure_context, write_output
 
     entries, errors = load_plan(Path(plan))

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from .. import options as opt
 from .._version import __version__
 from ..errors import UsageError, printable
+from . import options as opt
 from . import output
 from .entry import app
 from .output import emit, one_output, views
@@ -86,10 +86,10 @@ def ablate(
 
       attnviz ablate --model smollm2 --file doc.txt -o ablation.html
     """
-    from ..ablation import ablate as run_ablation
+    from ..analysis.ablation import ablate as run_ablation
     from ..models import load_model
     from ..models.decoder import Decoder
-    from ..sources import model_source
+    from ..sources.model import model_source
 
     one_output(figure.output, as_json, False)
     if not layer.external or layer.from_file is not None:
@@ -107,8 +107,8 @@ def ablate(
         raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most:,} tokens; "
                          f"the text is {len(encoding.ids):,}")  # fmt: skip
     model.resident()  # every ablation reads the layers after its own again
-    from ..ablation import Method
-    from ..attribution import attribution, compared
+    from ..analysis.ablation import Method
+    from ..analysis.attribution import attribution, compared
     from ..progress import bar
 
     method: Method = "mean" if mean else "zero"
@@ -120,7 +120,7 @@ def ablate(
         comparison = None if result is None else compared(exact, result)
         result = result or exact
     source = model_source(model, layer.text, None, encoding.ids)
-    from .. import schema
+    from ..render import schema
 
     made = {
         "attnviz": __version__,

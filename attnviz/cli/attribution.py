@@ -1,5 +1,5 @@
 """`attnviz saliency` and `attnviz patch`: which input tokens a decoder's answer depends on, and which heads carry
-the difference between a clean and a corrupted prompt — from its gradients (:mod:`attnviz.attribution`)."""
+the difference between a clean and a corrupted prompt — from its gradients (:mod:`attnviz.analysis.attribution`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import options as opt
 from .._version import __version__
 from ..errors import UsageError, out_of_range, printable, quoted
+from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS
 from .entry import app
 from .output import emit, one_output, views
 
 if TYPE_CHECKING:
-    from ..core import Array
+    from ..engine.core import Array
     from ..models.decoder import Decoder
 
 SALIENCY_LAYER = opt.LAYER.variant(hidden=tuple(h for h in ABLATE_LAYER.hidden if h != "layer"))
@@ -104,8 +104,8 @@ def saliency(
 
       attnviz saliency --model smollm2 --file doc.txt --method gradient-norm
     """
-    from ..attribution import SALIENCY_METHODS, attribution
-    from ..attribution import saliency as run_saliency
+    from ..analysis.attribution import SALIENCY_METHODS, attribution
+    from ..analysis.attribution import saliency as run_saliency
 
     one_output(figure.output, as_json, False)
     if method not in SALIENCY_METHODS:
@@ -133,8 +133,8 @@ def saliency(
             delta[:, [h for h in range(model.heads) if h != shown_head]] = -1
         shown_layer, shown_head = (int(i) for i in divmod(int(delta.argmax()), model.heads))
     row = last_row(model, ids, shown_layer, shown_head)
-    from .. import schema
-    from ..sources import model_source
+    from ..render import schema
+    from ..sources.model import model_source
 
     source = model_source(model, layer.text, None, ids)
     emit(
@@ -165,7 +165,7 @@ def saliency(
 
 def last_row(model: Decoder, ids: tuple[int, ...], layer: int, head: int) -> Array:
     """Head ``head`` of layer ``layer``: the last token's attention to each token (the forward every view runs)."""
-    from ..blocked import Keep
+    from ..engine.blocked import Keep
     from ..models import Encoding
 
     rows: list[Array] = []
@@ -216,7 +216,7 @@ def patch(
     with A "When Mary and John went to the store, John gave a drink to" and B
     the same with Mary in John's place (README: activation patching).
     """
-    from ..attribution import patch as run_patch
+    from ..analysis.attribution import patch as run_patch
 
     one_output(figure.output, as_json, False)
     if clean is None or corrupt is None or target is None:
@@ -230,8 +230,8 @@ def patch(
 
     with bar("head", f"{printable(net.name)}: patching") as progress:
         result = run_patch(net, clean, corrupt, target, estimate, progress)
-    from .. import schema
-    from ..sources import model_source
+    from ..render import schema
+    from ..sources.model import model_source
 
     source = model_source(net, corrupt, None, result.corrupt_ids)
     emit(

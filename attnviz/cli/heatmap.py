@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import options as opt
-from ..config import Pool, SinkMode
+from ..engine.view import Pool, SinkMode
 from ..errors import UsageError, say
+from . import options as opt
 from . import output
 from .entry import app
+
+if TYPE_CHECKING:
+    from ..sources import Shape
 from .output import (
     emit,
     figure_description,
@@ -119,8 +121,8 @@ def heatmap(
         return
     if head is not None and mean:
         raise UsageError("choose either --head or --mean, not both")
-    from ..layer import LONG_SEQUENCE
-    from ..sources import Want
+    from ..engine.stack import Want
+    from ..sources.layer import LONG_SEQUENCE
 
     if (as_json or jsonl) and not layer.external and layer.keys is None and pool is None:
         n = max(len(layer.tokens), layer.config.pad_to or 0)
@@ -128,18 +130,21 @@ def heatmap(
             raise too_long_for_json(n)
     if (as_json or jsonl) and pool is not None and scores:
         raise UsageError("--scores goes with the full map: a pooled map has weights only")
-    want = Want(
-        heads=None if head is None else (head,),
-        mean=mean,
-        scores=scores,
-        pool=pool or "max",
-        sinks=sinks,
-        bins=(json_fits(scores) if pool is None else json_bins) if as_json or jsonl else shown_bins(figure, pool),
+    want = layer.one_layer(
+        Want(heads=None if head is None else (head,), mean=mean, scores=scores, pool=pool or "max", sinks=sinks)
     )
-    from ..structure import readable
+    shape = layer.shape(want)
+    if not as_json and not jsonl:
+        bins = shown_bins(figure, pool, shape)
+    elif pool is None:
+        json_fits(shape, scores)
+        bins = None
+    else:
+        bins = json_bins(shape)
+    from ..render.scale import readable
 
-    att = readable(layer.attention(want), scale=color_scale, sinks=sinks)
-    from .. import schema
+    att = readable(layer.attention(dataclasses.replace(want, bins=bins)), scale=color_scale, sinks=sinks)
+    from ..render import schema
 
     emit(
         figure,
@@ -168,21 +173,18 @@ def heatmap_page(
 ) -> None:
     """heatmap -o FILE.html: every head of the layer (with --all-layers every layer: the model view) on one
     page that starts at --head; maps pooled (and kept to 8 bits) only as far as the page's size needs."""
+    from ..engine.stack import Want
     from ..render import html
-    from ..sources import Want
 
     if all_layers and not layer.external:
         raise UsageError("--all-layers needs a model with layers: --model or --from")
     if all_layers and layer.layer is not None:
         raise UsageError("choose either --layer or --all-layers")
-    want = Want(
-        layers=layers if all_layers else None,
-        mean=mean,
-        pool=pool or "max",
-        sinks=sinks,
-        sinks_each=True,
-        bins=html.page_bins(len(layers) if layers else None if all_layers else 1, pooled=pool is not None),
-    )
+    want = Want(layers=layers, mean=mean, pool=pool or "max", sinks=sinks, sinks_each=True)
+    want = want if all_layers else layer.one_layer(want)
+    shape = layer.shape(want)
+    shown = (len(layers) if layers else shape.layers) if all_layers else 1
+    want = dataclasses.replace(want, bins=html.page_bins(shape.tokens, shown * shape.maps, pooled=pool is not None))
     start = {"head": head or 0, "scale": color_scale, "sinks": sinks}
     one = dataclasses.replace(want, heads=None if mean else (head or 0,), bins=None)  # the first map, whole
     if all_layers:
@@ -199,8 +201,8 @@ def heatmap_page(
     att = layer.attention(want)
     made = figure_description("heatmap", att, figure.style, head=head, mean=mean)
     tokens = None if layer.external else layer.tokens
-    pooled = att.config.get("pooled")
-    exact = layer.attention(one) if pooled and html.exact_fits(int(pooled["tokens"])) else None
+    pooled = att.view.pooled
+    exact = layer.attention(one) if pooled and html.exact_fits(pooled.tokens) else None
     output.write_page(
         figure,
         lambda: html.attention_page(att, figure.style, made, view="heatmap", tokens=tokens, exact=exact, **start),
@@ -210,9 +212,9 @@ def heatmap_page(
 JSON_BINS = 256  # a pooled map as JSON: finer than any figure of it needs, small enough to read
 
 
-def json_bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
+def json_bins(shape: Shape) -> int | None:
     """--pool with --json: maps longer than JSON_BINS tokens pooled into JSON_BINS bins, shorter ones whole."""
-    return JSON_BINS if n > JSON_BINS else None
+    return JSON_BINS if shape.tokens > JSON_BINS else None
 
 
 def too_long_for_json(n: int) -> UsageError:
@@ -223,43 +225,36 @@ def too_long_for_json(n: int) -> UsageError:
     )
 
 
-def json_fits(scores: bool) -> Callable[[int, int, dict[str, Any]], None]:
+def json_fits(shape: Shape, scores: bool) -> None:
     """JSON holds the full map: refuse, before the model runs, one longer than LONG_SEQUENCE tokens
     (as the figure and the terminal pool it) or one that would not fit in memory as JSON."""
+    from ..render.schema import BYTES_PER_NUMBER
+    from ..resources import ensure_fits
+    from ..sources.layer import LONG_SEQUENCE
 
-    def check(n: int, shown: int, config: dict[str, Any]) -> None:
-        from ..layer import LONG_SEQUENCE
-        from ..resources import ensure_fits
-        from ..schema import BYTES_PER_NUMBER
-
-        if n > LONG_SEQUENCE:
-            raise too_long_for_json(n)
-        numbers = shown * n * n * (2 if scores else 1)
-        ensure_fits(
-            numbers * BYTES_PER_NUMBER,
-            f"a JSON document of {numbers:,} numbers",
-            "choose one head with --head, or --mean",
-        )
-
-    return check
+    n = shape.tokens
+    if n > LONG_SEQUENCE:
+        raise too_long_for_json(n)
+    numbers = shape.maps * n * n * (2 if scores else 1)
+    ensure_fits(
+        numbers * BYTES_PER_NUMBER,
+        f"a JSON document of {numbers:,} numbers",
+        "choose one head with --head, or --mean",
+    )
 
 
-def shown_bins(figure: opt.FigureRequest, pool: str | None) -> Callable[[int, int, dict[str, Any]], int | None]:
-    """How many bins a map of n tokens (``shown`` maps) gets where it is shown: one per pixel of its
-    figure panel when it is long (or --pool), TERMINAL_BINS in a terminal when it is longer than that
-    (at any width). None: the full map."""
+def shown_bins(figure: opt.FigureRequest, pool: str | None, shape: Shape) -> int | None:
+    """How many bins a map of ``shape`` gets where it is shown: one per pixel of its figure panel when it is
+    long (or --pool), TERMINAL_BINS in a terminal when it is longer than that (at any width). None: the full map."""
+    from ..sources.layer import LONG_SEQUENCE
 
-    from ..layer import LONG_SEQUENCE
-
-    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
-        if figure.output is not None:
-            if pool is None and n <= LONG_SEQUENCE:
-                return None
-            return int(views.heatmap.pooled_bins(n, shown, figure.style, config))
-        fit = views.terminal.terminal_bins()
-        return fit if n > fit else None
-
-    return bins
+    n = shape.tokens
+    if figure.output is not None:
+        if pool is None and n <= LONG_SEQUENCE:
+            return None
+        return int(views.heatmap.pooled_bins(n, shape.maps, figure.style, shape.config))
+    fit = views.terminal.terminal_bins()
+    return fit if n > fit else None
 
 
 def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
@@ -271,14 +266,15 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
     if path.suffix.lower() != ".npz":
         raise UsageError(f"--save writes an .npz file, got {path}")
     if layer.external:
-        from ..sources import Want
+        from ..engine.stack import Want
 
-        stack = layer.stack(Want(bins=save_fits))
+        save_fits(layer.shape(Want()))
+        stack = layer.stack(Want())
         tokens, weights = stack.tokens, stack.weights.astype(np.float32)
     elif layer.keys is not None:
         raise UsageError("--save writes self-attention; it does not take --keys")
     else:
-        from ..layer import full_weights
+        from ..sources.layer import full_weights
 
         tokens, weights = full_weights(layer.tokens, layer.config)
     write_output(
@@ -288,12 +284,12 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
         say(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)")
 
 
-def save_fits(n: int, shown: int, config: dict[str, Any]) -> None:
+def save_fits(shape: Shape) -> None:
     """--save holds every layer and head whole (and a float32 copy to write): refuse, before the model runs,
     what would not fit in memory, with a way out that --save has (it takes no --layer or --head)."""
     from ..resources import ensure_fits
 
-    layers = int(config.get("layers", 1))
+    n, layers, shown = shape.tokens, shape.layers, shape.maps
     ensure_fits(
         2 * 4 * layers * shown * n * n + 64 * 2**20,
         f"--save of {n:,} tokens' full weights ({layers} layers × {shown} heads of {n:,} × {n:,})",
@@ -317,18 +313,16 @@ def _all_layers(
         raise UsageError("--all-layers needs a model with layers: --model or --from")
     if layer.layer is not None:
         raise UsageError("choose either --layer or --all-layers")
-    from .. import schema
-    from ..sources import Want
+    from ..engine.stack import Want
+    from ..render import schema
 
-    want = Want(
-        layers=layers,
-        heads=None if head is None else (head,),
-        mean=mean,
-        bins=model_json_fits(layers) if as_json else tile_bins(figure, layers),
-        sinks=sinks,
-        sinks_each=True,
-    )
-    stack = layer.stack(want).with_sinks(sinks)
+    want = Want(layers=layers, heads=None if head is None else (head,), mean=mean, sinks=sinks, sinks_each=True)
+    shape = layer.shape(want)
+    shown = len(layers) if layers else shape.layers
+    if as_json:
+        model_json_fits(shape, shown)
+    bins = None if as_json else tile_bins(figure, shape, shown)
+    stack = layer.stack(dataclasses.replace(want, bins=bins)).with_sinks(sinks)
     emit(
         figure,
         as_json,
@@ -340,42 +334,31 @@ def _all_layers(
     )
 
 
-def model_json_fits(layers: tuple[int, ...] | None) -> Callable[[int, int, dict[str, Any]], None]:
-    """The model view as JSON holds every full map: refuse, before the model runs, one longer than
-    LONG_SEQUENCE tokens or one whose layers would not fit in memory as JSON."""
+def model_json_fits(shape: Shape, layers: int) -> None:
+    """The model view as JSON holds every full map of its ``layers`` layers: refuse, before the model runs, one
+    longer than LONG_SEQUENCE tokens or one whose layers would not fit in memory as JSON."""
+    from ..render.schema import BYTES_PER_NUMBER
+    from ..resources import ensure_fits
+    from ..sources.layer import LONG_SEQUENCE
 
-    def check(n: int, shown: int, config: dict[str, Any]) -> None:
-        from ..layer import LONG_SEQUENCE
-        from ..resources import ensure_fits
-        from ..schema import BYTES_PER_NUMBER
-
-        if n > LONG_SEQUENCE:
-            raise UsageError(
-                f"a model view of {n:,} × {n:,} maps is too large to be useful as JSON: one layer with --layer and "
-                f"--pool max (or mean) writes it pooled, --save FILE.npz every layer's full weights (when they fit)"
-            )
-        numbers = (len(layers) if layers else int(config.get("layers", 1))) * shown * n * n
-        ensure_fits(
-            numbers * BYTES_PER_NUMBER,
-            f"a JSON document of {numbers:,} numbers",
-            "choose a few layers with --layers, one head with --head, or --mean",
+    n = shape.tokens
+    if n > LONG_SEQUENCE:
+        raise UsageError(
+            f"a model view of {n:,} × {n:,} maps is too large to be useful as JSON: one layer with --layer and "
+            f"--pool max (or mean) writes it pooled, --save FILE.npz every layer's full weights (when they fit)"
         )
+    numbers = layers * shape.maps * n * n
+    ensure_fits(
+        numbers * BYTES_PER_NUMBER,
+        f"a JSON document of {numbers:,} numbers",
+        "choose a few layers with --layers, one head with --head, or --mean",
+    )
 
-    return check
 
-
-def tile_bins(
-    figure: opt.FigureRequest, layers: tuple[int, ...] | None = None
-) -> Callable[[int, int, dict[str, Any]], int | None]:
-    """The model view's tiles: pooled to their pixels in a figure (as many as the layout of the ``layers``
-    shown, all when None, gives each), in a terminal as one map is (terminal_bins)."""
+def tile_bins(figure: opt.FigureRequest, shape: Shape, layers: int) -> int | None:
+    """The model view's tiles: pooled to their pixels in a figure (as many as the layout of its ``layers`` layers
+    gives each), in a terminal as one map is (terminal_bins)."""
     if figure.output is None:
-        return shown_bins(figure, None)
-    style = figure.style
-
-    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
-        count = len(layers) if layers else int(config.get("layers", 1))
-        side = min(views.model.tile_pixels(count, shown, style), MAX_TILE_PIXELS)
-        return side if n > side else None
-
-    return bins
+        return shown_bins(figure, None, shape)
+    side = min(views.model.tile_pixels(layers, shape.maps, figure.style), MAX_TILE_PIXELS)
+    return side if shape.tokens > side else None

@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .. import options as opt
-from ..config import Repeat
 from ..errors import UsageError, printable
+from ..sources.config import Repeat
+from . import options as opt
 from .entry import app
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..analysis import HeadScores
-    from ..blocked import Kept
-    from ..core import Array
+    from ..analysis.heads import HeadScores
+    from ..engine.blocked import Kept
+    from ..engine.core import Array
+    from ..engine.stack import AttentionStack
     from ..models.locate import Found
-    from ..sources import AttentionStack
 from . import output
 from .output import (
     emit,
@@ -60,10 +60,10 @@ def rollout(
     """
     import numpy as np
 
-    from .. import schema
-    from ..analysis import rollout_step
-    from ..sources import Want
-    from ..structure import without_own_sinks
+    from ..analysis.heads import rollout_step
+    from ..engine.sinks import without_own_sinks
+    from ..engine.stack import Want
+    from ..render import schema
 
     one_output(figure.output, as_json, False)
     product: list[Array] = []
@@ -145,8 +145,7 @@ def heads(
 
     import numpy as np
 
-    from .. import schema
-    from ..analysis import (
+    from ..analysis.heads import (
         Pairs,
         head_patterns,
         layer_head_scores,
@@ -155,7 +154,9 @@ def heads(
         sink_share,
         stacked_scores,
     )
-    from ..sources import RANDOM_WORDS, Want
+    from ..engine.stack import Want
+    from ..render import schema
+    from ..sources.model import RANDOM_WORDS
 
     one_output(figure.output, as_json, False)
     if repeat is not None:
@@ -228,13 +229,17 @@ def heads_page(
 ) -> None:
     """heads -o FILE.html: the portrait, each head opening its map. A model's maps were dropped as its heads
     were scored; the page runs it once more for them, pooled (and kept to 8 bits) as the model view's are."""
+    from dataclasses import replace
+
+    from ..engine.stack import Want
     from ..render import html
     from ..render.html.grid import heads_grid
-    from ..sources import Want
 
     maps = stack
     if layer.external:
-        maps = layer.stack(Want(pool="max", sinks_each=True, bins=html.page_bins(None)))
+        want = Want(pool="max", sinks_each=True)
+        shape = layer.shape(want)
+        maps = layer.stack(replace(want, bins=html.page_bins(shape.tokens, shape.layers * shape.maps)))
     grid = heads_grid(stack, classes[0], classes[1], standard, scores, figure.style, notes)
     output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="heads", stack=maps))
 
@@ -269,16 +274,16 @@ def check(
 
       attnviz check attention.npy --padding "0 0 0 0 1 1"
     """
-    from .. import schema
-    from ..analysis import check_attention
-    from ..inputs import stdin_alias
-    from ..sources import load_attention_array, parse_padding
+    from ..analysis.heads import check_attention
+    from ..files import stdin_alias
+    from ..render import schema
+    from ..sources.arrays import load_attention_array, parse_padding
 
     path = stdin_alias(file)
     document, pooled = None, None
     if str(path) == "-" or path.suffix.lower() == ".json":
-        from ..documents import pooled_config, read_json_source
-        from ..sources import MAX_ATTENTION_JSON
+        from ..sources.arrays import MAX_ATTENTION_JSON
+        from ..sources.documents import pooled_config, read_json_source
 
         document = read_json_source(path, MAX_ATTENTION_JSON)
     array, _ = load_attention_array(path, document, cross=True)
@@ -286,7 +291,7 @@ def check(
     if isinstance(first, dict):
         pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))
     mask = None if padding is None else parse_padding(padding, array.shape[-1])
-    from ..documents import hides_keys
+    from ..sources.documents import hides_keys
 
     hides = hides_keys(document)
     checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, pooled=pooled, hides=hides)
@@ -332,11 +337,11 @@ def models(as_json: opt.Json = False, no_color: opt.NoColor = False) -> None:
 
       attnviz models --json
     """
-    from .. import schema
     from ..errors import say
     from ..models import supported
     from ..models.locate import available, hf_cache, ollama_roots
     from ..models.walk import Walk
+    from ..render import schema
 
     walk = Walk()
     found = available(walk)

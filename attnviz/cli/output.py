@@ -12,17 +12,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import options as opt
 from .._version import __version__
 from ..errors import LayoutProblems, UsageError, printable, say
+from . import options as opt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console, RenderableType
 
-    from ..attention import Attention
+    from ..engine.attention import Attention
+    from ..engine.stack import AttentionStack
     from ..render.figure import FigureStyle
-    from ..sources import AttentionStack
 
 
 ANNOUNCE = True  # say "wrote FILE" on stderr; a batch run keeps its own account
@@ -51,7 +51,7 @@ def stack_of(layer: opt.LayerRequest) -> AttentionStack:
         return layer.stack()
     if layer.keys is not None:
         raise UsageError("this view follows attention through self-attention layers; it does not take --keys")
-    from ..sources import AttentionStack
+    from ..engine.stack import AttentionStack
 
     att = layer.attention()
     return AttentionStack(tokens=att.tokens, weights=att.weights[None], source={"random layer": att.config})
@@ -67,7 +67,7 @@ def compare_output(
     view: dict[str, Any],
 ) -> None:
     """A comparison (permute, diff) as a figure, JSON or in the terminal."""
-    from .. import schema
+    from ..render import schema
 
     emit(
         figure,
@@ -120,7 +120,9 @@ def figure_description(command: str, att: Attention, style: FigureStyle, **view:
     doc: dict[str, Any] = {"attnviz": __version__, "command": command, "tokens": list(att.tokens)}
     if att.key_tokens is not None:
         doc["key_tokens"] = list(att.key_tokens)
-    return doc | {"config": att.config, "view": view, "style": asdict(style)}
+    from ..render.schema import document_config
+
+    return doc | {"config": document_config(att), "view": view, "style": asdict(style)}
 
 
 def stack_figure_description(command: str, stack: AttentionStack, style: FigureStyle, **view: Any) -> dict[str, Any]:
@@ -229,7 +231,7 @@ def audit_written(fig: Figure, figure: opt.FigureRequest) -> None:
 
 
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:
-    from ..schema import write_document
+    from ..render.schema import write_document
 
     for doc in docs:
         write_document(doc, sys.stdout, compact=compact)

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .. import options as opt
 from ..errors import UsageError, printable, say
+from . import options as opt
 from .entry import app
 from .output import plural, write_json
 
@@ -80,8 +80,8 @@ def batch(
 
       attnviz batch plan.toml --shard 2/4 --json
     """
-    from .. import batch as plans
-    from ..inputs import files_only
+    from ..files import files_only
+    from . import batch as plans
 
     with files_only():  # a plan may name no pipe: its token file a FIFO would hang the run
         entries, errors = plans.load_plan(plan, tuple(allow_dir or ()), stores=allow_models)

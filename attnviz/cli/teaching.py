@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from .. import options as opt
 from .._version import __version__
-from ..config import Positions
 from ..errors import UsageError, printable
+from ..sources.config import Positions
+from . import options as opt
 from . import output
 from .entry import app
 
@@ -60,7 +60,7 @@ def mask(
     one_output(figure.output, as_json, False)
     if compare and layer.external:
         raise UsageError("--compare switches the random layer's causal mask; a model has its own")
-    from ..sources import Want
+    from ..engine.stack import Want
 
     want = Want(heads=(head,), scores=True)
     att = layer.attention(want)
@@ -74,7 +74,7 @@ def mask(
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
         other = flipped.attention(want)
         att, other = (att, other) if layer.config.causal else (other, att)
-    from .. import schema
+    from ..render import schema
 
     emit(
         figure,
@@ -113,10 +113,10 @@ def saturation(
       attnviz saturation --json | jq '.unscaled.max_weight'
     """
     one_output(figure.output, as_json, False)
-    from ..saturation import measure_saturation
+    from ..analysis.saturation import measure_saturation
 
     result = measure_saturation(dk_max=dk_max, keys=keys, trials=trials, seed=seed)
-    from .. import schema
+    from ..render import schema
 
     options = {"dk_max": dk_max, "keys": keys, "trials": trials, "seed": seed}
     emit(
@@ -204,7 +204,7 @@ def explain(
 
       attnviz explain --model smollm2 "The cat sat" --layer 3 -o steps.html
     """
-    from ..explain import explain_decoder, explain_query
+    from ..analysis.explain import explain_decoder, explain_query
 
     one_output(figure.output, as_json, False)
     if output.is_page(figure):
@@ -223,7 +223,7 @@ def explain(
         e, att = explain_decoder(model, layer.text, chosen, query, head)
         query = e.query
         if importance:
-            from ..ablation import key_importance
+            from ..analysis.ablation import key_importance
             from .ablation import ABLATE_TOKENS
 
             if len(att.tokens) > ABLATE_TOKENS:  # a key at a time, each a pass over the text: quadratic
@@ -236,7 +236,7 @@ def explain(
         if query is None:
             query = len(att.tokens) - 1 - sum(att.padding)
         e = explain_query(built, att, query, head)
-    from .. import schema
+    from ..render import schema
 
     if measured is not None:
         weighed = measured
@@ -268,7 +268,7 @@ def explain(
 def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int | None, head: int) -> None:
     """explain -o FILE.html: the steps of every query (a menu and ← →) when the page can hold them, else of
     --query alone, the page saying so; the layer is run once either way."""
-    from ..explain import decoder_queries, explain_every_query
+    from ..analysis.explain import decoder_queries, explain_every_query
     from ..render import html
     from ..render.html.explained import every_query_fits, explain_entry
 
@@ -337,7 +337,7 @@ def permute(
 
       attnviz permute "the cat sat on the mat" --shuffle 3 -o permute.png
     """
-    from ..compare import order_blindness, permutation
+    from ..analysis.compare import order_blindness, permutation
     from ..render.compare import permutation_heading, permutation_rows
 
     one_output(figure.output, as_json, False)
@@ -406,9 +406,9 @@ def diff(
     """
     from dataclasses import replace
 
-    from ..compare import difference
-    from ..layer import self_attention
+    from ..analysis.compare import difference
     from ..render.compare import difference_heading, difference_rows
+    from ..sources.layer import self_attention
 
     one_output(figure.output, as_json, False)
     if not a.strip() and not b.strip():
@@ -465,7 +465,7 @@ def lines(
       attnviz lines --model minilm "The quick brown fox." -L 2 -o lines.html
     """
 
-    from ..sources import Want
+    from ..engine.stack import Want
 
     one_output(figure.output, as_json, False)
     from . import output
@@ -473,7 +473,9 @@ def lines(
     if output.is_page(figure):  # every head, starting at --head: the head view to explore
         from ..render import html
 
-        att = layer.attention(Want(sinks=sinks, sinks_each=True, bins=html.page_bins(1)))
+        want = layer.one_layer(Want(sinks=sinks, sinks_each=True))
+        shape = layer.shape(want)
+        att = layer.attention(replace(want, bins=html.page_bins(shape.tokens, shape.maps)))
         made = figure_description("lines", att, figure.style, head=head, min_weight=min_weight)
         start: dict[str, Any] = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
         tokens = None if layer.external else layer.tokens
@@ -481,15 +483,15 @@ def lines(
             figure, lambda: html.attention_page(att, figure.style, made, view="lines", tokens=tokens, **start)
         )
         return
-    from ..structure import find_sinks, hide_sinks
+    from ..engine.sinks import find_sinks, hide_sinks
 
     att = layer.attention(Want(heads=None if head is None else (head,)))
     found = find_sinks(att)
     att = hide_sinks(att, found) if sinks == "hide" else att
-    att = replace(att, config={**att.config, "sinks": found, "sink_mode": sinks})
+    att = replace(att, view=replace(att.view, sinks=found, sink_mode=sinks))
     if len(att.tokens) > views.lines.MAX_TOKENS and not as_json:
         att = views.lines.strongest(att)
-    from .. import schema
+    from ..render import schema
 
     emit(
         figure,

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import options as opt
 from ..errors import UsageError
+from . import options as opt
 from .entry import app
 from .output import plural, print_view, write_json
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..models.offsets import Pieces
+    from ..models.tokenizers.offsets import Pieces
 
 
 @app.command()
@@ -51,9 +51,9 @@ def tokenize(
 
       attnviz tokenize --model-file vocab.gguf --file text.txt
     """
-    from ..inputs import read_text
     from ..models import load_tokenizer
-    from ..models.offsets import tokenize as split
+    from ..models.tokenizers.offsets import tokenize as split
+    from ..sources.text import read_text
 
     given = [model is not None, model_dir is not None, model_file is not None]
     if not any(given):
@@ -64,7 +64,7 @@ def tokenize(
     tokenizer, name = load_tokenizer(model, model_dir, model_file)
     pieces = split(tokenizer, source, special=not no_special)
     if as_json:
-        from .. import schema
+        from ..render import schema
 
         write_json([schema.tokenize_document(name, source, pieces)])
         return

@@ -11,16 +11,16 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import options as opt
 from .._version import __version__
 from ..errors import UsageError, out_of_range, say
+from . import options as opt
 from .entry import app
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from ..config import ColourScale, SinkMode
-    from ..generate import Generation
+    from ..analysis.generate import Generation
+    from ..engine.view import ColourScale, SinkMode
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
@@ -105,9 +105,9 @@ def generate(
 
       attnviz generate --model smollm2 "One, two, one," -L 18 --head 6 -o steps.html
     """
-    from ..blocked import Keep
-    from ..generate import Sampling
-    from ..generate import generate as write
+    from ..analysis.generate import Sampling
+    from ..analysis.generate import generate as write
+    from ..engine.blocked import Keep
     from ..models import load_model
     from .output import one_output
 
@@ -153,7 +153,7 @@ def generate(
     if jsonl:
         _stream_jsonl(run, described, color_scale, sinks)
     elif as_json:
-        from ..schema import generate_document
+        from ..render.schema import generate_document
         from .output import write_json
 
         generation = run()
@@ -177,8 +177,7 @@ def _page(
 ) -> None:
     """The page: a step slider in place of the film, each step's row over the text so far, as --json has them;
     an interrupted generation writes none (as a film)."""
-    from .. import schema
-    from ..render import html
+    from ..render import html, schema
     from ..render.html.steps import steps_entry
     from .output import write_page
 
@@ -205,7 +204,7 @@ def _with_bar(run: Writing, name: str) -> Writing:
 
 
 def _stream_jsonl(run: Writing, described: dict[str, object], scale: ColourScale, sinks: SinkMode) -> None:
-    from ..schema import generate_step_document, write_document
+    from ..render.schema import generate_step_document, write_document
 
     def written(generation: Generation, step: int) -> None:
         document = generate_step_document(generation, step, described, scale, sinks)

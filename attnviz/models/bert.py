@@ -18,21 +18,33 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, attend
-from ..core import Array
+from ..engine.blocked import NOTHING, Keep, attend
+from ..engine.core import Array
+from ..engine.threads import one_blas_thread
 from ..errors import AttnvizError, UsageError, printable, quoted
-from ..threads import one_blas_thread
-from . import Consumer, Encoding, damaged, fitted
 from .metadata import Settings
+from .model import Consumer, Encoding, damaged, fitted
 from .parts import ACTIVATIONS, layer_norm, overflow_checked
-from .tokenizer import Tokenizer
-from .weights import Tensors, rows
+from .tokenizers.pipeline import Tokenizer
+from .weights import Tensors, renamer, rows
 
 if TYPE_CHECKING:
     from ..progress import Steps
 
 MAX_LAYERS = 1024
 MAX_WORD_CHARS = 100  # WordPiece's longest word: longer ones become [UNK]
+NAMES = {"{rest}": "{rest}"}  # a folder's tensor names (after bert. or roberta.): the forward pass's own
+DISTILBERT_NAMES = {
+    "embeddings.{rest}": "embeddings.{rest}",
+    "transformer.layer.{i}.attention.q_lin.{w}": "encoder.layer.{i}.attention.self.query.{w}",
+    "transformer.layer.{i}.attention.k_lin.{w}": "encoder.layer.{i}.attention.self.key.{w}",
+    "transformer.layer.{i}.attention.v_lin.{w}": "encoder.layer.{i}.attention.self.value.{w}",
+    "transformer.layer.{i}.attention.out_lin.{w}": "encoder.layer.{i}.attention.output.dense.{w}",
+    "transformer.layer.{i}.sa_layer_norm.{w}": "encoder.layer.{i}.attention.output.LayerNorm.{w}",
+    "transformer.layer.{i}.ffn.lin1.{w}": "encoder.layer.{i}.intermediate.dense.{w}",
+    "transformer.layer.{i}.ffn.lin2.{w}": "encoder.layer.{i}.output.dense.{w}",
+    "transformer.layer.{i}.output_layer_norm.{w}": "encoder.layer.{i}.output.LayerNorm.{w}",
+}
 
 
 @dataclass(frozen=True)
@@ -109,8 +121,6 @@ def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer,
     """A ``bert`` GGUF as llama.cpp's converter writes it from a BertModel: the same encoder, its tensors renamed.
     The GGUF says no activation: GELU, Hugging Face's BertModel's (``hidden_act`` "gelu", exact; llama.cpp runs
     it as ggml's tanh approximation)."""
-    from .checkpoint import renamer
-
     meta.choice("attention.causal", False, (False,), " (attnviz runs BERT as an encoder)")
     named = Renamed(weights, renamer({v: k for k, v in GGUF_NAMES.items()}, ()))
     config = BertConfig(

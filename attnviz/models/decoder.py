@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..blocked import NOTHING, Keep, Kept, attend, attend_backward, attend_query
-from ..core import Array
+from ..engine.blocked import NOTHING, Keep, Kept, attend, attend_backward, attend_query
+from ..engine.core import Array
+from ..engine.threads import one_blas_thread, product
 from ..errors import AttnvizError, UsageError
-from ..threads import one_blas_thread, product
-from . import Consumer, Encoding, damaged, fitted
+from .model import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 GENERATION_MEMORY = 1.35  # × the stored bytes: a generation's weights with its unpacked matrices (the step: to 1.5×)
 HeadsEdit = Callable[[Array], Array]
 """What an experiment makes of one layer's heads' outputs (heads, n, d) before the output projection: a head's set
-to zero or to its mean (:mod:`attnviz.ablation`), one query's row of a head recomputed without a key."""
+to zero or to its mean (:mod:`attnviz.analysis.ablation`), one query's row of a head recomputed without a key."""
 
 
 @dataclass
@@ -342,7 +342,7 @@ class Decoder:
         return self.shape.scale
 
     def softcap(self, layer: int) -> float | None:
-        """The layer's attention logit soft-cap (see :func:`attnviz.blocked.attend`); None: scores uncapped."""
+        """The layer's attention logit soft-cap (see :func:`attnviz.engine.blocked.attend`); None: scores uncapped."""
         return None
 
     def start(self, capacity: int) -> Cache:
@@ -443,7 +443,7 @@ class Decoder:
     def through_copies(self, x: Array, first: int, attended: Array, last_only: bool = False) -> Array:
         """The last layer's output (copies, n, hidden) of copies of one text that part at layer ``first``: ``x``
         (n, hidden) is that layer's input, the same for all, ``attended`` (copies, n, heads·d) each copy's heads'
-        outputs there, joined (edited: what :func:`attnviz.ablation.ablate` runs). Nothing before the output
+        outputs there, joined (edited: what :func:`attnviz.analysis.ablation.ablate` runs). Nothing before the output
         projection of layer ``first`` runs again. The copies go through each layer as one batch of copies·n rows,
         whose products are faster than one copy's at a time (a row's sums may round otherwise than one copy's alone
         would: where a row falls in BLAS's blocks changes their order), the queries and keys too, each copy rotated
@@ -505,7 +505,7 @@ class Remembered:
 
 
 REMEMBERED: contextvars.ContextVar[Remembered | None] = contextvars.ContextVar("attnviz_remembered", default=None)
-"""The products :meth:`Decoder.linear` keeps for a backward pass (:mod:`attnviz.gradients`), or None: none."""
+"""The products :meth:`Decoder.linear` keeps for a backward pass (:mod:`attnviz.analysis.gradients`), or None: none."""
 
 COPY_LENGTH: contextvars.ContextVar[int | None] = contextvars.ContextVar("attnviz_copy_length", default=None)
 """The length of each copy of a text inside :meth:`Decoder.through_copies` (rotary positions restart at each)."""

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import math
 
-from ..core import Array, soft_cap, soft_cap_backward
+from ..engine.core import Array, soft_cap, soft_cap_backward
 from .decoder import Shape
-from .gemma3 import Gemma, gguf_sizes, sliding_layers
+from .gemma3 import GEMMA_NAMES, Gemma, gguf_sizes, sliding_layers
 from .llama import MAX_LAYERS, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors
 
+NAMES = GEMMA_NAMES
 SLIDE_EVERY = 2  # layers 0, 2, 4, …: a sliding window; 1, 3, 5, …: global
 LAYERS_27B = 46  # the one size llama.cpp scales by width / heads rather than key_length
 

@@ -14,17 +14,27 @@ import math
 
 import numpy as np
 
-from ..core import Array
+from ..engine.core import Array
+from . import llama
 from .decoder import Shape
 from .llama import MAX_LAYERS, Llama, gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
 from .parts import Rope, gelu_tanh, rms_norm, rms_norm_backward
 from .qwen3 import Qwen3
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors
 
 LOCAL_BASE = 10_000.0  # the rotary base of sliding-window layers (Gemma 3's rope_local_base_freq)
 GLOBAL_EVERY = 6  # layers 5, 11, 17, …: global attention; the others slide
+GEMMA_NAMES = llama.NAMES | {  # Gemma 2's and Gemma 3's: the norms after attention and the feed-forward
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
+    "layers.{i}.pre_feedforward_layernorm.weight": "blk.{i}.ffn_norm.weight",
+    "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
+NAMES = GEMMA_NAMES | {
+    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+}
 NORMS = ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm", "output_norm")
 
 

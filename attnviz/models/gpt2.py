@@ -7,16 +7,33 @@ import math
 
 import numpy as np
 
-from ..core import Array
+from ..engine.core import Array
 from ..errors import AttnvizError
 from .decoder import Decoder, Shape, joined
 from .metadata import Settings
 from .parts import ACTIVATIONS, SLOPES, Rope, layer_norm, layer_norm_backward
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
 
 MAX_LAYERS = 1024
 NO_ROPE = Rope(1.0, 0)
+NAMES = {  # a folder's tensor names (after transformer.) -> the forward pass's (llama.cpp's)
+    "wte.weight": "token_embd.weight",
+    "wpe.weight": "position_embd.weight",
+    "ln_f.{w}": "output_norm.{w}",
+    "h.{i}.ln_1.{w}": "blk.{i}.attn_norm.{w}",
+    "h.{i}.attn.c_attn.{w}": "blk.{i}.attn_qkv.{w}",
+    "h.{i}.attn.c_proj.{w}": "blk.{i}.attn_output.{w}",
+    "h.{i}.ln_2.{w}": "blk.{i}.ffn_norm.{w}",
+    "h.{i}.mlp.c_fc.{w}": "blk.{i}.ffn_up.{w}",
+    "h.{i}.mlp.c_proj.{w}": "blk.{i}.ffn_down.{w}",
+}
+CONV1D = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")  # GPT-2's in × out matrices
+
+
+def transposed(name: str) -> bool:
+    """Whether a folder stores the matrix ``name`` in × out (Hugging Face's Conv1D), to be read out × in."""
+    return name.endswith(CONV1D)
 
 
 class GPT2(Decoder):

@@ -9,19 +9,33 @@ rows permuted for RoPE on adjacent pairs; Hugging Face checkpoints (and GGUF's Q
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from ..core import Array
+from ..engine.core import Array
 from ..errors import AttnvizError
 from .decoder import Decoder, Shape, joined
 from .metadata import Settings
 from .parts import SLOPES, Rope, gated, rms_norm, rms_norm_backward, silu
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
 
 MAX_LAYERS = 1024
-GGUF_ARCHITECTURES = ("llama", "qwen2")
+NAMES = {  # a folder's tensor names (after model.) -> the forward pass's (llama.cpp's)
+    "embed_tokens.weight": "token_embd.weight",
+    "norm.weight": "output_norm.weight",
+    "layers.{i}.input_layernorm.weight": "blk.{i}.attn_norm.weight",
+    "layers.{i}.self_attn.q_proj.{w}": "blk.{i}.attn_q.{w}",
+    "layers.{i}.self_attn.k_proj.{w}": "blk.{i}.attn_k.{w}",
+    "layers.{i}.self_attn.v_proj.{w}": "blk.{i}.attn_v.{w}",
+    "layers.{i}.self_attn.o_proj.{w}": "blk.{i}.attn_output.{w}",
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.ffn_norm.weight",
+    "layers.{i}.mlp.gate_proj.weight": "blk.{i}.ffn_gate.weight",
+    "layers.{i}.mlp.up_proj.weight": "blk.{i}.ffn_up.weight",
+    "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
+    "lm_head.weight": "output.weight",  # absent where the embeddings are tied
+}
 
 
 class Llama(Decoder):
@@ -133,41 +147,66 @@ def rope_parameters(config: Settings, key: str | None = None, base: float = 1000
     return float(config.number("rope_theta", base, low=1, high=1e12)), config.get("rope_scaling")
 
 
-def sliding_windows(config: Settings, layers: int, family: str) -> tuple[int | None, ...]:
-    """Each layer's sliding window (None: it attends to every earlier token), as transformers reads config.json.
+Windows = Callable[[Settings, int], tuple[int | None, ...]]
+"""Each layer's sliding window (None: it attends to every earlier token), as transformers reads a family's
+config.json of ``layers`` layers: a family built on Llama's config says which of these it follows."""
 
-    Qwen2 and Qwen3 slide only with use_sliding_window, and then the layers from max_window_layers on (their
-    configs' layer_types; given layer_types slide only with use_sliding_window too). Mistral slides every layer
-    by sliding_window (4,096 when the config does not say; null: none), or those layer_types names
-    sliding_attention. Llama and OLMo 2 never slide, whatever their configs hold, as in transformers.
-    """
+
+def _layer_types(config: Settings, layers: int) -> list[object] | None:
+    """config.json's layer_types, checked (its length); max_window_layers and sliding_window are read where they
+    apply."""
     types = config.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != layers):
         raise config.fail("layer_types", types, f"a list of {layers} layer types")
-    config.known("max_window_layers", "sliding_window")  # read below where they apply
-    if family in ("qwen2", "qwen3"):
-        if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
-            return (None,) * layers
-        size = config.count("sliding_window", high=2**24)
-        if types is None:
-            start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
-            return tuple(size if i >= start else None for i in range(layers))
-    elif family in ("llama", "olmo2"):
-        return (None,) * layers  # their configs have no window: transformers attends to every earlier token
-    else:
-        if config.get("use_sliding_window") is False or config.get("sliding_window", 4096) is None:
-            return (None,) * layers
-        size = config.count("sliding_window", 4096, high=2**24)  # MistralConfig's default
+    config.known("max_window_layers", "sliding_window")
+    return types
+
+
+def _by_type(types: list[object] | None, size: int, layers: int) -> tuple[int | None, ...]:
     sliding = [t == "sliding_attention" for t in types] if types is not None else [True] * layers
     return tuple(size if s else None for s in sliding)
 
 
+def no_windows(config: Settings, layers: int) -> tuple[int | None, ...]:
+    """Llama and OLMo 2 never slide, whatever their configs hold, as in transformers (their configs have no
+    window: it attends to every earlier token)."""
+    _layer_types(config, layers)
+    return (None,) * layers
+
+
+def qwen2_windows(config: Settings, layers: int) -> tuple[int | None, ...]:
+    """Qwen2 and Qwen3 slide only with use_sliding_window, and then the layers from max_window_layers on (their
+    configs' layer_types; given layer_types slide only with use_sliding_window too)."""
+    types = _layer_types(config, layers)
+    if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:
+        return (None,) * layers
+    size = config.count("sliding_window", high=2**24)
+    if types is None:
+        start = config.number("max_window_layers", 28, low=0, high=2**31)  # Qwen2Config's default
+        return tuple(size if i >= start else None for i in range(layers))
+    return _by_type(types, size, layers)
+
+
+def mistral_windows(config: Settings, layers: int) -> tuple[int | None, ...]:
+    """Mistral slides every layer by sliding_window (4,096 when the config does not say; null: none), or those
+    layer_types names sliding_attention."""
+    types = _layer_types(config, layers)
+    if config.get("use_sliding_window") is False or config.get("sliding_window", 4096) is None:
+        return (None,) * layers
+    size = config.count("sliding_window", 4096, high=2**24)  # MistralConfig's default
+    return _by_type(types, size, layers)
+
+
+# by model_type: the three that run as a Llama (:func:`from_config`)
+WINDOWS: dict[str, Windows] = {"llama": no_windows, "mistral": mistral_windows, "qwen2": qwen2_windows}
+
+
 def shape_from_config(
-    config: Settings, family: str = "llama", head_dim: int | None = None, base: float = 10000.0
+    config: Settings, windows: Windows = no_windows, head_dim: int | None = None, base: float = 10000.0
 ) -> Shape:
-    """A config.json of model_type llama, mistral or qwen2 (or a family built on them); ``head_dim``: the
-    config class's head size where config.json gives none (None: hidden_size / num_attention_heads); ``base``:
-    the rotary base where it says none."""
+    """A config.json of model_type llama, mistral or qwen2 (or a family built on them); ``windows``: how its
+    family slides; ``head_dim``: the config class's head size where config.json gives none (None: hidden_size /
+    num_attention_heads); ``base``: the rotary base where it says none."""
     layers = config.count("num_hidden_layers", high=MAX_LAYERS)
     heads = config.count("num_attention_heads", high=1024)
     hidden = config.count("hidden_size")
@@ -177,19 +216,19 @@ def shape_from_config(
     d_head = config.count("head_dim", head_dim, high=4096) if given else hidden // heads
     base, scaling = rope_parameters(config, base=base)
     rope = rope_of(config, d_head, base, scaling)
-    windows = sliding_windows(config, layers, family)
+    slides = windows(config, layers)
     config.choice("hidden_act", "silu", ("silu",), " (the SwiGLU feed-forward attnviz runs)")
     config.choice("mlp_bias", False, (False,), " (attnviz runs the feed-forward without biases)")
     config.known("attention_bias")  # the projections' biases are applied where the checkpoint has them
     return Shape(
         layers, heads, config.count("num_key_value_heads", heads, high=heads), hidden, d_head,
         float(config.number("rms_norm_eps", 1e-6, low=1e-30, high=1)),
-        config.count("max_position_embeddings", 2048, high=2**24), (rope,) * layers, windows, 1 / math.sqrt(d_head),
+        config.count("max_position_embeddings", 2048, high=2**24), (rope,) * layers, slides, 1 / math.sqrt(d_head),
     )  # fmt: skip
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Llama:
-    return Llama(name, weights, shape_from_config(config, family), tokenizer, family)
+    return Llama(name, weights, shape_from_config(config, WINDOWS[family]), tokenizer, family)
 
 
 def shape_from_gguf(meta: Settings, architecture: str, weights: Tensors, longrope: bool = False) -> Shape:

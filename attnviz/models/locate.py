@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AttnvizError, UsageError, printable, quoted
-from ..inputs import open_regular, parse_json, read_file
-from . import MODELS, ModelSpec, model_location, supported
+from ..files import open_regular, parse_json, read_file
+from .bundled import MODELS, ModelSpec, bundled_location
 from .metadata import MAX_CONFIG_BYTES, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
 from .walk import Walk, is_folder, is_link, repository_blobs, snapshot_entry, snapshot_files
 
@@ -346,7 +346,7 @@ def _package(spec: ModelSpec) -> Found:
     absent = Found(spec.name, "package", spec.architecture, None, None, False, None, f"install: {spec.install}")
     if spec.path or os.environ.get(spec.environment):
         try:
-            path, _ = model_location(spec.name)
+            path, _ = bundled_location(spec.name)
         except AttnvizError as err:
             return dataclasses.replace(absent, note=str(err)) if os.environ.get(spec.environment) else absent
         return (_folder if spec.architecture == "folder" else _gguf)(spec.name, "package", path)
@@ -361,6 +361,8 @@ def _package(spec: ModelSpec) -> Found:
 
 
 def _gguf(model: str, source: str, path: Path) -> Found:
+    from .families import supported
+
     family = gguf_architecture(path)
     ok = family is not None and family in supported("gguf")
     note = "" if ok else f"attnviz does not run GGUF files of {family}" if family else "no general.architecture"
@@ -382,8 +384,8 @@ def gguf_tensor_count(path: Path) -> int | None:
 
 
 def _folder(model: str, source: str, path: Path, size: int | None = None) -> Found:
-    from .checkpoint import _guess_family as guess_family  # the loader's own reading of an older config.json
-    from .checkpoint import missing_files
+    from .checkpoint import guess_family, missing_files  # the loader's own reading of an older config.json
+    from .families import supported
 
     config = path / "config.json"
     size = _tree_size(path) if size is None else size

@@ -3,7 +3,7 @@ one fused q/k/v projection, a gated feed-forward (SwiGLU: act(gate) · up) and n
 
 Its folders store nomic's own tensor names (``encoder.layers.<i>.attn.Wqkv``, ``mlp.fc11`` the up projection and
 ``fc12`` the gate, ``norm1``/``norm2``, ``emb_ln``), which transformers' save_pretrained writes too; they are read
-under BERT's names (checkpoint.NOMIC_NAMES), a GGUF's under llama.cpp's (:data:`GGUF_NAMES`). The rotation is
+under BERT's names (:data:`NAMES`), a GGUF's under llama.cpp's (:data:`GGUF_NAMES`). The rotation is
 Hugging Face's rotate-half in both (llama.cpp's NEOX layout), over the whole head unless a GGUF says fewer
 dimensions. nomic-ai's own config.json (the Hub's: n_embd, rotary_emb_base, …) is read as well as transformers'.
 """
@@ -12,19 +12,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core import Array
+from ..engine.core import Array
 from ..errors import AttnvizError
 from .bert import GGUF_NAMES as BERT_GGUF_NAMES
 from .bert import MAX_LAYERS, Bert, BertConfig, Renamed, token_types
 from .llama import gguf_rope, rope_of, rope_parameters
 from .metadata import Settings
 from .parts import ACTIVATIONS, NO_ROPE, Rope
-from .tokenizer import Tokenizer
-from .weights import Tensors
+from .tokenizers.pipeline import Tokenizer
+from .weights import Tensors, renamer
 
 GGUF_NAMES = {k: v for k, v in BERT_GGUF_NAMES.items() if "position" not in k and ".self." not in k} | {
     "encoder.layer.{i}.attention.self.qkv.{w}": "blk.{i}.attn_qkv.{w}",
     "encoder.layer.{i}.intermediate.gate.{w}": "blk.{i}.ffn_gate.{w}",
+}
+NAMES = {  # nomic's own names (save_pretrained writes them too) -> BERT's, {i} the layer
+    "embeddings.word_embeddings.weight": "embeddings.word_embeddings.weight",
+    "embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+    "emb_ln.{w}": "embeddings.LayerNorm.{w}",
+    "encoder.layers.{i}.attn.Wqkv.{w}": "encoder.layer.{i}.attention.self.qkv.{w}",
+    "encoder.layers.{i}.attn.out_proj.{w}": "encoder.layer.{i}.attention.output.dense.{w}",
+    "encoder.layers.{i}.norm1.{w}": "encoder.layer.{i}.attention.output.LayerNorm.{w}",
+    "encoder.layers.{i}.mlp.fc11.{w}": "encoder.layer.{i}.intermediate.dense.{w}",
+    "encoder.layers.{i}.mlp.fc12.{w}": "encoder.layer.{i}.intermediate.gate.{w}",
+    "encoder.layers.{i}.mlp.fc2.{w}": "encoder.layer.{i}.output.dense.{w}",
+    "encoder.layers.{i}.norm2.{w}": "encoder.layer.{i}.output.LayerNorm.{w}",
 }
 # transformers' NomicBertConfig's keys as nomic-ai's config.json names them
 HUB_NAMES = {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "hidden_size": "n_embd",
@@ -94,8 +106,6 @@ def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokeni
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> NomicBert:
     """A ``nomic-bert`` GGUF as llama.cpp runs it: SwiGLU (its graph's SiLU, whatever the folder's hidden_act was),
     the rotary base and scaling llama.cpp reads, q, k and v split from attn_qkv at embedding_length and twice it."""
-    from .checkpoint import renamer
-
     meta.choice("attention.causal", False, (False,), " (attnviz runs Nomic BERT as an encoder)")
     named = Renamed(weights, renamer({v: k for k, v in GGUF_NAMES.items()}, ()))
     heads, hidden = meta.count("attention.head_count", high=1024), meta.count("embedding_length")

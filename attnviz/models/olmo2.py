@@ -8,13 +8,19 @@ RoPE rotates halves in folders and GGUF files alike (the converter does not perm
 
 from __future__ import annotations
 
-from ..core import Array
+from ..engine.core import Array
+from . import qwen3
 from .decoder import joined
-from .llama import Llama, shape_from_config, shape_from_gguf
+from .llama import Llama, no_windows, shape_from_config, shape_from_gguf
 from .metadata import Settings
 from .parts import rms_norm, rms_norm_backward
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
+
+NAMES = {k: v for k, v in qwen3.NAMES.items() if "layernorm" not in k} | {  # no norm before attention
+    "layers.{i}.post_attention_layernorm.weight": "blk.{i}.post_attention_norm.weight",
+    "layers.{i}.post_feedforward_layernorm.weight": "blk.{i}.post_ffw_norm.weight",
+}
 
 
 class Olmo2(Llama):
@@ -64,7 +70,7 @@ class Olmo2(Llama):
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Olmo2:
-    return Olmo2(name, weights, shape_from_config(config, family), tokenizer, family)
+    return Olmo2(name, weights, shape_from_config(config, no_windows), tokenizer, family)
 
 
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Olmo2:

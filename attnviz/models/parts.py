@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import Array
-from ..threads import run_blocks
+from ..engine.core import Array
+from ..engine.threads import run_blocks
 
 
 def layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
@@ -133,7 +133,7 @@ def gated(activation: Callable[[Array], Array], gate: Array, up: Array) -> Array
 
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "silu": silu, "swish": silu}
 SLOPES = {gelu: gelu_backward, gelu_tanh: gelu_tanh_backward, silu: silu_backward}
-"""Each activation's derivative, for the backward pass (:mod:`attnviz.gradients`)."""
+"""Each activation's derivative, for the backward pass (:mod:`attnviz.analysis.gradients`)."""
 
 
 @dataclass(frozen=True)

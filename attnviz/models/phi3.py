@@ -18,14 +18,21 @@ import math
 
 import numpy as np
 
-from ..core import Array
+from ..engine.core import Array
+from . import llama
 from .decoder import Shape, joined
 from .llama import MAX_LAYERS, Llama, shape_from_gguf
 from .metadata import Settings, refuse_unread
 from .parts import SLOPES, Rope, rms_norm, rms_norm_backward
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
 
+NAMES = {k: v for k, v in llama.NAMES.items() if "_proj" not in k} | {
+    "layers.{i}.self_attn.qkv_proj.weight": "blk.{i}.attn_qkv.weight",
+    "layers.{i}.self_attn.o_proj.weight": "blk.{i}.attn_output.weight",
+    "layers.{i}.mlp.gate_up_proj.weight": "blk.{i}.ffn_up.weight",
+    "layers.{i}.mlp.down_proj.weight": "blk.{i}.ffn_down.weight",
+}
 LONGROPE = ("longrope", "su")  # "su": what Phi-3's first long-context checkpoints called it (transformers maps it)
 
 

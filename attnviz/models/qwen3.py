@@ -8,13 +8,18 @@ permute Qwen's q and k); sliding windows as Qwen2's (only with use_sliding_windo
 
 from __future__ import annotations
 
-from ..core import Array
-from .llama import Llama, shape_from_config, shape_from_gguf
+from ..engine.core import Array
+from . import llama
+from .llama import Llama, qwen2_windows, shape_from_config, shape_from_gguf
 from .metadata import Settings
 from .parts import rms_norm, rms_norm_backward
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors
 
+NAMES = llama.NAMES | {
+    "layers.{i}.self_attn.q_norm.weight": "blk.{i}.attn_q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "blk.{i}.attn_k_norm.weight",
+}
 HEAD_DIM = 128  # Qwen3Config's head_dim, where a config.json gives none
 
 
@@ -42,7 +47,7 @@ class Qwen3(Llama):
 
 
 def from_config(name: str, weights: Tensors, config: Settings, tokenizer: Tokenizer, family: str) -> Qwen3:
-    return Qwen3(name, weights, shape_from_config(config, family, head_dim=HEAD_DIM), tokenizer, family)
+    return Qwen3(name, weights, shape_from_config(config, qwen2_windows, head_dim=HEAD_DIM), tokenizer, family)
 
 
 def load_gguf(name: str, weights: Tensors, meta: Settings, tokenizer: Tokenizer, architecture: str) -> Qwen3:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AttnvizError, printable, quoted
-from ..inputs import open_regular, parse_json
+from ..files import open_regular, parse_json
 from .metadata import MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 
 DTYPES = {

@@ -18,7 +18,7 @@ from .decoder import Shape
 from .llama import MAX_LAYERS, Llama
 from .metadata import Settings
 from .parts import NO_ROPE
-from .tokenizer import Tokenizer
+from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors
 
 ROPE_BASE = 2_000_000.0  # SmolLM3Config's default_theta, where config.json says none
@@ -57,7 +57,7 @@ def sliding_windows(config: Settings, layers: int, rotates: list[bool]) -> tuple
 
 def shape_from_config(config: Settings) -> Shape:
     """A config.json of model_type smollm3: Llama's hyperparameters, its NoPE layers and windows."""
-    shape = llama.shape_from_config(config, "llama", base=ROPE_BASE)  # Llama's: no window (SmolLM3's are set below)
+    shape = llama.shape_from_config(config, llama.no_windows, base=ROPE_BASE)  # SmolLM3's windows are set below
     rotates = rotating(config, shape.layers)
     ropes = tuple(rope if r else NO_ROPE for rope, r in zip(shape.ropes, rotates, strict=True))
     return replace(shape, ropes=ropes, windows=sliding_windows(config, shape.layers, rotates))

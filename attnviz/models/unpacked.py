@@ -6,7 +6,7 @@ From the stored blocks, a product for one token casts every byte to float32 and 
 the codes first (Q5's fifth bits, Q6_K's two top bits, K-quants' byte planes): about 0.4–1.3 ns a value on one
 core. Unpacked, it is one cast and one product per group, about 0.15 ns — as fast as a float32 matrix held in
 memory, at a quarter of its size. The codes are the file's, so the product is the same (summed as
-:func:`~attnviz.models.gguf.times` sums it); the memory it costs beyond the stored bytes is chosen by
+:func:`~attnviz.models.quants.times` sums it); the memory it costs beyond the stored bytes is chosen by
 :func:`chosen`, within a budget.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gguf import BLOCKS, decode, k_scales, widened
+from .quants import BLOCKS, decode, k_scales, widened
 
 # Nanoseconds a value's product saves on one core, unpacked (measured: the stored types' few-input products
 # against an unpacked one's, twelve 4,096 × 1,024 matrices in turn, from memory not the caches, on 2 December 2026),
@@ -150,7 +150,7 @@ def unpack(
     """The rows ``raw`` (bytes of one GGUF type of :data:`SAVED`) unpacked, a block of rows at a time (decoding
     holds a block's values in float32); ``done(start, stop)`` after each block (its stored pages may go);
     ``compact``: the scales kept as the file keeps them (see :class:`Unpacked`)."""
-    from ..threads import run_blocks
+    from ..engine.threads import run_blocks
 
     rows, group = raw.shape[0], 16 if kind == 14 else 32
     width = raw.shape[1] // BLOCKS[kind][1] * BLOCKS[kind][0]

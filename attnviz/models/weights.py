@@ -8,15 +8,16 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from ..engine.threads import run_blocks
 from ..errors import AttnvizError, printable, quoted
-from ..inputs import parse_json, read_file
-from ..threads import run_blocks
+from ..files import parse_json, read_file
 from .metadata import MAX_TENSORS
 from .safetensors import Stored, read_safetensors
 
@@ -101,6 +102,27 @@ def rows(weights: Tensors, name: str) -> int:
     takes from the file (the vocabulary, the feed-forward width) to compare the other tensors with."""
     shape = weights.shape(name) if name in weights else ()
     return shape[0] if shape else 0
+
+
+def renamer(table: dict[str, str], prefixes: tuple[str, ...]) -> Callable[[str], str | None]:
+    """Stored name -> the forward pass's name, after dropping a model-class prefix (``model.``, ``bert.``)."""
+    fields = {"{i}": r"(?P<i>\d+)", "{w}": r"(?P<w>weight|bias)", "{rest}": r"(?P<rest>.+)"}
+    patterns = []
+    for stored, read in table.items():
+        pattern = re.escape(stored)
+        for field, group in fields.items():
+            pattern = pattern.replace(re.escape(field), group)
+        patterns.append((re.compile(pattern), read))
+
+    def rename(name: str) -> str | None:
+        name = next((name[len(p) :] for p in prefixes if name.startswith(p)), name)
+        for pattern, read in patterns:
+            match = pattern.fullmatch(name)
+            if match:
+                return read.format(**match.groupdict())
+        return None
+
+    return rename
 
 
 class FolderTensors:

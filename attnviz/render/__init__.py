@@ -1,1 +1,1 @@
-"""Views of an :class:`~attnviz.attention.Attention`: one module per output kind."""
+"""Views of an :class:`~attnviz.engine.attention.Attention`: one module per output kind."""

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..ablation import Ablation, Importance, strongest
+from ..analysis.ablation import Ablation, Importance, strongest
 from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from ..attribution import Comparison
-    from ..explain import QueryExplanation
+    from ..analysis.attribution import Comparison
+    from ..analysis.explain import QueryExplanation
 
 TOP = 10
 

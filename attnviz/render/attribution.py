@@ -12,8 +12,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..ablation import strongest
-from ..attribution import as_ablation
+from ..analysis.ablation import strongest
+from ..analysis.attribution import as_ablation
 from .ablation import TOP, render_ablation_figure, token_quoted
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 from .heatmap import wrapped_title
@@ -23,7 +23,7 @@ from .literal import literal
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..attribution import Patching, Saliency
+    from ..analysis.attribution import Patching, Saliency
 
 POSITIVE, NEGATIVE = (178, 24, 43), (33, 102, 172)  # RdBu's ends, as the ablation map's
 

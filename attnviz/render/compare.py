@@ -15,9 +15,9 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
 
-from ..attention import Attention
-from ..compare import Difference, PermutationCase
-from ..core import Array
+from ..analysis.compare import Difference, PermutationCase
+from ..engine.attention import Attention
+from ..engine.core import Array
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import widest_text
 from .labels import abbreviate, describe_parts, wrap_parts

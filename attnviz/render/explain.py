@@ -17,9 +17,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..attention import Attention
-from ..core import Array
-from ..explain import QueryExplanation
+from ..analysis.explain import QueryExplanation
+from ..engine.attention import Attention
+from ..engine.core import Array
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .literal import literal, plain_console

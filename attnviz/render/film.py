@@ -20,19 +20,19 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from ..config import ColourScale, SinkMode
-from ..core import Array
+from ..engine.core import Array
+from ..engine.view import ColourScale, SinkMode
 from ..errors import AttnvizError, UsageError, quoted
-from ..structure import SCALE_NAMES, colour_floor, colour_values, readable, scale_ticks
 from .figure import STYLE_ATTRIBUTE, FigureStyle, colormap, figure_context, tick_step
 from .heatmap import labelled
 from .labels import abbreviate, visible_token
+from .scale import SCALE_NAMES, colour_floor, colour_values, readable, scale_in, scale_ticks
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from ..attention import Attention
-    from ..generate import Generation
+    from ..analysis.generate import Generation
+    from ..engine.attention import Attention
 
 FILM_FORMATS = ("gif", "png", "mp4", "webm")
 MAX_FRAMES = 1024
@@ -122,7 +122,7 @@ class Film:
         self.picked = _picked(size, round(max(width, height) * style.resolution()))
         self.empty = np.round(np.array(to_rgba(c["background"], 1)) * 255).astype(np.uint8)
         self.map = readable(generation.attention(), scale=scale, sinks=sinks)  # as heatmap colours the same map
-        self.scale, self.floor = self.map.config["color_scale"], colour_floor(self.map.config, size)
+        self.scale, self.floor = scale_in(self.map.view), colour_floor(self.map.view, size)
         masked = np.round(np.array(to_rgba(c["masked"], 1)) * 255)
         self.heat = _heat(self.map.weights[0], self.picked, style.cmap, masked, (self.scale, self.floor))
         self.image = np.empty_like(self.heat)
@@ -217,11 +217,11 @@ def _heat(weights: Array, picked: np.ndarray, cmap: str, masked: np.ndarray, sca
 
 def sinks_said(att: Attention) -> list[str]:
     """The title's part naming the map's sinks (hidden, or kept), as the heatmap's heading names them."""
-    found = att.config.get("sinks") or []
+    found = att.view.sinks or ()
     if not found:
         return []
-    named = ", ".join(f"{visible_token(str(s['token'])).strip() or '␣'} ({s['key']})" for s in found[:3])
-    return [("sinks hidden: " if att.config.get("sink_mode") == "hide" else "sinks: ") + named]
+    named = ", ".join(f"{visible_token(s.token).strip() or '␣'} ({s.key})" for s in found[:3])
+    return [("sinks hidden: " if att.view.sink_mode == "hide" else "sinks: ") + named]
 
 
 def write_film(film: Film, fmt: str, fps: float, out: IO[bytes]) -> int:

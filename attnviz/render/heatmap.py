@@ -7,16 +7,19 @@ as a low weight.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from ..attention import Attention
-from ..core import Array, BoolArray
+from ..engine.attention import Attention
+from ..engine.core import Array, BoolArray
+from ..engine.view import Pooled, View
 from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
@@ -226,7 +229,7 @@ def token_labels(
     row_points = size_inches[1] * 72 / n
     lift = max(0.0, line / 2 - row_points / 2)
     top = (widest if rotate else line) + LABEL_PAD + lift
-    unit = "bins" if "pooled" in att.config else "tokens"
+    unit = "bins" if att.view.pooled is not None else "tokens"
     return TokenLabels(font, rows, cols, rotate, top, left + LABEL_PAD, lift, chars, unit)
 
 
@@ -398,22 +401,41 @@ def draw_matrix(
     return image
 
 
-REUSE_FIGURES = False  # a batch worker sets this: figures that differ only in their numbers share one Figure
-_reusable: dict[Any, tuple[Figure, list[Axes], tuple[Any, float]]] = {}
+@dataclass
+class Shared:
+    """What the heatmaps drawn in one :func:`shared_figures` share: each layout's heading, laid out once, and the
+    last Figure, which a figure of the same layout redraws with its own numbers (figures that differ only in
+    their numbers, as a batch's of one text and its heads)."""
+
+    headings: dict[Any, tuple[str, GridLayout]] = field(default_factory=dict)
+    figure: dict[Any, tuple[Figure, list[Axes], tuple[Any, float]]] = field(default_factory=dict)
+
+
+_shared: ContextVar[Shared | None] = ContextVar("attnviz_shared_figures", default=None)
+
+
+@contextlib.contextmanager
+def shared_figures() -> Iterator[None]:
+    """Within it, heatmaps of one layout share their heading's layout and one Figure (a batch's drawing)."""
+    token = _shared.set(Shared())
+    try:
+        yield
+    finally:
+        _shared.reset(token)
 
 
 def scale_of(att: Attention) -> tuple[str, float]:
-    """The map's colour scale (``config["color_scale"]``; by default log for a pooled map, else linear)
+    """The map's colour scale (``view.scale``; by default log for a pooled map, else linear)
     and the floor of a log scale."""
-    from ..structure import colour_floor, scale_in
+    from .scale import colour_floor, scale_in
 
-    return scale_in(att.config), colour_floor(att.config, len(att.keys))
+    return scale_in(att.view), colour_floor(att.view, len(att.keys))
 
 
 def shown_values(att: Attention, index: int) -> tuple[Array, float, float]:
     """What a panel colours, and its range: the weights as positions 0–1 along the colour map, on the
     map's scale (computed once here rather than by a norm on every draw)."""
-    from ..structure import colour_values
+    from .scale import colour_values
 
     return colour_values(att.weights[index], *scale_of(att)), 0.0, 1.0
 
@@ -451,7 +473,7 @@ class GridLayout:
 
 def colour_bar_ticks(att: Attention) -> tuple[list[float], list[str]]:
     """The colour bar's ticks: quarters of 0–1, powers of ten on a log scale, or weights on a square-root scale."""
-    from ..structure import scale_ticks
+    from .scale import scale_ticks
 
     return scale_ticks(*scale_of(att))
 
@@ -600,34 +622,35 @@ def pooled_bins(n: int, shown: int, style: FigureStyle, config: dict[str, Any] |
 
 def pooled_frame(n: int, bins: int, shown: int, config: dict[str, Any]) -> Attention:
     """A pooled map's shape, labels and title, uncomputed: what a figure needs to size its panels."""
-    from ..blocked import bin_edges
-    from ..sources import bin_labels
+    from ..engine.blocked import bin_edges
+    from ..engine.stack import bin_labels
 
     labels = bin_labels(bin_edges(n, bins))
     return Attention(
         tokens=labels,
         weights=np.broadcast_to(np.float32(0), (shown, len(labels), len(labels))),
         head_labels=tuple(f"head {i}" for i in range(shown)),
-        config={**config, "pooled": {"method": "max", "tokens": n, "bins": len(labels)}},
+        config=config,
+        view=View(pooled=Pooled(method="max", tokens=n, bins=len(labels))),
     )
-
-
-_headings: dict[Any, tuple[str, GridLayout]] = {}
 
 
 def heatmap_heading(att: Attention, style: FigureStyle) -> tuple[str, GridLayout]:
     """The heatmap's heading (its configuration and, when the layout thins the labels, which are shown) and
-    the layout for it; kept for the figures of a batch that share their layout."""
+    the layout for it; within :func:`shared_figures`, laid out once for the figures that share their layout."""
     width, parts = style.figure_size(0.75)[0], describe_parts(att)
+    shared = _shared.get()
     title = wrapped_title(parts, width, style.font_size)
-    key = _layout_key(att, style, title)
-    if key not in _headings:
-        lay_out = functools.partial(grid_layout, att, style)
-        noted = noted_heading(parts, width, style.font_size, lay_out, lambda layout: layout.labels.note())
-        if len(_headings) > 16:
-            _headings.clear()
-        _headings[key] = noted
-    return _headings[key]
+    key = (_layout_key(att, style, title), title) if shared is not None else None
+    if shared is not None and key in shared.headings:
+        return shared.headings[key]
+    lay_out = functools.partial(grid_layout, att, style)
+    noted = noted_heading(parts, width, style.font_size, lay_out, lambda layout: layout.labels.note())
+    if shared is not None:
+        if len(shared.headings) > 16:
+            shared.headings.clear()
+        shared.headings[key] = noted
+    return noted
 
 
 L = TypeVar("L")
@@ -665,18 +688,19 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     n, m = att.weights.shape[1:]
     title, layout = heatmap_heading(att, style)
     key = _layout_key(att, style, title)
-    if REUSE_FIGURES and key in _reusable:
-        fig, axes, (heading, top) = _reusable[key]
+    shared = _shared.get()
+    if shared is not None and key in shared.figure:
+        fig, axes, (heading, top) = shared.figure[key]
         _redraw_numbers(fig, axes, att, style)
         heading.remove()  # the text only: the layout placed it
-        _reusable[key] = (fig, axes, (draw_heading(fig, title, top, style), top))
+        shared.figure[key] = (fig, axes, (draw_heading(fig, title, top, style), top))
         return fig
     fig_w, fig_h = layout.size
     fig = Figure(figsize=layout.size, dpi=style.resolution())
     rows, cols = layout.shape
     outer_only = layout.outer_only
     cmap = colormap(style.cmap)
-    pooled = "pooled" in att.config
+    pooled = att.view.pooled is not None
     font = annotation_font(layout.panel[0] / m, style) if not pooled else None
     axes, image = [], None
     titles_shown = grid_titles(att.head_labels, layout.panel[0] * 72, style.font_size)
@@ -686,7 +710,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         image = draw_matrix(ax, values, att.allowed, cmap, style, vmin=vmin, vmax=vmax)
         if font is not None:
             annotate_cells(ax, att.weights[index], att.allowed, cmap, font, shades=values)
-        if att.config.get("sink_mode") == "mark":
+        if att.view.sink_mode == "mark":
             outline_sinks(ax, att, style)
         edge = (index < cols, index % cols == 0)
         titles = (index == 0, edge[1]) if outer_only else edge
@@ -700,28 +724,28 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
     bar_axes = fig.add_axes((left / fig_w, bottom / fig_h, bar_w / fig_w, bar_h / fig_h), label="<colorbar>")
     bar = fig.colorbar(image, cax=bar_axes)
     bar.outline.set_visible(False)
-    from ..structure import SCALE_NAMES
+    from .scale import SCALE_NAMES
 
     label_colour_bar(bar, *colour_bar_ticks(att), "attention weight" + SCALE_NAMES[scale_of(att)[0]], style)
     heading = draw_heading(fig, title, layout.title_top, style)
-    if REUSE_FIGURES:
-        _reusable.clear()
-        _reusable[key] = (fig, axes, (heading, layout.title_top))
+    if shared is not None:
+        shared.figure.clear()
+        shared.figure[key] = (fig, axes, (heading, layout.title_top))
     return fig
 
 
 def outline_sinks(ax: Axes, att: Attention, style: FigureStyle) -> None:
-    """A dashed frame around each sink's column, or in a pooled map its bin's (see attnviz.structure)."""
+    """A dashed frame around each sink's column, or in a pooled map its bin's (see attnviz.engine.sinks)."""
     from matplotlib.patches import Rectangle
 
-    from ..structure import sink_column
+    from .scale import sink_column
 
     n, m = att.weights.shape[1:]
     width = 1.5  # points
     pixels = ax.get_window_extent().width / max(m, 1)  # of a column: a pooled map's may be one pixel
     pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
-    for sink in att.config.get("sinks") or []:
-        column = sink_column(att.config, sink["key"])
+    for sink in att.view.sinks or ():
+        column = sink_column(att.view, sink.key)
         frame = Rectangle((column - 0.5 - pad, -0.5), 1 + 2 * pad, n, fill=False, linestyle="--", linewidth=width)
         frame.set_edgecolor(style.colours["text"])
         frame.set_gid("sinks")
@@ -741,11 +765,6 @@ def draw_heading(fig: Figure, title: str, top: float, style: FigureStyle) -> Any
 def figure_heading(fig: Figure) -> str:
     """The title :func:`draw_heading` wrote on ``fig``."""
     return "\n".join(drawn_texts(fig, "heading"))
-
-
-def forget_figures() -> None:
-    """Let go of the Figure kept for reuse."""
-    _reusable.clear()
 
 
 def _redraw_numbers(fig: Figure, axes: list[Axes], att: Attention, style: FigureStyle) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.cells import cell_len as _char_cells
 
-from ..attention import Attention
-from ..inputs import graphemes
+from ..engine.attention import Attention
+from ..sources.text import graphemes
 
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _TAGS = "".join(map(chr, range(0xE0020, 0xE0080)))
@@ -123,7 +123,7 @@ def describe(att: Attention) -> str:
 
 def describe_parts(att: Attention) -> list[str]:
     """The pieces of :func:`describe`, for views that wrap them to a width."""
-    c = att.config
+    c, view = att.config, att.view
     if "strongest" in c:
         strongest = c["strongest"]
         each = strongest.get("per_head") if len(att.head_labels) > 1 else None
@@ -137,9 +137,9 @@ def describe_parts(att: Attention) -> list[str]:
         keys = len(att.key_tokens) - sum(att.key_padding)
         padded = f" padded to {len(att.key_tokens)}" if keys < len(att.key_tokens) else ""
         parts = [f"cross-attention: {len(att.tokens)} queries × {keys} keys{padded}"]
-    elif "pooled" in c:
-        pooled = c["pooled"]
-        parts = [f"{pooled['tokens']:,} tokens {pooled['method']}-pooled into {pooled['bins']} × {pooled['bins']} bins"]
+    elif view.pooled is not None:
+        pooled = view.pooled
+        parts = [f"{pooled.tokens:,} tokens {pooled.method}-pooled into {pooled.bins} × {pooled.bins} bins"]
     else:
         real = len(att.tokens) - sum(att.padding)
         parts = [
@@ -179,13 +179,13 @@ def describe_parts(att: Attention) -> list[str]:
     if c.get("layer_sinks_hidden"):  # a rollout: each layer's map without its own sinks
         named = f"key{'s' if len(c['layer_sinks_hidden']) > 1 else ''} {shortened(c['layer_sinks_hidden'], 'keys')}"
         parts.append(f"each layer's sinks hidden ({named}): rows renormalised")
-    elif c.get("sinks_hidden"):
-        hidden = shortened(c["sinks_hidden"], "keys")
-        parts.append(f"sinks hidden (key{'s' if len(c['sinks_hidden']) > 1 else ''} {hidden}): rows renormalised")
-    elif c.get("sinks") and c.get("sink_mode") == "mark":
-        parts.append("sinks marked: " + shortened([f"key {s['key']} ({s['mass']:.0%})" for s in c["sinks"]], "sinks"))
-    if c.get("color_scale") in ("log", "power") and "pooled" not in c:
-        parts.append(f"{'log' if c['color_scale'] == 'log' else 'square-root'} colour scale")
+    elif view.hidden:
+        hidden = shortened(view.hidden, "keys")
+        parts.append(f"sinks hidden (key{'s' if len(view.hidden) > 1 else ''} {hidden}): rows renormalised")
+    elif view.sinks and view.sink_mode == "mark":
+        parts.append("sinks marked: " + shortened([f"key {s.key} ({s.mass:.0%})" for s in view.sinks], "sinks"))
+    if view.scale in ("log", "power") and view.pooled is None:
+        parts.append(f"{'log' if view.scale == 'log' else 'square-root'} colour scale")
     return parts
 
 

@@ -17,7 +17,7 @@ from rich.cells import cell_len
 from rich.console import RenderableType
 from rich.text import Text
 
-from ..attention import Attention
+from ..engine.attention import Attention
 from ..errors import UsageError
 from .figure import (
     DEFAULT_STYLE,
@@ -98,9 +98,9 @@ def strongest(att: Attention, count: int = STRONGEST) -> Attention:
     """
     from dataclasses import replace
 
-    from ..structure import find_sinks
+    from ..engine.sinks import find_sinks
 
-    sinks = [s["key"] for s in find_sinks(att)]
+    sinks = [s.key for s in find_sinks(att)]
     allowed = att.allowed.copy()
     allowed[:, sinks] = False
     per_head = max(count // len(att.weights), min(count, PER_HEAD))
@@ -146,9 +146,9 @@ def panel_tokens(att: Attention, heads: list[int], min_weight: float) -> tuple[l
 def marked_sinks(att: Attention) -> set[int]:
     """The keys ``--sinks mark`` marks: the sinks found, as keys of this map (none of a long map's strongest
     links, which leave them out)."""
-    if att.config.get("sink_mode") != "mark" or "strongest" in att.config:
+    if att.view.sink_mode != "mark" or "strongest" in att.config:
         return set()
-    return {int(s["key"]) for s in att.config.get("sinks") or []}
+    return {s.key for s in att.view.sinks or ()}
 
 
 def labelled_rows(listed: list[int], step: int, marked: set[int]) -> list[int]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..attention import Attention
+from ..engine.attention import Attention
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import annotation_font, widest_text
 from .labels import describe_parts, score_label

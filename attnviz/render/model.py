@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,11 +13,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import PATTERNS, HeadScores, ranking
-from ..attention import Attention
-from ..core import Array, BoolArray
-from ..sources import AttentionStack
-from ..structure import LONG_MAP, SCALE_NAMES, SINK_MASS, colour_values, scale_ticks
+from ..analysis.heads import PATTERNS, HeadScores, ranking
+from ..engine.attention import Attention
+from ..engine.core import Array, BoolArray
+from ..engine.sinks import SINK_MASS
+from ..engine.stack import AttentionStack
+from ..engine.view import Pooled, View
 from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
@@ -46,6 +48,7 @@ from .heatmap import (
 from .labels import abbreviate, cell_len, describe_parts, shortened, wrap_parts
 from .literal import literal
 from .outlines import draw_texts, text_path
+from .scale import LONG_MAP, SCALE_NAMES, colour_values, scale_ticks
 from .terminal import TERMINAL_BINS, cell_style, render_heatmap, terminal_bins
 
 if TYPE_CHECKING:
@@ -57,14 +60,10 @@ if TYPE_CHECKING:
 def stack_parts(stack: AttentionStack) -> list[str]:
     """The configuration line of a whole model: its source and size, without a layer (nor that layer's sinks:
     each tile has its own, :func:`sink_notes`)."""
-    from dataclasses import replace
-
     kept = stack.kept_layers
     first = stack.layer(kept[0])
-    config = {
-        k: v for k, v in first.config.items() if k not in ("sinks", "sinks_hidden", "layer_sinks_hidden", "sink_mode")
-    }
-    parts = [p for p in describe_parts(replace(first, config=config)) if not p.startswith("layer ")]
+    whole = replace(first, view=View(pooled=first.view.pooled))
+    parts = [p for p in describe_parts(whole) if not p.startswith("layer ")]
     if len(kept) == stack.layers:
         layers = f"{stack.layers} layer{'s' if stack.layers != 1 else ''}"
     elif len(kept) == 1:
@@ -340,19 +339,19 @@ def outline_tile_sinks(
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
-    from ..structure import sink_column
+    from .scale import sink_column
 
     n = int(stack.weights.shape[2])
     width = 0.6  # points
     pixels = float(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])  # of a cell
     pad = width * ax.figure.dpi / 72 / 2 / max(pixels, 1e-9)  # the frame drawn beside the column, not on it
     frames = []
-    for position, layer in enumerate(stack.kept_layers):
-        config = stack.layer(layer).config
+    for position in range(len(stack.kept_layers)):
         for index in range(stack.weights.shape[1]):
             r, c = (index, position) if across_layers else (position, index)
-            for sink in stack.sinks(position, index).get("sinks", []):
-                x = cols[c] + sink_column(config, sink["key"])
+            view = stack.view(position, index)
+            for sink in view.sinks or ():
+                x = cols[c] + sink_column(view, sink.key)
                 frames.append(Rectangle((x - 0.5 - pad, rows[r] - 0.5), 1 + 2 * pad, n))
     if frames:
         collection = PatchCollection(frames, facecolor="none", edgecolor=style.colours["text"], linewidth=width)
@@ -388,28 +387,28 @@ def rollout_attention(
 ) -> Attention:
     """The rollout matrix dressed as one map, so the heatmap views can show it (pooled to ``bins`` when long),
     its own sinks found before pooling, and the keys ``hidden`` from each layer's map, if any."""
-    from ..blocked import pool_map
-    from ..sources import bin_labels
-    from ..structure import find_sinks
+    from ..engine.blocked import pool_map
+    from ..engine.sinks import find_sinks
+    from ..engine.stack import bin_labels
 
     config = {**stack.source, "layers": stack.layers, "heads": stack.heads, "layer": stack.layers - 1}
     mask = np.tril(np.ones(result.shape, dtype=bool)) if stack.causal else None
     whole = Attention(tokens=stack.tokens, weights=result[None], head_labels=("rollout",), config=config, mask=mask)
-    config["sinks"], config["sink_mode"] = find_sinks(whole), sinks
+    view = View(sinks=find_sinks(whole), sink_mode=sinks)  # type: ignore[arg-type]
     if hidden and any(hidden):
         config["layer_sinks_hidden"] = sorted({j for keys in hidden for j in keys})
-        every = sorted(set.intersection(*(set(keys) for keys in hidden)))
-        if every:  # no flow into a key hidden from every layer's map but its own residual: hidden from the rollout
-            config["sinks_hidden"] = every
+        every = tuple(sorted(set.intersection(*(set(keys) for keys in hidden))))
+        view = replace(view, hidden=every)  # no flow into a key hidden from every layer's map but its own residual
     tokens, weights = stack.tokens, result
     if bins is not None and len(tokens) > bins:
         weights, rows, _ = pool_map(result, bins)
         tokens = bin_labels(rows)
-        config["pooled"] = {"method": "max", "tokens": len(stack.tokens), "bins": len(tokens)}
+        view = replace(view, pooled=Pooled(method="max", tokens=len(stack.tokens), bins=len(tokens)))
     if stack.causal:
-        edges = np.arange(len(stack.tokens) + 1) if "pooled" not in config else rows
+        edges = np.arange(len(stack.tokens) + 1) if view.pooled is None else rows
         mask = edges[:-1][None, :] <= (edges[1:] - 1)[:, None]
-    return Attention(tokens=tokens, weights=weights[None], head_labels=("rollout",), config=config, mask=mask)
+    return Attention(tokens=tokens, weights=weights[None], head_labels=("rollout",), config=config, mask=mask,
+                     view=view)  # fmt: skip
 
 
 def inflow(stack: AttentionStack, result: Array, top: int = 0) -> tuple[int, list[tuple[str, float]], str]:
@@ -451,7 +450,7 @@ def render_rollout_figure(
 ) -> Figure:
     """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
     ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
-    from ..structure import SCALE_NAMES, colour_floor, colour_values, scale_ticks
+    from .scale import SCALE_NAMES, colour_floor, colour_values, scale_ticks
 
     fig = new_figure(style, 0.52, wide=True)
     engine: Any = fig.get_layout_engine()
@@ -460,18 +459,18 @@ def render_rollout_figure(
     panel = fig.get_size_inches()[0] * 0.4
     att = rollout_attention(stack, result, bins=int(panel * style.resolution()), sinks=sinks, hidden=hidden)
     n = len(att.tokens)
-    scale = "log" if n > 64 or "pooled" in att.config else "linear"
-    floor = colour_floor(att.config, len(stack.tokens))  # a rollout's rows sum to 1: weights' 0–1, as heatmaps
+    scale = "log" if n > 64 or att.view.pooled is not None else "linear"
+    floor = colour_floor(att.view, len(stack.tokens))  # a rollout's rows sum to 1: weights' 0–1, as heatmaps
     shades = colour_values(att.weights[0], scale, floor)
     cmap = colormap(style.cmap)
     image = draw_matrix(heat, shades, att.allowed, cmap, style, vmin=0, vmax=1)
-    font = annotation_font(panel / n, style) if "pooled" not in att.config else None
+    font = annotation_font(panel / n, style) if att.view.pooled is None else None
     if font is not None:
         annotate_cells(heat, att.weights[0], att.allowed, cmap, font, shades=shades)
     if sinks == "mark":
         outline_sinks(heat, att, style)
-    pooled = att.config.get("pooled")
-    name = "attention rollout" + (f" · max-pooled into {pooled['bins']} × {pooled['bins']} bins" if pooled else "")
+    pooled = att.view.pooled
+    name = "attention rollout" + (f" · max-pooled into {pooled.bins} × {pooled.bins} bins" if pooled else "")
     panel_title(heat, name, label_axes(heat, att, style, (panel, panel)), style, size=style.scaled(0.85))
     bar = fig.colorbar(image, cax=heat.inset_axes((1.04, 0.0, 0.05, 1.0)))  # as tall as the panel
     bar.outline.set_visible(False)
@@ -540,7 +539,7 @@ def render_heads(
     said: str = "",
 ) -> Iterator[RenderableType]:
     """For each pattern, the heads that follow it most; then the field's scores and the sink share."""
-    from ..analysis import sink_share
+    from ..analysis.heads import sink_share
 
     yield literal("\n".join(wrap_parts([*stack_parts(stack), *([said] if said else [])], width)), style="dim")
 
@@ -638,7 +637,7 @@ def render_heads_figure(
     from matplotlib.patches import Rectangle
     from matplotlib.transforms import blended_transform_factory
 
-    from ..analysis import CLASS_NAMES, CLASS_SCORES, CLASSES
+    from ..analysis.heads import CLASS_NAMES, CLASS_SCORES, CLASSES
     from .heatmap import annotation_font, luminance
 
     layers, heads = len(classes), len(classes[0]) if classes else 0

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..attention import Attention
-from ..core import Array, BoolArray
+from ..engine.attention import Attention
+from ..engine.core import Array, BoolArray
 from .figure import FigureStyle, lines_height, points_offset, stacked_height, stacked_pitch, text_extent
 from .heatmap import (
     AXIS_TITLE_PAD,

@@ -13,7 +13,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..saturation import STATISTICS, Saturation
+from ..analysis.saturation import STATISTICS, Saturation
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 from .labels import wrap_parts
 

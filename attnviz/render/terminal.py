@@ -16,7 +16,7 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
 
-from ..attention import Attention
+from ..engine.attention import Attention
 from .labels import (
     abbreviate,
     cell_len,
@@ -259,43 +259,43 @@ def terminal_bins() -> int:
 
 
 def shades(att: Attention, head: int) -> np.ndarray:
-    """A head's weights as positions 0–1 along the colour scale of the map (see attnviz.structure)."""
-    from ..structure import colour_floor, colour_values, scale_in
+    """A head's weights as positions 0–1 along the colour scale of the map (see attnviz.engine.sinks)."""
+    from .scale import colour_floor, colour_values, scale_in
 
-    return colour_values(att.weights[head], scale_in(att.config), colour_floor(att.config, len(att.keys)))
+    return colour_values(att.weights[head], scale_in(att.view), colour_floor(att.view, len(att.keys)))
 
 
 def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = None, width: int = 0) -> Text:
     """What the cells mean: the colour scale, the shades, the markers; within ``width`` columns (when given),
     broken only between the entries."""
-    from ..structure import colour_floor, scale_in
+    from .scale import colour_floor, scale_in
 
     out = Text(style="dim")
-    scale = scale_in(att.config)
+    scale = scale_in(att.view)
     masked = att.mask is not None if masked is None else masked
     what = ("masked or hidden" if masked else "hidden") if att.hidden_keys else "masked" if masked else ""
     if scale == "log":
-        floor = colour_floor(att.config, len(att.keys))
+        floor = colour_floor(att.view, len(att.keys))
         out.append(f"colours on a log scale from {floor:.1e} (a tenth of uniform) to 1\n")
     elif scale == "power":
         out.append("colours on a square-root scale\n")
-    sinks = att.config.get("sinks") or []
+    sinks = att.view.sinks or ()
     if sinks:
-        from ..structure import sink_column
+        from .scale import sink_column
 
-        pooled = "pooled" in att.config  # a sink is a token; its column is a bin
+        pooled = att.view.pooled is not None  # a sink is a token; its column is a bin
         names = ", ".join(
-            f"key {s['key']} '{abbreviate(s['token'], 10)}' ({s['mass']:.0%})"
-            + (f" in bin {att.keys[sink_column(att.config, s['key'])]}" if pooled else "")
+            f"key {s.key} '{abbreviate(s.token, 10)}' ({s.mass:.0%})"
+            + (f" in bin {att.keys[sink_column(att.view, s.key)]}" if pooled else "")
             for s in sinks
         )
-        hidden = " (hidden: rows renormalised without them)" if att.config.get("sinks_hidden") else ""
+        hidden = " (hidden: rows renormalised without them)" if att.view.hidden else ""
         hidden = (
             " (of the rollout; each layer's own hidden from its map)" if "layer_sinks_hidden" in att.config else hidden
         )
         out.append(f"attention sinks: {names}{hidden}\n")
     if blocks and color and COLOUR_SYSTEM.get() in ("standard", "windows"):  # each colour beside its weights
-        floor = colour_floor(att.config, len(att.keys))
+        floor = colour_floor(att.view, len(att.keys))
         for k, entry in enumerate(shade_entries(scale, floor)):
             out.append("  " if k else "")
             out.append("  ", style=Style(bgcolor=_STANDARD[k]))
@@ -313,7 +313,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
             out.append(f"   · {what}")
         return out
     if blocks:  # each shade beside the weights it stands for, on one line
-        entries = shade_entries(scale, colour_floor(att.config, len(att.keys)))
+        entries = shade_entries(scale, colour_floor(att.view, len(att.keys)))
         entries[0] = "   " + entries[0]
         entries.append("◆ row maximum")
         separator = "  "
@@ -333,7 +333,7 @@ def shade_legend(scale: str, floor: float) -> str:
 
 def shade_entries(scale: str, floor: float) -> list[str]:
     """Each shade with the weights it stands for: '<.05', '░░ .05–.2', …"""
-    from ..structure import weight_at
+    from .scale import weight_at
 
     def number(p: float) -> str:
         w = weight_at(p, scale, floor)

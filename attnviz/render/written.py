@@ -15,7 +15,7 @@ from .literal import literal
 from .terminal import MASKED_STYLE, cell_style
 
 if TYPE_CHECKING:
-    from ..generate import Generation
+    from ..analysis.generate import Generation
 
 STRONGEST = 3
 

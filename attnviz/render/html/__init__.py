@@ -1,7 +1,7 @@
 """Pages: a view as one self-contained, interactive HTML file (see :mod:`.page` for what makes it safe).
 
-The same request as a figure's goes in — an :class:`~attnviz.attention.Attention` (one layer) or an
-:class:`~attnviz.sources.AttentionStack` (every layer), a :class:`~attnviz.render.figure.FigureStyle`,
+The same request as a figure's goes in — an :class:`~attnviz.engine.attention.Attention` (one layer) or an
+:class:`~attnviz.engine.stack.AttentionStack` (every layer), a :class:`~attnviz.render.figure.FigureStyle`,
 the colour scale and what to do with sinks — and the page's bytes come out, the same for the same request.
 """
 
@@ -16,8 +16,8 @@ from .data import QUANTISED_FLOOR, attention_part, page_bins, part_entry, stack_
 from .page import VIEWS, json_blob, page_bytes, page_html
 
 if TYPE_CHECKING:
-    from ...attention import Attention
-    from ...sources import AttentionStack
+    from ...engine.attention import Attention
+    from ...engine.stack import AttentionStack
     from ..figure import FigureStyle
 
 __all__ = [

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...attention import Attention
-from ...structure import choose_scale, colour_floor, described_sinks, key_mass, sink_column
+from ...engine.attention import Attention
+from ...engine.sinks import described_sinks, key_mass
+from ...engine.view import Sink, View
 from ..labels import describe_parts, visible_token
+from ..scale import choose_scale, colour_floor, sink_column
 
 if TYPE_CHECKING:
-    from ...sources import AttentionStack
+    from ...engine.stack import AttentionStack
     from ..figure import FigureStyle
 
 PAGE_BYTES = 16 * 2**20  # the weights of a page, before base64: a 3,027-token model page stays under 25 MB
@@ -30,21 +32,15 @@ MAX_BINS = 256  # a pooled map's side: finer than a panel on a screen shows
 QUANTISED_FLOOR = 1e-6  # the smallest weight 8 bits tell apart from 0; below it, this
 PAGE_FONT = {"screen": 14, "slide": 24, "paper": 12}  # pixels: a slide's is read from the back of a room
 PANEL = {"screen": 520, "slide": 640, "paper": 440}  # the heatmap's side in pixels, at most
-STATE_KEYS = ("sinks", "sinks_hidden", "sink_mode", "color_scale")  # what the page changes, not its heading
 
 
-def page_bins(layers: int | None, pooled: bool = False) -> Any:
-    """Want.bins for a page of ``layers`` layers (None: the model's all): the full map while every map of
-    the page fits PAGE_BYTES at 8 bits (or ``pooled``: --pool asked for bins), else the bins that fit."""
-
-    def bins(n: int, shown: int, config: dict[str, Any]) -> int | None:
-        maps = (layers or int(config.get("layers", 1))) * shown
-        fits = max(2, min(MAX_BINS, math.isqrt(PAGE_BYTES // max(maps, 1))))
-        if pooled:
-            return min(fits, n)
-        return None if maps * n * n <= PAGE_BYTES else fits
-
-    return bins
+def page_bins(tokens: int, maps: int, pooled: bool = False) -> int | None:
+    """The bins of a page's ``maps`` maps of ``tokens`` tokens (None: every token): the full maps while they all
+    fit PAGE_BYTES at 8 bits (or ``pooled``: --pool asked for bins), else the bins that fit."""
+    fits = max(2, min(MAX_BINS, math.isqrt(PAGE_BYTES // max(maps, 1))))
+    if pooled:
+        return min(fits, tokens)
+    return None if maps * tokens * tokens <= PAGE_BYTES else fits
 
 
 def encoding_for(parts: Sequence[Sequence[Attention]]) -> str:
@@ -81,25 +77,23 @@ def bits(allowed: np.ndarray) -> str:
     return base64.b64encode(np.packbits(allowed.astype(bool).ravel()).tobytes()).decode("ascii")
 
 
-def map_sinks(att: Attention, index: int, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def map_sinks(att: Attention, index: int, found: Sequence[Sink] | None = None) -> list[dict[str, Any]]:
     """Map ``index``'s own sinks (a pooled map's as its source ``found`` them at full resolution), each with
     the column that holds it."""
     if found is None:
         mass = key_mass(att.weights[index : index + 1], None if att.mask is None else att.mask,
                         own=att.key_tokens is None)  # fmt: skip
         found = described_sinks(mass[0], len(att.tokens), att.keys)
-    return [{**s, "token": visible_token(str(s["token"])), "column": sink_column(att.config, int(s["key"]))}
-            for s in found]  # fmt: skip
+    return [{**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
 
 
 def heading_parts(att: Attention) -> list[str]:
     """The configuration line of a layer, without what the page switches (sinks, colour scale)."""
-    config = {k: v for k, v in att.config.items() if k not in STATE_KEYS}
-    return describe_parts(replace(att, config=config))
+    return describe_parts(replace(att, view=View(pooled=att.view.pooled)))
 
 
 def layer_entry(
-    att: Attention, encoding: str, masks: list[str], sinks: list[list[dict[str, Any]]] | None = None,
+    att: Attention, encoding: str, masks: list[str], sinks: Sequence[Sequence[Sink]] | None = None,
     hidden: Sequence[Sequence[int]] = (),
 ) -> dict[str, Any]:  # fmt: skip
     """One layer of a part: its heading, its mask (an index into ``masks``, shared) and its maps."""
@@ -127,7 +121,7 @@ def part_entry(
     layers: Sequence[Attention],
     encoding: str,
     *,
-    sinks: Sequence[list[list[dict[str, Any]]] | None] = (),
+    sinks: Sequence[Sequence[Sequence[Sink]] | None] = (),
     hidden: Sequence[Sequence[Sequence[int]]] = (),
     tokens: Sequence[str] | None = None,
     sentence_b_start: int | None = None,
@@ -140,7 +134,7 @@ def part_entry(
         layer_entry(att, encoding, masks, sinks[k] if sinks else None, hidden[k] if hidden else ())
         for k, att in enumerate(layers)
     ]
-    pooled = first.config.get("pooled")
+    pooled = None if first.view.pooled is None else first.view.pooled.as_json()
     return {
         "name": name,
         "queries": [visible_token(t) for t in first.tokens],
@@ -149,7 +143,7 @@ def part_entry(
         "key_padding": [bool(p) for p in first.key_padding] or None,
         "tokens": None if tokens is None else [visible_token(t) for t in tokens],
         "pooled": pooled,
-        "floor": colour_floor(first.config, len(first.keys)),
+        "floor": colour_floor(first.view, len(first.keys)),
         "scale": choose_scale(first, "auto", [s for e in entries for m in e["maps"] for s in m["sinks"]]),
         "encoding": encoding,
         "masks": masks,
@@ -162,14 +156,12 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
     """Every kept layer of ``stack``, each map with its own sinks (found at full resolution)."""
     layers = [stack.layer(i) for i in stack.kept_layers]
     pooled = stack.rows is not None
-    sinks: list[list[list[dict[str, Any]]] | None] = []
+    sinks: list[list[tuple[Sink, ...]] | None] = []
     hidden: list[list[tuple[int, ...]]] = []
     for position, att in enumerate(layers):
-        if pooled:
-            sinks.append([list(stack.sinks(position, k).get("sinks", [])) for k in range(len(att.head_labels))])
-        else:
-            sinks.append(None)
-        hidden.append([tuple(stack.sinks(position, k).get("sinks_hidden", [])) for k in range(len(att.head_labels))])
+        views = [stack.view(position, k) for k in range(len(att.head_labels))]
+        sinks.append([view.sinks or () for view in views] if pooled else None)
+        hidden.append([view.hidden for view in views])
     return part_entry(
         name,
         layers,
@@ -182,11 +174,11 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
 
 def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None = None) -> dict[str, Any]:
     """One layer's maps, each with its own sinks; a pooled map's ``tokens`` (those its bins stand for), if known."""
-    if "pooled" in att.config:
-        found = list(att.config.get("sinks") or [])
-        hidden = list(att.config.get("sinks_hidden") or [])
+    if att.view.pooled is not None:
+        found = att.view.sinks or ()
+        hidden = att.view.hidden
         count = len(att.head_labels)
-        known = tokens if tokens is not None and len(tokens) == att.config["pooled"]["tokens"] else None
+        known = tokens if tokens is not None and len(tokens) == att.view.pooled.tokens else None
         return part_entry(name, [att], encoding_for([[att]]), sinks=[[found] * count],
                           hidden=[[hidden] * count] if hidden else (), tokens=known)  # fmt: skip
     return part_entry(name, [att], encoding_for([[att]]))

@@ -17,8 +17,8 @@ from ..labels import visible_token
 from .data import heading_parts
 
 if TYPE_CHECKING:
-    from ...attention import Attention
-    from ...explain import QueryExplanation
+    from ...analysis.explain import QueryExplanation
+    from ...engine.attention import Attention
 
 EXPLAIN_NUMBERS = 1_000_000  # every query's steps on the page when they are at most this many numbers (~10 MB)
 COMPONENTS = 64  # the components of q, k_j and v_j shown, as the figure shows them (render.explain)

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ...ablation import Ablation
-    from ...analysis import HeadScores
-    from ...attribution import Comparison
-    from ...sources import AttentionStack
+    from ...analysis.ablation import Ablation
+    from ...analysis.attribution import Comparison
+    from ...analysis.heads import HeadScores
+    from ...engine.stack import AttentionStack
     from ..figure import FigureStyle
 
 
@@ -43,7 +43,7 @@ def heads_grid(
     notes: list[str],
 ) -> dict[str, Any]:
     """The head portrait: each head's class colour and score, and every score of it for its hover."""
-    from ...analysis import CLASS_NAMES, CLASS_SCORES, CLASSES
+    from ...analysis.heads import CLASS_NAMES, CLASS_SCORES, CLASSES
     from ..model import CLASS_COLOURS, portrait_colours
 
     colours = portrait_colours(classes, values, style.colours["background"])

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...structure import colour_floor, colour_values, scale_ticks
+from ...engine.view import View
 from ..labels import visible_token
+from ..scale import colour_floor, colour_values, scale_ticks, step_scale
 
 if TYPE_CHECKING:
-    from ...config import ColourScale
-    from ...generate import Generation
+    from ...analysis.generate import Generation
+    from ...engine.view import ColourScale
 
 STEP_NUMBERS = 2_000_000  # the rows' weights a page holds at most (about 20 MB of JSON)
 
@@ -29,8 +30,8 @@ def step_entry(generation: Generation, step: int, asked: ColourScale, sinks: str
     of its weights on that scale and its ticks; the sinks hidden (with --sinks hide), null."""
     row, hidden = generation.shown_row(step, sinks)
     weights = np.asarray(row, dtype=np.float64)[0]
-    scale = generation.scale(step, asked)
-    floor = colour_floor({}, len(weights))
+    scale = step_scale(generation, step, asked)
+    floor = colour_floor(View(), len(weights))
     places = colour_values(weights, scale, floor)
     at, labels = scale_ticks(scale, floor)
     return {
