@@ -44,7 +44,7 @@ lint: $(VENV)/.installed-test
 
 # The gallery the README shows: every figure made by attnviz itself (samples/gallery.toml), measured by
 # its layout audit (a figure with a layout problem stops the build), and laid out on one contact sheet.
-# tests/test_samples.py fails when a committed figure or the sheet is not what this target draws now.
+# tests/top/test_samples.py fails when a committed figure or the sheet is not what this target draws now.
 samples: $(VENV)/.installed-test
 	$(BIN)/attnviz batch samples/gallery.toml -o samples --force --audit
 	$(BIN)/python tools/contact_sheet.py samples/gallery.toml samples samples/contact-sheet.png

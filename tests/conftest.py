@@ -14,11 +14,6 @@ import pytest
 
 from attnviz.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
-SAMPLES = REPO / "samples"
-DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
-"""The documentation: the README (the front page) and every page of docs/, whose examples the tests run."""
-
 
 @pytest.fixture(autouse=True)
 def _memory_cap(request: pytest.FixtureRequest) -> Iterator[None]:
@@ -100,3 +95,26 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
         return Run(code, out, err)
 
     return run
+
+
+def _bundled(name: str) -> object:
+    from attnviz.models import load_model
+
+    return load_model(name)
+
+
+@pytest.fixture(scope="session")
+def minilm() -> object:
+    """The bundled models, loaded once per test process for the tests that only read them. A test that makes a
+    model's weights resident (ablation) or writes with it (generate) loads its own."""
+    return _bundled("minilm")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> object:
+    return _bundled("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3() -> object:
+    return _bundled("gemma3")

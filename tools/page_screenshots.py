@@ -5,7 +5,7 @@
 
 Each page is written by the command in PAGES; each screenshot is taken after the keys and hovers a reader
 would use (a token focused, so its row shows as lines and numbers). The pages are checked against what
-attnviz writes now by tests/test_pages.py; the screenshots are pictures of them, for the README.
+attnviz writes now by tests/render/html/test_pages.py; the screenshots are pictures of them, for the README.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS, REPO
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+from paths import DOCS, REPO
 
 FRONT_PAGE_BYTES = 16 * 1024
 CONTENTS = REPO / "docs" / "README.md"
