@@ -39,6 +39,7 @@ def sample(delta: np.ndarray) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def smollm2():
+    """Its own SmolLM2, not the shared one: ablation keeps the weights dequantised (resident) from here on."""
     model = load_model("smollm2")
     model.resident()
     return model

@@ -33,6 +33,7 @@ def needs(model: str) -> pytest.MarkDecorator:
 
 @pytest.fixture(scope="module")
 def smollm2():
+    """Its own SmolLM2, not the shared one: writing unpacks matrices into the model's weights as it goes."""
     return load_model("smollm2")
 
 
@@ -79,12 +80,12 @@ def test_the_cache_keeps_positions_and_windows(name: str, tmp_path: Path) -> Non
 
 
 @needs("gemma3")
-def test_the_cache_keeps_gemma3s_windows(tmp_path: Path) -> None:
+def test_the_cache_keeps_gemma3s_windows(tmp_path: Path, gemma3) -> None:
     from attnviz.models.checkpoint import load_folder
     from attnviz.models.gguf import GGUF
     from attnviz.models.tokenizers.vocabulary import from_gguf
 
-    path = load_model("gemma3").weights.path
+    path = gemma3.weights.path
     model = load_folder(rebuild("gemma3-tiny", tmp_path / "g"), "g", tokenizer=from_gguf(GGUF(path).metadata, path))
     _rows_equal_the_full_pass(model, "The quick brown fox", 8, 0)  # layer 0 slides over 4 keys
 

@@ -36,14 +36,14 @@ def test_the_gguf_vocabulary_tokenizes_as_the_tokenizer_json(minilm_gguf: Path) 
 
 @needs_minilm
 @pytest.mark.skipif(not REFERENCE.is_file(), reason="../shared/fixtures is not beside the checkout")
-def test_minilm_as_gguf_has_transformers_attention(minilm_gguf: Path) -> None:
+def test_minilm_as_gguf_has_transformers_attention(minilm_gguf: Path, minilm) -> None:
     reference = np.load(REFERENCE)
     model = load_model(None, None, minilm_gguf)
     encoding = model.encode(str(reference["text"]))
     assert list(encoding.ids) == reference["input_ids"].tolist()
     assert (model.family, model.layers, model.heads, model.causal) == ("bert", 6, 12, False)
     np.testing.assert_allclose(all_attention(model, encoding).weights, reference["attentions"], atol=1e-5, rtol=0)
-    folder = load_model("minilm")
+    folder = minilm
     np.testing.assert_array_equal(all_attention(folder, encoding).weights, all_attention(model, encoding).weights)
 
 

@@ -76,7 +76,7 @@ def test_the_shared_checkpoint_folders_as_they_are(name: str) -> None:
 
 
 @needs("minilm")
-def test_minilm_through_tokenizer_json_equals_its_vocab_txt(tmp_path: Path) -> None:
+def test_minilm_through_tokenizer_json_equals_its_vocab_txt(tmp_path: Path, minilm) -> None:
     folder = model_location("minilm")[0]
     json_path, txt_path = read_tokenizer_json(folder / "tokenizer.json"), from_vocab_txt(folder)
     for text in awkward_texts():
@@ -87,7 +87,7 @@ def test_minilm_through_tokenizer_json_equals_its_vocab_txt(tmp_path: Path) -> N
     for item in folder.iterdir():
         if item.name != "tokenizer.json":
             (plain / item.name).symlink_to(item)
-    with_json, with_txt = load_model("minilm"), load_model(None, plain)
+    with_json, with_txt = minilm, load_model(None, plain)
     a, b = with_json.encode(TEXT, "A dog."), with_txt.encode(TEXT, "A dog.")
     assert a == b
     np.testing.assert_array_equal(all_attention(with_json, a).weights, all_attention(with_txt, b).weights)
