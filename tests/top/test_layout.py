@@ -104,6 +104,19 @@ def test_no_two_modules_reach_each_other() -> None:
     assert not loop, "an import loop: " + " → ".join(loop)
 
 
+def test_no_two_folders_reach_each_other() -> None:
+    """The folders too: cli/ and notebook.py share a floor, and neither imports the other."""
+
+    def part(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    folders: dict[str, set[str]] = {}
+    for name, others in graph().items():
+        folders.setdefault(part(name), set()).update(part(o) for o in others if part(o) != part(name))
+    loop = cycle({name: frozenset(others) for name, others in folders.items()})
+    assert not loop, "a loop between folders: " + " → ".join(loop)
+
+
 def test_a_back_edge_would_be_caught() -> None:
     """Both checks fail on the kind of edge they exist for: one back-edge makes a loop, and it climbs."""
     edges = dict(graph())
