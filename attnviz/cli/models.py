@@ -274,7 +274,7 @@ def check(
 
       attnviz check attention.npy --padding "0 0 0 0 1 1"
     """
-    from ..analysis.heads import check_attention
+    from ..engine.checks import check_attention
     from ..files import stdin_alias
     from ..render import schema
     from ..sources.arrays import load_attention_array, parse_padding
