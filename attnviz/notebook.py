@@ -10,7 +10,6 @@ page can break, and the page's Content-Security-Policy holds there as in a file.
 from __future__ import annotations
 
 import html as markup
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -55,7 +54,7 @@ class Page:
         """Write the page to ``path`` (atomically; never through a symbolic link)."""
         from .render.figure import write_output
 
-        write_output(self.html.encode("utf-8"), str(path), sys.stdout.buffer)
+        write_output(self.html.encode("utf-8"), str(path))
 
     def __repr__(self) -> str:
         return f"<attnviz page, {len(self.html):,} characters>"

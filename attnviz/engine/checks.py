@@ -181,7 +181,7 @@ def stack_rule(stack: AttentionStack) -> dict[str, Any]:
         "stored": str(stack.weights.dtype),
         "allowed": allowed,
         "pooled": pooled,
-        "hides": any(any(tile) for layer in stack.hidden for tile in layer),
+        "hides": any(len(tile) for layer in stack.hidden for tile in layer),
         "averaged": stack.heads if stack.mean else 1,
     }
 
@@ -193,7 +193,7 @@ def maps_allowed(
     (``causal``), within each layer's sliding window (``windows``), not a key ``hidden`` from the map (per layer
     and map); None when nothing is masked."""
     layers, maps, n, m = shape
-    if not causal and not any(any(tile) for layer in hidden for tile in layer):
+    if not causal and not any(len(tile) for layer in hidden for tile in layer):
         return None
     allowed = np.ones(shape, dtype=bool)
     for index in range(layers):
