@@ -199,11 +199,16 @@ def part_stack(
     layers, heads, n, m = weights.shape
     chosen_layers = indices_of(include_layers, "include_layers", layers, "layer")
     chosen_heads = indices_of(include_heads, "include_heads", heads, "head")
+    named = {"attention": ("tokens", "tokens"), "cross_attention": ("decoder_tokens", "encoder_tokens")}
+    query_name, key_name = named.get(what, (what.replace("attention", "tokens"),) * 2)
     if queries is None:
-        raise UsageError(f"{what}: the tokens are required")
-    for label, tokens, count in (("queries", queries, n), ("keys", keys if keys is not None else queries, m)):
+        raise UsageError(f"{what}: {query_name} are required")
+    for label, tokens, count, name in (
+        ("queries", queries, n, query_name),
+        ("keys", keys if keys is not None else queries, m, key_name),
+    ):
         if len(tokens) != count:
-            raise UsageError(f"{what} has {count} {label}, but {len(tokens)} tokens were given for them")
+            raise UsageError(f"{what} has {count} {label}, but {len(tokens)} tokens were given for them ({name})")
     causal = keys is None and n > 1 and not np.triu(weights.sum(axis=(0, 1)), 1).any()
     stack = AttentionStack(
         tokens=tuple(queries),
