@@ -94,7 +94,7 @@ def test_masked_cells_hold_nothing_and_a_row_that_sees_no_key_sums_to_0(n: int, 
     """A mask (causal, padding, hidden keys: ``allowed``) is kept; a row it allows nothing sums to 0, and weight
     on it fails as weight on any masked cell fails — also where the mask allows nothing at all."""
     rng = np.random.default_rng(seed)
-    allowed = rng.random((n, n)) < 0.7
+    allowed = (rng.random((n, n)) < 0.7) | np.eye(n, dtype=bool)
     allowed[int(rng.integers(0, n))] = False  # a row that may see no key
     scores = np.where(allowed, rng.normal(size=(1, 1, n, n)), -np.inf)
     with np.errstate(invalid="ignore"):
