@@ -174,7 +174,8 @@ def file_rule(document: Any, shape: tuple[int, ...], stored: str, where: str) ->
 
     source = stack_source(document, where) or {}
     sinks = stack_sinks(document, shape, where)
-    windows = source.get("windows") if isinstance(source.get("windows"), list) else []
+    recorded = source.get("windows")
+    windows: list[int | None] = recorded if isinstance(recorded, list) else []
     allowed = maps_allowed(shape, source.get("causal") is True, windows, () if sinks is None else sinks[1])
     averaged = stack_mean_of(document, where) or 1
     return {"stored": stored, "allowed": allowed, "hides": hides_keys(document), "averaged": averaged}

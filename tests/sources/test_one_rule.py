@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from bundled import needs
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import SAMPLES
 
 import attnviz
 from attnviz.errors import UsageError
@@ -307,3 +309,42 @@ def test_an_attention_displayed_is_held_to_the_rule() -> None:
     assert "FAIL masked" in displayed(masked)
     stack = AttentionStack(tokens=att.tokens, weights=att.weights[None] * 2, source={"model": "random"})
     assert displayed(stack).startswith("<pre>attnviz: AttentionStack: not attention weights — FAIL rows sum to 1")
+
+
+MODEL_DOCUMENTS = [
+    ("--json",),
+    ("--jsonl",),
+    ("--mean", "--json"),
+    ("--sinks", "hide", "--json"),
+    ("--all-layers", "--json"),
+    ("--all-layers", "--sinks", "hide", "--json"),
+    ("--all-layers", "--mean", "--json"),
+    ("--pool", "mean", "--max-tokens", "300", "--json"),
+    ("--pool", "max", "--sinks", "hide", "--max-tokens", "300", "--json"),
+]
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=needs(m)) for m in ("minilm", "smollm2", "gemma3")])
+def test_every_document_a_model_writes_passes_the_rule(model: str, tmp_path: Path, cli: Any, loads_once: None) -> None:
+    """attnviz's own float32 arithmetic, on real models, is within the tolerance derived for it: every kind of
+    document reads back with --from and checks clean (a text long enough for sinks, pooled past 256 tokens)."""
+    for number, options in enumerate(MODEL_DOCUMENTS):
+        text = SAMPLES / ("document.txt" if "--pool" in options else "paragraph.txt")
+        run = cli("heatmap", "--model", model, "--file", str(text), *options)
+        assert run.code == 0, (options, run.err)
+        path = tmp_path / f"{number}.json"
+        path.write_text(run.out, encoding="utf-8")
+        checked = cli("check", str(path))
+        assert checked.code == 0, (options, checked.out)
+        assert cli("heatmap", "--from", str(path)).code == 0, options
+
+
+@needs("smollm2")
+def test_what_generate_writes_passes_the_rule(tmp_path: Path, cli: Any) -> None:
+    for number, options in enumerate([(), ("--sinks", "hide")]):
+        run = cli("generate", "--model", "smollm2", "The cat sat on the mat and then it", "--new", "4", *options,
+                  "--json")  # fmt: skip
+        assert run.code == 0, run.err
+        path = tmp_path / f"{number}.json"
+        path.write_text(run.out, encoding="utf-8")
+        assert cli("check", str(path)).code == 0 and cli("heatmap", "--from", str(path)).code == 0
