@@ -52,9 +52,13 @@ class Page:
 
     def save(self, path: str | Path) -> None:
         """Write the page to ``path`` (atomically; never through a symbolic link)."""
+        import os
+
         from .render.figure import write_output
 
-        write_output(self.html.encode("utf-8"), str(path))
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise UsageError(f"path must be a file's name or path, got {quoted(path, 40)}")
+        write_output(self.html.encode("utf-8"), os.fspath(path))
 
     def __repr__(self) -> str:
         return f"<attnviz page, {len(self.html):,} characters>"

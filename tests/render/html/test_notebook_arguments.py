@@ -171,3 +171,10 @@ def test_a_part_without_its_tokens_names_them(part: str, tokens: str) -> None:
     arguments.pop("cross_attention")
     with pytest.raises(UsageError, match=f"^{part}: {tokens} are required"):
         attnviz.model_view(**arguments)
+
+
+@pytest.mark.parametrize("path", [None, 3, "", b"page.html"])
+def test_a_page_saves_to_a_path_only(path: Any) -> None:
+    page = attnviz.head_view(**self_attention())
+    with pytest.raises(UsageError, match="^path must be a file's name or path"):
+        page.save(path)
