@@ -8,6 +8,7 @@ summing to 1 within what the arithmetic that made it can miss by — or to 0 whe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -103,24 +104,22 @@ def check_attention(
     weights = np.asarray(weights)
     keys = int(pooled["tokens"]) if pooled is not None else int(weights.shape[-1])
     if tolerance is None:
-        cells = (-(-keys // weights.shape[-1])) ** 2 if pooled is not None and pooled["method"] == "mean" else 0
-        tolerance = row_tolerance(keys, stored, averaged + cells)
+        per_bin = (-(-keys // weights.shape[-1])) ** 2 if pooled is not None and pooled["method"] == "mean" else 0
+        tolerance = row_tolerance(keys, stored, averaged + per_bin)  # a mean-pooled weight averages a bin's cells
     finite = np.isfinite(weights)
-    safe = np.where(finite, weights, 0.0)
-    cells = {"finite": ~finite, "non-negative": safe < 0}
+    safe = weights if finite.all() else np.where(finite, weights, 0.0)  # copied only to zero what is not finite
+    cells: dict[str, Callable[[], BoolArray]] = {"finite": lambda: ~finite, "non-negative": lambda: safe < 0}
     if causal:
-        cells["causal: nothing above the diagonal"] = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1) & (
-            safe != 0
-        )
+        cells["causal: nothing above the diagonal"] = lambda: np.triu(safe != 0, k=1)
     if padding is not None:
-        cells["padding: nothing on padded keys"] = padding & (safe != 0)
+        cells["padding: nothing on padded keys"] = lambda: padding & (safe != 0)
     if allowed is not None:
-        cells["masked: nothing where the mask allows no weight"] = ~allowed & (safe != 0)
-    checks = [_cell_check(name, bad, weights, show) for name, bad in cells.items()]
+        cells["masked: nothing where the mask allows no weight"] = lambda: ~allowed & (safe != 0)
+    checks = [_cell_check(name, bad(), weights, show) for name, bad in cells.items()]  # one mask at a time
     with np.errstate(over="ignore", invalid="ignore"):  # finite weights near the float limit sum to inf: a FAIL
         if pooled is not None:
             return [*checks, *_check_pooled(safe, pooled, tolerance, show)]
-        sums = safe.sum(axis=-1)
+        sums = safe.sum(axis=-1, dtype=np.float64)  # a float32 map summed in float64, not copied
     blind = np.zeros(sums.shape, dtype=bool) if allowed is None else ~allowed.any(axis=-1) & (sums == 0)
     rows = np.argwhere((np.abs(sums - 1) > tolerance) & ~(hides & (sums == 0)) & ~blind)
     failures = [Failure(int(a), int(b), int(c), f"sums to {sums[a, b, c]:.6g}") for a, b, c in rows[:show]]
@@ -215,7 +214,7 @@ def _check_pooled(safe: Array, pooled: dict[str, Any], tolerance: float, show: i
     checks = [_cell_check("at most 1", safe > 1 + tolerance, safe, show)]
     if pooled["method"] == "mean":
         sizes = np.diff(bin_edges(tokens, safe.shape[-1]))
-        sums = (safe * sizes).sum(axis=-1)
+        sums = np.einsum("...k,k->...", safe, sizes.astype(np.float64), dtype=np.float64)
         rows, name = np.argwhere(np.abs(sums - 1) > tolerance), "rows sum to 1, key bins counted by their tokens"
         found = [f"sums to {sums[a, b, c]:.6g}" for a, b, c in rows[:show]]
     else:
