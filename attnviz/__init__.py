@@ -38,7 +38,7 @@ _EXPORTS = {
     "AttentionStack": "engine.stack",
     "rollout": "analysis.heads",
     "head_patterns": "analysis.heads",
-    "check_attention": "analysis.heads",
+    "check_attention": "engine.checks",
     "FigureStyle": "render.figure",
     "save_figure": "render.figure",
     "render_heatmap_figure": "render.heatmap",
@@ -83,9 +83,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .analysis.generate import Sampling, generate
-    from .analysis.heads import check_attention, head_patterns, rollout
+    from .analysis.heads import head_patterns, rollout
     from .analysis.saturation import measure_saturation
     from .engine.attention import Attention
+    from .engine.checks import check_attention
     from .engine.core import causal_mask, multi_head_attention, padding_mask, scaled_dot_product_attention, softmax
     from .engine.stack import AttentionStack
     from .errors import AttnvizError, UsageError

@@ -10,7 +10,6 @@ page can break, and the page's Content-Security-Policy holds there as in a file.
 from __future__ import annotations
 
 import html as markup
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._version import __version__
+from .engine.checks import map_rule, refuse_unless_attention, stack_rule, unit_roundoff
 from .engine.requested import honour
 from .engine.stack import AttentionStack, Want
-from .errors import UsageError
+from .errors import AttnvizError, UsageError, printable, quoted
 from .render.figure import FigureStyle
 from .render.html import page_bins, page_data, page_html
 from .render.html.data import stack_part
-from .sources.arrays import check_weights
 
 if TYPE_CHECKING:
     from .engine.attention import Attention
@@ -53,37 +52,65 @@ class Page:
 
     def save(self, path: str | Path) -> None:
         """Write the page to ``path`` (atomically; never through a symbolic link)."""
+        import os
+
         from .render.figure import write_output
 
-        write_output(self.html.encode("utf-8"), str(path), sys.stdout.buffer)
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise UsageError(f"path must be a file's name or path, got {quoted(path, 40)}")
+        write_output(self.html.encode("utf-8"), os.fspath(path))
 
     def __repr__(self) -> str:
         return f"<attnviz page, {len(self.html):,} characters>"
 
 
-def as_array(value: Any, what: str) -> np.ndarray:
-    """A NumPy array of ``value``: a tensor through ``.detach().cpu().float().numpy()`` where it has them."""
+def as_array(value: Any, what: str) -> tuple[np.ndarray, str]:
+    """A NumPy array of ``value`` in float64 — a tensor through ``.detach().cpu().float().numpy()`` where it has
+    them — and the type it held its numbers in (a tensor's own, before ``.float()``): the rule's tolerance depends
+    on it. Complex numbers, booleans and text are refused, as the command line refuses them in a file."""
+    stored = str(getattr(value, "dtype", "")).removeprefix("torch.")
+    if "complex" in stored:
+        raise UsageError(f"{what}: the weights are complex ({stored}), not real numbers")
+    if stored == "bool":
+        raise UsageError(f"{what}: not an array of numbers ({stored})")
     for method in ("detach", "cpu", "float"):
         if callable(getattr(value, method, None)) and not isinstance(value, np.ndarray):
             value = getattr(value, method)()
     if callable(getattr(value, "numpy", None)) and not isinstance(value, np.ndarray):
         value = value.numpy()
     try:
-        array = np.asarray(value, dtype=np.float64)
+        given = np.asarray(value)
     except (TypeError, ValueError) as err:
-        raise UsageError(f"{what}: not an array of numbers ({err})") from None
-    return array
+        raise UsageError(f"{what}: not an array of numbers ({printable(str(err))[:200]})") from None
+    if given.dtype.kind == "c":
+        raise UsageError(f"{what}: the weights are complex ({given.dtype}), not real numbers")
+    if given.dtype.kind not in "fiu":
+        raise UsageError(f"{what}: not an array of numbers ({given.dtype})")
+    try:
+        unit_roundoff(stored)
+    except TypeError:  # a type NumPy does not know (a tensor's float8): as converted
+        stored = str(given.dtype)
+    with np.errstate(over="ignore"):  # a long double past float64's range becomes inf, refused as not finite
+        return np.asarray(given, dtype=np.float64), stored
 
 
 def layers_of(attention: Any, what: str) -> np.ndarray:
-    """(layers, heads, queries, keys) from bertviz's input: one (1, heads, queries, keys) array per layer."""
+    """(layers, heads, queries, keys) from bertviz's input: one (1, heads, queries, keys) array per layer, held to
+    the rule of every attention (:func:`~attnviz.engine.checks.check_attention`) as a file's weights are."""
+    if isinstance(attention, (str, bytes)):
+        raise UsageError(f"{what}: a tuple of (1, heads, queries, keys) arrays, one per layer, not text")
+    given: str | None = None  # the type of one array of every layer, before it is split
     if isinstance(attention, np.ndarray) or not isinstance(attention, Sequence):
-        attention = list(as_array(attention, what))  # one array of (layers, 1, heads, q, k)
+        whole, given = as_array(attention, what)
+        if whole.ndim != 5:
+            raise UsageError(f"{what} has shape {whole.shape}: give a tuple of (1, heads, queries, keys) arrays")
+        attention = list(whole)
     if not len(attention):
         raise UsageError(f"{what} holds no layers")
-    layers = []
+    layers, types = [], set()
     for index, layer in enumerate(attention):
-        array = as_array(layer, f"{what}[{index}]")
+        array, stored = as_array(layer, f"{what}[{index}]")
+        types.add(given or stored)
         if array.ndim != 4:
             raise UsageError(
                 f"{what}[{index}] has shape {array.shape}, not (batch, heads, queries, keys): "
@@ -91,12 +118,67 @@ def layers_of(attention: Any, what: str) -> np.ndarray:
             )
         if array.shape[0] != 1:
             raise UsageError(f"{what}[{index}] holds a batch of {array.shape[0]}; give one example (batch of 1)")
+        if 0 in array.shape:
+            raise UsageError(f"{what}[{index}] has shape {array.shape}: no heads, queries or keys")
         layers.append(array[0])
     if any(layer.shape != layers[0].shape for layer in layers):
         raise UsageError(f"the layers of {what} differ in shape")
     stacked = np.stack(layers)
-    check_weights(stacked, what)
+    coarsest = max(types, key=lambda kind: unit_roundoff(kind)[0])
+    refuse_unless_attention(stacked, what, error=UsageError, stored=coarsest)
     return stacked
+
+
+def tokens_of(value: Any, name: str) -> list[str] | None:
+    """Tokens as bertviz's callers pass them — a list, a tuple, a NumPy array of strings — as a list; None stays
+    None. Anything else (one string, numbers, nested lists) is refused, naming the argument."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise UsageError(f"{name} must be a sequence of strings (list, tuple, array), got {type(value).__name__}")
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise UsageError(f"{name} must be one sequence of strings, got an array of shape {value.shape}")
+    tokens = list(value)
+    for index, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise UsageError(f"{name}[{index}] is {type(token).__name__}, not a string")
+    return [str(token) for token in tokens]
+
+
+def indices_of(value: Any, name: str, count: int, noun: str) -> tuple[int, ...] | None:
+    """``include_layers``, ``include_heads``, ``heads``: a non-empty sequence of distinct whole numbers, each among
+    0 to ``count`` − 1 (``count`` of ``noun``); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray, range)):
+        raise UsageError(f"{name} must be a list of {noun} numbers, got {type(value).__name__}")
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise UsageError(f"{name} must be one list of {noun} numbers, got an array of shape {value.shape}")
+    chosen = list(value)
+    if not chosen:
+        raise UsageError(f"{name} is empty: give at least one {noun}, or None for every {noun}")
+    for item in chosen:
+        whole_number(item, name)
+        if not 0 <= int(item) < count:
+            raise UsageError(f"{name}: {noun} {int(item)} is out of range (0 to {count - 1})")
+    numbers = tuple(int(item) for item in chosen)
+    repeated = sorted({i for i in numbers if numbers.count(i) > 1})
+    if repeated:
+        raise UsageError(f"{name} names {noun} {', '.join(map(str, repeated))} more than once")
+    return numbers
+
+
+def whole_number(value: Any, name: str) -> int:
+    """``value`` as an int when it is one (a NumPy integer too; never a bool, a float or a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise UsageError(f"{name} must be a whole number, got {quoted(value, 40)} ({type(value).__name__})")
+    return int(value)
+
+
+def flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise UsageError(f"{name} must be True or False, got {quoted(value, 40)}")
+    return bool(value)
 
 
 def pretty(tokens: Sequence[str], prettify: bool) -> list[str]:
@@ -110,21 +192,27 @@ def pretty(tokens: Sequence[str], prettify: bool) -> list[str]:
 def part_stack(
     name: str,
     attention: Any,
-    queries: Sequence[str] | None,
-    keys: Sequence[str] | None,
-    include_layers: Sequence[int] | None,
-    include_heads: Sequence[int] | None,
+    queries: list[str] | None,
+    keys: list[str] | None,
+    include_layers: Any,
+    include_heads: Any,
     what: str,
 ) -> AttentionStack:
     """One part's stack (every layer given, then the ones included), pooled as far as the page needs."""
     weights = layers_of(attention, what)
-    n, m = weights.shape[2:]
+    layers, heads, n, m = weights.shape
+    chosen_layers = indices_of(include_layers, "include_layers", layers, "layer")
+    chosen_heads = indices_of(include_heads, "include_heads", heads, "head")
+    named = {"attention": ("tokens", "tokens"), "cross_attention": ("decoder_tokens", "encoder_tokens")}
+    query_name, key_name = named.get(what, (what.replace("attention", "tokens"),) * 2)
     if queries is None:
-        raise UsageError(f"{what}: the tokens are required")
-    queries = list(queries)
-    for label, tokens, count in (("queries", queries, n), ("keys", keys if keys is not None else queries, m)):
+        raise UsageError(f"{what}: {query_name} are required")
+    for label, tokens, count, name in (
+        ("queries", queries, n, query_name),
+        ("keys", keys if keys is not None else queries, m, key_name),
+    ):
         if len(tokens) != count:
-            raise UsageError(f"{what} has {count} {label}, but {len(tokens)} tokens were given for them")
+            raise UsageError(f"{what} has {count} {label}, but {len(tokens)} tokens were given for them ({name})")
     causal = keys is None and n > 1 and not np.triu(weights.sum(axis=(0, 1)), 1).any()
     stack = AttentionStack(
         tokens=tuple(queries),
@@ -133,9 +221,7 @@ def part_stack(
         causal=causal,
         key_tokens=None if keys is None else tuple(keys),
     )
-    layers = None if include_layers is None else tuple(int(i) for i in include_layers)
-    heads = None if include_heads is None else tuple(int(h) for h in include_heads)
-    return honour(stack, paged(Want(layers=layers, heads=heads), stack))
+    return honour(stack, paged(Want(layers=chosen_layers, heads=chosen_heads), stack))
 
 
 def paged(want: Want, stack: AttentionStack) -> Want:
@@ -145,26 +231,32 @@ def paged(want: Want, stack: AttentionStack) -> Want:
 
 
 def parts_of(
-    attention: Any, tokens: Sequence[str] | None, sentence_b_start: int | None, prettify_tokens: bool,
+    attention: Any, tokens: Any, sentence_b_start: Any, prettify_tokens: Any,
     encoder_attention: Any, decoder_attention: Any, cross_attention: Any,
-    encoder_tokens: Sequence[str] | None, decoder_tokens: Sequence[str] | None,
-    include_layers: Sequence[int] | None, include_heads: Sequence[int] | None = None,
+    encoder_tokens: Any, decoder_tokens: Any, include_layers: Any, include_heads: Any = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """The page's parts from bertviz's arguments: self-attention, or an encoder–decoder's three kinds."""
+    """The page's parts from bertviz's arguments, each checked as the command line checks its options:
+    self-attention, or an encoder–decoder's three kinds."""
+    prettify = flag(prettify_tokens, "prettify_tokens")
+    named = {"tokens": tokens, "encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}
+    listed = {name: tokens_of(value, name) for name, value in named.items()}
+    shown_tokens = {name: None if value is None else pretty(value, prettify) for name, value in listed.items()}
     given = (encoder_attention, decoder_attention, cross_attention, encoder_tokens, decoder_tokens)
     if attention is not None:
         if any(g is not None for g in given):
             raise UsageError("give either attention (self-attention) or the encoder-decoder arguments, not both")
-        stack = part_stack("self-attention", attention, tokens and pretty(tokens, prettify_tokens), None,
+        stack = part_stack("self-attention", attention, shown_tokens["tokens"], None,
                            include_layers, include_heads, "attention")  # fmt: skip
         part = stack_part(stack)
         if sentence_b_start is not None:
-            if not 0 < sentence_b_start < len(stack.tokens) or stack.rows is not None:
-                raise UsageError(f"sentence_b_start must be a position inside the tokens, got {sentence_b_start}")
-            part["sentence_b_start"] = int(sentence_b_start)
+            start = whole_number(sentence_b_start, "sentence_b_start")
+            if not 0 < start < len(stack.tokens) or stack.rows is not None:
+                raise UsageError(f"sentence_b_start must be a position inside the tokens, got {start}")
+            part["sentence_b_start"] = start
         return [part]
-    encoder = None if encoder_tokens is None else pretty(encoder_tokens, prettify_tokens)
-    decoder = None if decoder_tokens is None else pretty(decoder_tokens, prettify_tokens)
+    if sentence_b_start is not None or tokens is not None:
+        raise UsageError("sentence_b_start and tokens go with attention (self-attention), not the encoder-decoder's")
+    encoder, decoder = shown_tokens["encoder_tokens"], shown_tokens["decoder_tokens"]
     parts = []
     for name, weights, queries, keys in (
         ("Encoder", encoder_attention, encoder, None),
@@ -209,20 +301,34 @@ def shown(page: Page, html_action: str) -> Page | None:
     return None
 
 
-def start_of(parts: list[dict[str, Any]], layer: int | None, heads: Sequence[int] | None) -> dict[str, Any]:
+def start_of(parts: list[dict[str, Any]], layer: Any, heads: Any) -> dict[str, Any]:
     """Where the page starts: ``layer`` (a layer's number, among those included) and the first of ``heads``."""
     numbers = [entry["layer"] for entry in parts[0]["layers"]]
-    if layer is not None and layer not in numbers:
+    if layer is not None and whole_number(layer, "layer") not in numbers:
         raise UsageError(f"layer {layer} is not among the layers shown ({', '.join(map(str, numbers))})")
     count = len(parts[0]["layers"][0]["maps"])
-    chosen = list(heads or [0])
-    if not chosen or not all(0 <= int(h) < count for h in chosen):
-        raise UsageError(f"heads must be among 0 to {count - 1}, got {list(heads or [])}")
-    return {"layer": numbers.index(layer) if layer is not None else 0, "head": int(chosen[0])}
+    chosen = indices_of(heads, "heads", count, "head") or (0,)
+    return {"layer": numbers.index(int(layer)) if layer is not None else 0, "head": chosen[0]}
+
+
+def checked_action(html_action: Any) -> str:
+    if not isinstance(html_action, str) or html_action not in HTML_ACTIONS:
+        raise UsageError(f"html_action must be 'view' or 'return', got {quoted(html_action, 40)}")
+    return html_action
 
 
 def made(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"attnviz": __version__, "command": f"attnviz.{function}", "view": arguments}
+    """What the page says made it: the function and its arguments (checked already) as JSON has them."""
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        return int(value) if isinstance(value, (int, np.integer)) else [int(v) for v in value]
+
+    view = {name: plain(value) for name, value in arguments.items()}
+    return {"attnviz": __version__, "command": f"attnviz.{function}", "view": view}
 
 
 def head_view(
@@ -247,17 +353,15 @@ def head_view(
     ``heads`` are where the page starts. ``html_action='return'`` returns the :class:`Page`
     (``.data``, ``.save(path)``); 'view' displays it in the notebook.
     """
-    if html_action not in HTML_ACTIONS:
-        raise UsageError("html_action must be 'view' or 'return'")
+    action = checked_action(html_action)
     style = FigureStyle()
     parts = parts_of(attention, tokens, sentence_b_start, prettify_tokens, encoder_attention, decoder_attention,
                      cross_attention, encoder_tokens, decoder_tokens, include_layers)  # fmt: skip
     start = start_of(parts, layer, heads)
-    described = made("head_view", layer=layer, heads=None if heads is None else list(heads),
-                     include_layers=None if include_layers is None else list(include_layers),
+    described = made("head_view", layer=layer, heads=heads, include_layers=include_layers,
                      sentence_b_start=sentence_b_start, prettify_tokens=prettify_tokens)  # fmt: skip
     data = page_data("lines", parts, style, described, **start)
-    return shown(Page(page_html(data), height_of(parts, "lines", style)), html_action)
+    return shown(Page(page_html(data), height_of(parts, "lines", style)), action)
 
 
 def model_view(
@@ -277,28 +381,32 @@ def model_view(
 ) -> Page | None:
     """bertviz's model view, as one self-contained page: every layer and head as tiles; a tile opens its
     heatmap and lines. Called as ``bertviz.model_view`` is; ``display_mode`` is the theme (light, dark)."""
-    if html_action not in HTML_ACTIONS:
-        raise UsageError("html_action must be 'view' or 'return'")
-    style = FigureStyle(theme=display_mode)  # type: ignore[arg-type]  # FigureStyle checks it
+    action = checked_action(html_action)
+    if not isinstance(display_mode, str) or display_mode not in ("light", "dark"):
+        raise UsageError(f"display_mode must be 'light' or 'dark', got {quoted(display_mode, 40)}")
+    style = FigureStyle(theme=display_mode)  # type: ignore[arg-type]  # checked above
     parts = parts_of(attention, tokens, sentence_b_start, prettify_tokens, encoder_attention, decoder_attention,
                      cross_attention, encoder_tokens, decoder_tokens, include_layers, include_heads)  # fmt: skip
-    described = made("model_view", display_mode=display_mode,
-                     include_layers=None if include_layers is None else list(include_layers),
-                     include_heads=None if include_heads is None else list(include_heads),
-                     sentence_b_start=sentence_b_start, prettify_tokens=prettify_tokens)  # fmt: skip
+    described = made("model_view", display_mode=display_mode, include_layers=include_layers,
+                     include_heads=include_heads, sentence_b_start=sentence_b_start,
+                     prettify_tokens=prettify_tokens)  # fmt: skip
     data = page_data("model", parts, style, described)
-    return shown(Page(page_html(data), height_of(parts, "model", style)), html_action)
+    return shown(Page(page_html(data), height_of(parts, "model", style)), action)
 
 
 def displayed(value: Attention | AttentionStack) -> str:
     """What a notebook shows for an Attention (every head's heatmap and lines) or an AttentionStack (the model
     view): its page, in a frame of its own. ``attnviz`` registers this with IPython's display when imported in one."""
-    page = stack_view(value) if isinstance(value, AttentionStack) else attention_view(value)
+    try:
+        page = stack_view(value) if isinstance(value, AttentionStack) else attention_view(value)
+    except AttnvizError as err:  # said in one line where the page would be, as the command line says it
+        return f"<pre>attnviz: {markup.escape(str(err))}</pre>"
     return page._repr_html_()
 
 
 def stack_view(stack: AttentionStack) -> Page:
     """An AttentionStack's page (the model view), as a notebook displays it."""
+    refuse_unless_attention(stack.weights, "AttentionStack", error=UsageError, **stack_rule(stack))
     style = FigureStyle()
     if stack.rows is None:
         stack = honour(stack, paged(Want(), stack))
@@ -311,6 +419,8 @@ def attention_view(att: Attention) -> Page:
     from .engine.requested import honour_attention
     from .render.html.data import attention_part
 
+    rule = map_rule(att)
+    refuse_unless_attention(att.weights[None], "Attention", error=UsageError, stored=str(att.weights.dtype), **rule)
     style = FigureStyle()
     if att.view.pooled is None:
         n, maps = max(len(att.tokens), len(att.keys)), len(att.head_labels)

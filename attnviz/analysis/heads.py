@@ -1,17 +1,16 @@
-"""What the attention of a whole model says: rollout through the layers, recognisable head patterns,
-and checks that an attention tensor is a valid one. Pure NumPy on (layers, heads, n, n) arrays.
+"""What the attention of a whole model says: rollout through the layers and recognisable head patterns. Pure NumPy
+on (layers, heads, n, n) arrays.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..engine.core import Array, BoolArray
+from ..engine.core import Array
 
 PATTERNS = {
     "previous": "previous token",
@@ -88,89 +87,6 @@ def ranking(scores: dict[str, Array], top: int = 3) -> list[tuple[str, int, int,
             layer, head = np.unravel_index(flat, table.shape)
             ranked.append((name, int(layer), int(head), float(table[layer, head])))
     return ranked
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Where one check fails: (layer, head, row) and what was found."""
-
-    layer: int
-    head: int
-    row: int
-    found: str
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    failures: list[Failure]
-    count: int  # failing (layer, head, row) triples, of which ``failures`` lists the first
-
-
-def check_attention(
-    weights: Array,
-    *,
-    tolerance: float = 1e-5,
-    causal: bool = False,
-    padding: BoolArray | None = None,
-    show: int = 10,
-    pooled: dict[str, Any] | None = None,
-    hides: bool = False,
-) -> list[Check]:
-    """Finite, non-negative, rows summing to 1; no weight above the diagonal (causal); none on padding.
-    With ``hides`` (a document that hid its sinks), a row may sum to 0: it sees only hidden keys, null in it.
-
-    A pooled map (``pooled``: method, tokens, bins, as attnviz's JSON records it) is checked for what
-    pooling keeps: mean-pooled rows sum to 1 when each key bin counts as many times as it has tokens;
-    a max-pooled row holds, for each of its tokens, that token's largest weight, at least 1/tokens.
-    """
-    finite = np.isfinite(weights)
-    safe = np.where(finite, weights, 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):  # finite weights near the float limit sum to inf: a FAIL
-        if pooled is not None:
-            return _check_pooled(safe, finite, pooled, tolerance, show)
-        sums = safe.sum(axis=-1)
-    cells = {"finite": ~finite, "non-negative": safe < 0}
-    if causal:
-        cells["causal: nothing above the diagonal"] = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1) & (
-            safe != 0
-        )
-    if padding is not None:
-        cells["padding: nothing on padded keys"] = padding & (safe != 0)
-    checks = [_cell_check(name, bad, weights, show) for name, bad in cells.items()]
-    rows = np.argwhere((np.abs(sums - 1) > tolerance) & ~(hides & (sums == 0)))
-    failures = [Failure(int(a), int(b), int(c), f"sums to {sums[a, b, c]:.6g}") for a, b, c in rows[:show]]
-    hidden = ", or 0 where a row sees only hidden keys" if hides else ""
-    checks.insert(2, Check(f"rows sum to 1 (tolerance {tolerance:g}{hidden})", failures, len(rows)))
-    return checks
-
-
-def _check_pooled(safe: Array, finite: BoolArray, pooled: dict[str, Any], tolerance: float, show: int) -> list[Check]:
-    from ..engine.blocked import bin_edges
-
-    tokens = int(pooled["tokens"])
-    checks = [_cell_check(name, bad, safe, show) for name, bad in (("finite", ~finite), ("non-negative", safe < 0))]
-    if pooled["method"] == "mean":
-        sizes = np.diff(bin_edges(tokens, safe.shape[-1]))
-        sums = (safe * sizes).sum(axis=-1)
-        rows, name = np.argwhere(np.abs(sums - 1) > tolerance), "rows sum to 1, key bins counted by their tokens"
-        found = [f"sums to {sums[a, b, c]:.6g}" for a, b, c in rows[:show]]
-    else:
-        largest = safe.max(axis=-1)
-        rows, name = np.argwhere(largest < 1 / tokens - tolerance), f"each row's largest weight ≥ 1/{tokens:,}"
-        found = [f"largest {largest[a, b, c]:.3g}" for a, b, c in rows[:show]]
-    failures = [Failure(int(a), int(b), int(c), text) for (a, b, c), text in zip(rows, found, strict=False)]
-    return [*checks, Check(f"{name} ({pooled['method']}-pooled, tolerance {tolerance:g})", failures, len(rows))]
-
-
-def _cell_check(name: str, bad: BoolArray, weights: Array, show: int) -> Check:
-    """The rows holding a bad cell, each with its first bad column."""
-    rows = np.argwhere(bad.any(axis=-1))
-    failures = []
-    for a, b, c in rows[:show]:
-        j = int(np.argmax(bad[a, b, c]))
-        failures.append(Failure(int(a), int(b), int(c), f"column {j} holds {weights[a, b, c, j]:.6g}"))
-    return Check(name, failures, len(rows))
 
 
 SINK_THRESHOLD = 0.3  # Gu et al. (2025): a head whose first token gets more than this, on average, is a sink

@@ -18,7 +18,6 @@ import math
 import os
 import re
 import stat
-import sys
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -565,7 +564,7 @@ def save_manifest(directory: Path, figures: dict[str, dict[str, Any]]) -> None:
     from ..render.figure import write_output
 
     text = json.dumps({"attnviz": __version__, "figures": figures}, indent=1, sort_keys=True)
-    write_output(text.encode(), str(directory / MANIFEST), sys.stdout.buffer)
+    write_output(text.encode(), str(directory / MANIFEST))
 
 
 def up_to_date(entry: Entry, directory: Path, manifest: dict[str, dict[str, Any]]) -> str | None:

@@ -6,7 +6,6 @@ Long sequences are pooled to the resolution shown; --all-layers shows every laye
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -277,9 +276,7 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
         from ..sources.layer import full_weights
 
         tokens, weights = full_weights(layer.tokens, layer.config)
-    write_output(
-        lambda stream: np.savez(stream, attentions=weights, tokens=np.array(tokens)), str(path), sys.stdout.buffer
-    )
+    write_output(lambda stream: np.savez(stream, attentions=weights, tokens=np.array(tokens)), str(path))
     if output.ANNOUNCE:
         say(f"wrote {path} ({' × '.join(map(str, weights.shape))} float32)")
 

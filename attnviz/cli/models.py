@@ -248,7 +248,16 @@ def heads_page(
 @opt.with_options()
 def check(
     file: Annotated[Path, typer.Argument(help="An attention file: .npy, .npz or attnviz JSON.", show_default=False)],
-    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, help="How far a row sum may be from 1.")] = 1e-5,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--tolerance",
+            min=0.0,
+            help="How far a row sum may be from 1. Default: what the float arithmetic that made the weights can "
+            "miss by, for their row length and stored type (--from refuses by the same).",
+            show_default=False,
+        ),
+    ] = None,
     causal: Annotated[bool, typer.Option("--causal", help="Also check that no weight is above the diagonal.")] = False,
     padding: Annotated[
         str | None,
@@ -274,27 +283,28 @@ def check(
 
       attnviz check attention.npy --padding "0 0 0 0 1 1"
     """
-    from ..analysis.heads import check_attention
+    from ..engine.checks import check_attention, map_rule
     from ..files import stdin_alias
     from ..render import schema
-    from ..sources.arrays import load_attention_array, parse_padding
+    from ..sources.arrays import file_rule, load_attention_array, parse_padding
+    from ..sources.documents import attention_from_document, is_attention_document
 
     path = stdin_alias(file)
-    document, pooled = None, None
+    where = "stdin" if str(path) == "-" else str(path)
+    document = None
     if str(path) == "-" or path.suffix.lower() == ".json":
         from ..sources.arrays import MAX_ATTENTION_JSON
-        from ..sources.documents import pooled_config, read_json_source
+        from ..sources.documents import read_json_source
 
         document = read_json_source(path, MAX_ATTENTION_JSON)
-    array, _ = load_attention_array(path, document, cross=True)
-    first = document[0] if isinstance(document, list) and document else document  # a --jsonl stream's first head
-    if isinstance(first, dict):
-        pooled = pooled_config(first.get("config"), array.shape[-2], "stdin" if str(path) == "-" else str(path))
+    if is_attention_document(document):  # read as --from reads it, then reported rather than refused
+        att = attention_from_document(document, where, verify=False)
+        array, rule = att.weights[None], map_rule(att)
+    else:
+        array, _, stored = load_attention_array(path, document, cross=True)
+        rule = file_rule(document, array.shape, stored, where)
     mask = None if padding is None else parse_padding(padding, array.shape[-1])
-    from ..sources.documents import hides_keys
-
-    hides = hides_keys(document)
-    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, pooled=pooled, hides=hides)
+    checks = check_attention(array, tolerance=tolerance, causal=causal, padding=mask, **rule)
     if as_json:
         write_json([schema.check_document(str(file), array.shape, checks)])
     else:

@@ -164,7 +164,7 @@ def write_page(figure: opt.FigureRequest, build: Callable[[], bytes]) -> None:
     with bar("drawing", "stdout" if figure.output == "-" else figure.output) as progress:
         progress(0, 0, "writing the page")
         data = build()
-    write_output(data, figure.output, sys.stdout.buffer)
+    write_output(data, figure.output)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output} ({len(data) / 1e6:.1f} MB)" if len(data) >= 1e6 else f"wrote {figure.output}")
 
@@ -198,7 +198,7 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
             refuse_cut(fig, figure.style.size)
         progress(0, 0, f"writing the {chosen.upper()}")
         data = figure_bytes(fig, chosen, description)
-    write_output(data, figure.output, sys.stdout.buffer)
+    write_output(data, figure.output)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
     audit_written(fig, figure)

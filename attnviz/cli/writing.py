@@ -253,7 +253,7 @@ def _film(generation: Generation, figure: opt.FigureRequest, fps: float, scale: 
         def write(out: IO[bytes]) -> None:
             size[0] = write_film(film, fmt, fps, out)
 
-        write_output(write, figure.output, sys.stdout.buffer)
+        write_output(write, figure.output)
     if ANNOUNCE:
         say(f"wrote {figure.output} ({film.count} frames, {size[0] / 1e6:.1f} MB)")
     audit_written(film.figure, figure)

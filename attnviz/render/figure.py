@@ -525,14 +525,15 @@ def save_figure(
     fig: Figure, path: str | Path, *, fmt: str | None = None, description: dict[str, Any] | None = None
 ) -> None:
     """Save a figure reproducibly (the same figure, the same bytes), atomically, format from the extension."""
-    write_output(figure_bytes(fig, format_of(str(path), fmt), description or {}), str(path), sys.stdout.buffer)
+    write_output(figure_bytes(fig, format_of(str(path), fmt), description or {}), str(path))
 
 
 TEMPORARY = ".attnviz-"  # then the writer's process id: a batch removes those of a worker killed mid-write
 
 
-def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, stdout: IO[bytes]) -> None:
-    """Write ``data`` (bytes, or a function that writes to a stream) to a file atomically, or to stdout for '-'.
+def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, stdout: IO[bytes] | None = None) -> None:
+    """Write ``data`` (bytes, or a function that writes to a stream) to a file atomically, or for '-' to ``stdout``
+    (by default the process's, :func:`to_stdout`): a file never touches stdout, which in a notebook takes text only.
 
     Only a new name or a regular file is written: a device, a FIFO, a socket or a symbolic link is
     refused rather than replaced (as root, ``-o /dev/null`` would otherwise replace the system's), and
@@ -543,11 +544,7 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     included.
     """
     if destination == "-":
-        if callable(data):
-            data(stdout)
-        else:
-            stdout.write(data)
-        stdout.flush()
+        to_stdout(data, stdout)
         return
     path = _regular_target(destination)
     parent = path.parent
@@ -573,6 +570,31 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     finally:  # also on Ctrl-C, SIGTERM, SIGHUP: never leave a half-written file behind
         if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def to_stdout(data: bytes | Callable[[IO[bytes]], None], stream: IO[bytes] | None = None) -> None:
+    """Write ``data`` to ``stream``, by default stdout's bytes; where stdout takes text only (a notebook's kernel, an
+    IDE's console, a ``StringIO``), text (a page, SVG, JSON) is written as text and anything else refused in a line."""
+    stream = stream if stream is not None else getattr(sys.stdout, "buffer", None)
+    if stream is not None:
+        if callable(data):
+            data(stream)
+        else:
+            stream.write(data)
+        stream.flush()
+        return
+    if callable(data):
+        collected = io.BytesIO()
+        data(collected)
+        data = collected.getvalue()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AttnvizError("stdout takes text only here (a notebook's, or a console's): write to a file") from None
+    if sys.stdout is None:
+        raise AttnvizError("there is no stdout to write to: write to a file")
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine.checks import refuse_unless_attention
 from ..engine.core import Array
 from ..engine.requested import check_layer, honour, honour_attention, replay
 from ..engine.stack import AttentionStack, Layers, Want
@@ -93,14 +94,14 @@ class FileSource:
     @cached_property
     def _read(self) -> tuple[AttentionStack, int]:
         """The whole stack, and how many heads each of its maps averages (a model document of --mean; else 0)."""
-        from .documents import hides_keys, stack_mean_of, stack_sinks, stack_source
+        from .documents import stack_mean_of, stack_sinks, stack_source
 
         path, document = self.path, self.document
         if document is None and (str(path) == "-" or path.suffix.lower() == ".json"):
             from .documents import read_json_source
 
             document = read_json_source(path, MAX_ATTENTION_JSON)
-        weights, file_tokens = load_attention_array(path, document)
+        weights, file_tokens, stored = load_attention_array(path, document)
         source = stack_source(document, self.where) or {"from": str(path)}
         sinks = stack_sinks(document, weights.shape, self.where)
         layers, heads, n, m = weights.shape
@@ -116,7 +117,8 @@ class FileSource:
             )
         if n != m:
             raise AttnvizError(f"--from {path}: a ({n}, {m}) map is not square; self-attention files only")
-        check_weights(weights, f"--from {path}", f" (attnviz check {path} says where)", hidden=hides_keys(document))
+        rule = file_rule(document, weights.shape, stored, self.where)
+        refuse_unless_attention(weights, f"--from {path}", hint=check_hint(self.where), **rule)
         causal = source.get("causal") is True
         stack = AttentionStack(tokens=tuple(chosen), weights=weights, source=source, causal=causal)
         if sinks is not None:
@@ -163,23 +165,34 @@ class FileSource:
         return replay(honoured, consume)
 
 
-def check_weights(weights: Array, where: str, hint: str = "", *, hidden: bool = False) -> None:
-    """Refuse what are not attention weights: NaN or infinity, negative numbers, rows that do not sum to 1 (or,
-    where ``hidden`` keys were left out of the maps, to 0: a row that sees only those, null in the document)."""
-    if not np.isfinite(weights).all():
-        raise AttnvizError(f"{where}: the weights hold NaN or infinity{hint}")
-    if (weights < 0).any():
-        raise AttnvizError(f"{where}: some weights are negative{hint}")
-    with np.errstate(over="ignore"):  # finite weights near float64's limit sum to inf: not 1, said below
-        sums = weights.sum(axis=-1)
-    if not (np.isclose(sums, 1.0, atol=1e-3) | (hidden & (sums == 0))).all():
-        raise AttnvizError(f"{where}: some rows do not sum to 1, so these are not attention weights{hint}")
+def file_rule(document: Any, shape: tuple[int, ...], stored: str, where: str) -> dict[str, Any]:
+    """How the weights of an attention file (of ``shape``, ``stored`` as that type) are checked: a model document's
+    maps masked as its source says (causal, sliding windows) and without the keys it hid from each, averaging the
+    heads it says (``mean_of``); any other file's as they are. ``attnviz check`` and ``--from`` alike."""
+    from ..engine.checks import maps_allowed
+    from .documents import hides_keys, stack_mean_of, stack_sinks, stack_source
+
+    source = stack_source(document, where) or {}
+    sinks = stack_sinks(document, shape, where)
+    recorded = source.get("windows")
+    windows: list[int | None] = recorded if isinstance(recorded, list) else []
+    allowed = maps_allowed(shape, source.get("causal") is True, windows, () if sinks is None else sinks[1])
+    averaged = stack_mean_of(document, where) or 1
+    return {"stored": stored, "allowed": allowed, "hides": hides_keys(document), "averaged": averaged}
 
 
-def load_attention_array(path: Path, document: Any = None, *, cross: bool = False) -> tuple[Array, list[str] | None]:
-    """The weights of an attention file as (layers, heads, q, k) float64, and its tokens if it has them
-    (``document``: the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's
-    cross-attention documents too, their query tokens)."""
+def check_hint(where: str) -> str:
+    """What a refusal of a file's weights adds: the command that says where every failure is."""
+    return "" if where == "stdin" else f" (attnviz check {where} says where)"
+
+
+def load_attention_array(
+    path: Path, document: Any = None, *, cross: bool = False
+) -> tuple[Array, list[str] | None, str]:
+    """The weights of an attention file as (layers, heads, q, k) float64, its tokens if it has them, and the type
+    its weights were stored as (JSON's numbers: float64) — the arithmetic's tolerance depends on it (``document``:
+    the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's cross-attention documents
+    too, their query tokens)."""
     suffix = ".json" if str(path) == "-" else path.suffix.lower()
     if suffix == ".json":
         array, tokens = _from_json(path, document, cross)
@@ -187,7 +200,7 @@ def load_attention_array(path: Path, document: Any = None, *, cross: bool = Fals
         array, tokens = _from_numpy(path, suffix)
     else:
         raise UsageError(f"{path}: attnviz reads .npy, .npz and .json attention files")
-    return _four_axes(array, path), tokens
+    return _four_axes(array, path), tokens, str(array.dtype)
 
 
 def parse_padding(text: str, keys: int) -> np.ndarray:

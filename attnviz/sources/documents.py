@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.attention import Attention
+from ..engine.checks import map_rule, refuse_unless_attention
 from ..engine.view import Pooled, View, sinks_of
 from ..errors import AttnvizError
 from .config import MAX_SEED
@@ -65,8 +66,10 @@ def is_attention_document(doc: Any) -> bool:
     )
 
 
-def attention_from_document(doc: Any, where: str) -> Attention:
-    """The Attention an attention document (or head stream) was written from, every field checked."""
+def attention_from_document(doc: Any, where: str, *, verify: bool = True) -> Attention:
+    """The Attention an attention document (or head stream) was written from, every field checked, and its weights
+    held to the rule of every attention (:func:`~attnviz.engine.checks.check_attention`; ``verify`` False: not yet,
+    for ``attnviz check`` to report)."""
     if isinstance(doc, dict) and doc.get("schema") == HEAD_SCHEMA:  # a --jsonl stream of one head
         doc = [doc]
     if isinstance(doc, dict) and doc.get("schema") == MASK_SCHEMA:  # one head, its mask as written
@@ -90,8 +93,6 @@ def attention_from_document(doc: Any, where: str) -> Attention:
     config = body.get("config")
     hidden = config.get("sinks_hidden") if isinstance(config, dict) and "pooled" not in config else None
     weights = hidden_as_zero(weights, hidden if isinstance(hidden, list) else [], where)
-    if not np.isfinite(weights).all() or (weights < 0).any() or (weights > 1 + 1e-6).any():
-        raise AttnvizError(f"{where}: the weights hold NaN, infinity, negative numbers or numbers above 1")
     mask = body.get("mask")
     allowed = None if mask is None else nested_array(mask, "mask", where, bool)
     if allowed is not None and allowed.shape != (n, m):
@@ -107,7 +108,7 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         raise AttnvizError(f"{where}: 'output' must hold one vector per query")
     padding = _flags(body.get("padding"), n, "padding", where)
     key_padding = () if key_tokens is None else _flags(body.get("key_padding"), m, "key_padding", where)
-    return Attention(
+    att = Attention(
         tokens=tuple(tokens),
         weights=weights,
         head_labels=tuple(heads),
@@ -119,6 +120,10 @@ def attention_from_document(doc: Any, where: str) -> Attention:
         key_padding=key_padding,
         view=view,
     )
+    if verify:
+        hint = "" if where == "stdin" else f" (attnviz check {where} says where)"
+        refuse_unless_attention(att.weights[None], where, hint=hint, **map_rule(att))
+    return att
 
 
 VIEW_KEYS = ("pooled", "sinks", "sinks_hidden", "color_scale", "sink_mode")

@@ -129,10 +129,10 @@ def test_a_hundred_thousand_tokens(cli, tmp_path: Path, command: str) -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("nan.npy", "NaN or infinity"),
-        ("inf.npy", "NaN or infinity"),
-        ("negative.npy", "negative"),
-        ("rows.npy", "do not sum to 1"),
+        ("nan.npy", "FAIL finite"),
+        ("inf.npy", "FAIL finite"),
+        ("negative.npy", "FAIL non-negative"),
+        ("rows.npy", "FAIL rows sum to 1"),
         ("rank6.npy", "expected (q, k)"),
         ("text.npy", "not numbers"),
         ("truncated.npy", "not a readable .npy"),

@@ -214,8 +214,8 @@ def test_a_pooled_model_map_measures_each_key_as_the_full_map_does(models, kind:
 
 
 def test_sinks_are_hidden_at_length_pooled_and_whole(cli, tmp_path: Path) -> None:
-    from attnviz.analysis.heads import check_attention
     from attnviz.engine.attention import Attention
+    from attnviz.engine.checks import check_attention
     from attnviz.engine.core import causal_mask
     from attnviz.render.scale import readable
 

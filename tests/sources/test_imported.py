@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.analysis.heads import check_attention, head_patterns, rollout
+from attnviz.analysis.heads import head_patterns, rollout
+from attnviz.engine.checks import check_attention
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.sources.arrays import file_stack, load_attention_array
 

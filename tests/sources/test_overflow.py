@@ -200,7 +200,7 @@ def test_real_stderr_holds_one_line_and_no_warning(tmp_path, monkeypatch) -> Non
     write_tiny_bert(tmp_path / "hb", tensor_changes=_every_f32(3e38))
     _llama_with_f32(tmp_path / "big.gguf", 1e10, monkeypatch)
     for args, message in (
-        (("heatmap", "--from", "big.npy", "-o", "out.png"), "some rows do not sum to 1"),
+        (("heatmap", "--from", "big.npy", "-o", "out.png"), "FAIL rows sum to 1"),
         (("heatmap", "--model-dir", "hb", "the", "cat"), "the embeddings give NaN or infinity"),
         (("generate", "--model-file", "big.gguf", "-n", "3", "the", "cat"), "layer 1 gives NaN or infinity"),
     ):
