@@ -210,7 +210,8 @@ def shown(page: Page, html_action: str) -> Page | None:
 
 
 def start_of(parts: list[dict[str, Any]], layer: int | None, heads: Sequence[int] | None) -> dict[str, Any]:
-    """Where the page starts: ``layer`` (a layer's number, among those included) and the first of ``heads``."""
+    """Where the page starts: ``layer`` (a layer's number, among those included), the first of ``heads`` and
+    ``heads`` themselves, which the head view draws overlaid (as bertviz's, every head when None)."""
     numbers = [entry["layer"] for entry in parts[0]["layers"]]
     if layer is not None and layer not in numbers:
         raise UsageError(f"layer {layer} is not among the layers shown ({', '.join(map(str, numbers))})")
@@ -218,7 +219,8 @@ def start_of(parts: list[dict[str, Any]], layer: int | None, heads: Sequence[int
     chosen = list(heads or [0])
     if not chosen or not all(0 <= int(h) < count for h in chosen):
         raise UsageError(f"heads must be among 0 to {count - 1}, got {list(heads or [])}")
-    return {"layer": numbers.index(layer) if layer is not None else 0, "head": int(chosen[0])}
+    every = list(range(count)) if heads is None else [int(h) for h in chosen]
+    return {"layer": numbers.index(layer) if layer is not None else 0, "head": int(chosen[0]), "heads": every}
 
 
 def made(function: str, **arguments: Any) -> dict[str, Any]:

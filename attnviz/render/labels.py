@@ -243,7 +243,12 @@ def distinct_labels(tokens: tuple[str, ...] | list[str], width: int, *, table: b
     """Abbreviated tokens (in a ``table``, as :func:`table_token` shows them); a label shown more than once gets its
     position as a subscript (the₀, the₄), whether the tokens are the same or only look it ('the' and ' the')."""
     labels = [table_token(t, width) if table else abbreviate(t, width) for t in tokens]
+    return [label + mark for label, mark in zip(labels, position_marks(labels), strict=True)]
+
+
+def position_marks(labels: Sequence[str]) -> list[str]:
+    """Each label's position as a subscript ('₄') where the label is shown more than once (the same but for white
+    space at its ends), else '': the one rule of :func:`distinct_labels`, which pages carry beside their tokens."""
     counts = Counter(label.strip() for label in labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-    shared = {label for label, count in counts.items() if count > 1}
-    return [label + str(i).translate(subscript) if label.strip() in shared else label for i, label in enumerate(labels)]
+    return [str(i).translate(subscript) if counts[label.strip()] > 1 else "" for i, label in enumerate(labels)]

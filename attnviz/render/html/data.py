@@ -19,8 +19,8 @@ import numpy as np
 from ...engine.attention import Attention
 from ...engine.sinks import described_sinks, key_mass
 from ...engine.view import Sink, View
-from ..labels import describe_parts, visible_token
-from ..scale import choose_scale, colour_floor, sink_column
+from ..labels import describe_parts, position_marks, visible_token
+from ..scale import choose_scale, colour_floor, readable, sink_column
 
 if TYPE_CHECKING:
     from ...engine.stack import AttentionStack
@@ -87,6 +87,15 @@ def map_sinks(att: Attention, index: int, found: Sequence[Sink] | None = None) -
     return [{**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
 
 
+def auto_scales(att: Attention, index: int) -> list[str]:
+    """The colour scale ``heatmap --head`` chooses for map ``index`` (:func:`readable`), with its sinks shown
+    (or marked) and with them hidden (what is left decides): the scale its figure and its JSON name."""
+    one = att.select(index)
+    if att.view.pooled is not None or att.view.hidden:  # its sinks were dealt with before it came here
+        return [str(readable(one).view.scale)] * 2
+    return [str(readable(one, sinks=mode).view.scale) for mode in ("show", "hide")]
+
+
 def heading_parts(att: Attention) -> list[str]:
     """The configuration line of a layer, without what the page switches (sinks, colour scale)."""
     return describe_parts(replace(att, view=View(pooled=att.view.pooled)))
@@ -111,6 +120,7 @@ def layer_entry(
                 "weight": encode(att.weights[index], encoding),
                 "sinks": map_sinks(att, index, None if sinks is None else sinks[index]),
                 "hidden": list(hidden[index]) if hidden else [],
+                "scales": auto_scales(att, index),
             }
         )
     return {"layer": att.config.get("layer", 0), "heading": heading_parts(att), "mask": mask, "maps": maps}
@@ -135,10 +145,14 @@ def part_entry(
         for k, att in enumerate(layers)
     ]
     pooled = None if first.view.pooled is None else first.view.pooled.as_json()
+    queries = [visible_token(t) for t in first.tokens]
+    keys = None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens]
     return {
         "name": name,
-        "queries": [visible_token(t) for t in first.tokens],
-        "keys": None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens],
+        "queries": queries,
+        "keys": keys,
+        "query_marks": position_marks(queries),  # the terminal's the₀, the₄: a token shown twice named by position
+        "key_marks": None if keys is None else position_marks(keys),
         "padding": [bool(p) for p in first.padding] or None,
         "key_padding": [bool(p) for p in first.key_padding] or None,
         "tokens": None if tokens is None else [visible_token(t) for t in tokens],
