@@ -11,6 +11,7 @@ from typing import Any
 from rich.cells import cell_len as _char_cells
 
 from ..engine.attention import Attention
+from ..engine.view import View
 from ..sources.text import graphemes
 
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
@@ -179,14 +180,21 @@ def describe_parts(att: Attention) -> list[str]:
     if c.get("layer_sinks_hidden"):  # a rollout: each layer's map without its own sinks
         named = f"key{'s' if len(c['layer_sinks_hidden']) > 1 else ''} {shortened(c['layer_sinks_hidden'], 'keys')}"
         parts.append(f"each layer's sinks hidden ({named}): rows renormalised")
-    elif view.hidden:
-        hidden = shortened(view.hidden, "keys")
-        parts.append(f"sinks hidden (key{'s' if len(view.hidden) > 1 else ''} {hidden}): rows renormalised")
-    elif view.sinks and view.sink_mode == "mark":
-        parts.append("sinks marked: " + shortened([f"key {s.key} ({s.mass:.0%})" for s in view.sinks], "sinks"))
+    elif said := sinks_said(view):
+        parts.append(said)
     if view.scale in ("log", "power") and view.pooled is None:
         parts.append(f"{'log' if view.scale == 'log' else 'square-root'} colour scale")
     return parts
+
+
+def sinks_said(view: View) -> str:
+    """What a heading says of a map's sinks: hidden (the keys, rows renormalised), or marked (each key's share)."""
+    if view.hidden:
+        hidden = shortened(view.hidden, "keys")
+        return f"sinks hidden (key{'s' if len(view.hidden) > 1 else ''} {hidden}): rows renormalised"
+    if view.sinks and view.sink_mode == "mark":
+        return "sinks marked: " + shortened([f"key {s.key} ({s.mass:.0%})" for s in view.sinks], "sinks")
+    return ""
 
 
 LISTED = 8  # entries a heading lists in full; past that, the first four, the last and how many

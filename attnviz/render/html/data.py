@@ -19,7 +19,7 @@ import numpy as np
 from ...engine.attention import Attention
 from ...engine.sinks import described_sinks, key_mass
 from ...engine.view import Sink, View
-from ..labels import describe_parts, position_marks, visible_token
+from ..labels import describe_parts, position_marks, sinks_said, visible_token
 from ..scale import choose_scale, colour_floor, readable, sink_column
 
 if TYPE_CHECKING:
@@ -87,6 +87,14 @@ def map_sinks(att: Attention, index: int, found: Sequence[Sink] | None = None) -
     return [{**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
 
 
+def sinks_phrases(found: Sequence[dict[str, Any]], hidden: Sequence[int]) -> dict[str, str]:
+    """What the heading says of a map's sinks marked, and hidden (by the page, or by its source before pooling),
+    in the figure's words."""
+    sinks = tuple(Sink(s["key"], s["token"], s["mass"]) for s in found)
+    keys = tuple(hidden) or tuple(s.key for s in sinks)
+    return {"mark": sinks_said(View(sinks=sinks, sink_mode="mark")), "hide": sinks_said(View(hidden=keys))}
+
+
 def auto_scales(att: Attention, index: int) -> list[str]:
     """The colour scale ``heatmap --head`` chooses for map ``index`` (:func:`readable`), with its sinks shown
     (or marked) and with them hidden (what is left decides): the scale its figure and its JSON name."""
@@ -114,13 +122,15 @@ def layer_entry(
         mask = masks.index(packed)
     maps = []
     for index, label in enumerate(att.head_labels):
+        found = map_sinks(att, index, None if sinks is None else sinks[index])
         maps.append(
             {
                 "label": label,
                 "weight": encode(att.weights[index], encoding),
-                "sinks": map_sinks(att, index, None if sinks is None else sinks[index]),
+                "sinks": found,
                 "hidden": list(hidden[index]) if hidden else [],
                 "scales": auto_scales(att, index),
+                "said": sinks_phrases(found, hidden[index] if hidden else ()),
             }
         )
     return {"layer": att.config.get("layer", 0), "heading": heading_parts(att), "mask": mask, "maps": maps}

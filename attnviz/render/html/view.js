@@ -147,10 +147,8 @@
     }
   }
   function sinkPhrase(p, entry) {
-    const hidden = hiddenKeys(p, entry);
-    if (hidden.length) return "sinks hidden (key" + (hidden.length > 1 ? "s " : " ") + hidden.join(", ") + "): rows renormalised";
-    if (state.sinks === "mark" && entry.sinks.length)
-      return "sinks marked: " + entry.sinks.map((s) => "key " + s.key + " (" + Math.round(s.mass * 100) + "%)").join(", ");
+    if (hiddenKeys(p, entry).length) return entry.said.hide;  // as the figure's heading words it (render.labels.sinks_said)
+    if (state.sinks === "mark" && entry.sinks.length) return entry.said.mark;
     return "";
   }
   let labelNote = "";
@@ -180,7 +178,9 @@
     const labels = layerOf().maps.map((mp) => mp.label), first = labels[0].split(" · ");
     const layer = first.length > 1 ? first[0] + " · " : "";
     if (!state.heads.length) return layer + "no head chosen: click a head's colour";
-    const names = state.heads.map((h) => shortLabel(labels[h]).replace(/^head /, ""));
+    if (state.heads.length === labels.length) return layer + "all " + labels.length + " heads overlaid";
+    const names = state.heads.map((h) => shortLabel(labels[h]).replace(/^head /, ""));  // as render.labels.shortened
+    if (names.length > 8) return layer + "heads " + names.slice(0, 4).join(", ") + ", … " + names[names.length - 1] + " (" + names.length + " heads) overlaid";
     return layer + "heads " + names.slice(0, -1).join(", ") + " and " + names[names.length - 1] + " overlaid";
   }
 
@@ -380,9 +380,13 @@
     const keyBox = $("key-labels"), queryBox = $("query-labels");
     keyBox.replaceChildren(); queryBox.replaceChildren();
     const chars = Math.max(4, Math.floor(room / (font * 0.62)));
+    const fitted = (side, index) => {  // whole when it fits the room measured for the labels (widest), else cut
+      const whole = named(p, side, index, 16);
+      return measure.measureText(whole).width <= room ? whole : named(p, side, index, chars);
+    };
     const qPad = p.padding || [], kPad = p.key_padding || p.padding || [];
     for (let j = cols[0]; j < cols[1]; j += colStep) {
-      const label = el("div", named(p, "key", j, chars), "key-label" + (kPad[j] ? " padding" : ""));
+      const label = el("div", fitted("key", j), "key-label" + (kPad[j] ? " padding" : ""));
       label.style.left = left + (j - cols[0] + 0.5) * cell + "px";
       label.style.top = top - 4 + "px";
       label.style.fontSize = font + "px";
@@ -390,7 +394,7 @@
       keyBox.append(label);
     }
     for (let i = rows[0]; i < rows[1]; i += rowStep) {
-      const label = el("div", named(p, "query", i, chars), "query-label" + (qPad[i] ? " padding" : ""));
+      const label = el("div", fitted("query", i), "query-label" + (qPad[i] ? " padding" : ""));
       label.style.top = top + (i - rows[0] + 0.5) * cell + "px";
       label.style.left = left - 4 - room + "px";
       label.style.width = room + "px";
@@ -563,13 +567,13 @@
           if (allowed && !allowed[i * M + j]) continue;
           const weight = w[i * M + j];
           if (maps.length === 1) other[k].number.textContent = hidden.includes(j) ? "hidden" : number(weight);
-          if (weight > 0.002) its.push([i, j, weight, map]);
+          if (weight > 0.002 && !hidden.includes(j)) its.push([i, j, weight, map]);  // a hidden sink: no line, as the figure
         }
         said.push(readout(p, active, its, maps.length > 1 ? map : null));
       } else {
         for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
           const weight = w[i * M + j];
-          if (weight >= data.min_weight && (!allowed || allowed[i * M + j])) its.push([i, j, weight, map]);
+          if (weight >= data.min_weight && (!allowed || allowed[i * M + j]) && !hidden.includes(j)) its.push([i, j, weight, map]);
         }
       }
       for (const link of its) links.push(link);
