@@ -68,7 +68,8 @@ def page_data(
         "attnviz": __version__,
         "view": view,
         "parts": list(parts),
-        "start": {"part": 0, "layer": layer, "head": head, "heads": list(heads or [head]), "scale": scale, "sinks": sinks},
+        "start": {"part": 0, "layer": layer, "head": head, "heads": list(heads or [head])}
+        | {"scale": scale, "sinks": sinks},
         "style": style_entry(style),
         "made": made,
         "min_weight": min_weight,

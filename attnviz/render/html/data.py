@@ -186,7 +186,7 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
         views = [stack.view(position, k) for k in range(len(att.head_labels))]
         sinks.append([view.sinks or () for view in views] if pooled else None)
         hidden.append([view.hidden for view in views])
-    return part_entry(
+    part = part_entry(
         name,
         layers,
         encoding_for([layers]),
@@ -194,6 +194,18 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
         hidden=hidden if any(any(h) for h in hidden) else (),
         tokens=stack.tokens if pooled else None,
     )
+    return {**part, "model_scales": model_scales(stack)}
+
+
+def model_scales(stack: AttentionStack) -> list[str]:
+    """The model view's one colour scale for all its maps (:func:`~attnviz.render.model.model_scale`), with each
+    map's sinks shown (or marked) and with them hidden: the scale ``heatmap --all-layers`` draws its tiles in."""
+    from ..model import model_scale
+
+    shown = model_scale(stack, "auto")[0]
+    if stack.rows is not None or stack.recorded or stack.key_mass is not None:  # its sinks dealt with already
+        return [shown, shown]
+    return [shown, model_scale(stack.with_sinks("hide"), "auto")[0]]
 
 
 def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None = None) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def step_entry(generation: Generation, step: int, asked: ColourScale, sinks: str
 
 def steps_entry(generation: Generation, sampling: dict[str, Any], asked: ColourScale, sinks: str) -> dict[str, Any]:
     """The page's ``steps``: the prompt and written tokens, every step's row, and whose attention it is."""
-    prompt, written = [visible_token(t) for t in generation.prompt_tokens], [visible_token(t) for t in generation.tokens]
+    prompt = [visible_token(t) for t in generation.prompt_tokens]
+    written = [visible_token(t) for t in generation.tokens]
     return {
         "about": generation.about(),
         "prompt": prompt,

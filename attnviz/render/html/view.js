@@ -44,7 +44,12 @@
   const queries = (p) => p.queries;
   const keys = (p) => p.keys || p.queries;
   const pooled = (p) => !!p.pooled;
-  const scaleOf = (p, entry) => (state.scale !== "auto" ? state.scale : entry && entry.scales ? entry.scales[state.sinks === "hide" ? 1 : 0] : p.scale);
+  function scaleOf(p, entry) {  // auto: the model view's one scale for every map, as its figure; else each map's own
+    const which = state.sinks === "hide" ? 1 : 0;
+    if (state.scale !== "auto") return state.scale;
+    if (data.view === "model" && part().model_scales) return part().model_scales[which];
+    return entry && entry.scales ? entry.scales[which] : p.scale;
+  }
   function named(p, side, index, chars) {  // a token as the terminal names it (render.labels.distinct_labels): cut to
     // ``chars``, then its position where the page shows it more than once ("the₄"), as the data marks it
     const token = side === "query" ? queries(p)[index] : keys(p)[index];

@@ -94,3 +94,32 @@ def test_a_pages_data_marks_the_tokens_shown_twice(
     assert [t + m for t, m in zip(part["queries"], part["query_marks"], strict=True)] == distinct_labels(
         words.split(), 99
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "text"),
+    [
+        pytest.param("minilm", REPEATED, marks=needs("minilm")),
+        pytest.param("smollm2", "One, two, one, two, one, two.", marks=needs("smollm2")),
+    ],
+)
+@pytest.mark.parametrize("sinks", ["show", "hide"])
+def test_the_model_views_one_scale_is_its_figures(
+    model: str, text: str, sinks: str, tmp_path: Path, cli: Callable[..., Any], loads_once: None
+) -> None:
+    """heatmap --all-layers: the page colours every tile and the map a tile opens in the one scale the model view's
+    figure names on its colour bar."""
+    import attnviz
+    from attnviz.render.model import render_model_figure
+    from attnviz.render.scale import SCALE_NAMES
+
+    page = tmp_path / "page.html"
+    assert cli("heatmap", "--model", model, text, "--all-layers", "--sinks", sinks, "-o", str(page)).code == 0
+    chosen = blob_of(page)["parts"][0]["model_scales"][sinks == "hide"]
+    stack = attnviz.model_stack(model, None, text, None).with_sinks(sinks)  # type: ignore[arg-type]
+    figure = render_model_figure(stack, sinks=sinks)
+    said = {text for drawn in figure.findobj(lambda o: hasattr(o, "labels")) for text in drawn.labels}  # outlines
+    assert "attention weight" + SCALE_NAMES[chosen] in said
+    assert {"attention weight" + SCALE_NAMES[s] for s in ("linear", "log", "power")} & said == {
+        "attention weight" + SCALE_NAMES[chosen]
+    }

@@ -74,6 +74,19 @@ def pages() -> Iterator[dict[str, Any]]:
             assert page is not None
             page.save(folder / f"{name}.html")
             made[name] = (folder / f"{name}.html", heads if heads is not None else list(range(stack.weights.shape[1])))
+    if installed("minilm"):
+        run(
+            "heatmap",
+            "--model",
+            "minilm",
+            REPEATED,
+            "--all-layers",
+            "--sinks",
+            "hide",
+            "-o",
+            str(folder / "model.html"),
+        )
+        made["model"] = folder / "model.html"
     run("lines", *REPEATED.split(), "-o", str(folder / "lines-every.html"))
     made["lines-every"] = (folder / "lines-every.html", [0, 1, 2, 3])  # the seeded layer's four heads, as its figure
     run("lines", *REPEATED.split(), "--head", "2", "-o", str(folder / "lines-one.html"))
@@ -90,6 +103,13 @@ def pages() -> Iterator[dict[str, Any]]:
     shutil.rmtree(folder)
 
 
+def each(browser: Any, selector: str, read: str) -> list[Any]:
+    """``read``, JavaScript of an element ``e``, for every element ``selector`` finds."""
+    return list(
+        browser.execute_script(f"return Array.from(document.querySelectorAll(arguments[0])).map(e => {read})", selector)
+    )
+
+
 def page_data(browser: Any) -> Any:
     return json.loads(browser.execute_script("return document.getElementById('attnviz-data').textContent"))
 
@@ -104,7 +124,8 @@ def needed(pages: dict[str, Any], name: str) -> Any:
     return pages[name]
 
 
-COLUMN = """const [key] = arguments, canvas = document.getElementById('heatmap'), copy = document.createElement('canvas');
+COLUMN = """const [key] = arguments, canvas = document.getElementById('heatmap');
+const copy = document.createElement('canvas');
 copy.width = canvas.width; copy.height = canvas.height;
 const ctx = copy.getContext('2d', { willReadFrequently: true });
 ctx.drawImage(canvas, 0, 0);
@@ -165,11 +186,25 @@ def test_a_hidden_sink_is_drawn_and_said_as_the_figure_and_the_json_say(
     assert problems(browser) == []
 
 
+def test_the_model_view_colours_every_map_in_its_figures_one_scale(browser: Any, pages: dict[str, Any]) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    opened(browser, needed(pages, "model"))
+    scales = page_data(browser)["parts"][0]["model_scales"]
+    for key in (None, Keys.ARROW_RIGHT, Keys.ARROW_DOWN, Keys.ARROW_DOWN):
+        if key:
+            ActionChains(browser).send_keys(key).perform()
+        assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[1]]
+    Select(browser.find_element("id", "choose-sinks")).select_by_value("show")
+    assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[0]]
+    assert problems(browser) == []
+
+
 def drawn_heads(browser: Any) -> dict[int, set[str]]:
     found: dict[int, set[str]] = {}
-    for head, colour in browser.execute_script(
-        "return Array.from(document.querySelectorAll('#links line')).map(l => [+l.dataset.head, l.getAttribute('stroke')])"
-    ):
+    for head, colour in each(browser, "#links line", "[+e.dataset.head, e.getAttribute('stroke')]"):
         found.setdefault(head, set()).add(colour)
     return found
 
@@ -208,9 +243,7 @@ def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: 
 
 
 @pytest.mark.parametrize("name", [name for name, (_, heads) in OVERLAID.items() if heads is None or len(heads) > 1])
-def test_hovering_a_token_shows_its_lines_in_every_heads_colour(
-    browser: Any, pages: dict[str, Any], name: str
-) -> None:
+def test_hovering_a_token_shows_its_lines_in_every_heads_colour(browser: Any, pages: dict[str, Any], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     page, heads = needed(pages, name)
@@ -218,7 +251,7 @@ def test_hovering_a_token_shows_its_lines_in_every_heads_colour(
     token = browser.find_element("css selector", '[data-side="query"][data-index="4"]')
     everything = int(browser.find_element("id", "lines").get_attribute("data-links"))
     ActionChains(browser, duration=0).move_to_element(token).perform()
-    starts = browser.execute_script("return Array.from(document.querySelectorAll('#links line')).map(l => +l.getAttribute('y1'))")
+    starts = each(browser, "#links line", "+e.getAttribute('y1')")
     y = float(token.get_attribute("y"))
     assert starts and all(abs(s - y) < 0.01 for s in starts)  # this token's lines only
     assert len(starts) < everything
@@ -244,14 +277,12 @@ def test_a_page_names_tokens_shown_twice_by_position_as_the_terminal_does(
     names = expected_names(part["queries"])
     twice = [i for i, label in enumerate(names) if label != part["queries"][i]]
     assert twice, "a text with a token twice"
-    labels = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#lines text.token[data-side=query]')).map(e => e.getAttribute('aria-label'))"
-    )
+    labels = each(browser, "#lines text.token[data-side=query]", "e.getAttribute('aria-label')")
     assert labels == [f"query {i}: {label}" for i, label in enumerate(names)]
-    shown = browser.execute_script("return Array.from(document.querySelectorAll('#lines text.token[data-side=key]')).map(e => e.textContent)")
+    shown = each(browser, "#lines text.token[data-side=key]", "e.textContent")
     assert [s for s in shown if "…" not in s] == [n for n in names if len(n) <= 16]
     if browser.find_elements("css selector", ".key-label"):
-        axis = browser.execute_script("return Array.from(document.querySelectorAll('.key-label')).map(e => e.textContent)")
+        axis = each(browser, ".key-label", "e.textContent")
         assert all(label in names or label.endswith("…") for label in axis)
     for i in twice:  # each repeated token's row read out: every token it names, named as the terminal names it
         token = browser.find_element("css selector", f'[data-side="query"][data-index="{i}"]')
@@ -270,16 +301,12 @@ def test_a_page_names_tokens_shown_twice_by_position_as_the_terminal_does(
     assert problems(browser) == []
 
 
-def test_the_generate_page_marks_written_tokens_and_names_them_by_position(
-    browser: Any, pages: dict[str, Any]
-) -> None:
+def test_the_generate_page_marks_written_tokens_and_names_them_by_position(browser: Any, pages: dict[str, Any]) -> None:
     opened(browser, needed(pages, "generate"))
     steps = page_data(browser)["steps"]
     assert "written (underlined)" in text_of(browser, "heading")
     text = rgb(page_data(browser)["style"]["colours"]["text"])
-    marks = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.written-text .token')).map(e => getComputedStyle(e).boxShadow)"
-    )
+    marks = each(browser, ".written-text .token", "getComputedStyle(e).boxShadow")
     prompt = len(steps["prompt"])
     assert all(m == "none" for m in marks[:prompt])
     assert all(f"rgb({text[0]}, {text[1]}, {text[2]})" in m for m in marks[prompt:])  # a line in the text's colour
