@@ -245,8 +245,9 @@ def head_view(
     """bertviz's head view, as one self-contained page: tokens left and right, a line per weight.
 
     Called as ``bertviz.head_view`` is (``attention``: a tuple over layers of (1, heads, queries, keys)
-    arrays or tensors, e.g. a Hugging Face model's ``outputs.attentions``). ``layer`` and the first of
-    ``heads`` are where the page starts. ``html_action='return'`` returns the :class:`Page`
+    arrays or tensors, e.g. a Hugging Face model's ``outputs.attentions``). ``layer`` is where the page starts,
+    ``heads`` the heads it draws overlaid, each in its colour (every head when None, as bertviz's; a swatch per
+    head draws or hides it). ``html_action='return'`` returns the :class:`Page`
     (``.data``, ``.save(path)``); 'view' displays it in the notebook.
     """
     if html_action not in HTML_ACTIONS:
