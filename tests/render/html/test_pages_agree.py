@@ -118,7 +118,8 @@ def test_the_model_views_one_scale_is_its_figures(
     chosen = blob_of(page)["parts"][0]["model_scales"][sinks == "hide"]
     stack = attnviz.model_stack(model, None, text, None).with_sinks(sinks)  # type: ignore[arg-type]
     figure = render_model_figure(stack, sinks=sinks)
-    said = {text for drawn in figure.findobj(lambda o: hasattr(o, "labels")) for text in drawn.labels}  # outlines
+    outlines = figure.findobj(lambda o: hasattr(o, "labels"))  # texts are drawn as outlines, which keep their texts
+    said = {text for drawn in outlines for text in drawn.labels}  # type: ignore[attr-defined]
     assert "attention weight" + SCALE_NAMES[chosen] in said
     assert {"attention weight" + SCALE_NAMES[s] for s in ("linear", "log", "power")} & said == {
         "attention weight" + SCALE_NAMES[chosen]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from bundled import installed
-from chromium import MISSING, browser_fixture, opened, problems  # noqa: F401 (the fixture browser)
+from chromium import LAYOUT, MISSING, browser_fixture, opened, problems  # noqa: F401 (the fixture browser)
 from paths import SHARED_FIXTURES
 
 import attnviz
@@ -50,11 +50,34 @@ NAMED = {  # name: the command of a page whose text has tokens twice
 
 
 def run(*arguments: str) -> str:
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    written = io.BytesIO()
+    out = io.TextIOWrapper(written, encoding="utf-8")
     with contextlib.redirect_stdout(out):
         assert main(list(arguments)) == 0
     out.flush()
-    return out.buffer.getvalue().decode("utf-8")  # type: ignore[attr-defined]
+    return written.getvalue().decode("utf-8")
+
+
+def encoder_decoder(path: Path) -> Path:
+    """An encoder–decoder's head view (bertviz's three kinds of attention), heads 1 and 4 of six overlaid."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    encoder, decoder = ["▁the", "▁cat", "▁sat", "▁on", "▁the", "▁mat", "</s>"], ["<pad>", "▁le", "▁chat", "▁le", "</s>"]
+
+    def maps(n: int, m: int, causal: bool = False) -> tuple[Any, ...]:
+        scores = rng.normal(size=(2, 1, 6, n, m)) * 2
+        if causal:
+            scores = np.where(np.tril(np.ones((n, m))) > 0, scores, -np.inf)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        return tuple(weights / weights.sum(-1, keepdims=True))
+
+    page = attnviz.head_view(encoder_attention=maps(7, 7), decoder_attention=maps(5, 5, causal=True),
+                             cross_attention=maps(5, 7), encoder_tokens=encoder, decoder_tokens=decoder,
+                             heads=[1, 4], html_action="return")  # fmt: skip
+    assert page is not None
+    page.save(path)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +110,14 @@ def pages() -> Iterator[dict[str, Any]]:
             str(folder / "model.html"),
         )
         made["model"] = folder / "model.html"
+    made["encoder-decoder"] = (encoder_decoder(folder / "encoder-decoder.html"), [1, 4])
     run("lines", *REPEATED.split(), "-o", str(folder / "lines-every.html"))
     made["lines-every"] = (folder / "lines-every.html", [0, 1, 2, 3])  # the seeded layer's four heads, as its figure
     run("lines", *REPEATED.split(), "--head", "2", "-o", str(folder / "lines-one.html"))
     made["lines-one"] = (folder / "lines-one.html", [2])
     for name, command in NAMED.items():
-        model = command[command.index("--model") + 1] if "--model" in command else None
-        if model is None or installed(model):
+        given = command[command.index("--model") + 1] if "--model" in command else None
+        if given is None or installed(given):
             run(*command, "-o", str(folder / f"{name}.html"))
             made[name] = folder / f"{name}.html"
     if TINY.is_dir():
@@ -165,6 +189,7 @@ def test_a_hidden_sink_is_drawn_and_said_as_the_figure_and_the_json_say(
     heading = text_of(browser, "heading")
     assert sinks_said(View(hidden=tuple(hidden))) in heading  # in the figure's words: "keys 0 and 4"
     assert ("log colour scale" in heading) == (scale == "log")
+    assert browser.execute_script(LAYOUT) == []
     colours = page_data(browser)["style"]["colours"]
     masked, hatch = rgb(colours["masked"]), rgb(colours["hatch"])
     for key in hidden:  # hatched as the figure's masked cells, no colour of the map and no number written
@@ -213,9 +238,10 @@ def swatch(browser: Any, head: int) -> Any:
     return browser.find_element("css selector", f'.head-swatch[data-head="{head}"]')
 
 
-@pytest.mark.parametrize("name", [*OVERLAID, "lines-every", "lines-one"])
+@pytest.mark.parametrize("name", [*OVERLAID, "lines-every", "lines-one", "encoder-decoder"])
 def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: dict[str, Any], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
 
     page, heads = needed(pages, name)
     opened(browser, page)
@@ -231,6 +257,7 @@ def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: 
     assert len({colours[h % len(colours)] for h in heads}) == len(heads)
     title = text_of(browser, "map-title")
     assert title.endswith(" overlaid") if len(heads) > 1 else title.endswith(f"head {heads[0]}")
+    assert browser.execute_script(LAYOUT) == []
     other = next((h for h in range(count) if h not in heads), heads[0])  # every head drawn: the one hidden
     swatch(browser, heads[0]).click()  # hidden
     assert set(drawn_heads(browser)) == set(heads[1:])
@@ -239,6 +266,10 @@ def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: 
     ActionChains(browser).double_click(swatch(browser, other)).perform()  # alone
     assert set(drawn_heads(browser)) == {other}
     assert browser.execute_script("return document.body.dataset.heads") == str(other)
+    if browser.find_elements("id", "choose-part"):  # another kind of attention keeps the heads chosen
+        Select(browser.find_element("id", "choose-part")).select_by_index(2)
+        assert set(drawn_heads(browser)) == {other}
+        assert text_of(browser, "map-title").startswith("Cross · ")
     assert problems(browser) == []
 
 
