@@ -591,6 +591,7 @@
       links.length = Math.min(links.length, 1500);
     }
     const fragment = document.createDocumentFragment();
+    links.sort((a, b) => a[2] - b[2]);  // the strongest drawn last, over the others (of every head)
     for (const [i, j, weight, map] of links) {
       fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: map.colour, "stroke-opacity": (0.15 + 0.85 * Math.min(1, weight)).toFixed(3), "stroke-width": (0.7 + 4 * weight).toFixed(2), "data-head": map.head }));
     }
