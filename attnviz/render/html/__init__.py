@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._version import __version__
+from ..lines import lines_drawn
 from .data import QUANTISED_FLOOR, attention_part, page_bins, part_entry, stack_part, style_entry
 from .page import VIEWS, json_blob, page_bytes, page_html
 
@@ -73,6 +74,7 @@ def page_data(
         "style": style_entry(style),
         "made": made,
         "min_weight": min_weight,
+        "lines_said": lines_drawn(min_weight),
         "quantised_floor": QUANTISED_FLOOR,
         "precision": precision(),
     }

@@ -166,6 +166,7 @@
     const sink = overlaid.length > 1 ? overlaidSinks(p, overlaid) : sinkPhrase(p, entry);
     if (sink) parts.push(sink);
     if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p, entry)]) parts.push(SCALE_PHRASE[scaleOf(p, entry)]);
+    if (data.view === "lines") parts.push(data.lines_said);  // as the lines figure's heading
     if (selects.scale) selects.scale.options[0].textContent = "auto (" + scaleOf(p, entry) + ")";
     if (p.encoding === "u8") parts.push(data.precision);
     if (labelNote) parts.push(labelNote);

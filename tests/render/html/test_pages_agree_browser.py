@@ -24,6 +24,7 @@ import attnviz
 from attnviz.cli import main
 from attnviz.engine.view import View
 from attnviz.render.labels import distinct_labels, sinks_said
+from attnviz.render.lines import lines_drawn
 from attnviz.render.scale import SCALE_NAMES
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
@@ -113,7 +114,7 @@ def pages() -> Iterator[dict[str, Any]]:
     made["encoder-decoder"] = (encoder_decoder(folder / "encoder-decoder.html"), [1, 4])
     run("lines", *REPEATED.split(), "-o", str(folder / "lines-every.html"))
     made["lines-every"] = (folder / "lines-every.html", [0, 1, 2, 3])  # the seeded layer's four heads, as its figure
-    run("lines", *REPEATED.split(), "--head", "2", "-o", str(folder / "lines-one.html"))
+    run("lines", *REPEATED.split(), "--head", "2", "--min-weight", "0.2", "-o", str(folder / "lines-one.html"))
     made["lines-one"] = (folder / "lines-one.html", [2])
     for name, command in NAMED.items():
         given = command[command.index("--model") + 1] if "--model" in command else None
@@ -241,6 +242,7 @@ def swatch(browser: Any, head: int) -> Any:
 @pytest.mark.parametrize("name", [*OVERLAID, "lines-every", "lines-one", "encoder-decoder"])
 def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: dict[str, Any], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     page, heads = needed(pages, name)
@@ -258,9 +260,11 @@ def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: 
     title = text_of(browser, "map-title")
     assert title.endswith(" overlaid") if len(heads) > 1 else title.endswith(f"head {heads[0]}")
     assert browser.execute_script(LAYOUT) == []
+    assert text_of(browser, "heading").endswith(" · " + lines_drawn(page_data(browser)["min_weight"]))  # the figure's
     other = next((h for h in range(count) if h not in heads), heads[0])  # every head drawn: the one hidden
-    swatch(browser, heads[0]).click()  # hidden
+    swatch(browser, heads[0]).send_keys(Keys.ENTER)  # hidden, from the keyboard
     assert set(drawn_heads(browser)) == set(heads[1:])
+    assert swatch(browser, heads[0]).get_attribute("aria-pressed") == "false"
     swatch(browser, other).click()  # drawn (again)
     assert set(drawn_heads(browser)) == {*heads[1:], other}
     ActionChains(browser).double_click(swatch(browser, other)).perform()  # alone
