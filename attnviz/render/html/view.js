@@ -225,7 +225,7 @@
       menu("sentences", "Sentences", [["all", "all"], ["aa", "A → A"], ["bb", "B → B"], ["ab", "A → B"], ["ba", "B → A"]], state.sentences, (v) => { state.sentences = v; state.active = null; show(true); });
   }
   function buildSwatches() {  // bertviz's head view: a swatch per head in its colour; a click draws or hides the head,
-    // a double click draws it alone (the Head menu and ← → choose one head)
+    // a double click draws it alone (← → choose one head; the Head menu, hidden, follows)
     state.heads = state.heads.filter((h) => h < layerOf().maps.length);
     selects.head.parentElement.hidden = true;
     const group = el("div", null, "control head-swatches");
@@ -491,9 +491,9 @@
   function drawn() {  // the maps the lines draw: the head view's chosen heads overlaid, each in its colour; else the map shown
     if (data.view !== "lines" || (state.heads.length === 1 && state.heads[0] === state.head)) {
       const s = shown();
-      return { p: s.p, maps: [{ layer: s.layer, head: s.head, colour: headColour(state.head), label: state.head }] };
+      return { p: s.p, maps: [{ layer: s.layer, head: s.head, colour: headColour(state.head) }] };
     }
-    return { p: part(), maps: state.heads.map((h) => ({ layer: state.layer, head: h, colour: headColour(h), label: h })) };
+    return { p: part(), maps: state.heads.map((h) => ({ layer: state.layer, head: h, colour: headColour(h) })) };
   }
   function drawLines() {
     const { p, maps } = drawn(), { rows, cols } = ranges();
