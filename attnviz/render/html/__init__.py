@@ -52,6 +52,7 @@ def page_data(
     layer: int = 0,
     head: int = 0,
     heads: Sequence[int] | None = None,
+    together: bool = False,
     scale: str = "auto",
     sinks: str = "show",
     min_weight: float = 0.05,
@@ -59,7 +60,8 @@ def page_data(
 ) -> dict[str, Any]:
     """Everything the page's script reads: the parts, where it starts, the style and how it was made;
     ``extra``: what a view draws beside or in place of maps (``grid``: :mod:`.grid`; ``explain``: :mod:`.explained`;
-    ``steps``: :mod:`.steps`); ``heads``: those the head view (``lines``) draws overlaid, from ``head``."""
+    ``steps``: :mod:`.steps`); ``heads``: those the head view (``lines``) draws overlaid, from ``head``;
+    ``together``: each layer's sinks found over its maps together, as a figure of every head finds them."""
     if parts:
         first = parts[0]
         layer = max(0, min(layer, len(first["layers"]) - 1))
@@ -70,7 +72,7 @@ def page_data(
         "view": view,
         "parts": list(parts),
         "start": {"part": 0, "layer": layer, "head": head, "heads": list(heads or [head])}
-        | {"scale": scale, "sinks": sinks},
+        | {"scale": scale, "sinks": sinks, "together": together},
         "style": style_entry(style),
         "made": made,
         "min_weight": min_weight,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.attention import Attention
-from ...engine.sinks import described_sinks, key_mass
+from ...engine.sinks import described_sinks, find_sinks, key_mass
 from ...engine.view import Sink, View
 from ..labels import describe_parts, position_marks, sinks_said, visible_token
 from ..scale import choose_scale, colour_floor, readable, sink_column
@@ -217,7 +217,22 @@ def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None 
         known = tokens if tokens is not None and len(tokens) == att.view.pooled.tokens else None
         return part_entry(name, [att], encoding_for([[att]]), sinks=[[found] * count],
                           hidden=[[hidden] * count] if hidden else (), tokens=known)  # fmt: skip
-    return part_entry(name, [att], encoding_for([[att]]))
+    part = part_entry(name, [att], encoding_for([[att]]))
+    return {**part, "layers": [{**part["layers"][0], "together": together(att)}]}
+
+
+def together(att: Attention) -> dict[str, Any] | None:
+    """The layer's sinks found over its maps together, as a figure of every head finds them (one set, marked in or
+    hidden from every map), with that figure's colour scale (sinks shown, and hidden) and words: what a page of a
+    command without --head draws. None for a map whose sinks were hidden before it came here."""
+    if att.view.hidden:
+        return None
+    sinks = [
+        {**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)}
+        for s in find_sinks(att)
+    ]
+    scales = [str(readable(att, sinks=mode).view.scale) for mode in ("show", "hide")]
+    return {"sinks": sinks, "scales": scales, "said": sinks_phrases(sinks, ())}
 
 
 def style_entry(style: FigureStyle) -> dict[str, Any]:

@@ -34,6 +34,9 @@
 
   // ---- the data: parts, layers, maps, decoded when first shown ----
   data.parts.forEach((p, k) => { p.id = "p" + k; if (p.exact) p.exact.id = "x" + k; });
+  if (start.together)  // a command without --head: each layer's sinks (and their scale) found over its maps together,
+    // as the figure of every head finds them; else each map's own, as the figure of that head
+    for (const p of data.parts) for (const layer of p.layers) for (const entry of layer.maps) if (layer.together) Object.assign(entry, layer.together);
   const part = () => data.parts[state.part];
   function shown() {  // the map drawn: the chosen one, or its every-token copy when the page holds one (pooled pages)
     const p = part(), exact = p.exact;

@@ -124,3 +124,28 @@ def test_the_model_views_one_scale_is_its_figures(
     assert {"attention weight" + SCALE_NAMES[s] for s in ("linear", "log", "power")} & said == {
         "attention weight" + SCALE_NAMES[chosen]
     }
+
+
+@pytest.mark.parametrize(("model", "text", "layer"), CASES)
+@pytest.mark.parametrize("sinks", ["mark", "hide"])
+def test_a_page_without_head_finds_the_sinks_its_figure_of_every_head_finds(
+    model: str, text: str, layer: int, sinks: str, tmp_path: Path, cli: Callable[..., Any], loads_once: None
+) -> None:
+    """heatmap without --head draws every head with the sinks of the heads together, one colour scale: its page
+    starts so (``together``), as its JSON says; with --head, each map its own (test above)."""
+    page = tmp_path / "page.html"
+    command = ["heatmap", "--model", model, text, "--layer", str(layer), "--sinks", sinks]
+    assert cli(*command, "-o", str(page)).code == 0
+    blob = blob_of(page)
+    assert blob["start"]["together"] is True
+    together = blob["parts"][0]["layers"][0]["together"]
+    run = cli(*command, "--json")
+    assert run.code == 0, run.err
+    config = json.loads(run.out)["config"]
+    assert [s["key"] for s in together["sinks"]] == [s["key"] for s in config["sinks"]]
+    assert together["scales"][sinks == "hide"] == config["color_scale"]
+    assert config.get("sinks_hidden", []) == ([s["key"] for s in together["sinks"]] if sinks == "hide" else [])
+    lines = cli("lines", "--model", model, text, "--layer", str(layer), "--sinks", sinks, "-o", str(page))
+    assert lines.code == 0 and blob_of(page)["start"]["together"] is True
+    assert cli(*command, "--head", "1", "-o", str(page)).code == 0
+    assert blob_of(page)["start"]["together"] is False

@@ -30,10 +30,13 @@ from attnviz.render.scale import SCALE_NAMES
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 TINY = SHARED_FIXTURES / "hf-tiny" / "llama-tiny"
 REPEATED = "the cat sat on the mat and the dog sat on the cat"
-HIDDEN = {  # name: model, text, layer, head (heatmap --sinks hide): heads whose figure is log, and linear
+HIDDEN: dict[str, tuple[str, str, int, int | None]] = {  # name: model, text, layer, --head (heatmap --sinks hide):
+    # heads whose figure is log, and linear; without --head, the sinks of the heads together
     "minilm-issue": ("minilm", "the cat sat on the mat", 1, 2),
     "minilm-linear": ("minilm", REPEATED, 1, 0),
+    "minilm-together": ("minilm", REPEATED, 2, None),
     "smollm2": ("smollm2", REPEATED, 2, 3),
+    "smollm2-together": ("smollm2", "the cat sat on the mat and the dog sat on the cat. The end.", 3, None),
     "gemma3": ("gemma3", REPEATED, 1, 1),
 }
 OVERLAID = {  # name: model, heads given to head_view (None: bertviz's every head)
@@ -87,7 +90,8 @@ def pages() -> Iterator[dict[str, Any]]:
     made: dict[str, Any] = {}
     for name, (model, text, layer, head) in HIDDEN.items():
         if installed(model):
-            command = ["heatmap", "--model", model, text, "--layer", str(layer), "--head", str(head), "--sinks", "hide"]
+            chosen = [] if head is None else ["--head", str(head)]
+            command = ["heatmap", "--model", model, text, "--layer", str(layer), *chosen, "--sinks", "hide"]
             run(*command, "-o", str(folder / f"{name}.html"))
             made[name] = (folder / f"{name}.html", json.loads(run(*command, "--json"))["config"])
     for name, (model, heads) in OVERLAID.items():
@@ -202,13 +206,18 @@ def test_a_hidden_sink_is_drawn_and_said_as_the_figure_and_the_json_say(
     at = (-over.size["width"] / 2 + cell * (hidden[0] + 0.5), -over.size["height"] / 2 + cell * 1.5)
     ActionChains(browser, duration=0).move_to_element_with_offset(over, *at).perform()
     assert text_of(browser, "tooltip").endswith("hidden (an attention sink): the row renormalised without it")
-    maps = page_data(browser)["parts"][0]["layers"][0]["maps"]
-    head = int(page_data(browser)["start"]["head"])
-    step = 1 if head + 1 < len(maps) else -1
+    layer = page_data(browser)["parts"][0]["layers"][0]
+    start = page_data(browser)["start"]
+    head, step = int(start["head"]), 1 if int(start["head"]) + 1 < len(layer["maps"]) else -1
     ActionChains(browser).send_keys(Keys.ARROW_RIGHT if step == 1 else Keys.ARROW_LEFT).perform()
-    assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[maps[head + step]["scales"][1]]
+    scales = layer["together"]["scales"] if start["together"] else layer["maps"][head + step]["scales"]
+    assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[1]]
+    if start["together"]:  # without --head: the same keys hidden from every head, as its figure hides them
+        assert sinks_said(View(hidden=tuple(hidden))) in text_of(browser, "heading")
+        for key in hidden:
+            assert all(on_segment(c, masked, hatch) for c in browser.execute_script(COLUMN, key)), f"key {key}"
     Select(browser.find_element("id", "choose-sinks")).select_by_value("show")
-    assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[maps[head + step]["scales"][0]]
+    assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[0]]
     assert problems(browser) == []
 
 
