@@ -178,10 +178,15 @@
     $("map-title").textContent = (p.name ? p.name + " · " : "") + title;
     document.title = "attnviz · " + title;
   }
-  function overlaidSinks(p, maps) {  // each head's sinks phrase: once when the heads' agree, else head by head
-    const phrases = maps.map((map) => sinkPhrase(p, p.layers[map.layer].maps[map.head]));
-    if (phrases.every((phrase) => phrase === phrases[0])) return phrases[0];
-    return maps.map((map, k) => phrases[k] && shortLabel(p.layers[map.layer].maps[map.head].label) + ": " + phrases[k]).filter(Boolean).join("; ");
+  function overlaidSinks(p, maps) {  // the heads' sinks phrases: once when they agree, else each with its heads
+    const heads = new Map();
+    for (const map of maps) {
+      const phrase = sinkPhrase(p, p.layers[map.layer].maps[map.head]);
+      if (!heads.has(phrase)) heads.set(phrase, []);
+      heads.get(phrase).push(map.head);
+    }
+    if (heads.size === 1) return [...heads.keys()][0];
+    return [...heads].filter(([phrase]) => phrase).map(([phrase, hs]) => phrase + " (head" + (hs.length > 1 ? "s " : " ") + hs.join(", ") + ")").join("; ");
   }
   function overlaidTitle() {  // "layer 1 · heads 2 and 5 overlaid"
     const labels = layerOf().maps.map((mp) => mp.label), first = labels[0].split(" · ");
