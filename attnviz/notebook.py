@@ -302,13 +302,15 @@ def shown(page: Page, html_action: str) -> Page | None:
 
 
 def start_of(parts: list[dict[str, Any]], layer: Any, heads: Any) -> dict[str, Any]:
-    """Where the page starts: ``layer`` (a layer's number, among those included) and the first of ``heads``."""
+    """Where the page starts: ``layer`` (a layer's number, among those included), the first of ``heads`` and
+    ``heads`` themselves, which the head view draws overlaid (as bertviz's, every head when None)."""
     numbers = [entry["layer"] for entry in parts[0]["layers"]]
     if layer is not None and whole_number(layer, "layer") not in numbers:
         raise UsageError(f"layer {layer} is not among the layers shown ({', '.join(map(str, numbers))})")
     count = len(parts[0]["layers"][0]["maps"])
     chosen = indices_of(heads, "heads", count, "head") or (0,)
-    return {"layer": numbers.index(int(layer)) if layer is not None else 0, "head": chosen[0]}
+    every = list(range(count)) if heads is None else [int(h) for h in chosen]
+    return {"layer": numbers.index(int(layer)) if layer is not None else 0, "head": int(chosen[0]), "heads": every}
 
 
 def checked_action(html_action: Any) -> str:
@@ -349,8 +351,9 @@ def head_view(
     """bertviz's head view, as one self-contained page: tokens left and right, a line per weight.
 
     Called as ``bertviz.head_view`` is (``attention``: a tuple over layers of (1, heads, queries, keys)
-    arrays or tensors, e.g. a Hugging Face model's ``outputs.attentions``). ``layer`` and the first of
-    ``heads`` are where the page starts. ``html_action='return'`` returns the :class:`Page`
+    arrays or tensors, e.g. a Hugging Face model's ``outputs.attentions``). ``layer`` is where the page starts,
+    ``heads`` the heads it draws overlaid, each in its colour (every head when None, as bertviz's; a swatch per
+    head draws or hides it). ``html_action='return'`` returns the :class:`Page`
     (``.data``, ``.save(path)``); 'view' displays it in the notebook.
     """
     action = checked_action(html_action)

@@ -33,6 +33,12 @@ PAGES: dict[str, tuple[list[str], bool, int | str, str]] = {
         40,
         "1400,960",
     ),
+    "smollm2-head-view": (
+        ["lines", "--model", "smollm2", "One, two, one, two, one, two", "--layer", "18"],
+        False,
+        8,
+        "1400,800",
+    ),
     "minilm-heads": (["heads", "--model", "minilm", "--file", "samples/sentence.txt"], False, "5/9", "1400,900"),
     "smollm2-explain": (
         ["explain", "--model", "smollm2", "--file", "samples/sentence.txt", "--layer", "3", "--head", "2"],

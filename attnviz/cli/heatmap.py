@@ -184,7 +184,7 @@ def heatmap_page(
     shape = layer.shape(want)
     shown = (len(layers) if layers else shape.layers) if all_layers else 1
     want = dataclasses.replace(want, bins=html.page_bins(shape.tokens, shown * shape.maps, pooled=pool is not None))
-    start = {"head": head or 0, "scale": color_scale, "sinks": sinks}
+    start = {"head": head or 0, "scale": color_scale, "sinks": sinks, "together": head is None and not all_layers}
     one = dataclasses.replace(want, heads=None if mean else (head or 0,), bins=None)  # the first map, whole
     if all_layers:
         stack = layer.stack(want)

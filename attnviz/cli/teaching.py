@@ -477,7 +477,9 @@ def lines(
         shape = layer.shape(want)
         att = layer.attention(replace(want, bins=html.page_bins(shape.tokens, shape.maps)))
         made = figure_description("lines", att, figure.style, head=head, min_weight=min_weight)
-        start: dict[str, Any] = {"head": head or 0, "sinks": sinks, "min_weight": min_weight}
+        every = list(range(len(att.head_labels)))  # as the figure: --head draws one head, else every head (overlaid)
+        start: dict[str, Any] = {"head": head or 0, "heads": every if head is None else [head], "sinks": sinks,
+                                 "min_weight": min_weight, "together": head is None}  # fmt: skip
         tokens = None if layer.external else layer.tokens
         output.write_page(
             figure, lambda: html.attention_page(att, figure.style, made, view="lines", tokens=tokens, **start)

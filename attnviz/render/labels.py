@@ -11,6 +11,7 @@ from typing import Any
 from rich.cells import cell_len as _char_cells
 
 from ..engine.attention import Attention
+from ..engine.view import View
 from ..sources.text import graphemes
 
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
@@ -179,14 +180,21 @@ def describe_parts(att: Attention) -> list[str]:
     if c.get("layer_sinks_hidden"):  # a rollout: each layer's map without its own sinks
         named = f"key{'s' if len(c['layer_sinks_hidden']) > 1 else ''} {shortened(c['layer_sinks_hidden'], 'keys')}"
         parts.append(f"each layer's sinks hidden ({named}): rows renormalised")
-    elif view.hidden:
-        hidden = shortened(view.hidden, "keys")
-        parts.append(f"sinks hidden (key{'s' if len(view.hidden) > 1 else ''} {hidden}): rows renormalised")
-    elif view.sinks and view.sink_mode == "mark":
-        parts.append("sinks marked: " + shortened([f"key {s.key} ({s.mass:.0%})" for s in view.sinks], "sinks"))
+    elif said := sinks_said(view):
+        parts.append(said)
     if view.scale in ("log", "power") and view.pooled is None:
         parts.append(f"{'log' if view.scale == 'log' else 'square-root'} colour scale")
     return parts
+
+
+def sinks_said(view: View) -> str:
+    """What a heading says of a map's sinks: hidden (the keys, rows renormalised), or marked (each key's share)."""
+    if view.hidden:
+        hidden = shortened(view.hidden, "keys")
+        return f"sinks hidden (key{'s' if len(view.hidden) > 1 else ''} {hidden}): rows renormalised"
+    if view.sinks and view.sink_mode == "mark":
+        return "sinks marked: " + shortened([f"key {s.key} ({s.mass:.0%})" for s in view.sinks], "sinks")
+    return ""
 
 
 LISTED = 8  # entries a heading lists in full; past that, the first four, the last and how many
@@ -243,7 +251,12 @@ def distinct_labels(tokens: tuple[str, ...] | list[str], width: int, *, table: b
     """Abbreviated tokens (in a ``table``, as :func:`table_token` shows them); a label shown more than once gets its
     position as a subscript (the₀, the₄), whether the tokens are the same or only look it ('the' and ' the')."""
     labels = [table_token(t, width) if table else abbreviate(t, width) for t in tokens]
+    return [label + mark for label, mark in zip(labels, position_marks(labels), strict=True)]
+
+
+def position_marks(labels: Sequence[str]) -> list[str]:
+    """Each label's position as a subscript ('₄') where the label is shown more than once (the same but for white
+    space at its ends), else '': the one rule of :func:`distinct_labels`, which pages carry beside their tokens."""
     counts = Counter(label.strip() for label in labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-    shared = {label for label, count in counts.items() if count > 1}
-    return [label + str(i).translate(subscript) if label.strip() in shared else label for i, label in enumerate(labels)]
+    return [str(i).translate(subscript) if counts[label.strip()] > 1 else "" for i, label in enumerate(labels)]

@@ -283,6 +283,11 @@ def _draw_links(
     ax.set_axis_off()
 
 
+def lines_drawn(min_weight: float) -> str:
+    """What a heading says of the lines drawn (the figure's and the head view page's)."""
+    return f"lines of weight ≥ {min_weight:g}; opacity and width by weight"
+
+
 def _rgb(colour: str) -> tuple[float, float, float]:
     return tuple(int(colour[k : k + 2], 16) / 255 for k in (1, 3, 5))  # type: ignore[return-value]
 
@@ -312,7 +317,7 @@ def render_lines_figure(
     width = style.figure_size(0.5, wide=panels > 2)[0]
     fixed = style.size is not None or style.preset == "slide"
     pad, gap = font * 0.8, font * 1.5
-    parts = [*describe_parts(att), f"lines of weight ≥ {min_weight:g}; opacity and width by weight"]
+    parts = [*describe_parts(att), lines_drawn(min_weight)]
     legend = lines_height(1, style.scaled(0.8)) + pad if layout == "overlay" and count > 1 else 0.0
     columns = lines_height(1, font)  # the column titles, over the first row of panels: every panel's are the same
     per_row = lines_height(1, font) + TITLE_PAD + font  # each panel's title

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._version import __version__
+from ..lines import lines_drawn
 from .data import QUANTISED_FLOOR, attention_part, page_bins, part_entry, stack_part, style_entry
 from .page import VIEWS, json_blob, page_bytes, page_html
 
@@ -50,6 +51,8 @@ def page_data(
     *,
     layer: int = 0,
     head: int = 0,
+    heads: Sequence[int] | None = None,
+    together: bool = False,
     scale: str = "auto",
     sinks: str = "show",
     min_weight: float = 0.05,
@@ -57,19 +60,23 @@ def page_data(
 ) -> dict[str, Any]:
     """Everything the page's script reads: the parts, where it starts, the style and how it was made;
     ``extra``: what a view draws beside or in place of maps (``grid``: :mod:`.grid`; ``explain``: :mod:`.explained`;
-    ``steps``: :mod:`.steps`)."""
+    ``steps``: :mod:`.steps`); ``heads``: those the head view (``lines``) draws overlaid, from ``head``;
+    ``together``: each layer's sinks found over its maps together, as a figure of every head finds them."""
     if parts:
         first = parts[0]
         layer = max(0, min(layer, len(first["layers"]) - 1))
         head = max(0, min(head, len(first["layers"][layer]["maps"]) - 1))
+        heads = sorted({int(h) for h in heads or [head] if 0 <= h < len(first["layers"][layer]["maps"])}) or [head]
     return (extra or {}) | {
         "attnviz": __version__,
         "view": view,
         "parts": list(parts),
-        "start": {"part": 0, "layer": layer, "head": head, "scale": scale, "sinks": sinks},
+        "start": {"part": 0, "layer": layer, "head": head, "heads": list(heads or [head])}
+        | {"scale": scale, "sinks": sinks, "together": together},
         "style": style_entry(style),
         "made": made,
         "min_weight": min_weight,
+        "lines_said": lines_drawn(min_weight),
         "quantised_floor": QUANTISED_FLOOR,
         "precision": precision(),
     }

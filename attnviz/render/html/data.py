@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.attention import Attention
-from ...engine.sinks import described_sinks, key_mass
+from ...engine.sinks import described_sinks, find_sinks, key_mass
 from ...engine.view import Sink, View
-from ..labels import describe_parts, visible_token
-from ..scale import choose_scale, colour_floor, sink_column
+from ..labels import describe_parts, position_marks, sinks_said, visible_token
+from ..scale import choose_scale, colour_floor, readable, sink_column
 
 if TYPE_CHECKING:
     from ...engine.stack import AttentionStack
@@ -87,6 +87,23 @@ def map_sinks(att: Attention, index: int, found: Sequence[Sink] | None = None) -
     return [{**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
 
 
+def sinks_phrases(found: Sequence[dict[str, Any]], hidden: Sequence[int]) -> dict[str, str]:
+    """What the heading says of a map's sinks marked, and hidden (by the page, or by its source before pooling),
+    in the figure's words."""
+    sinks = tuple(Sink(s["key"], s["token"], s["mass"]) for s in found)
+    keys = tuple(hidden) or tuple(s.key for s in sinks)
+    return {"mark": sinks_said(View(sinks=sinks, sink_mode="mark")), "hide": sinks_said(View(hidden=keys))}
+
+
+def auto_scales(att: Attention, index: int) -> list[str]:
+    """The colour scale ``heatmap --head`` chooses for map ``index`` (:func:`readable`), with its sinks shown
+    (or marked) and with them hidden (what is left decides): the scale its figure and its JSON name."""
+    one = att.select(index)
+    if att.view.pooled is not None or att.view.hidden:  # its sinks were dealt with before it came here
+        return [str(readable(one).view.scale)] * 2
+    return [str(readable(one, sinks=mode).view.scale) for mode in ("show", "hide")]
+
+
 def heading_parts(att: Attention) -> list[str]:
     """The configuration line of a layer, without what the page switches (sinks, colour scale)."""
     return describe_parts(replace(att, view=View(pooled=att.view.pooled)))
@@ -105,12 +122,15 @@ def layer_entry(
         mask = masks.index(packed)
     maps = []
     for index, label in enumerate(att.head_labels):
+        found = map_sinks(att, index, None if sinks is None else sinks[index])
         maps.append(
             {
                 "label": label,
                 "weight": encode(att.weights[index], encoding),
-                "sinks": map_sinks(att, index, None if sinks is None else sinks[index]),
+                "sinks": found,
                 "hidden": list(hidden[index]) if hidden else [],
+                "scales": auto_scales(att, index),
+                "said": sinks_phrases(found, hidden[index] if hidden else ()),
             }
         )
     return {"layer": att.config.get("layer", 0), "heading": heading_parts(att), "mask": mask, "maps": maps}
@@ -135,10 +155,14 @@ def part_entry(
         for k, att in enumerate(layers)
     ]
     pooled = None if first.view.pooled is None else first.view.pooled.as_json()
+    queries = [visible_token(t) for t in first.tokens]
+    keys = None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens]
     return {
         "name": name,
-        "queries": [visible_token(t) for t in first.tokens],
-        "keys": None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens],
+        "queries": queries,
+        "keys": keys,
+        "query_marks": position_marks(queries),  # the terminal's the₀, the₄: a token shown twice named by position
+        "key_marks": None if keys is None else position_marks(keys),
         "padding": [bool(p) for p in first.padding] or None,
         "key_padding": [bool(p) for p in first.key_padding] or None,
         "tokens": None if tokens is None else [visible_token(t) for t in tokens],
@@ -162,7 +186,7 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
         views = [stack.view(position, k) for k in range(len(att.head_labels))]
         sinks.append([view.sinks or () for view in views] if pooled else None)
         hidden.append([view.hidden for view in views])
-    return part_entry(
+    part = part_entry(
         name,
         layers,
         encoding_for([layers]),
@@ -170,6 +194,18 @@ def stack_part(stack: AttentionStack, name: str = "") -> dict[str, Any]:
         hidden=hidden if any(any(h) for h in hidden) else (),
         tokens=stack.tokens if pooled else None,
     )
+    return {**part, "model_scales": model_scales(stack)}
+
+
+def model_scales(stack: AttentionStack) -> list[str]:
+    """The model view's one colour scale for all its maps (:func:`~attnviz.render.model.model_scale`), with each
+    map's sinks shown (or marked) and with them hidden: the scale ``heatmap --all-layers`` draws its tiles in."""
+    from ..model import model_scale
+
+    shown = model_scale(stack, "auto")[0]
+    if stack.rows is not None or stack.recorded or stack.key_mass is not None:  # its sinks dealt with already
+        return [shown, shown]
+    return [shown, model_scale(stack.with_sinks("hide"), "auto")[0]]
 
 
 def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None = None) -> dict[str, Any]:
@@ -181,7 +217,22 @@ def attention_part(att: Attention, name: str = "", tokens: Sequence[str] | None 
         known = tokens if tokens is not None and len(tokens) == att.view.pooled.tokens else None
         return part_entry(name, [att], encoding_for([[att]]), sinks=[[found] * count],
                           hidden=[[hidden] * count] if hidden else (), tokens=known)  # fmt: skip
-    return part_entry(name, [att], encoding_for([[att]]))
+    part = part_entry(name, [att], encoding_for([[att]]))
+    return {**part, "layers": [{**part["layers"][0], "together": together(att)}]}
+
+
+def together(att: Attention) -> dict[str, Any] | None:
+    """The layer's sinks found over its maps together, as a figure of every head finds them (one set, marked in or
+    hidden from every map), with that figure's colour scale (sinks shown, and hidden) and words: what a page of a
+    command without --head draws. None for a map whose sinks were hidden before it came here."""
+    if att.view.hidden:
+        return None
+    sinks = [
+        {**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)}
+        for s in find_sinks(att)
+    ]
+    scales = [str(readable(att, sinks=mode).view.scale) for mode in ("show", "hide")]
+    return {"sinks": sinks, "scales": scales, "said": sinks_phrases(sinks, ())}
 
 
 def style_entry(style: FigureStyle) -> dict[str, Any]:

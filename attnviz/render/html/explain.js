@@ -59,6 +59,8 @@
   const qi = () => ex.queries[state.at];
   const symbols = ex.own ? ["q", "k_j", "v_j"] : ["q = x_i W_Q", (ex.cross ? "k_j = c_j W_K" : "k_j = x_j W_K"), (ex.cross ? "v_j = c_j W_V" : "v_j = x_j W_V")];
   const cutNote = shown < ex.d_k ? " (first " + shown + " of " + ex.d_k + ")" : "";
+  const named = (tokens, marks, j, chars) => (chars ? cut(tokens[j], Math.max(1, chars - marks[j].length)) : tokens[j]) + marks[j];  // the₄
+  const query = (i, chars) => named(ex.tokens, ex.query_marks, i, chars), key = (j, chars) => named(ex.keys, ex.key_marks, j, chars);
   const panel = el("section", null, "explain");
   panel.id = "explain";
   panel.setAttribute("aria-label", "one query step by step");
@@ -69,7 +71,7 @@
   wrap.append(el("span", "Query"));
   const select = el("select");
   select.id = "choose-query";
-  ex.queries.forEach((entry, k) => { const o = el("option", entry.query + ": " + cut(ex.tokens[entry.query], 24)); o.value = String(k); select.append(o); });
+  ex.queries.forEach((entry, k) => { const o = el("option", entry.query + ": " + query(entry.query, 24)); o.value = String(k); select.append(o); });
   select.value = String(state.at);
   select.addEventListener("change", () => choose(+select.value));
   wrap.append(select);
@@ -90,11 +92,11 @@
     table.append(el("div", title, "step-title head"));
   const rows = [];
   for (let j = 0; j < m; j++) {
-    const label = el("div", cut(ex.keys[j], 18), "key-token");
+    const label = el("div", key(j, 18), "key-token");
     label.tabIndex = 0;
     label.dataset.key = String(j);
     label.setAttribute("role", "button");
-    label.setAttribute("aria-label", "key " + j + ": " + ex.keys[j]);
+    label.setAttribute("aria-label", "key " + j + ": " + key(j));
     const bars = [0, 1, 2].map(() => {
       const c = el("div", null, "bar-cell"), track = el("div", null, "track");
       track.append(el("div", null, "bar"));
@@ -126,14 +128,14 @@
   function readout() {
     const e = qi(), j = state.key;
     if (j === null) return;
-    const said = "key " + j + " “" + cut(ex.keys[j], 40) + "”: q·k_j " + fixed(e.dots[j], 3) + " · " + scaled + " → " + fixed(e.scores[j], 3) +
+    const said = "key " + j + " “" + key(j, 40) + "”: q·k_j " + fixed(e.dots[j], 3) + " · " + scaled + " → " + fixed(e.scores[j], 3) +
       (e.scores[j] === null ? "" : " · w_j " + fixed(e.weights[j], 4));
     $("readout").textContent = said;
   }
   function mark() { rows.forEach((r, j) => r.label.classList.toggle("active", state.key === j)); }
   function draw() {
     const e = qi(), i = e.query;
-    const token = cut(ex.tokens[i], 30);
+    const token = query(i, 30);
     $("heading").textContent = ["query " + i + " “" + token + "”", "head " + ex.head, ...ex.heading].join(" · ");
     $("map-title").textContent = "query " + i + " “" + token + "” · head " + ex.head;
     document.title = "attnviz · explain query " + i;

@@ -6,6 +6,7 @@
   const { data, style, $, el, cut, cmap } = attnviz;  // page.js
   const run = data.steps;
   const steps = run.steps, n = run.prompt.length, tokens = [...run.prompt, ...run.written];
+  const named = (j, chars) => cut(tokens[j], Math.max(1, chars - (run.marks[j] || "").length)) + (run.marks[j] || "");  // the₀, the₄
 
   function luminance(rgb) {
     const lin = rgb.map((v) => { const c = v / 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); });
@@ -46,7 +47,7 @@
     const span = el("span", token, "token" + (j >= n ? " written" : ""));
     span.tabIndex = -1;
     span.dataset.key = String(j);
-    span.setAttribute("aria-label", "token " + j + ": " + token);
+    span.setAttribute("aria-label", "token " + j + ": " + token + (run.marks[j] || "") + (j >= n ? " (written)" : " (prompt)"));
     const activate = () => { state.key = j; readout(); };
     span.addEventListener("mouseenter", activate);
     span.addEventListener("focus", activate);
@@ -83,10 +84,10 @@
     const entry = steps[state.step - 1], query = n + state.step - 1;
     let said;
     if (state.key !== null && state.key <= query) {
-      said = "token " + state.key + " “" + cut(tokens[state.key], 40) + "”: weight " + number(entry.weights[state.key]) + " from “" + cut(tokens[query], 30) + "”";
+      said = "token " + state.key + " “" + named(state.key, 40) + "”: weight " + number(entry.weights[state.key]) + " from “" + named(query, 30) + "”";
     } else {
       const top = entry.weights.map((w, j) => [w === null ? -1 : w, j]).sort((a, b) => b[0] - a[0]).slice(0, 5);
-      said = "step " + state.step + ": “" + cut(tokens[query], 30) + "” (token " + query + ") attends most to " + top.map(([w, j]) => "“" + cut(tokens[j], 20) + "” " + number(w)).join(", ");
+      said = "step " + state.step + ": “" + named(query, 30) + "” (token " + query + ") attends most to " + top.map(([w, j]) => "“" + named(j, 20) + "” " + number(w)).join(", ");
     }
     $("readout").textContent = said;
   }
@@ -103,9 +104,9 @@
       span.style.background = "rgb(" + c.join(",") + ")";
       span.style.color = luminance(c) > 0.179 ? "#000" : "#fff";
     });
-    count.textContent = state.step + " of " + steps.length + " · “" + cut(tokens[query], 24) + "”";
+    count.textContent = state.step + " of " + steps.length + " · “" + named(query, 24) + "”";
     slider.value = String(state.step);
-    $("map-title").textContent = "step " + state.step + ": the weights “" + cut(tokens[query], 30) + "” gives the text so far";
+    $("map-title").textContent = "step " + state.step + ": the weights “" + named(query, 30) + "” gives the text so far";
     drawLegend(entry);
     readout();
     document.body.dataset.shown = String(state.step);

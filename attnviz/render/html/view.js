@@ -12,6 +12,7 @@
   const state = {
     part: start.part, layer: start.layer, head: start.head, scale: start.scale || "auto",
     sinks: start.sinks, sentences: "all", active: null, hover: null,
+    heads: start.heads || [start.head],  // the head view's heads overlaid (bertviz's), each in its colour
   };
 
   // ---- the theme and preset: CSS variables (the style's own rules read them) ----
@@ -33,6 +34,9 @@
 
   // ---- the data: parts, layers, maps, decoded when first shown ----
   data.parts.forEach((p, k) => { p.id = "p" + k; if (p.exact) p.exact.id = "x" + k; });
+  if (start.together)  // a command without --head: each layer's sinks (and their scale) found over its maps together,
+    // as the figure of every head finds them; else each map's own, as the figure of that head
+    for (const p of data.parts) for (const layer of p.layers) for (const entry of layer.maps) if (layer.together) Object.assign(entry, layer.together);
   const part = () => data.parts[state.part];
   function shown() {  // the map drawn: the chosen one, or its every-token copy when the page holds one (pooled pages)
     const p = part(), exact = p.exact;
@@ -43,7 +47,19 @@
   const queries = (p) => p.queries;
   const keys = (p) => p.keys || p.queries;
   const pooled = (p) => !!p.pooled;
-  const scaleOf = (p) => (state.scale === "auto" ? p.scale : state.scale);
+  function scaleOf(p, entry) {  // auto: the model view's one scale for every map, as its figure; else each map's own
+    const which = state.sinks === "hide" ? 1 : 0;
+    if (state.scale !== "auto") return state.scale;
+    if (data.view === "model" && part().model_scales) return part().model_scales[which];
+    return entry && entry.scales ? entry.scales[which] : p.scale;
+  }
+  function named(p, side, index, chars) {  // a token as the terminal names it (render.labels.distinct_labels): cut to
+    // ``chars``, then its position where the page shows it more than once ("the₄"), as the data marks it
+    const token = side === "query" ? queries(p)[index] : keys(p)[index];
+    const mark = ((side === "query" ? p.query_marks : p.key_marks || p.query_marks) || [])[index] || "";
+    return (chars ? cut(token, Math.max(1, chars - mark.length)) : token) + mark;
+  }
+  const hiddenColumns = (p, entry) => (pooled(p) ? [] : hiddenKeys(p, entry));  // drawn as the figures draw them: hatched
 
   const lut = new Float64Array(256);
   for (let q = 1; q < 256; q++) lut[q] = Math.exp(Math.log(data.quantised_floor) * (1 - (q - 1) / 254));
@@ -139,10 +155,8 @@
     }
   }
   function sinkPhrase(p, entry) {
-    const hidden = hiddenKeys(p, entry);
-    if (hidden.length) return "sinks hidden (key" + (hidden.length > 1 ? "s " : " ") + hidden.join(", ") + "): rows renormalised";
-    if (state.sinks === "mark" && entry.sinks.length)
-      return "sinks marked: " + entry.sinks.map((s) => "key " + s.key + " (" + Math.round(s.mass * 100) + "%)").join(", ");
+    if (hiddenKeys(p, entry).length) return entry.said.hide;  // as the figure's heading words it (render.labels.sinks_said)
+    if (state.sinks === "mark" && entry.sinks.length) return entry.said.mark;
     return "";
   }
   let labelNote = "";
@@ -151,14 +165,37 @@
     const parts = [...layer.heading];
     const whole = part().pooled;
     if (p !== part()) parts.push("this map at every token (the others " + whole.method + "-pooled into " + whole.bins + " × " + whole.bins + " bins)");
-    const sink = sinkPhrase(p, entry);
+    const overlaid = data.view === "lines" ? drawn().maps : [];
+    const sink = overlaid.length > 1 ? overlaidSinks(p, overlaid) : sinkPhrase(p, entry);
     if (sink) parts.push(sink);
-    if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p)]) parts.push(SCALE_PHRASE[scaleOf(p)]);
+    if (!pooled(p) && data.view !== "lines" && SCALE_PHRASE[scaleOf(p, entry)]) parts.push(SCALE_PHRASE[scaleOf(p, entry)]);
+    if (data.view === "lines") parts.push(data.lines_said);  // as the lines figure's heading
+    if (selects.scale) selects.scale.options[0].textContent = "auto (" + scaleOf(p, entry) + ")";
     if (p.encoding === "u8") parts.push(data.precision);
     if (labelNote) parts.push(labelNote);
     $("heading").textContent = parts.join(" · ");
-    $("map-title").textContent = (p.name ? p.name + " · " : "") + entry.label;
-    document.title = "attnviz · " + entry.label;
+    const title = data.view === "lines" && overlaid.length !== 1 ? overlaidTitle() : entry.label;
+    $("map-title").textContent = (p.name ? p.name + " · " : "") + title;
+    document.title = "attnviz · " + title;
+  }
+  function overlaidSinks(p, maps) {  // the heads' sinks phrases: once when they agree, else each with its heads
+    const heads = new Map();
+    for (const map of maps) {
+      const phrase = sinkPhrase(p, p.layers[map.layer].maps[map.head]);
+      if (!heads.has(phrase)) heads.set(phrase, []);
+      heads.get(phrase).push(map.head);
+    }
+    if (heads.size === 1) return [...heads.keys()][0];
+    return [...heads].filter(([phrase]) => phrase).map(([phrase, hs]) => phrase + " (head" + (hs.length > 1 ? "s " : " ") + hs.join(", ") + ")").join("; ");
+  }
+  function overlaidTitle() {  // "layer 1 · heads 2 and 5 overlaid"
+    const labels = layerOf().maps.map((mp) => mp.label), first = labels[0].split(" · ");
+    const layer = first.length > 1 ? first[0] + " · " : "";
+    if (!state.heads.length) return layer + "no head chosen: click a head's colour";
+    if (state.heads.length === labels.length) return layer + "all " + labels.length + " heads overlaid";
+    const names = state.heads.map((h) => shortLabel(labels[h]).replace(/^head /, ""));  // as render.labels.shortened
+    if (names.length > 8) return layer + "heads " + names.slice(0, 4).join(", ") + ", … " + names[names.length - 1] + " (" + names.length + " heads) overlaid";
+    return layer + "heads " + names.slice(0, -1).join(", ") + " and " + names[names.length - 1] + " overlaid";
   }
 
   // ---- controls: menus, and the arrow keys ----
@@ -184,6 +221,7 @@
     menu("layer", "Layer", p.layers.map((l, k) => [k, "layer " + l.layer]), state.layer, (v) => choose(+v, state.head));
     if (p.layers.length < 2) selects.layer.parentElement.hidden = true;
     menu("head", "Head", layerOf().maps.map((mp, k) => [k, shortLabel(mp.label)]), state.head, (v) => choose(state.layer, +v));
+    if (data.view === "lines") buildSwatches();
     if (data.view !== "lines") menu("scale", "Colour", [["auto", "auto (" + p.scale + ")"], ["linear", "linear"], ["log", "log"], ["power", "square root"]], state.scale, (v) => { state.scale = v; show(true); });
     const fixed = p.layers.some((l) => l.maps.some((mp) => mp.hidden.length));
     const sinkOptions = fixed ? [["hide", "hidden (before pooling)"]] : pooled(p) ? [["show", "shown"], ["mark", "marked"]] : [["show", "shown"], ["mark", "marked"], ["hide", "hidden"]];
@@ -194,11 +232,40 @@
     if (p.sentence_b_start !== null && p.sentence_b_start !== undefined)
       menu("sentences", "Sentences", [["all", "all"], ["aa", "A → A"], ["bb", "B → B"], ["ab", "A → B"], ["ba", "B → A"]], state.sentences, (v) => { state.sentences = v; state.active = null; show(true); });
   }
+  function buildSwatches() {  // bertviz's head view: a swatch per head in its colour; a click draws or hides the head,
+    // a double click draws it alone (← → choose one head; the Head menu, hidden, follows)
+    state.heads = state.heads.filter((h) => h < layerOf().maps.length);
+    selects.head.parentElement.hidden = true;
+    const group = el("div", null, "control head-swatches");
+    group.id = "head-swatches";
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", "heads drawn");
+    group.append(el("span", "Heads"));
+    layerOf().maps.forEach((mp, h) => {
+      const name = shortLabel(mp.label), button = el("button", name.replace(/^head /, ""), "head-swatch");
+      button.type = "button";
+      button.dataset.head = String(h);
+      button.style.setProperty("--swatch", headColour(h));
+      button.setAttribute("aria-label", name);
+      button.title = name + ": click to draw or hide it, double-click to draw it alone";
+      button.addEventListener("click", () => chooseHeads(state.heads.includes(h) ? state.heads.filter((k) => k !== h) : [...state.heads, h].sort((a, b) => a - b)));
+      button.addEventListener("dblclick", () => chooseHeads([h]));
+      group.append(button);
+    });
+    $("controls").append(group);
+  }
+  function chooseHeads(heads) {
+    state.heads = heads;
+    if (heads.length && !heads.includes(state.head)) state.head = heads[0];
+    selects.head.value = String(state.head);
+    show(false);
+  }
   function shortLabel(label) { return label.includes(" · ") ? label.split(" · ").slice(1).join(" · ") : label; }
   function choose(layer, head) {
-    const p = part();
+    const p = part(), before = state.head;
     state.layer = Math.max(0, Math.min(p.layers.length - 1, layer));
     state.head = Math.max(0, Math.min(layerOf().maps.length - 1, head));
+    if (state.head !== before || !state.heads.length) state.heads = [state.head];  // a layer of its own keeps the heads
     if (selects.layer.value !== String(state.layer)) selects.layer.value = String(state.layer);
     const heads = layerOf().maps.map((mp, k) => [k, shortLabel(mp.label)]);
     if (selects.head.options.length !== heads.length) {
@@ -241,8 +308,8 @@
   function drawHeatmap() {
     const { p, layer, head } = shown(), { rows, cols } = ranges();
     const n = rows[1] - rows[0], m = cols[1] - cols[0], M = keys(p).length;
-    const w = weights(p, layer, head), allowed = mask(p, layer);
-    const scale = scaleOf(p), floor = p.floor;
+    const w = weights(p, layer, head), allowed = mask(p, layer), entry = p.layers[layer].maps[head];
+    const scale = scaleOf(p, entry), floor = p.floor, hidden = hiddenColumns(p, entry);
     const side = Math.min(style.panel, Math.max(160, window.innerWidth - 24 * style.font));
     const cell = Math.min(side / Math.max(n, m), style.font * 3.6);
     const font = Math.max(style.font * 0.75, Math.min(style.font * 0.85, cell / 1.15));
@@ -263,7 +330,7 @@
     let masked = false;
     for (let i = 0; i < n; i++) for (let j = 0; j < m; j++) {
       const k = (rows[0] + i) * M + cols[0] + j, o = (i * m + j) * 4;
-      if (allowed && !allowed[k]) { masked = true; continue; }
+      if ((allowed && !allowed[k]) || hidden.includes(cols[0] + j)) { masked = true; continue; }
       const rgb = colour(position(w[k], scale, floor));
       image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
     }
@@ -276,7 +343,7 @@
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(small, 0, 0, ctx.canvas.width, ctx.canvas.height);
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    if (cell >= style.font * 2.2 && !pooled(p)) writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor);
+    if (cell >= style.font * 2.2 && !pooled(p)) writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor, hidden);
     if (state.sinks === "mark") markSinks(ctx, p.layers[layer].maps[head], cell, n, cols);
     labelAxes(p, rows, cols, cell, font, rowStep, colStep, room, top, left);
     labelNote = rowStep > 1 || colStep > 1 ? (pooled(p) ? "bins" : "tokens") + " labelled every " + ordinal(Math.max(rowStep, colStep)) : "";
@@ -287,8 +354,8 @@
   function widest(p, rows, cols, rowStep, colStep, font) {  // the longest label shown, in pixels
     measure.font = font + "px " + getComputedStyle(document.body).fontFamily;
     let most = 0;
-    for (let i = rows[0]; i < rows[1]; i += rowStep) most = Math.max(most, measure.measureText(cut(queries(p)[i], 16)).width);
-    for (let j = cols[0]; j < cols[1]; j += colStep) most = Math.max(most, measure.measureText(cut(keys(p)[j], 16)).width);
+    for (let i = rows[0]; i < rows[1]; i += rowStep) most = Math.max(most, measure.measureText(named(p, "query", i, 16)).width);
+    for (let j = cols[0]; j < cols[1]; j += colStep) most = Math.max(most, measure.measureText(named(p, "key", j, 16)).width);
     return most;
   }
   function hatch(ctx) {
@@ -301,14 +368,14 @@
     ctx.fillStyle = ctx.createPattern(tile, "repeat");
     ctx.fillRect(0, 0, ctx.canvas.width, ctx.canvas.height);
   }
-  function writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor) {
+  function writeValues(ctx, w, allowed, M, rows, cols, cell, scale, floor, hidden) {
     const size = Math.min(style.font * 0.8, cell * 0.8 / 2.6);
     if (size < style.font * 0.6) return;
     ctx.font = size + "px " + getComputedStyle(document.body).fontFamily;
     ctx.textAlign = "center"; ctx.textBaseline = "middle";
     for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
       const k = i * M + j;
-      if (allowed && !allowed[k]) continue;
+      if ((allowed && !allowed[k]) || hidden.includes(j)) continue;
       ctx.fillStyle = luminance(colour(position(w[k], scale, floor))) > 0.179 ? "#000" : "#fff";
       ctx.fillText(w[k].toFixed(2), (j - cols[0] + 0.5) * cell, (i - rows[0] + 0.5) * cell);
     }
@@ -327,9 +394,13 @@
     const keyBox = $("key-labels"), queryBox = $("query-labels");
     keyBox.replaceChildren(); queryBox.replaceChildren();
     const chars = Math.max(4, Math.floor(room / (font * 0.62)));
+    const fitted = (side, index) => {  // whole when it fits the room measured for the labels (widest), else cut
+      const whole = named(p, side, index, 16);
+      return measure.measureText(whole).width <= room ? whole : named(p, side, index, chars);
+    };
     const qPad = p.padding || [], kPad = p.key_padding || p.padding || [];
     for (let j = cols[0]; j < cols[1]; j += colStep) {
-      const label = el("div", cut(keys(p)[j], chars), "key-label" + (kPad[j] ? " padding" : ""));
+      const label = el("div", fitted("key", j), "key-label" + (kPad[j] ? " padding" : ""));
       label.style.left = left + (j - cols[0] + 0.5) * cell + "px";
       label.style.top = top - 4 + "px";
       label.style.fontSize = font + "px";
@@ -337,7 +408,7 @@
       keyBox.append(label);
     }
     for (let i = rows[0]; i < rows[1]; i += rowStep) {
-      const label = el("div", cut(queries(p)[i], chars), "query-label" + (qPad[i] ? " padding" : ""));
+      const label = el("div", fitted("query", i), "query-label" + (qPad[i] ? " padding" : ""));
       label.style.top = top + (i - rows[0] + 0.5) * cell + "px";
       label.style.left = left - 4 - room + "px";
       label.style.width = room + "px";
@@ -397,7 +468,7 @@
   });
   over.addEventListener("mouseleave", () => { state.hover = null; hideTip(); drawCursor(); });
   function tokenText(p, side, index) {
-    const label = side === "query" ? queries(p)[index] : keys(p)[index];
+    const label = named(p, side, index);
     if (!pooled(p) || !p.tokens) return label;
     const [a, b] = label.split("–").map(Number);
     const inside = p.tokens.slice(a, (Number.isNaN(b) ? a : b) + 1);
@@ -408,6 +479,7 @@
     const what = pooled(p) ? (p.pooled.method === "max" ? "max weight" : "mean weight") : "weight";
     const said = "query " + query + " “" + tokenText(p, "query", query) + "” → key " + key + " “" + tokenText(p, "key", key) + "”: ";
     if (allowed && !allowed[query * M + key]) return said + "masked (this query may not see this key)";
+    if (hiddenColumns(p, p.layers[layer].maps[head]).includes(key)) return said + "hidden (an attention sink): the row renormalised without it";
     return said + what + " " + number(weights(p, layer, head)[query * M + key]);
   }
   function tip(text, x, y) {
@@ -423,8 +495,16 @@
   // ---- the lines: tokens left (queries) and right (keys), a line per weight, opacity and width by weight
   // (as render/lines.py draws them: 0.15 + 0.85 × weight) ----
   const lines = { rows: [], cols: [] };
+  const headColour = (h) => style.head_colours[h % style.head_colours.length];
+  function drawn() {  // the maps the lines draw: the head view's chosen heads overlaid, each in its colour; else the map shown
+    if (data.view !== "lines" || (state.heads.length === 1 && state.heads[0] === state.head)) {
+      const s = shown();
+      return { p: s.p, maps: [{ layer: s.layer, head: s.head, colour: headColour(state.head) }] };
+    }
+    return { p: part(), maps: state.heads.map((h) => ({ layer: state.layer, head: h, colour: headColour(h) })) };
+  }
   function drawLines() {
-    const p = shown().p, { rows, cols } = ranges();
+    const { p, maps } = drawn(), { rows, cols } = ranges();
     const box = $("lines");
     box.replaceChildren();
     const font = style.font, row = Math.round(font * 1.5);
@@ -446,11 +526,11 @@
     box.append(group);
     lines.rows = []; lines.cols = [];
     const qPad = p.padding || [], kPad = p.key_padding || p.padding || [];
-    const place = (side, index, slot, x, anchor, label, padded) => {
+    const place = (side, index, slot, x, anchor, padded) => {
       const y = top + slot * row + row / 2;
       const text = svg("text", { x, y, "text-anchor": anchor, "dominant-baseline": "central", tabindex: 0, class: "token " + side + (padded ? " padding" : ""), "data-side": side, "data-index": index, role: "button" });
-      text.textContent = cut(label, chars);
-      text.setAttribute("aria-label", side + " " + index + ": " + label);
+      text.textContent = named(p, side, index, chars);
+      text.setAttribute("aria-label", side + " " + index + ": " + named(p, side, index));
       const number = svg("text", { x: side === "query" ? x - labelW - 4 : x + labelW + 4, y, "text-anchor": anchor, "dominant-baseline": "central", class: "number" });
       const activate = () => { state.active = { side, index }; drawActive(); };
       text.addEventListener("mouseenter", activate);
@@ -460,13 +540,13 @@
       box.append(text, number);
       return { text, number, y };
     };
-    for (let i = rows[0]; i < rows[1]; i++) lines.rows.push(place("query", i, i - rows[0], xq - 6, "end", queries(p)[i], qPad[i]));
-    for (let j = cols[0]; j < cols[1]; j++) lines.cols.push(place("key", j, j - cols[0], xk + 6, "start", keys(p)[j], kPad[j]));
+    for (let i = rows[0]; i < rows[1]; i++) lines.rows.push(place("query", i, i - rows[0], xq - 6, "end", qPad[i]));
+    for (let j = cols[0]; j < cols[1]; j++) lines.cols.push(place("key", j, j - cols[0], xk + 6, "start", kPad[j]));
     Object.assign(lines, { group, xq, xk, rows0: rows[0], cols0: cols[0] });
-    if (state.sinks === "mark") {  // outlined as the figures outline a sink's key label
-      const entry = p.layers[shown().layer].maps[shown().head];
-      for (const sink of entry.sinks) {
-        const at = lines.cols[sink.column - cols[0]];
+    if (state.sinks === "mark") {  // outlined as the figures outline a sink's key label (each head's, overlaid)
+      const columns = new Set(maps.flatMap((map) => p.layers[map.layer].maps[map.head].sinks.map((sink) => sink.column)));
+      for (const column of columns) {
+        const at = lines.cols[column - cols[0]];
         if (!at) continue;
         const b = at.text.getBBox();
         box.append(svg("rect", { x: b.x - 3, y: b.y - 2, width: b.width + 6, height: b.height + 4, fill: "none",
@@ -481,10 +561,8 @@
   }
   function drawLinks() {
     if ($("lines-panel").hidden || !lines.group) return;
-    const { p, layer, head } = shown(), M = keys(p).length, w = weights(p, layer, head);
-    const allowed = mask(p, layer), { rows, cols } = ranges();
-    const colourOf = style.head_colours[state.head % style.head_colours.length];
-    const links = [];
+    const { p, maps } = drawn(), M = keys(p).length, { rows, cols } = ranges();
+    const links = [], said = [];
     const active = state.active;
     for (const r of lines.rows) r.number.textContent = "";
     for (const c of lines.cols) c.number.textContent = "";
@@ -492,35 +570,48 @@
     if (active) {
       const mine = active.side === "query" ? lines.rows[active.index - rows[0]] : lines.cols[active.index - cols[0]];
       if (mine) mine.text.classList.add("active");
-      const other = active.side === "query" ? lines.cols : lines.rows;
-      for (let k = 0; k < other.length; k++) {
-        const i = active.side === "query" ? active.index : rows[0] + k, j = active.side === "query" ? cols[0] + k : active.index;
-        if (allowed && !allowed[i * M + j]) continue;
-        const weight = w[i * M + j];
-        other[k].number.textContent = number(weight);
-        if (weight > 0.002) links.push([i, j, weight]);
+    }
+    for (const map of maps) {
+      const w = weights(p, map.layer, map.head), allowed = mask(p, map.layer);
+      const hidden = hiddenColumns(p, p.layers[map.layer].maps[map.head]), its = [];
+      if (active) {
+        const other = active.side === "query" ? lines.cols : lines.rows;
+        for (let k = 0; k < other.length; k++) {
+          const i = active.side === "query" ? active.index : rows[0] + k, j = active.side === "query" ? cols[0] + k : active.index;
+          if (allowed && !allowed[i * M + j]) continue;
+          const weight = w[i * M + j];
+          if (maps.length === 1) other[k].number.textContent = hidden.includes(j) ? "hidden" : number(weight);
+          if (weight > 0.002 && !hidden.includes(j)) its.push([i, j, weight, map]);  // a hidden sink: no line, as the figure
+        }
+        said.push(readout(p, active, its, maps.length > 1 ? map : null));
+      } else {
+        for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
+          const weight = w[i * M + j];
+          if (weight >= data.min_weight && (!allowed || allowed[i * M + j]) && !hidden.includes(j)) its.push([i, j, weight, map]);
+        }
       }
-      $("readout").textContent = readout(active, links);
+      for (const link of its) links.push(link);
+    }
+    if (active) {
+      const head = active.side + " " + active.index + " “" + cut(tokenText(p, active.side, active.index), 60) + "”:";
+      $("readout").textContent = maps.length ? head + (maps.length > 1 ? "\n" : " ") + said.join("\n") : head + " no head chosen";
     } else {
-      for (let i = rows[0]; i < rows[1]; i++) for (let j = cols[0]; j < cols[1]; j++) {
-        const weight = w[i * M + j];
-        if (weight >= data.min_weight && (!allowed || allowed[i * M + j])) links.push([i, j, weight]);
-      }
       links.sort((a, b) => b[2] - a[2]);
       links.length = Math.min(links.length, 1500);
     }
     const fragment = document.createDocumentFragment();
-    for (const [i, j, weight] of links) {
-      fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: colourOf, "stroke-opacity": (0.15 + 0.85 * Math.min(1, weight)).toFixed(3), "stroke-width": (0.7 + 4 * weight).toFixed(2) }));
+    links.sort((a, b) => a[2] - b[2]);  // the strongest drawn last, over the others (of every head)
+    for (const [i, j, weight, map] of links) {
+      fragment.append(svg("line", { x1: lines.xq, y1: lines.rows[i - rows[0]].y, x2: lines.xk, y2: lines.cols[j - cols[0]].y, stroke: map.colour, "stroke-opacity": (0.15 + 0.85 * Math.min(1, weight)).toFixed(3), "stroke-width": (0.7 + 4 * weight).toFixed(2), "data-head": map.head }));
     }
     lines.group.replaceChildren(fragment);
     $("lines").dataset.links = String(links.length);
   }
-  function readout(active, links) {
-    const p = shown().p, side = active.side === "query" ? "query" : "key";
+  function readout(p, active, links, map) {  // the strongest keys of the active token (of ``map``, named, when several are drawn)
     const top = [...links].sort((a, b) => b[2] - a[2]).slice(0, 5);
-    const named = top.map(([i, j, weight]) => "“" + cut(active.side === "query" ? keys(p)[j] : queries(p)[i], 20) + "” " + number(weight));
-    return side + " " + active.index + " “" + cut(tokenText(p, side, active.index), 60) + "”: " + (active.side === "query" ? "attends most to " : "most attended by ") + (named.join(", ") || "nothing");
+    const listed = top.map(([i, j, weight]) => "“" + (active.side === "query" ? named(p, "key", j, 20) : named(p, "query", i, 20)) + "” " + number(weight));
+    const who = map ? shortLabel(p.layers[map.layer].maps[map.head].label) + " " : "";
+    return who + (active.side === "query" ? "attends most to " : "most attended by ") + (listed.join(", ") || "nothing");
   }
   function drawCursor() {
     if ($("heatmap-panel").hidden || !heat.rows) return;
@@ -583,10 +674,10 @@
   function drawTile(tile) {
     const p = part(), l = +tile.dataset.layer, h = +tile.dataset.head;
     const n = queries(p).length, m = keys(p).length;
-    const w = weights(p, l, h), allowed = mask(p, l), scale = scaleOf(p);
-    const image = new ImageData(m, n);
+    const entry = p.layers[l].maps[h], w = weights(p, l, h), allowed = mask(p, l), scale = scaleOf(p, entry);
+    const hidden = hiddenColumns(p, entry), image = new ImageData(m, n);
     for (let k = 0; k < n * m; k++) {
-      if (allowed && !allowed[k]) continue;
+      if ((allowed && !allowed[k]) || hidden.includes(k % m)) continue;
       const rgb = colour(position(w[k], scale, p.floor)), o = k * 4;
       image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
     }
@@ -679,6 +770,10 @@
     if (data.view === "model" && everything) queueTiles();
     if (data.view === "model" || data.view === "heads") markTile();
     document.body.dataset.shown = [state.part, state.layer, state.head].join("/");
+    if (data.view === "lines") {
+      for (const button of document.querySelectorAll(".head-swatch")) button.setAttribute("aria-pressed", String(state.heads.includes(+button.dataset.head)));
+      document.body.dataset.heads = state.heads.join(",");
+    }
   }
   const panels = { heatmap: ["heatmap-panel", "lines-panel"], lines: ["lines-panel"], model: ["tiles", "heatmap-panel", "lines-panel"], heads: ["tiles", "heatmap-panel"], ablate: ["tiles"] }[data.view];
   for (const id of panels) $(id).hidden = false;
@@ -688,7 +783,7 @@
     heads: "Keys: Tab to a head, then the arrows move between heads and Enter opens its map · ← → ↑ ↓ elsewhere: head and layer",
     ablate: "Keys: Tab to a head, then the arrows move between heads; hover or focus a head for its Δ",
   }[data.view];
-  $("keys-help").textContent = help || "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "");
+  $("keys-help").textContent = help || "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "") + (data.view === "lines" ? " · a head's colour: click (or Enter) draws or hides it, double-click draws it alone" : "");
   $("made-text").textContent = JSON.stringify(data.made, null, 2);
   if (data.grid) buildGrid();
   if (data.parts.length) {

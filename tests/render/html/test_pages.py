@@ -168,7 +168,15 @@ def test_head_view_reads_bertviz_input_and_torch_like_tensors() -> None:
     part = blob["parts"][0]
     assert part["queries"] == ["[CLS]", " the", " cat", "sat", "[SEP]"]
     assert [entry["layer"] for entry in part["layers"]] == [0, 1, 2, 3]
-    assert blob["start"] == {"part": 0, "layer": 2, "head": 1, "scale": "auto", "sinks": "show"}
+    assert blob["start"] == {
+        "part": 0,
+        "layer": 2,
+        "head": 1,
+        "heads": [1],
+        "scale": "auto",
+        "sinks": "show",
+        "together": False,
+    }
     assert blob["view"] == "lines"
     weights = page_data.decode(part["layers"][2]["maps"][1]["weight"], part["encoding"], (5, 5))
     np.testing.assert_allclose(weights, attention[2][0, 1], rtol=1e-6)
@@ -374,7 +382,15 @@ def test_a_page_starts_where_the_options_say_and_says_what_it_pooled(tmp_path: P
               "--cmap", "magma", "--preset", "slide", "-o", str(page))  # fmt: skip
     assert run.code == 0
     blob = blob_of(page.read_text(encoding="utf-8"))
-    assert blob["start"] == {"part": 0, "layer": 0, "head": 2, "scale": "power", "sinks": "mark"}
+    assert blob["start"] == {
+        "part": 0,
+        "layer": 0,
+        "head": 2,
+        "heads": [2],
+        "scale": "power",
+        "sinks": "mark",
+        "together": False,
+    }
     assert blob["style"]["theme"] == "dark" and blob["style"]["preset"] == "slide" and blob["style"]["font"] == 24
     assert blob["style"]["cmap"][0] == "#000004" and len(blob["style"]["cmap"]) == 256  # magma's ends
     assert blob["parts"][0]["pooled"] is None and blob["parts"][0]["encoding"] == "f32"

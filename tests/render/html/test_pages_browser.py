@@ -130,7 +130,7 @@ def test_a_token_hovered_or_focused_shows_its_row(browser: Any, pages: dict[str,
     browser.execute_script("arguments[0].focus()", token)
     ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.activeElement.dataset.index") == "4"
-    assert browser.find_element("id", "readout").text.startswith("query 4 “the”")
+    assert browser.find_element("id", "readout").text.startswith("query 4 “the₄”")
     assert len([e for e in browser.find_elements("css selector", "text.number") if e.text]) == 5
     assert shown(browser) == "0/0/0"  # ↑ ↓ on a token walk the tokens, not the layers
 

@@ -175,7 +175,7 @@ def test_the_explain_page_changes_query_with_the_menu_and_the_arrows(browser: An
     assert browser.execute_script("return document.body.dataset.shown") == "0"
     key = browser.find_element("css selector", '[data-key="0"]')
     browser.execute_script("arguments[0].focus()", key)
-    assert browser.find_element("id", "readout").text.startswith("key 0 “the”: q·k_j ")
+    assert browser.find_element("id", "readout").text.startswith("key 0 “the₀”: q·k_j ")
     ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.activeElement.dataset.key") == "1"
     assert browser.find_element("id", "readout").text.endswith("masked")
