@@ -6,10 +6,13 @@ line on stderr and an exit code in :func:`main`, and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import sys
 import textwrap
+import warnings
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -159,6 +162,16 @@ def _flag_help(make: Any) -> Any:
     return help_option
 
 
+@contextlib.contextmanager
+def no_library_warnings() -> Iterator[None]:
+    """Every command's whole run without Python's warnings, whatever -W or PYTHONWARNINGS says: NumPy's
+    RuntimeWarnings (overflow, invalid values) and any library's are for developers, and where they mean the
+    result is wrong a check of the result (np.isfinite) says so in the command's one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error a user can cause ends here as one line on stderr."""
     given = sys.argv[1:] if argv is None else argv
@@ -183,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                 param.metavar = ""  # an on/off flag takes no value: no "<bool>" beside it
         sub.get_help_option = _flag_help(sub.get_help_option)
     try:
-        result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
+        with no_library_warnings():
+            result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
         sys.stdout.flush()
     except typer.TyperException as err:
         if not given:  # `attnviz` alone: the help was the answer
