@@ -92,6 +92,8 @@ def ablate(
     from ..sources.model import model_source
 
     one_output(figure.output, as_json, False)
+    if compare and not estimate:
+        raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
     if not layer.external or layer.from_file is not None:
         raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
@@ -99,8 +101,6 @@ def ablate(
     model = load_model(layer.model, layer.model_dir, layer.model_file)
     if not isinstance(model, Decoder):
         raise UsageError(f"ablate measures a decoder's next-token loss; {printable(model.name)} is an encoder")
-    if compare and not estimate:
-        raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
     encoding = model.encode(layer.text)
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
     if len(encoding.ids) > most:

@@ -317,6 +317,8 @@ def validate(entry: Entry, directory: Path) -> None:
     """Parse the entry with its command's own parser; raise UsageError with what is wrong."""
     import typer
 
+    from .options import FigureRequest
+
     entry.args = command_args(entry, directory / entry.filename)
     command = _command(entry.command)
     try:
@@ -326,7 +328,9 @@ def validate(entry: Entry, directory: Path) -> None:
     values = dict(ctx.params)
     try:
         for group in getattr(command.callback, "option_groups", {}).values():
-            group.take(values)  # builds the layer configuration and the figure style: they check themselves
+            built = group.take(values)  # builds the layer configuration and the figure style: they check themselves
+            if isinstance(built, FigureRequest):
+                built.check(entry.command)
     except AttnvizError as err:
         raise UsageError(str(err)) from None
     try:

@@ -109,9 +109,9 @@ def heatmap(
         return
     if layers is not None and not all_layers:
         raise UsageError("--layers goes with --all-layers (one layer: --layer)")
+    if head is not None and mean:
+        raise UsageError("choose either --head or --mean, not both")
     if output.is_page(figure):
-        if head is not None and mean:
-            raise UsageError("choose either --head or --mean, not both")
         chosen = None if layers is None else opt.parse_layers(layers)
         heatmap_page(layer, figure, head, mean, all_layers, chosen, pool, color_scale, sinks)
         return
@@ -119,8 +119,6 @@ def heatmap(
         chosen = None if layers is None else opt.parse_layers(layers)
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen, sinks)
         return
-    if head is not None and mean:
-        raise UsageError("choose either --head or --mean, not both")
     from ..engine.stack import Want
     from ..sources.layer import LONG_SEQUENCE
 

@@ -137,17 +137,12 @@ def stack_figure_description(command: str, stack: AttentionStack, style: FigureS
     }
 
 
-PAGE_SUFFIXES = (".html", ".htm")
-PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate and generate"
+PAGE_VIEWS = opt.PAGE_VIEWS
 
 
 def is_page(figure: opt.FigureRequest) -> bool:
     """Whether -o asks for a page: --format html, or a file named .html (or .htm) with no --format."""
-    if figure.output is None:
-        return False
-    if figure.fmt is not None:
-        return figure.fmt == "html"
-    return figure.output != "-" and Path(figure.output).suffix.lower() in PAGE_SUFFIXES
+    return figure.page
 
 
 def write_page(figure: opt.FigureRequest, build: Callable[[], bytes]) -> None:
