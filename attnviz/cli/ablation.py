@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .._version import __version__
-from ..errors import UsageError, printable
+from ..errors import AttnvizError, UsageError, printable
 from . import options as opt
 from . import output
 from .entry import app
@@ -16,10 +16,46 @@ from .output import emit, one_output, views
 
 ABLATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "max_tokens", "layer", "from_file", "tokens_file"),
+            "chars", "pair", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
 GRADIENT_TOKENS = 1024  # one forward and one backward pass, keeping each layer's input and heads' outputs
+
+if TYPE_CHECKING:
+    from ..models import Encoding
+    from ..models.decoder import Decoder
+
+
+def taken(model: Decoder, text: str, most: int, command: str) -> Encoding:
+    """The text's tokens as ``command`` runs them (with --max-tokens, its first so many), or one line of why not
+    naming the --max-tokens that would run: more tokens than the model takes, or than ``command`` takes."""
+    from ..models import TooLong
+
+    try:
+        encoding = model.encode(text)
+    except TooLong as long:
+        runs = min(long.longest, most)
+        raise AttnvizError(f"{long}; --max-tokens {runs} runs the first {runs}") from None
+    count = len(encoding.ids)
+    if count > most:
+        given = f"the text is {count:,}" if model.max_tokens is None else f"--max-tokens {model.max_tokens} keeps it"
+        raise UsageError(f"{command} takes at most {most:,} tokens; {given}: --max-tokens {most} runs the first {most}")
+    return encoding
+
+
+def cut_note(encoding: Encoding) -> str:
+    """What a heading says of a text cut by --max-tokens (as the attention views' titles say it), or nothing."""
+    return f"the first {len(encoding.ids):,} of {encoding.total:,} tokens (--max-tokens)" if encoding.total else ""
+
+
+def shown_name(model: Decoder, encoding: Encoding) -> str:
+    """The model's name as a heading shows it: with the cut of its text by --max-tokens, when it was cut."""
+    return " · ".join(part for part in (model.name, cut_note(encoding)) if part)
+
+
+def cut_source(source: dict[str, Any], encoding: Encoding) -> dict[str, Any]:
+    """A JSON document's source, with how many tokens --max-tokens kept of how many, as the attention views'."""
+    return source | ({"max_tokens": {"kept": len(encoding.ids), "tokens": encoding.total}} if encoding.total else {})
 
 
 @app.command()
@@ -98,14 +134,12 @@ def ablate(
         raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
-    model = load_model(layer.model, layer.model_dir, layer.model_file)
-    if not isinstance(model, Decoder):
-        raise UsageError(f"ablate measures a decoder's next-token loss; {printable(model.name)} is an encoder")
-    encoding = model.encode(layer.text)
+    loaded = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(loaded, Decoder):
+        raise UsageError(f"ablate measures a decoder's next-token loss; {printable(loaded.name)} is an encoder")
+    model = loaded.limited(layer.max_tokens)
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
-    if len(encoding.ids) > most:
-        raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most:,} tokens; "
-                         f"the text is {len(encoding.ids):,}")  # fmt: skip
+    encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
     model.resident()  # every ablation reads the layers after its own again
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared
@@ -119,7 +153,8 @@ def ablate(
             exact = run_ablation(model, layer.text, method, target, progress=progress)
         comparison = None if result is None else compared(exact, result)
         result = result or exact
-    source = model_source(model, layer.text, None, encoding.ids)
+    source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
+    name = shown_name(model, encoding)
     from ..render import schema
 
     made = {
@@ -134,17 +169,15 @@ def ablate(
         from ..render import html
         from ..render.html.grid import ablation_grid
 
-        grid = ablation_grid(result, model.name, figure.style, comparison)
+        grid = ablation_grid(result, name, figure.style, comparison)
         output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
         return
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style, comparison),
+        draw=lambda: views.ablation.render_ablation_figure(result, name, figure.style, comparison),
         description=lambda: made,
         documents=lambda: [schema.ablation_document(result, source, comparison)],
-        show=lambda color, width: views.ablation.render_ablation(
-            result, model.name, comparison, color=color, width=width
-        ),  # fmt: skip
+        show=lambda color, width: views.ablation.render_ablation(result, name, comparison, color=color, width=width),
     )

@@ -16,6 +16,8 @@ from . import output
 from .entry import app
 
 if TYPE_CHECKING:
+    from ..engine.attention import Attention
+    from ..models import Encoding
     from ..models.decoder import Decoder
 
 from .output import (
@@ -130,22 +132,34 @@ def saturation(
     )
 
 
-def explained_decoder(layer: opt.LayerRequest) -> Decoder:
-    """The decoder ``explain`` runs (its page too), or one line of why not: no text, or an encoder."""
+def explained_decoder(layer: opt.LayerRequest, importance: bool = False) -> tuple[Decoder, Encoding]:
+    """The decoder ``explain`` runs (its page too), with --max-tokens, and the text's tokens as it runs them; or one
+    line of why not: no text, an encoder, or more tokens than explain (or --importance) shows."""
+    from ..analysis.explain import MODEL_TOKENS
     from ..models import load_model
     from ..models.decoder import Decoder
+    from .ablation import ABLATE_TOKENS, taken
 
     if not layer.text.strip():
         raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
-    model = load_model(layer.model, layer.model_dir, layer.model_file)
-    if not isinstance(model, Decoder):
-        raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
-    return model
+    loaded = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(loaded, Decoder):
+        raise UsageError(f"explain runs on the random layer and on decoders; {printable(loaded.name)} is an encoder")
+    model = loaded.limited(layer.max_tokens)
+    most, command = (ABLATE_TOKENS, "explain --importance") if importance else (MODEL_TOKENS, "explain")
+    return model, taken(model, layer.text, most, command)
+
+
+def cut_attention(att: Attention, encoding: Encoding) -> Attention:
+    """``att`` whose configuration says how many tokens --max-tokens kept of how many (its title then says it)."""
+    from .ablation import cut_source
+
+    return replace(att, config=cut_source(att.config, encoding))
 
 
 @app.command()
 @opt.with_options(
-    layer=opt.LAYER.variant(hidden=("pair", "max_tokens", "from_file", "tokens_file")),
+    layer=opt.LAYER.variant(hidden=("pair", "from_file", "tokens_file")),
     figure=opt.FIGURE.variant(hidden=("annotate",)),
 )
 def explain(
@@ -218,16 +232,13 @@ def explain(
         raise UsageError("--all-heads goes with --importance")
     measured = None
     if layer.external:
-        model = explained_decoder(layer)
+        model, encoding = explained_decoder(layer, importance)  # --importance: a key at a time, each a pass
         chosen = model.layers - 1 if layer.layer is None else layer.layer
         e, att = explain_decoder(model, layer.text, chosen, query, head)
-        query = e.query
+        att, query = cut_attention(att, encoding), e.query
         if importance:
             from ..analysis.ablation import key_importance
-            from .ablation import ABLATE_TOKENS
 
-            if len(att.tokens) > ABLATE_TOKENS:  # a key at a time, each a pass over the text: quadratic
-                raise UsageError(f"--importance takes at most {ABLATE_TOKENS} tokens; the text is {len(att.tokens):,}")
             model.resident()  # each key removed runs the layers from --layer on again
             heads = tuple(range(model.heads)) if all_heads else (head,)
             measured = key_importance(model, layer.text, chosen, query, heads)
@@ -279,7 +290,7 @@ def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int 
 
     picked: dict[str, Any] = {}
     if layer.external:
-        model = explained_decoder(layer)
+        model, encoding = explained_decoder(layer)
         index = model.layers - 1 if layer.layer is None else layer.layer
 
         def queries(n: int) -> list[int]:
@@ -287,6 +298,7 @@ def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int 
             return list(picked["queries"])
 
         explained, att = decoder_queries(model, layer.text, index, head, queries)
+        att = cut_attention(att, encoding)
     else:
         built, att = layer.prepare()
         n = len(att.tokens)

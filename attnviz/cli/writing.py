@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "max_tokens", "from_file", "tokens_file"),
+            "chars", "pair", "from_file", "tokens_file"),
 )  # fmt: skip
 P_WRITE = "Writing"
 
@@ -109,6 +109,8 @@ def generate(
     from ..analysis.generate import generate as write
     from ..engine.blocked import Keep
     from ..models import load_model
+    from ..models.decoder import Decoder
+    from .ablation import taken
     from .output import one_output
 
     if audit and output is None:
@@ -135,6 +137,10 @@ def generate(
         raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if isinstance(model, Decoder):  # generate() refuses an encoder
+        model = model.limited(layer.max_tokens)
+        if model.context > new:
+            taken(model, layer.text, model.context - new, f"generate --new {new}")
     if page:
         from ..render.html.steps import STEP_NUMBERS, step_numbers
 
