@@ -14,7 +14,7 @@ from ..errors import UsageError, out_of_range, printable, quoted
 from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS, cut_source, shown_name, taken
 from .entry import app
-from .output import emit, one_output, views
+from .output import emit, one_output, views, write_page
 
 if TYPE_CHECKING:
     from ..engine.core import Array
@@ -208,6 +208,8 @@ def patch(
 
       attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary"
 
+      attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary" -o patching.html
+
     with A "When Mary and John went to the store, John gave a drink to" and B
     the same with Mary in John's place (README: activation patching).
     """
@@ -230,19 +232,27 @@ def patch(
     from ..sources.model import model_source
 
     source = cut_source(model_source(net, corrupt, None, result.corrupt_ids), encoding)
+    made = {
+        "attnviz": __version__,
+        "command": "patch",
+        "tokens": list(result.corrupt_tokens),
+        "source": source,
+        "view": {"clean": clean, "target": target, "estimate": result.estimate},
+        "style": asdict(figure.style),
+    }
+    if figure.page:  # the map of Δ to explore, as ablate's: each head's on hover or focus
+        from ..render import html
+        from ..render.html.grid import patching_grid
+
+        grid = patching_grid(result, name, figure.style)
+        write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
+        return
     emit(
         figure,
         as_json,
         no_color,
         draw=lambda: views.attribution.render_patching_figure(result, name, figure.style),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "patch",
-            "tokens": list(result.corrupt_tokens),
-            "source": source,
-            "view": {"clean": clean, "target": target, "estimate": result.estimate},
-            "style": asdict(figure.style),
-        },
+        description=lambda: made,
         documents=lambda: [schema.patching_document(result, source)],
         show=lambda color, width: views.attribution.render_patching(result, name, color=color, width=width),
     )

@@ -253,7 +253,7 @@ Output = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate: also an "
+        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate, patch: also an "
         "interactive .html page), or - for stdout.",
         show_default=False,
         rich_help_panel=P_FIG,
@@ -491,8 +491,8 @@ def layer_options(
 
 
 PAGE_SUFFIXES = (".html", ".htm")
-PAGE_COMMANDS = ("heatmap", "lines", "explain", "heads", "ablate", "generate")  # the views that write a page
-PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate and generate"
+PAGE_COMMANDS = ("heatmap", "lines", "explain", "heads", "ablate", "patch", "generate")  # the views that write a page
+PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch and generate"
 
 
 @dataclass(frozen=True)
