@@ -123,6 +123,7 @@ def ablate(
       attnviz ablate --model smollm2 --file doc.txt -o ablation.html
     """
     from ..analysis.ablation import ablate as run_ablation
+    from ..analysis.ablation import target_id
     from ..models import load_model
     from ..models.decoder import Decoder
     from ..sources.model import model_source
@@ -140,6 +141,8 @@ def ablate(
     model = loaded.limited(layer.max_tokens)
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
     encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
+    if target is not None:
+        target_id(model, target)  # one token, or refused before the weights are made resident
     model.resident()  # every ablation reads the layers after its own again
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared

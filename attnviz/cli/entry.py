@@ -173,7 +173,12 @@ def no_library_warnings() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every error a user can cause ends here as one line on stderr."""
+    """Run the CLI; every error a user can cause ends here as one line on stderr, and no warning on the way."""
+    with no_library_warnings():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     given = sys.argv[1:] if argv is None else argv
     streams.sane_terminal_size()
     for arg in given:
@@ -196,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 param.metavar = ""  # an on/off flag takes no value: no "<bool>" beside it
         sub.get_help_option = _flag_help(sub.get_help_option)
     try:
-        with no_library_warnings():
-            result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
+        result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
         sys.stdout.flush()
     except typer.TyperException as err:
         if not given:  # `attnviz` alone: the help was the answer
