@@ -208,8 +208,6 @@ def patch(
 
       attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary"
 
-      attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary" -o patching.html
-
     with A "When Mary and John went to the store, John gave a drink to" and B
     the same with Mary in John's place (README: activation patching).
     """

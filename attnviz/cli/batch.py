@@ -373,7 +373,7 @@ def validate(entry: Entry, directory: Path) -> None:
         for group in getattr(command.callback, "option_groups", {}).values():
             built = group.take(values)  # builds the layer configuration and the figure style: they check themselves
             if isinstance(built, FigureRequest):
-                built.check(entry.command)
+                built.check(entry.command, destination=False)  # the output folder is made when drawing
     except AttnvizError as err:
         raise UsageError(str(err)) from None
     try:

@@ -513,17 +513,25 @@ class FigureRequest:
             return self.fmt == "html"
         return self.output != "-" and Path(self.output).suffix.lower() in PAGE_SUFFIXES
 
-    def check(self, command: str) -> None:
+    def check(self, command: str, *, destination: bool = True) -> None:
         """What can be refused before any model is loaded or layer run: a page from a view that writes none, an
-        image format that cannot be told, --audit of a page, a colour map matplotlib does not have."""
-        from ..render.figure import colormap, format_of
+        image format that cannot be told, --audit of a page, a place no file can be written (a directory, a link,
+        a folder that does not exist; stdout on a terminal; unless not ``destination``: a batch plan's folder is made
+        later), a colour map matplotlib does not have."""
+        import sys
+
+        from ..render.figure import colormap, format_of, regular_target
 
         if self.page and command not in PAGE_COMMANDS:
             raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
         if self.page and self.audit:
             raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
-        if self.output is not None and not self.page:
-            format_of(self.output, self.fmt)
+        chosen = None if self.output is None or self.page else format_of(self.output, self.fmt)
+        if self.output == "-" and sys.stdout.isatty():
+            what = "an HTML page" if self.page else f"{'an' if chosen == 'svg' else 'a'} {str(chosen).upper()} image"
+            raise UsageError(f"refusing to write {what} to the terminal: redirect stdout, or give -o FILE")
+        if destination and self.output not in (None, "-"):
+            regular_target(self.output)
         if self.style.cmap != FigureStyle.cmap:
             colormap(self.style.cmap)
 

@@ -182,7 +182,8 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         )
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
-            f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
+            f"refusing to write {'an' if chosen == 'svg' else 'a'} {chosen.upper()} image to the terminal: redirect "
+            "stdout, or give -o FILE"
         )
     from ..progress import bar
 

@@ -133,6 +133,10 @@ def generate(
 
         film_format(figure.output)
         film_budget(figure.style, new)
+    if figure.output not in (None, "-"):
+        from ..render.figure import regular_target
+
+        regular_target(figure.output)  # a directory, a link, no such folder: refused before the model runs
     if page and audit:
         raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)

@@ -136,3 +136,49 @@ def test_a_target_of_other_than_one_token_is_refused_before_the_weights_are_made
     monkeypatch.setattr(Decoder, "resident", refused)
     run = cli("ablate", "--model-file", str(model), *TEXT, "--target", target, *options)
     assert run.code == 2 and "--target must be one token" in run.err, run.err
+
+
+DESTINATIONS = {  # where -o points: what is there
+    "no-such-folder/f.png": None,
+    "no-such-folder/page.html": None,
+    "folder.png": "folder",
+    "folder.svg": "folder",
+    "link.png": "link",
+    "no-such-folder/film.gif": None,
+    "folder.gif": "folder",
+}
+
+
+@pytest.mark.parametrize("command", [*FIGURES, "generate"])
+@pytest.mark.parametrize("where", DESTINATIONS)
+def test_a_place_no_file_can_be_written_is_refused_before_the_model(
+    cli, unloadable: Path, command: str, where: str
+) -> None:
+    film, page = where.endswith(".gif"), where.endswith(".html")
+    if film != (command == "generate") or (page and command not in PAGE_COMMANDS):
+        pytest.skip("refused for its format (tested above)")
+    if DESTINATIONS[where] == "folder":
+        (Path.cwd() / where).mkdir()
+    elif DESTINATIONS[where] == "link":
+        (Path.cwd() / where).symlink_to(Path.cwd() / "elsewhere.png")
+    run = cli(*line(command, unloadable, "-o", where))
+    assert run.code == 1 and run.err.count("\n") == 1, (command, where, run.err)
+    assert any(said in run.err for said in ("does not exist", "is a directory", "is a symbolic link")), run.err
+    assert not (Path.cwd() / "elsewhere.png").exists()
+
+
+@pytest.mark.parametrize("command", FIGURES)
+@pytest.mark.parametrize(
+    ("options", "what"),
+    [(["-o", "-"], "a PNG image"), (["-o", "-", "--format", "svg"], "an SVG image"),
+     (["-o", "-", "--format", "pdf"], "a PDF image"), (["-o", "-", "--format", "html"], "an HTML page")],
+)  # fmt: skip
+def test_an_image_for_a_terminal_is_refused_before_the_model(
+    cli, unloadable: Path, monkeypatch: pytest.MonkeyPatch, command: str, options: list[str], what: str
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)  # stdout is the terminal
+    run = cli(*line(command, unloadable, *options))
+    said = "pages (.html) are written by" if what == "an HTML page" and command not in PAGE_COMMANDS else what
+    assert run.code == 2 and said in run.err and run.err.count("\n") == 1, run.err
