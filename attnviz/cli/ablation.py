@@ -38,7 +38,9 @@ def taken(model: Decoder, text: str, most: int, command: str) -> Encoding:
         raise AttnvizError(f"{long}; --max-tokens {runs} runs the first {runs}") from None
     count = len(encoding.ids)
     if count > most:
-        given = f"the text is {count:,}" if model.max_tokens is None else f"--max-tokens {model.max_tokens} keeps it"
+        given = (
+            f"the text is {count:,}" if model.max_tokens is None else f"--max-tokens {model.max_tokens} keeps {count:,}"
+        )
         raise UsageError(f"{command} takes at most {most:,} tokens; {given}: --max-tokens {most} runs the first {most}")
     return encoding
 

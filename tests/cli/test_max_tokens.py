@@ -142,6 +142,10 @@ def test_a_text_longer_than_a_view_takes_points_to_max_tokens_which_runs_it(
             f"takes at most {most:,} tokens; the text is {len(every):,}: --max-tokens {most} runs the first {most}"
             in refused.err
         )
+        over = cli(*_line(view, roomy, LONG, "--max-tokens", str(most + 100)))
+        assert (
+            over.code == 2 and f"--max-tokens {most + 100} keeps {most + 100:,}: --max-tokens {most} runs" in over.err
+        )
     for count in (3, 17):
         doc = _json(cli, *_line(view, roomy, LONG, "--max-tokens", str(count)))
         assert _tokens(doc, field) == every[:count], (view, count)
