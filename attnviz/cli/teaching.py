@@ -65,12 +65,14 @@ def mask(
     from ..engine.stack import Want
 
     want = Want(heads=(head,), scores=True)
-    att = layer.attention(want)
-    if len(att.tokens) > MASK_TOKENS:
+    n = layer.shape(layer.one_layer(want)).tokens  # before the forward pass
+    if n > MASK_TOKENS:
+        first = f"; --max-tokens {MASK_TOKENS} runs the first {MASK_TOKENS}" if layer.external else ""
         raise UsageError(
-            f"the mask view shows every cell of {len(att.tokens):,} tokens' scores; it takes at most {MASK_TOKENS} "
-            "(heatmap shows long maps, pooled)"
+            f"the mask view shows every cell of {n:,} tokens' scores; it takes at most {MASK_TOKENS} "
+            f"(heatmap shows long maps, pooled{first})"
         )
+    att = layer.attention(want)
     other = None
     if compare:
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))

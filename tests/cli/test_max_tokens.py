@@ -172,3 +172,20 @@ def test_a_text_longer_than_the_model_takes_points_to_max_tokens(
             "(--max-tokens)" in ran.out
             and f"of {len(_json(cli, 'tokenize', '--model-file', str(small), text)['tokens'])}" in ran.out
         )
+
+
+@pytest.mark.parametrize("count", [513, 700])
+def test_the_mask_view_refuses_a_long_text_before_the_forward_pass_pointing_to_max_tokens(
+    cli, roomy: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    from attnviz.models.decoder import Decoder
+
+    every = _json(cli, "tokenize", "--model-file", str(roomy), LONG)["tokens"]
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model ran before the length was checked")
+
+    monkeypatch.setattr(Decoder, "run", refused)
+    run = cli("mask", "--model-file", str(roomy), LONG, "--max-tokens", str(count))
+    assert run.code == 2 and f"every cell of {min(count, len(every)):,} tokens' scores" in run.err, run.err
+    assert "--max-tokens 512 runs the first 512" in run.err
