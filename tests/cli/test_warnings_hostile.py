@@ -70,11 +70,12 @@ ROADS = [
 
 
 def args(road: tuple[str, ...], model: Path) -> list[str]:
-    """The road's command line on ``model``: patch takes its texts as options, the others as arguments."""
+    """The road's command line on ``model`` (a GGUF file or a checkpoint folder): patch takes its texts as options,
+    the others as arguments."""
+    where = ["--model-dir" if model.is_dir() else "--model-file", str(model)]
     if road[0] == "patch":
-        return [*road, "--model-file", str(model), "--clean", "the cat sat", "--corrupt", "the sat sat", "--target",
-                " cat"]  # fmt: skip
-    return [*road, "--model-file", str(model), *TEXT]
+        return [*road, *where, "--clean", "the cat sat", "--corrupt", "the sat sat", "--target", " cat"]
+    return [*road, *where, *TEXT]
 
 
 def corrupt_gguf(path: Path, tensor: str, value: float, architecture: str = "llama") -> Path:
@@ -123,6 +124,46 @@ def test_every_road_on_a_corrupt_gguf_says_one_line_and_warns_nothing(
             assert_one_line_or_success(run, road)
             failed += run.code != 0
     assert failed, "no road refused the corrupt model: the case tests nothing"
+
+
+FOLDER_CASES = [
+    ("gemma2", "mlp.down_proj", "+inf"),
+    ("qwen3", "model.norm.weight", "nan"),
+    ("phi3", "o_proj", "3e38"),
+    ("olmo2", "embed_tokens", "-1e30"),
+]
+
+
+def corrupt_folder(folder: Path, family: str, part: str, value: float, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny Hugging Face checkpoint of ``family`` with its first tensor whose name holds ``part`` all ``value``."""
+    import tiny_checkpoints
+
+    made = tiny_checkpoints.decoder_tensors
+
+    def corrupted(*given: object) -> dict[str, np.ndarray]:
+        tensors = made(*given)  # type: ignore[arg-type]
+        name = next(k for k in sorted(tensors) if part in k)
+        return tensors | {name: np.full_like(tensors[name], value)}
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tiny_checkpoints, "decoder_tensors", corrupted)
+        return tiny_checkpoints.write_checkpoint(folder, family)
+
+
+@pytest.mark.parametrize(("family", "part", "value"), FOLDER_CASES)
+def test_every_road_on_a_corrupt_checkpoint_folder_says_one_line_and_warns_nothing(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, part: str, value: str
+) -> None:
+    folder = corrupt_folder(tmp_path / family, family, part, VALUES[value], monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    failed = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for road in ROADS:
+            run = cli(*args(road, folder))
+            assert_one_line_or_success(run, road)
+            failed += run.code != 0
+    assert failed
 
 
 def test_the_numbers_stay_checked_under_the_guard(cli, tmp_path: Path) -> None:
