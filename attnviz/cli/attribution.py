@@ -12,8 +12,9 @@ import typer
 from .._version import __version__
 from ..errors import UsageError, out_of_range, printable, quoted
 from . import options as opt
-from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS, cut_source, shown_name, taken
+from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS
 from .entry import app
+from .limits import cut_source, shown_name, taken
 from .output import emit, one_output, views, write_page
 
 if TYPE_CHECKING:

@@ -140,7 +140,8 @@ def explained_decoder(layer: opt.LayerRequest, importance: bool = False) -> tupl
     from ..analysis.explain import MODEL_TOKENS
     from ..models import load_model
     from ..models.decoder import Decoder
-    from .ablation import ABLATE_TOKENS, taken
+    from .ablation import ABLATE_TOKENS
+    from .limits import taken
 
     if not layer.text.strip():
         raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
@@ -154,7 +155,7 @@ def explained_decoder(layer: opt.LayerRequest, importance: bool = False) -> tupl
 
 def cut_attention(att: Attention, encoding: Encoding) -> Attention:
     """``att`` whose configuration says how many tokens --max-tokens kept of how many (its title then says it)."""
-    from .ablation import cut_source
+    from .limits import cut_source
 
     return replace(att, config=cut_source(att.config, encoding))
 

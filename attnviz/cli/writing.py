@@ -110,7 +110,7 @@ def generate(
     from ..engine.blocked import Keep
     from ..models import load_model
     from ..models.decoder import Decoder
-    from .ablation import taken
+    from .limits import taken
     from .output import one_output
 
     if audit and output is None:
