@@ -259,10 +259,11 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
     """--save: every head's weights, float32, with the tokens, in an .npz that --from reads back."""
     import numpy as np
 
-    from ..render.figure import write_output
+    from ..render.figure import regular_target, write_output
 
     if path.suffix.lower() != ".npz":
         raise UsageError(f"--save writes an .npz file, got {path}")
+    regular_target(str(path))  # a directory, a link, no such folder: refused before the model runs
     if layer.external:
         from ..engine.stack import Want
 

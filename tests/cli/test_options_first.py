@@ -182,3 +182,12 @@ def test_an_image_for_a_terminal_is_refused_before_the_model(
     run = cli(*line(command, unloadable, *options))
     said = "pages (.html) are written by" if what == "an HTML page" and command not in PAGE_COMMANDS else what
     assert run.code == 2 and said in run.err and run.err.count("\n") == 1, run.err
+
+
+@pytest.mark.parametrize("where", ["no-such-folder/w.npz", "folder.npz", "w.npy"])
+def test_a_save_that_cannot_be_written_is_refused_before_the_model(cli, unloadable: Path, where: str) -> None:
+    if where == "folder.npz":
+        (Path.cwd() / where).mkdir()
+    run = cli(*line("heatmap", unloadable, "--save", where))
+    assert run.code in (1, 2) and run.err.count("\n") == 1, run.err
+    assert any(said in run.err for said in ("does not exist", "is a directory", "writes an .npz")), run.err
