@@ -301,3 +301,20 @@ def test_other_forms_of_tokens_are_refused_showing_the_right_ones(
     assert run.code == 2 and shown in run.err, run.err
     assert run.err.count("\n") == 2 and "Traceback" not in run.err  # the entry's line and the summary
     assert "(line 1)" in run.err or "(line 4)" in run.err
+
+
+def test_a_plan_draws_patchs_page_and_refuses_one_of_saliency(cli, tmp_path: Path) -> None:
+    from tiny_gguf import write_tiny_llama
+
+    write_tiny_llama(tmp_path / "m.gguf")
+    entry = '[[figure]]\nname = "{0}"\ncommand = "{0}"\nmodel_file = "m.gguf"\nformat = "html"\n'
+    plan = write(
+        tmp_path,
+        entry.format("patch")
+        + 'clean = "the cat sat"\ncorrupt = "the sat sat"\ntarget = " cat"\n\n'
+        + entry.format("saliency")
+        + 'tokens = ["the", "cat", "sat"]\n',
+    )
+    run = cli("batch", str(plan), "-o", str(tmp_path / "out"), "-j", "1", "-q")
+    assert run.code == 1 and "format of saliency must be png or svg or pdf, got 'html'" in run.err
+    assert (tmp_path / "out" / "patch.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
