@@ -36,13 +36,7 @@ def line(command: str, model: Path, *options: str) -> list[str]:
 
 
 FIGURES = ["heatmap", "mask", "lines", "rollout", "heads", "explain", "ablate", "saliency", "patch"]
-WITH_CMAP = [
-    "heatmap",
-    "mask",
-    "rollout",
-    "explain",
-    "generate",
-]  # lines, heads and the gradient views draw in their own colours
+WITH_CMAP = ["heatmap", "mask", "rollout", "explain", "generate"]  # lines, heads, the gradient views: their own colours
 WITHOUT_PAGES = ["mask", "rollout"]
 
 BAD_FIGURE_OPTIONS = [
