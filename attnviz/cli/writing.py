@@ -141,10 +141,12 @@ def generate(
         raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
+    cut: dict[str, int] = {}
     if isinstance(model, Decoder):  # generate() refuses an encoder
         model = model.limited(layer.max_tokens)
         if model.context > new:
-            taken(model, layer.text, model.context - new, f"generate --new {new}")
+            prompt_tokens = taken(model, layer.text, model.context - new, f"generate --new {new}")
+            cut = {"kept": len(prompt_tokens.ids), "tokens": prompt_tokens.total} if prompt_tokens.total else {}
     if page:
         from ..render.html.steps import STEP_NUMBERS, step_numbers
 
@@ -167,7 +169,10 @@ def generate(
         from .output import write_json
 
         generation = run()
-        write_json([generate_document(generation, described, color_scale, sinks)])
+        document = generate_document(generation, described, color_scale, sinks)
+        if cut:  # --max-tokens: the prompt's first tokens of how many
+            document["prompt"]["max_tokens"] = cut
+        write_json([document])
         _said(generation)
     elif page:
         _page(run(), figure, described, color_scale, sinks)

@@ -149,9 +149,8 @@ def test_a_text_longer_than_a_view_takes_points_to_max_tokens_which_runs_it(
     for count in (3, 17):
         doc = _json(cli, *_line(view, roomy, LONG, "--max-tokens", str(count)))
         assert _tokens(doc, field) == every[:count], (view, count)
-        noted = doc.get("source") or doc.get("config") or {}
-        if field != "prompt":
-            assert noted["max_tokens"] == {"kept": count, "tokens": len(every)}, view
+        noted = doc["prompt"] if field == "prompt" else doc.get("source") or doc.get("config") or {}
+        assert noted["max_tokens"] == {"kept": count, "tokens": len(every)}, view
 
 
 @pytest.mark.parametrize(
