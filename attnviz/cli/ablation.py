@@ -12,11 +12,12 @@ from ..errors import UsageError, printable
 from . import options as opt
 from . import output
 from .entry import app
+from .limits import cut_source, shown_name, taken
 from .output import emit, one_output, views
 
 ABLATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "max_tokens", "layer", "from_file", "tokens_file"),
+            "chars", "pair", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
 GRADIENT_TOKENS = 1024  # one forward and one backward pass, keeping each layer's input and heads' outputs
@@ -87,25 +88,26 @@ def ablate(
       attnviz ablate --model smollm2 --file doc.txt -o ablation.html
     """
     from ..analysis.ablation import ablate as run_ablation
+    from ..analysis.ablation import target_id
     from ..models import load_model
     from ..models.decoder import Decoder
     from ..sources.model import model_source
 
     one_output(figure.output, as_json, False)
+    if compare and not estimate:
+        raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
     if not layer.external or layer.from_file is not None:
         raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
-    model = load_model(layer.model, layer.model_dir, layer.model_file)
-    if not isinstance(model, Decoder):
-        raise UsageError(f"ablate measures a decoder's next-token loss; {printable(model.name)} is an encoder")
-    if compare and not estimate:
-        raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
-    encoding = model.encode(layer.text)
+    loaded = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(loaded, Decoder):
+        raise UsageError(f"ablate measures a decoder's next-token loss; {printable(loaded.name)} is an encoder")
+    model = loaded.limited(layer.max_tokens)
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
-    if len(encoding.ids) > most:
-        raise UsageError(f"ablate{' --estimate' if most == GRADIENT_TOKENS else ''} takes at most {most:,} tokens; "
-                         f"the text is {len(encoding.ids):,}")  # fmt: skip
+    encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
+    if target is not None:
+        target_id(model, target)  # one token, or refused before the weights are made resident
     model.resident()  # every ablation reads the layers after its own again
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared
@@ -119,7 +121,8 @@ def ablate(
             exact = run_ablation(model, layer.text, method, target, progress=progress)
         comparison = None if result is None else compared(exact, result)
         result = result or exact
-    source = model_source(model, layer.text, None, encoding.ids)
+    source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
+    name = shown_name(model, encoding)
     from ..render import schema
 
     made = {
@@ -134,17 +137,15 @@ def ablate(
         from ..render import html
         from ..render.html.grid import ablation_grid
 
-        grid = ablation_grid(result, model.name, figure.style, comparison)
+        grid = ablation_grid(result, name, figure.style, comparison)
         output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
         return
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.ablation.render_ablation_figure(result, model.name, figure.style, comparison),
+        draw=lambda: views.ablation.render_ablation_figure(result, name, figure.style, comparison),
         description=lambda: made,
         documents=lambda: [schema.ablation_document(result, source, comparison)],
-        show=lambda color, width: views.ablation.render_ablation(
-            result, model.name, comparison, color=color, width=width
-        ),  # fmt: skip
+        show=lambda color, width: views.ablation.render_ablation(result, name, comparison, color=color, width=width),
     )

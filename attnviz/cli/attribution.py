@@ -14,7 +14,8 @@ from ..errors import UsageError, out_of_range, printable, quoted
 from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS
 from .entry import app
-from .output import emit, one_output, views
+from .limits import cut_source, shown_name, taken
+from .output import emit, one_output, views, write_page
 
 if TYPE_CHECKING:
     from ..engine.core import Array
@@ -34,8 +35,10 @@ Target = Annotated[
 ]
 
 
-def decoder(name: str | None, directory: Path | None, file: Path | None, command: str) -> Decoder:
-    """The model asked for, which must be a decoder."""
+def decoder(
+    name: str | None, directory: Path | None, file: Path | None, command: str, max_tokens: int | None = None
+) -> Decoder:
+    """The model asked for, which must be a decoder; with ``max_tokens``, one that runs its texts' first so many."""
     from ..models import load_model
     from ..models.decoder import Decoder
 
@@ -46,14 +49,7 @@ def decoder(name: str | None, directory: Path | None, file: Path | None, command
         raise UsageError(
             f"{command} differentiates a decoder's next-token scores; {printable(model.name)} is an encoder"
         )
-    return model
-
-
-def capped(model: Decoder, text: str, most: int, command: str) -> tuple[int, ...]:
-    ids = model.encode(text).ids
-    if len(ids) > most:
-        raise UsageError(f"{command} takes at most {most:,} tokens; the text is {len(ids):,}")
-    return ids
+    return model.limited(max_tokens)
 
 
 @app.command()
@@ -114,8 +110,9 @@ def saliency(
         raise UsageError("saliency runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
-    model = decoder(layer.model, layer.model_dir, layer.model_file, "saliency")
-    ids = capped(model, layer.text, GRADIENT_TOKENS, "saliency")
+    model = decoder(layer.model, layer.model_dir, layer.model_file, "saliency", layer.max_tokens)
+    encoding = taken(model, layer.text, GRADIENT_TOKENS, "saliency")
+    ids, name = encoding.ids, shown_name(model, encoding)
     for option, value, count, noun in (("--layer", layer.layer, model.layers, "layer"),
                                        ("--head", head, model.heads, "head")):  # fmt: skip
         if value is not None and value >= count:
@@ -136,14 +133,12 @@ def saliency(
     from ..render import schema
     from ..sources.model import model_source
 
-    source = model_source(model, layer.text, None, ids)
+    source = cut_source(model_source(model, layer.text, None, ids), encoding)
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.attribution.render_saliency_figure(
-            result, model.name, row, shown_layer, shown_head, figure.style
-        ),  # fmt: skip
+        draw=lambda: views.attribution.render_saliency_figure(result, name, row, shown_layer, shown_head, figure.style),
         description=lambda: {
             "attnviz": __version__,
             "command": "saliency",
@@ -159,7 +154,7 @@ def saliency(
             "style": asdict(figure.style),
         },
         documents=lambda: [schema.saliency_document(result, source, (shown_layer, shown_head, row.tolist()))],
-        show=lambda color, width: views.attribution.render_saliency(result, model.name, color=color, width=width),
+        show=lambda color, width: views.attribution.render_saliency(result, name, color=color, width=width),
     )
 
 
@@ -190,6 +185,7 @@ def patch(
     model: opt.ModelName = None,
     model_dir: opt.ModelDir = None,
     model_file: opt.ModelFile = None,
+    max_tokens: opt.MaxTokens = None,
     estimate: Annotated[
         bool,
         typer.Option(
@@ -222,10 +218,11 @@ def patch(
     if clean is None or corrupt is None or target is None:
         missing = [n for n, v in (("--clean", clean), ("--corrupt", corrupt), ("--target", target)) if v is None]
         raise UsageError(f"patch needs --clean, --corrupt and --target; {' and '.join(missing)} missing")
-    net = decoder(model, model_dir, model_file, "patch")
+    net = decoder(model, model_dir, model_file, "patch", max_tokens)
     most = GRADIENT_TOKENS if estimate else ABLATE_TOKENS
-    for text in (clean, corrupt):
-        capped(net, text, most, "patch" + (" --estimate" if estimate else ""))
+    taken(net, clean, most, "patch" + (" --estimate" if estimate else ""))
+    encoding = taken(net, corrupt, most, "patch" + (" --estimate" if estimate else ""))
+    name = shown_name(net, encoding)
     from ..progress import bar
 
     with bar("head", f"{printable(net.name)}: patching") as progress:
@@ -233,20 +230,28 @@ def patch(
     from ..render import schema
     from ..sources.model import model_source
 
-    source = model_source(net, corrupt, None, result.corrupt_ids)
+    source = cut_source(model_source(net, corrupt, None, result.corrupt_ids), encoding)
+    made = {
+        "attnviz": __version__,
+        "command": "patch",
+        "tokens": list(result.corrupt_tokens),
+        "source": source,
+        "view": {"clean": clean, "target": target, "estimate": result.estimate},
+        "style": asdict(figure.style),
+    }
+    if figure.page:  # the map of Δ to explore, as ablate's: each head's on hover or focus
+        from ..render import html
+        from ..render.html.grid import patching_grid
+
+        grid = patching_grid(result, name, figure.style)
+        write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
+        return
     emit(
         figure,
         as_json,
         no_color,
-        draw=lambda: views.attribution.render_patching_figure(result, net.name, figure.style),
-        description=lambda: {
-            "attnviz": __version__,
-            "command": "patch",
-            "tokens": list(result.corrupt_tokens),
-            "source": source,
-            "view": {"clean": clean, "target": target, "estimate": result.estimate},
-            "style": asdict(figure.style),
-        },
+        draw=lambda: views.attribution.render_patching_figure(result, name, figure.style),
+        description=lambda: made,
         documents=lambda: [schema.patching_document(result, source)],
-        show=lambda color, width: views.attribution.render_patching(result, net.name, color=color, width=width),
+        show=lambda color, width: views.attribution.render_patching(result, name, color=color, width=width),
     )

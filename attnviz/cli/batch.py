@@ -44,7 +44,7 @@ COMMANDS = (
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
-PAGES = ("heatmap", "lines", "explain", "heads", "ablate")  # the commands that also write a page (.html)
+PAGES = ("heatmap", "lines", "explain", "heads", "ablate", "patch")  # the commands that also write a page (.html)
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 WRITING_OPTIONS = {"output", "save"}
@@ -171,6 +171,8 @@ def _expand(
         if name not in accepted:
             raise UsageError(f"'{printable(key)}' is not an option of attnviz {command}")
         options[name] = value
+    if "tokens" in options:
+        options["tokens"] = token_sequences(options["tokens"])
     parts = _template_parts(template, options)
     for name in PATH_OPTIONS & options.keys():
         options[name] = _inside(options[name], name, base, roots)
@@ -185,8 +187,49 @@ def _expand(
         )
     for values in itertools.product(*(options[k] for k in lists)):
         chosen = {**options, **dict(zip(lists, values, strict=True))}
-        name = "".join(text + ("" if field is None else str(chosen[field])) for text, field in parts)
+        name = "".join(text + ("" if field is None else _shown(chosen[field])) for text, field in parts)
         yield Entry(index=0, line=line, name=safe_name(name), command=command, options=chosen, format=fmt)
+
+
+ONE_FIGURE = 'tokens = "the cat sat" or tokens = ["the", "cat", "sat"]'
+FIGURES = 'tokens = [["the", "cat", "sat"], ["a", "dog", "ran"]]'
+
+
+def token_sequences(value: Any) -> str | tuple[str, ...] | list[tuple[str, ...]]:
+    """A plan's ``tokens``: text (one figure), a list of tokens (one sequence: one figure), or a list of such lists
+    (one figure each) — a list of strings is never one figure per string; the other forms are refused, showing
+    these."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, list) and v for v in value):
+        return [_sequence(v) for v in value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return _sequence(value)
+    raise UsageError(
+        f"tokens = {quoted(value, 60)}: give one sequence as {ONE_FIGURE}; one figure per sequence as {FIGURES} "
+        "(or a [[figure]] each)"
+    )
+
+
+def _sequence(tokens: list[Any]) -> tuple[str, ...]:
+    """One sequence of tokens, one word each: a string with a space in a list would be a sentence, not a token."""
+    for token in tokens:
+        if not isinstance(token, str) or not token or len(token.split()) != 1:
+            figures, one = FIGURES, ONE_FIGURE
+            if all(isinstance(t, str) and t.strip() for t in tokens):  # sentences: their own right forms
+                figures = f"tokens = {json.dumps([t.split() for t in tokens], ensure_ascii=False)}"
+                one = f"tokens = {json.dumps(' '.join(tokens), ensure_ascii=False)}"
+                figures, one = (FIGURES, ONE_FIGURE) if len(figures) > 80 else (figures, one)
+            raise UsageError(
+                f"tokens: {quoted(token, 40)} in a list is not one token: a list of strings is one sequence, one "
+                f"token each; one figure per sequence: {printable(figures)}; one figure: {printable(one)}"
+            )
+    return tuple(tokens)
+
+
+def _shown(value: Any) -> str:
+    """An option's value as a name's {option} shows it: a sequence of tokens as its words."""
+    return " ".join(value) if isinstance(value, tuple) else str(value)
 
 
 def _template_parts(template: str, options: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -296,7 +339,7 @@ def command_args(entry: Entry, path: Path) -> list[str]:
         value = entry.options[param.name]
         flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
         if param.param_type_name == "argument":
-            tokens = [str(v) for v in value] if isinstance(value, list) else str(value).split()
+            tokens = list(value) if isinstance(value, tuple) else str(value).split()
             if tokens == ["-"]:
                 raise UsageError('tokens = "-" would read stdin; a plan gives its tokens or a file')
         elif param.is_flag:
@@ -316,6 +359,8 @@ def validate(entry: Entry, directory: Path) -> None:
     """Parse the entry with its command's own parser; raise UsageError with what is wrong."""
     import typer
 
+    from .options import FigureRequest
+
     entry.args = command_args(entry, directory / entry.filename)
     command = _command(entry.command)
     try:
@@ -325,7 +370,9 @@ def validate(entry: Entry, directory: Path) -> None:
     values = dict(ctx.params)
     try:
         for group in getattr(command.callback, "option_groups", {}).values():
-            group.take(values)  # builds the layer configuration and the figure style: they check themselves
+            built = group.take(values)  # builds the layer configuration and the figure style: they check themselves
+            if isinstance(built, FigureRequest):
+                built.check(entry.command, destination=False)  # the output folder is made when drawing
     except AttnvizError as err:
         raise UsageError(str(err)) from None
     try:

@@ -6,10 +6,13 @@ line on stderr and an exit code in :func:`main`, and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import sys
 import textwrap
+import warnings
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -159,8 +162,23 @@ def _flag_help(make: Any) -> Any:
     return help_option
 
 
+@contextlib.contextmanager
+def no_library_warnings() -> Iterator[None]:
+    """Every command's whole run without Python's warnings, whatever -W or PYTHONWARNINGS says: NumPy's
+    RuntimeWarnings (overflow, invalid values) and any library's are for developers, and where they mean the
+    result is wrong a check of the result (np.isfinite) says so in the command's one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every error a user can cause ends here as one line on stderr."""
+    """Run the CLI; every error a user can cause ends here as one line on stderr, and no warning on the way."""
+    with no_library_warnings():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     given = sys.argv[1:] if argv is None else argv
     streams.sane_terminal_size()
     for arg in given:

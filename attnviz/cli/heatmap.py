@@ -108,9 +108,9 @@ def heatmap(
         return
     if layers is not None and not all_layers:
         raise UsageError("--layers goes with --all-layers (one layer: --layer)")
+    if head is not None and mean:
+        raise UsageError("choose either --head or --mean, not both")
     if output.is_page(figure):
-        if head is not None and mean:
-            raise UsageError("choose either --head or --mean, not both")
         chosen = None if layers is None else opt.parse_layers(layers)
         heatmap_page(layer, figure, head, mean, all_layers, chosen, pool, color_scale, sinks)
         return
@@ -118,8 +118,6 @@ def heatmap(
         chosen = None if layers is None else opt.parse_layers(layers)
         _all_layers(layer, figure, head, mean, as_json or jsonl, no_color, color_scale, chosen, sinks)
         return
-    if head is not None and mean:
-        raise UsageError("choose either --head or --mean, not both")
     from ..engine.stack import Want
     from ..sources.layer import LONG_SEQUENCE
 
@@ -260,10 +258,11 @@ def _save_weights(layer: opt.LayerRequest, path: Path) -> None:
     """--save: every head's weights, float32, with the tokens, in an .npz that --from reads back."""
     import numpy as np
 
-    from ..render.figure import write_output
+    from ..render.figure import regular_target, write_output
 
     if path.suffix.lower() != ".npz":
         raise UsageError(f"--save writes an .npz file, got {path}")
+    regular_target(str(path))  # a directory, a link, no such folder: refused before the model runs
     if layer.external:
         from ..engine.stack import Want
 

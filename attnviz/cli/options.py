@@ -253,7 +253,7 @@ Output = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate: also an "
+        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate, patch: also an "
         "interactive .html page), or - for stdout.",
         show_default=False,
         rich_help_panel=P_FIG,
@@ -490,6 +490,11 @@ def layer_options(
     )
 
 
+PAGE_SUFFIXES = (".html", ".htm")
+PAGE_COMMANDS = ("heatmap", "lines", "explain", "heads", "ablate", "patch", "generate")  # the views that write a page
+PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch and generate"
+
+
 @dataclass(frozen=True)
 class FigureRequest:
     """Where a figure goes (None: no figure), in which format, and how it looks."""
@@ -498,6 +503,37 @@ class FigureRequest:
     fmt: str | None
     style: FigureStyle
     audit: bool = False
+
+    @property
+    def page(self) -> bool:
+        """Whether -o asks for a page: --format html, or a file named .html (or .htm) with no --format."""
+        if self.output is None:
+            return False
+        if self.fmt is not None:
+            return self.fmt == "html"
+        return self.output != "-" and Path(self.output).suffix.lower() in PAGE_SUFFIXES
+
+    def check(self, command: str, *, destination: bool = True) -> None:
+        """What can be refused before any model is loaded or layer run: a page from a view that writes none, an
+        image format that cannot be told, --audit of a page, a place no file can be written (a directory, a link,
+        a folder that does not exist; stdout on a terminal; unless not ``destination``: a batch plan's folder is made
+        later), a colour map matplotlib does not have."""
+        import sys
+
+        from ..render.figure import colormap, format_of, regular_target
+
+        if self.page and command not in PAGE_COMMANDS:
+            raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
+        if self.page and self.audit:
+            raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
+        chosen = None if self.output is None or self.page else format_of(self.output, self.fmt)
+        if self.output == "-" and sys.stdout.isatty():
+            what = "an HTML page" if self.page else f"{'an' if chosen == 'svg' else 'a'} {str(chosen).upper()} image"
+            raise UsageError(f"refusing to write {what} to the terminal: redirect stdout, or give -o FILE")
+        if destination and self.output not in (None, "-"):
+            regular_target(self.output)
+        if self.style.cmap != FigureStyle.cmap:
+            colormap(self.style.cmap)
 
 
 def figure_options(
@@ -576,6 +612,8 @@ def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable
             silenced = values["quiet"] if own else values.pop("quiet")
             for name, group in groups.items():
                 values[name] = group.take(values)
+                if isinstance(values[name], FigureRequest):
+                    values[name].check(command.__name__)
             with quiet(silenced):
                 return command(**values)
 

@@ -137,17 +137,12 @@ def stack_figure_description(command: str, stack: AttentionStack, style: FigureS
     }
 
 
-PAGE_SUFFIXES = (".html", ".htm")
-PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate and generate"
+PAGE_VIEWS = opt.PAGE_VIEWS
 
 
 def is_page(figure: opt.FigureRequest) -> bool:
     """Whether -o asks for a page: --format html, or a file named .html (or .htm) with no --format."""
-    if figure.output is None:
-        return False
-    if figure.fmt is not None:
-        return figure.fmt == "html"
-    return figure.output != "-" and Path(figure.output).suffix.lower() in PAGE_SUFFIXES
+    return figure.page
 
 
 def write_page(figure: opt.FigureRequest, build: Callable[[], bytes]) -> None:
@@ -187,7 +182,8 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         )
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
-            f"refusing to write a {chosen.upper()} image to the terminal: redirect stdout, or give -o FILE"
+            f"refusing to write {'an' if chosen == 'svg' else 'a'} {chosen.upper()} image to the terminal: redirect "
+            "stdout, or give -o FILE"
         )
     from ..progress import bar
 

@@ -16,6 +16,8 @@ from . import output
 from .entry import app
 
 if TYPE_CHECKING:
+    from ..engine.attention import Attention
+    from ..models import Encoding
     from ..models.decoder import Decoder
 
 from .output import (
@@ -63,12 +65,14 @@ def mask(
     from ..engine.stack import Want
 
     want = Want(heads=(head,), scores=True)
-    att = layer.attention(want)
-    if len(att.tokens) > MASK_TOKENS:
+    n = layer.shape(layer.one_layer(want)).tokens  # before the forward pass
+    if n > MASK_TOKENS:
+        first = f"; --max-tokens {MASK_TOKENS} runs the first {MASK_TOKENS}" if layer.external else ""
         raise UsageError(
-            f"the mask view shows every cell of {len(att.tokens):,} tokens' scores; it takes at most {MASK_TOKENS} "
-            "(heatmap shows long maps, pooled)"
+            f"the mask view shows every cell of {n:,} tokens' scores; it takes at most {MASK_TOKENS} "
+            f"(heatmap shows long maps, pooled{first})"
         )
+    att = layer.attention(want)
     other = None
     if compare:
         flipped = replace(layer, config=replace(layer.config, causal=not layer.config.causal))
@@ -130,22 +134,35 @@ def saturation(
     )
 
 
-def explained_decoder(layer: opt.LayerRequest) -> Decoder:
-    """The decoder ``explain`` runs (its page too), or one line of why not: no text, or an encoder."""
+def explained_decoder(layer: opt.LayerRequest, importance: bool = False) -> tuple[Decoder, Encoding]:
+    """The decoder ``explain`` runs (its page too), with --max-tokens, and the text's tokens as it runs them; or one
+    line of why not: no text, an encoder, or more tokens than explain (or --importance) shows."""
+    from ..analysis.explain import MODEL_TOKENS
     from ..models import load_model
     from ..models.decoder import Decoder
+    from .ablation import ABLATE_TOKENS
+    from .limits import taken
 
     if not layer.text.strip():
         raise UsageError("no text: give the sentence as arguments, with --file, or on stdin with -")
-    model = load_model(layer.model, layer.model_dir, layer.model_file)
-    if not isinstance(model, Decoder):
-        raise UsageError(f"explain runs on the random layer and on decoders; {printable(model.name)} is an encoder")
-    return model
+    loaded = load_model(layer.model, layer.model_dir, layer.model_file)
+    if not isinstance(loaded, Decoder):
+        raise UsageError(f"explain runs on the random layer and on decoders; {printable(loaded.name)} is an encoder")
+    model = loaded.limited(layer.max_tokens)
+    most, command = (ABLATE_TOKENS, "explain --importance") if importance else (MODEL_TOKENS, "explain")
+    return model, taken(model, layer.text, most, command)
+
+
+def cut_attention(att: Attention, encoding: Encoding) -> Attention:
+    """``att`` whose configuration says how many tokens --max-tokens kept of how many (its title then says it)."""
+    from .limits import cut_source
+
+    return replace(att, config=cut_source(att.config, encoding))
 
 
 @app.command()
 @opt.with_options(
-    layer=opt.LAYER.variant(hidden=("pair", "max_tokens", "from_file", "tokens_file")),
+    layer=opt.LAYER.variant(hidden=("pair", "from_file", "tokens_file")),
     figure=opt.FIGURE.variant(hidden=("annotate",)),
 )
 def explain(
@@ -218,16 +235,13 @@ def explain(
         raise UsageError("--all-heads goes with --importance")
     measured = None
     if layer.external:
-        model = explained_decoder(layer)
+        model, encoding = explained_decoder(layer, importance)  # --importance: a key at a time, each a pass
         chosen = model.layers - 1 if layer.layer is None else layer.layer
         e, att = explain_decoder(model, layer.text, chosen, query, head)
-        query = e.query
+        att, query = cut_attention(att, encoding), e.query
         if importance:
             from ..analysis.ablation import key_importance
-            from .ablation import ABLATE_TOKENS
 
-            if len(att.tokens) > ABLATE_TOKENS:  # a key at a time, each a pass over the text: quadratic
-                raise UsageError(f"--importance takes at most {ABLATE_TOKENS} tokens; the text is {len(att.tokens):,}")
             model.resident()  # each key removed runs the layers from --layer on again
             heads = tuple(range(model.heads)) if all_heads else (head,)
             measured = key_importance(model, layer.text, chosen, query, heads)
@@ -279,7 +293,7 @@ def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int 
 
     picked: dict[str, Any] = {}
     if layer.external:
-        model = explained_decoder(layer)
+        model, encoding = explained_decoder(layer)
         index = model.layers - 1 if layer.layer is None else layer.layer
 
         def queries(n: int) -> list[int]:
@@ -287,6 +301,7 @@ def explain_page(layer: opt.LayerRequest, figure: opt.FigureRequest, query: int 
             return list(picked["queries"])
 
         explained, att = decoder_queries(model, layer.text, index, head, queries)
+        att = cut_attention(att, encoding)
     else:
         built, att = layer.prepare()
         n = len(att.tokens)

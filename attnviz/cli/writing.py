@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 GENERATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
-            "chars", "pair", "max_tokens", "from_file", "tokens_file"),
+            "chars", "pair", "from_file", "tokens_file"),
 )  # fmt: skip
 P_WRITE = "Writing"
 
@@ -109,6 +109,8 @@ def generate(
     from ..analysis.generate import generate as write
     from ..engine.blocked import Keep
     from ..models import load_model
+    from ..models.decoder import Decoder
+    from .limits import taken
     from .output import one_output
 
     if audit and output is None:
@@ -131,10 +133,20 @@ def generate(
 
         film_format(figure.output)
         film_budget(figure.style, new)
+    if figure.output not in (None, "-"):
+        from ..render.figure import regular_target
+
+        regular_target(figure.output)  # a directory, a link, no such folder: refused before the model runs
     if page and audit:
         raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
+    cut: dict[str, int] = {}
+    if isinstance(model, Decoder):  # generate() refuses an encoder
+        model = model.limited(layer.max_tokens)
+        if model.context > new:
+            prompt_tokens = taken(model, layer.text, model.context - new, f"generate --new {new}")
+            cut = {"kept": len(prompt_tokens.ids), "tokens": prompt_tokens.total} if prompt_tokens.total else {}
     if page:
         from ..render.html.steps import STEP_NUMBERS, step_numbers
 
@@ -157,7 +169,10 @@ def generate(
         from .output import write_json
 
         generation = run()
-        write_json([generate_document(generation, described, color_scale, sinks)])
+        document = generate_document(generation, described, color_scale, sinks)
+        if cut:  # --max-tokens: the prompt's first tokens of how many
+            document["prompt"]["max_tokens"] = cut
+        write_json([document])
         _said(generation)
     elif page:
         _page(run(), figure, described, color_scale, sinks)

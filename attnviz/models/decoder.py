@@ -6,6 +6,7 @@ values and what it does with the attention's output (:meth:`Decoder.attention_in
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ class Decoder:
     causal = True
     origin: str | None = None
     stops: frozenset[int] = frozenset()  # the tokens that end a generation (end of sequence, of turn)
+    max_tokens: int | None = None  # every text encoded cut to its first so many tokens (:meth:`limited`)
 
     def __init__(self, name: str, weights: Tensors, shape: Shape, tokenizer: Tokenizer, family: str = "") -> None:
         self.name, self.weights, self.shape, self.tokenizer = name, weights, shape, tokenizer
@@ -161,8 +163,20 @@ class Decoder:
                     f"the hyperparameters imply {list(shape)}"
                 )
 
+    def limited(self, count: int | None) -> Decoder:
+        """This model (its weights shared) with every text it encodes cut to its first ``count`` tokens, as
+        :meth:`encode`'s ``first`` cuts one: --max-tokens for the commands that hand a text to an analysis
+        (ablate, saliency, patch, explain, generate), each of which encodes it itself."""
+        if count is None:
+            return self
+        cut = copy.copy(self)
+        cut.max_tokens = count
+        return cut
+
     def encode(self, text: str, pair: str | None = None, first: int | None = None) -> Encoding:
-        """The text's tokens; ``first``: only the first so many (--max-tokens), the text beyond left out."""
+        """The text's tokens; ``first`` (by default :attr:`max_tokens`): only the first so many (--max-tokens), the
+        text beyond left out."""
+        first = self.max_tokens if first is None else first
         if pair is not None:
             raise UsageError(f"--pair is for sentence-pair encoders like minilm; {self.name} is a decoder")
         longest = min(max(map(len, self.tokenizer.tokens), default=1), 64)

@@ -546,7 +546,7 @@ def write_output(data: bytes | Callable[[IO[bytes]], None], destination: str, st
     if destination == "-":
         to_stdout(data, stdout)
         return
-    path = _regular_target(destination)
+    path = regular_target(destination)
     parent = path.parent
     umask = os.umask(0)
     os.umask(umask)
@@ -613,7 +613,7 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _regular_target(destination: str) -> Path:
+def regular_target(destination: str) -> Path:
     """The file to replace for ``destination``: a new name or a regular file (never a link); else an error."""
     path = Path(destination)
     name = printable(destination)

@@ -244,3 +244,77 @@ def test_the_figure_cap_counts_the_whole_plan_and_duplicates_are_linear(tmp_path
     assert len(entries) == 9000 and "at most 10,000 in all (9,000 before this entry)" in errors[0]
     entries, errors = plans.load_plan(write(tmp_path, entry(3) * 2))
     assert entries == [] and len(errors) == 3 and "two figures would be written to x0.png" in errors[0]
+
+
+def _tokens_plan(tmp_path: Path, tokens: str, command: str = "heatmap", where: str = "figure") -> Path:
+    entry = f'[[figure]]\nname = "t-{{tokens}}"\ncommand = "{command}"\n'
+    if where == "defaults":
+        return write(tmp_path, f"[defaults]\ntokens = {tokens}\n\n{entry}")
+    return write(tmp_path, f"{entry}tokens = {tokens}\n")
+
+
+@pytest.mark.parametrize("command", ["heatmap", "lines", "mask", "explain"])
+@pytest.mark.parametrize("where", ["figure", "defaults"])
+@pytest.mark.parametrize(
+    ("tokens", "sequences"),
+    [
+        ('"the cat sat"', [["the", "cat", "sat"]]),
+        ('["the", "cat", "sat"]', [["the", "cat", "sat"]]),
+        ('["a"]', [["a"]]),
+        ('[["the", "cat"], ["a", "dog", "ran"]]', [["the", "cat"], ["a", "dog", "ran"]]),
+        ('[["x", "y"]]', [["x", "y"]]),
+        ('["le", "chat", "«", "dort", "»"]', [["le", "chat", "«", "dort", "»"]]),
+    ],
+)
+def test_a_list_of_tokens_is_one_sequence_and_a_list_of_lists_one_figure_each(
+    tmp_path: Path, command: str, where: str, tokens: str, sequences: list[list[str]]
+) -> None:
+    entries, errors = plans.load_plan(_tokens_plan(tmp_path, tokens, command, where))
+    assert errors == [] and len(entries) == len(sequences)
+    for entry, sequence in zip(entries, sequences, strict=True):
+        plans.validate(entry, tmp_path)
+        assert entry.args[entry.args.index("--") + 1 :] == sequence
+        assert entry.name == f"t-{' '.join(sequence)}"
+
+
+@pytest.mark.parametrize("where", ["figure", "defaults"])
+@pytest.mark.parametrize(
+    ("tokens", "shown"),
+    [
+        ('["the cat sat", "a dog ran"]', 'tokens = [["the", "cat", "sat"], ["a", "dog", "ran"]]'),
+        ('["the cat sat", "a dog ran"]', 'one figure: tokens = "the cat sat a dog ran"'),
+        ('["a", "b c"]', 'tokens = [["a"], ["b", "c"]]'),
+        ('[["a b", "c"]]', "a list of strings is one sequence, one token each"),
+        ('["a", ["b"]]', 'tokens = [["the", "cat", "sat"], ["a", "dog", "ran"]]'),
+        ("[]", 'one sequence as tokens = "the cat sat" or tokens = ["the", "cat", "sat"]'),
+        ("[1, 2]", "one figure per sequence as"),
+        ('[["a"], []]', "one figure per sequence as"),
+        ('["a", ""]', "not one token"),
+        ("3", "one figure per sequence as"),
+        ('{ a = "b" }', "one figure per sequence as"),
+    ],
+)
+def test_other_forms_of_tokens_are_refused_showing_the_right_ones(
+    cli, tmp_path: Path, where: str, tokens: str, shown: str
+) -> None:
+    run = cli("batch", str(_tokens_plan(tmp_path, tokens, where=where)), "--check")
+    assert run.code == 2 and shown in run.err, run.err
+    assert run.err.count("\n") == 2 and "Traceback" not in run.err  # the entry's line and the summary
+    assert "(line 1)" in run.err or "(line 4)" in run.err
+
+
+def test_a_plan_draws_patchs_page_and_refuses_one_of_saliency(cli, tmp_path: Path) -> None:
+    from tiny_gguf import write_tiny_llama
+
+    write_tiny_llama(tmp_path / "m.gguf")
+    entry = '[[figure]]\nname = "{0}"\ncommand = "{0}"\nmodel_file = "m.gguf"\nformat = "html"\n'
+    plan = write(
+        tmp_path,
+        entry.format("patch")
+        + 'clean = "the cat sat"\ncorrupt = "the sat sat"\ntarget = " cat"\n\n'
+        + entry.format("saliency")
+        + 'tokens = ["the", "cat", "sat"]\n',
+    )
+    run = cli("batch", str(plan), "-o", str(tmp_path / "out"), "-j", "1", "-q")
+    assert run.code == 1 and "format of saliency must be png or svg or pdf, got 'html'" in run.err
+    assert (tmp_path / "out" / "patch.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -76,11 +76,115 @@ def test_a_decoder_runs_its_first_tokens_in_every_view_of_the_stack(cli, tmp_pat
     ("args", "message"),
     [
         (["heatmap", "a", "b", "--max-tokens", "2"], "--max-tokens goes with --model"),
-        (["ablate", "a", "b", "--max-tokens", "2"], "No such option: --max-tokens"),
-        (["generate", "a", "--max-tokens", "2"], "No such option: --max-tokens"),
+        (["ablate", "a", "b", "--max-tokens", "2"], "--max-tokens goes with --model"),
+        (["saliency", "a", "b", "--max-tokens", "2"], "--max-tokens goes with --model"),
+        (["explain", "a", "b", "--max-tokens", "2"], "--max-tokens goes with --model"),
+        (["generate", "a", "--max-tokens", "2"], "--max-tokens goes with --model"),
+        (["patch", "--clean", "a", "--corrupt", "b", "--target", "c", "--max-tokens", "2"], "runs a decoder"),
+        (["ablate", "--model-file", "x.gguf", "a", "--max-tokens", "0"], "--max-tokens"),
+        (["saturation", "--max-tokens", "2"], "No such option: --max-tokens"),
         (["heatmap", "--model-file", "x.gguf", "a", "--max-tokens", "0"], "--max-tokens"),
     ],
 )
 def test_max_tokens_is_refused_where_it_means_nothing(cli, args: list[str], message: str) -> None:
     run = cli(*args)
     assert run.code == 2 and message in run.err and "Traceback" not in run.err, run.err
+
+
+# every view that reads a text and runs a model on it: (command line before the model and text, the most tokens it
+# takes of a model that takes more, the JSON field that lists the tokens it ran)
+GRADIENT_VIEWS = [
+    (["ablate"], 512, "tokens"),
+    (["ablate", "--estimate"], 1024, "tokens"),
+    (["ablate", "--estimate", "--compare"], 512, "tokens"),
+    (["saliency"], 1024, "tokens"),
+    (["saliency", "--target", " cat"], 1024, "tokens"),
+    (["patch"], 512, "clean_tokens"),
+    (["patch", "--estimate"], 1024, "clean_tokens"),
+    (["explain"], 512, "tokens"),
+    (["explain", "--importance"], 512, "tokens"),
+    (["generate", "-n", "2"], None, "prompt"),
+]
+
+
+def _line(view: list[str], model: Path, text: str, *more: str) -> list[str]:
+    if view[0] == "patch":  # the corrupt text differs from the clean one in its second token
+        corrupt = "the sat" + text.removeprefix("the cat")
+        return [*view, "--model-file", str(model), "--clean", text, "--corrupt", corrupt, "--target", " cat", *more]
+    return [*view, "--model-file", str(model), text, *more]
+
+
+def _tokens(doc: dict, field: str) -> list[str]:
+    return doc["prompt"]["tokens"] if field == "prompt" else doc[field]
+
+
+LONG = "the cat sat on the mat " + " ".join(f"w{i}" for i in range(330))  # 1,300-odd byte-level tokens
+
+
+@pytest.fixture(scope="module")
+def roomy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama taking 4,096 tokens: the commands' own limits come before the model's."""
+    return write_tiny_llama(tmp_path_factory.mktemp("roomy") / "m.gguf", meta_changes={"llama.context_length": 4096})
+
+
+@pytest.mark.parametrize(
+    ("view", "most", "field"), GRADIENT_VIEWS, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_a_text_longer_than_a_view_takes_points_to_max_tokens_which_runs_it(
+    cli, roomy: Path, view: list[str], most: int | None, field: str
+) -> None:
+    every = _json(cli, "tokenize", "--model-file", str(roomy), LONG)["tokens"]
+    assert len(every) > 1024
+    if most is not None:  # generate takes as many as the model less its --new
+        refused = cli(*_line(view, roomy, LONG))
+        assert refused.code == 2 and refused.err.count("\n") == 1, refused.err
+        assert (
+            f"takes at most {most:,} tokens; the text is {len(every):,}: --max-tokens {most} runs the first {most}"
+            in refused.err
+        )
+        over = cli(*_line(view, roomy, LONG, "--max-tokens", str(most + 100)))
+        assert (
+            over.code == 2 and f"--max-tokens {most + 100} keeps {most + 100:,}: --max-tokens {most} runs" in over.err
+        )
+    for count in (3, 17):
+        doc = _json(cli, *_line(view, roomy, LONG, "--max-tokens", str(count)))
+        assert _tokens(doc, field) == every[:count], (view, count)
+        noted = doc["prompt"] if field == "prompt" else doc.get("source") or doc.get("config") or {}
+        assert noted["max_tokens"] == {"kept": count, "tokens": len(every)}, view
+
+
+@pytest.mark.parametrize(
+    ("view", "most", "field"), GRADIENT_VIEWS[::3], ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_a_text_longer_than_the_model_takes_points_to_max_tokens(
+    cli, tmp_path: Path, view: list[str], most: int | None, field: str
+) -> None:
+    small = write_tiny_llama(tmp_path / "m.gguf")  # 64 tokens
+    text = "the cat sat " + " ".join(f"w{i}" for i in range(30))
+    refused = cli(*_line(view, small, text))
+    runs = 62 if view[0] == "generate" else 64  # generate keeps room for its --new tokens
+    assert refused.code == 1 and f"--max-tokens {runs} runs the first {runs}" in refused.err, refused.err
+    ran = cli(*_line(view, small, text, "--max-tokens", str(runs), "--no-color"))
+    assert ran.code == 0, ran.err
+    if field != "prompt":
+        assert (
+            "(--max-tokens)" in ran.out
+            and f"of {len(_json(cli, 'tokenize', '--model-file', str(small), text)['tokens'])}" in ran.out
+        )
+
+
+@pytest.mark.parametrize("count", [513, 700])
+def test_the_mask_view_refuses_a_long_text_before_the_forward_pass_pointing_to_max_tokens(
+    cli, roomy: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    from attnviz.models.decoder import Decoder
+
+    every = _json(cli, "tokenize", "--model-file", str(roomy), LONG)["tokens"]
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model ran before the length was checked")
+
+    monkeypatch.setattr(Decoder, "run", refused)
+    run = cli("mask", "--model-file", str(roomy), LONG, "--max-tokens", str(count))
+    assert run.code == 2 and f"every cell of {min(count, len(every)):,} tokens' scores" in run.err, run.err
+    assert "--max-tokens 512 runs the first 512" in run.err

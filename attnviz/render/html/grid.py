@@ -7,13 +7,14 @@ own (computed here with the same functions), not a second colour map in the scri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ...analysis.ablation import Ablation
-    from ...analysis.attribution import Comparison
+    from ...analysis.attribution import Comparison, Patching
     from ...analysis.heads import HeadScores
     from ...engine.stack import AttentionStack
     from ..figure import FigureStyle
@@ -90,49 +91,84 @@ def ablation_grid(
     """Δ of each head removed on the figure's diverging scale, red where the model needs the head; with
     ``comparison`` (--estimate --compare), each head's exact Δ beside its estimate."""
     from ..ablation import ablation_heading, needed_sign, needed_words
+
+    measure = "loss" if result.target is None else "log p"
+    notes = [] if comparison is None else [
+        f"estimate against the exact ablation: Spearman ρ {comparison.rank_correlation:.3f}; furthest: "
+        + ", ".join(f"layer {la} head {h} (exact {x:+.3f}, estimated {e:+.3f})" for la, h, x, e in comparison.worst[:3])
+    ]  # fmt: skip
+
+    def about(layer: int, head: int, value: float) -> list[str]:
+        said = (
+            "needed"
+            if value * needed_sign(result) > 0
+            else "the model does better without it"
+            if value
+            else "no change"
+        )
+        exact = [] if comparison is None else [f"exact Δ {signed(comparison.exact[layer, head], 4)}"]
+        return [f"Δ {measure} {signed(value, 4)} without this head", said, *exact]
+
+    return delta_grid(result.delta, needed_sign(result), about, title=f"Δ {measure} with each head removed",
+                      heading=ablation_heading(result, model), scale_title=f"Δ {measure} · {needed_words(result)}",
+                      notes=notes)  # fmt: skip
+
+
+def patching_grid(result: Patching, model: str, style: FigureStyle) -> dict[str, Any]:
+    """activation patching's Δ as its figure draws it: red where the clean run's output of the head, put into the
+    corrupt run, raises log p(target) (the head carries what the clean text has), blue where it lowers it."""
+    from ..ablation import token_quoted
+    from ..attribution import patching_heading, patching_label
+
+    measure = f"log p({token_quoted(result.target)})"
+
+    def about(layer: int, head: int, value: float) -> list[str]:
+        said = "carries the clean answer" if value > 0 else "moves away from it" if value else "no change"
+        return [f"Δ {measure} {signed(value, 4)} with this head's clean output", said]
+
+    title = f"Δ {measure} with each head's clean output patched in"
+    heading = patching_heading(result, model)
+    return delta_grid(
+        result.delta, 1, about, title=title, heading=heading, scale_title=patching_label(result), notes=[]
+    )
+
+
+def delta_grid(
+    delta: np.ndarray,
+    red: int,
+    about: Callable[[int, int, float], list[str]],
+    *,
+    title: str,
+    heading: list[str],
+    scale_title: str,
+    notes: list[str],
+) -> dict[str, Any]:
+    """A Δ per layer and head on the figure's diverging scale, red where Δ has the sign ``red``; each cell's hover
+    ``about(layer, head, Δ)``."""
     from ..figure import colormap
 
-    delta = np.asarray(result.delta, dtype=np.float64)
-    limit = float(np.abs(delta).max()) or 1.0
-    cmap = colormap("RdBu_r" if needed_sign(result) > 0 else "RdBu")
-    colours = cmap((delta + limit) / (2 * limit))
-    measure = "loss" if result.target is None else "log p"
-    layers, heads = delta.shape
+    values = np.asarray(delta, dtype=np.float64)
+    limit = float(np.abs(values).max()) or 1.0
+    cmap = colormap("RdBu_r" if red > 0 else "RdBu")
+    colours = cmap((values + limit) / (2 * limit))
+    layers, heads = values.shape
     cells = [
         [
-            {
-                "colour": hex_colour(colours[layer, head]),
-                "text": signed(delta[layer, head]),
-                "about": [
-                    f"Δ {measure} {signed(delta[layer, head], 4)} without this head",
-                    "needed"
-                    if delta[layer, head] * needed_sign(result) > 0
-                    else "the model does better without it"
-                    if delta[layer, head] != 0
-                    else "no change",
-                    *([] if comparison is None else [f"exact Δ {signed(comparison.exact[layer, head], 4)}"]),
-                ],
-            }
+            {"colour": hex_colour(colours[layer, head]), "text": signed(values[layer, head]),
+             "about": about(layer, head, float(values[layer, head]))}
             for head in range(heads)
         ]
         for layer in range(layers)
-    ]
+    ]  # fmt: skip
     stops = np.linspace(-limit, limit, 9)
     return {
-        "title": f"Δ {measure} with each head removed",
+        "title": title,
         "rows": [f"layer {i}" for i in range(layers)],
         "cols": [f"head {h}" for h in range(heads)],
         "cells": cells,
-        "heading": ablation_heading(result, model),
+        "heading": heading,
         "scale": [{"colour": hex_colour(cmap((v + limit) / (2 * limit))), "label": signed(v, 3)} for v in stops[::-1]],
-        "scale_title": f"Δ {measure} · {needed_words(result)}",
-        "notes": []
-        if comparison is None
-        else [
-            f"estimate against the exact ablation: Spearman ρ {comparison.rank_correlation:.3f}; furthest: "
-            + ", ".join(
-                f"layer {la} head {h} (exact {x:+.3f}, estimated {e:+.3f})" for la, h, x, e in comparison.worst[:3]
-            )
-        ],
+        "scale_title": scale_title,
+        "notes": notes,
         "opens": False,
     }

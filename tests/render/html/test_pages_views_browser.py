@@ -1,4 +1,4 @@
-"""The pages of heads, ablate, explain and generate in a real browser (chromium through selenium), as
+"""The pages of heads, ablate, patch, explain and generate in a real browser (chromium through selenium), as
 test_pages_browser.py opens the heatmap's: from file:// with the network off, no console error, no
 request, an interaction that changes what is drawn, and hostile tokens shown as text, running nothing."""
 
@@ -38,6 +38,10 @@ def pages() -> Iterator[dict[str, Path]]:
         assert main([*generate, "--", text]) == 0
         estimate = ["ablate", "--model-dir", str(TINY), "--estimate", "--compare", "--theme", "dark", "--", text]
         assert main([*estimate[:-2], "-o", str(folder / "ablate-estimate.html"), *estimate[-2:]]) == 0
+        corrupt = text.replace(" cat ", " mat ")
+        patch = ["patch", "--model-dir", str(TINY), "--clean", text, "--corrupt", corrupt, "--target", " cat"]
+        assert main([*patch, "-o", str(folder / "patch.html")]) == 0
+        assert main([*patch, "--estimate", "--theme", "dark", "-o", str(folder / "patch-estimate.html")]) == 0
     yield {path.stem: path for path in folder.glob("*.html")}
     shutil.rmtree(folder)
 
@@ -48,7 +52,7 @@ def needs(pages: dict[str, Path], name: str) -> Path:
     return pages[name]
 
 
-GRID_PAGES = ["heads", "heads-hostile", "ablate", "ablate-estimate"]
+GRID_PAGES = ["heads", "heads-hostile", "ablate", "ablate-estimate", "patch", "patch-estimate"]
 STEP_PAGES = ["explain", "explain-hostile", "generate"]
 
 
@@ -120,7 +124,46 @@ def test_an_ablated_heads_delta_shows_on_hover_with_the_measure_in_the_heading(
     assert problems(browser) == []
 
 
-@pytest.mark.parametrize("name", ["heads-hostile", "ablate", "explain-hostile", "generate"])
+@pytest.mark.parametrize("name", ["patch", "patch-estimate"])
+def test_a_patched_heads_delta_shows_on_hover_coloured_as_the_figure(
+    browser: Any, pages: dict[str, Path], name: str
+) -> None:
+    """patch's page is ablate's grid of Δ: red where the head's clean output raises log p(target) in the corrupt run,
+    as its figure draws it; each head's Δ on hover and on focus, the arrows moving between heads."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    opened(browser, needs(pages, name))
+    heading = browser.find_element("id", "heading").text
+    how = "activation patching" + (" estimated by attribution patching" if name == "patch-estimate" else "")
+    assert heading.startswith(f"{how} · llama-tiny · ") and "log p(' cat')" in heading and "corrupt" in heading
+    assert "red: the clean head raises it" in browser.find_element("css selector", ".scale-title").text
+    data = json.loads(browser.execute_script("return document.getElementById('attnviz-data').textContent"))
+    assert data["made"]["command"] == "patch"
+    grid = data["grid"]
+    cells = browser.find_elements("css selector", ".cell")
+    assert len(cells) == sum(map(len, grid["cells"])) > 1
+    last = cells[-1]
+    ActionChains(browser, duration=0).move_to_element(last).perform()
+    layers, heads = len(grid["rows"]), len(grid["cols"])
+    said = browser.find_element("id", "readout").text.splitlines()
+    assert said[0] == f"layer {layers - 1} · head {heads - 1}" and said[1:] == grid["cells"][-1][-1]["about"]
+    assert said[1].startswith("Δ log p(' cat') ") and said[1].endswith("with this head's clean output")
+    browser.execute_script("arguments[0].focus()", cells[0])
+    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    assert browser.execute_script("return document.body.dataset.about") == "0/1"
+    drawn = [c.value_of_css_property("background-color") for c in cells]
+    rgb = [tuple(int(v) for v in c[c.index("(") + 1 : c.index(")")].split(",")[:3]) for c in drawn]
+    values = [float(c["text"].replace("\u2212", "-")) for row in grid["cells"] for c in row]
+    reddest, bluest = rgb[values.index(max(values))], rgb[values.index(min(values))]
+    if max(values) > 0:
+        assert reddest[0] > reddest[2]  # a rise of log p is red
+    if min(values) < 0:
+        assert bluest[2] > bluest[0]  # a fall, blue
+    assert problems(browser) == []
+
+
+@pytest.mark.parametrize("name", ["heads-hostile", "ablate", "patch", "explain-hostile", "generate"])
 def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, Path], name: str) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
