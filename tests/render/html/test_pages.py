@@ -216,6 +216,7 @@ def test_html_action_view_displays_the_page_in_ipython(monkeypatch: pytest.Monke
     import types
 
     monkeypatch.setitem(sys.modules, "IPython", None)  # no IPython: said, not a traceback
+    monkeypatch.setitem(sys.modules, "IPython.display", None)  # however an earlier test left it imported
     with pytest.raises(UsageError, match="html_action='view' shows the page in a notebook"):
         attnviz.head_view(bertviz_attention(), list("abcdef"))
     shown: list[Any] = []
