@@ -21,7 +21,7 @@ import numpy as np
 from ._version import __version__
 from .engine.requested import honour
 from .engine.stack import AttentionStack, Want
-from .errors import UsageError
+from .errors import UsageError, out_of_range
 from .render.figure import FigureStyle
 from .render.html import page_bins, page_data, page_html
 from .render.html.data import stack_part
@@ -31,6 +31,22 @@ if TYPE_CHECKING:
     from .engine.attention import Attention
 
 HTML_ACTIONS = ("view", "return")
+# Beside the frame in the notebook: sizes each attnviz frame to the height its page says it is (frame.js), and asks
+# the frames already there to say it again. Where the notebook runs no script, the frame keeps its computed height.
+FRAME_SIZER = (
+    "<script>(function () {"
+    "var frames = function () { return document.querySelectorAll('iframe.attnviz-frame'); };"
+    "if (!window.attnvizFrames) { window.attnvizFrames = true;"
+    " window.addEventListener('message', function (event) {"
+    "  var said = event.data;"
+    "  if (!said || said.attnviz !== 'height' || typeof said.height !== 'number' || !isFinite(said.height)) return;"
+    "  Array.prototype.forEach.call(frames(), function (frame) {"
+    "   if (frame.contentWindow === event.source) frame.style.height = Math.min(Math.max(said.height, 40), 50000) + 'px';"
+    "  }); }); }"
+    "Array.prototype.forEach.call(frames(), function (frame) {"
+    " if (frame.contentWindow) frame.contentWindow.postMessage({ attnviz: 'measure' }, '*'); });"
+    "})();</script>"
+)
 
 
 class Page:
@@ -45,10 +61,12 @@ class Page:
         return self.html
 
     def _repr_html_(self) -> str:
-        """The page in an iframe of its own (``srcdoc``, escaped; scripts allowed, nothing else)."""
+        """The page in an iframe of its own (``srcdoc``, escaped; scripts allowed, nothing else), sized to the page
+        by the script beside it as the page says its height; ``height`` where no script runs."""
         return (
-            f'<iframe srcdoc="{markup.escape(self.html, quote=True)}" sandbox="allow-scripts" '
-            f'style="width: 100%; height: {self.height}px; border: 0" title="attnviz"></iframe>'
+            f'<iframe srcdoc="{markup.escape(self.html, quote=True)}" sandbox="allow-scripts" class="attnviz-frame" '
+            f'style="width: 100%; height: {self.height}px; border: 0; display: block" title="attnviz"></iframe>'
+            + FRAME_SIZER
         )
 
     def save(self, path: str | Path) -> None:
@@ -109,15 +127,15 @@ def pretty(tokens: Sequence[str], prettify: bool) -> list[str]:
 
 def part_stack(
     name: str,
-    attention: Any,
+    weights: np.ndarray,
     queries: Sequence[str] | None,
     keys: Sequence[str] | None,
     include_layers: Sequence[int] | None,
     include_heads: Sequence[int] | None,
     what: str,
 ) -> AttentionStack:
-    """One part's stack (every layer given, then the ones included), pooled as far as the page needs."""
-    weights = layers_of(attention, what)
+    """One part's stack (``weights``: every layer given, as :func:`layers_of` reads them; then the layers and
+    heads included that this part has), pooled as far as the page needs."""
     n, m = weights.shape[2:]
     if queries is None:
         raise UsageError(f"{what}: the tokens are required")
@@ -133,9 +151,30 @@ def part_stack(
         causal=causal,
         key_tokens=None if keys is None else tuple(keys),
     )
-    layers = None if include_layers is None else tuple(int(i) for i in include_layers)
-    heads = None if include_heads is None else tuple(int(h) for h in include_heads)
+    layers = included(include_layers, stack.layers, "include_layers", "layer", what)
+    heads = included(include_heads, stack.heads, "include_heads", "head", what)
     return honour(stack, paged(Want(layers=layers, heads=heads), stack))
+
+
+def included(wanted: Sequence[int] | None, count: int, argument: str, noun: str, what: str) -> tuple[int, ...] | None:
+    """Those of ``wanted`` (bertviz's include_layers or include_heads; negative from the end) that a part of
+    ``count`` layers or heads has: an encoder and its decoder may differ in depth and heads, so each keeps its own."""
+    if wanted is None:
+        return None
+    given = [int(i) for i in wanted]
+    if not given:
+        raise UsageError(f"{argument} is empty: leave it out for every {noun}")
+    kept = tuple(i + count if i < 0 else i for i in given if -count <= i < count)
+    if not kept:
+        raise UsageError(f"{what} has {count} {noun}s (0 to {count - 1}): none of {argument} {given} is among them")
+    return kept
+
+
+def check_included(wanted: Sequence[int] | None, counts: Sequence[int], argument: str, noun: str) -> None:
+    """Refuse an index of ``wanted`` that no part has (``counts``: each part's layers or heads)."""
+    for index in wanted or ():
+        if not any(-count <= int(index) < count for count in counts):
+            raise out_of_range(argument, int(index), max(counts), noun)
 
 
 def paged(want: Want, stack: AttentionStack) -> Want:
@@ -155,7 +194,10 @@ def parts_of(
     if attention is not None:
         if any(g is not None for g in given):
             raise UsageError("give either attention (self-attention) or the encoder-decoder arguments, not both")
-        stack = part_stack("self-attention", attention, tokens and pretty(tokens, prettify_tokens), None,
+        weights = layers_of(attention, "attention")
+        check_included(include_layers, [weights.shape[0]], "include_layers", "layer")
+        check_included(include_heads, [weights.shape[1]], "include_heads", "head")
+        stack = part_stack("self-attention", weights, tokens and pretty(tokens, prettify_tokens), None,
                            include_layers, include_heads, "attention")  # fmt: skip
         part = stack_part(stack)
         if sentence_b_start is not None:
@@ -165,21 +207,26 @@ def parts_of(
         return [part]
     encoder = None if encoder_tokens is None else pretty(encoder_tokens, prettify_tokens)
     decoder = None if decoder_tokens is None else pretty(decoder_tokens, prettify_tokens)
+    named = [
+        (name, layers_of(given_attention, f"{name.lower()}_attention"), queries, keys)
+        for name, given_attention, queries, keys in (
+            ("Encoder", encoder_attention, encoder, None),
+            ("Decoder", decoder_attention, decoder, None),
+            ("Cross", cross_attention, decoder, encoder),
+        )
+        if given_attention is not None
+    ]
+    if not named:
+        raise UsageError("give attention, or encoder_attention, decoder_attention or cross_attention")
+    check_included(include_layers, [weights.shape[0] for _, weights, _, _ in named], "include_layers", "layer")
+    check_included(include_heads, [weights.shape[1] for _, weights, _, _ in named], "include_heads", "head")
     parts = []
-    for name, weights, queries, keys in (
-        ("Encoder", encoder_attention, encoder, None),
-        ("Decoder", decoder_attention, decoder, None),
-        ("Cross", cross_attention, decoder, encoder),
-    ):
-        if weights is None:
-            continue
+    for name, weights, queries, keys in named:
         if name == "Cross" and keys is None:
             raise UsageError("cross_attention: encoder_tokens are required")
         stack = part_stack(name.lower(), weights, queries, keys, include_layers, include_heads,
                            f"{name.lower()}_attention")  # fmt: skip
         parts.append({**stack_part(stack), "name": name})
-    if not parts:
-        raise UsageError("give attention, or encoder_attention, decoder_attention or cross_attention")
     return parts
 
 
