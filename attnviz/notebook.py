@@ -231,15 +231,11 @@ def parts_of(
 
 
 def height_of(parts: list[dict[str, Any]], view: str, style: FigureStyle) -> int:
-    """The frame's height in a notebook: the longest list of tokens, the heatmap, the tiles."""
+    """The frame's height in a notebook where no script sizes it to the page: the page's tallest at any width."""
     from .render.html.data import PAGE_FONT, PANEL
+    from .render.html.frame import frame_height
 
-    font = PAGE_FONT[style.preset]
-    rows = max(max(len(p["queries"]), len(p["keys"] or p["queries"])) for p in parts)
-    tall = max(rows * round(font * 1.5) + font * 4, PANEL[style.preset] + font * 14 if view != "lines" else 0)
-    if view == "model":
-        tall += min(60 * len(parts[0]["layers"]), 600)
-    return int(min(tall + font * 12, 1600))
+    return frame_height(view, parts, PAGE_FONT[style.preset], PANEL[style.preset])
 
 
 def shown(page: Page, html_action: str) -> Page | None:

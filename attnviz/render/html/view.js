@@ -406,9 +406,9 @@
   }
   function cellSide(p, side, index) {  // "query 5 “mat”"; a pooled map's bin by the positions it holds: "queries 1553–1563 “…”"
     if (!pooled(p)) return side + " " + index + " “" + tokenText(p, side, index) + "”";
-    const label = side === "query" ? queries(p)[index] : keys(p)[index], [a, b] = label.split("–").map(Number);
-    const named = Number.isNaN(b) ? side : side === "query" ? "queries" : "keys";
-    const inside = p.tokens ? " “" + cut(p.tokens.slice(a, (Number.isNaN(b) ? a : b) + 1).join(""), 40) + "”" : "";
+    const label = side === "query" ? queries(p)[index] : keys(p)[index], [a, b = a] = label.split("–").map(Number);
+    const named = b === a ? side : side === "query" ? "queries" : "keys";
+    const inside = p.tokens ? " “" + cut(p.tokens.slice(a, b + 1).join(""), 40) + "”" : "";
     return named + " " + label + inside;
   }
   function describeCell(query, key) {
