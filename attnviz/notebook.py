@@ -61,10 +61,12 @@ class Page:
         return self.html
 
     def _repr_html_(self) -> str:
-        """The page in an iframe of its own (``srcdoc``, escaped; scripts allowed, nothing else), sized to the page
-        by the script beside it as the page says its height; ``height`` where no script runs."""
+        """The page in an iframe of its own (``srcdoc``, escaped, in ASCII whatever the notebook's page is read as:
+        the script's hash holds; scripts allowed, nothing else), sized to the page by the script beside it as the
+        page says its height; ``height`` where no script runs."""
+        page = markup.escape(self.html, quote=True).encode("ascii", "xmlcharrefreplace").decode("ascii")
         return (
-            f'<iframe srcdoc="{markup.escape(self.html, quote=True)}" sandbox="allow-scripts" class="attnviz-frame" '
+            f'<iframe srcdoc="{page}" sandbox="allow-scripts" class="attnviz-frame" '
             f'style="width: 100%; height: {self.height}px; border: 0; display: block" title="attnviz"></iframe>'
             + FRAME_SIZER
         )
