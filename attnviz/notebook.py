@@ -25,28 +25,18 @@ from .errors import UsageError, out_of_range
 from .render.figure import FigureStyle
 from .render.html import page_bins, page_data, page_html
 from .render.html.data import stack_part
+from .render.html.page import asset
 from .sources.arrays import check_weights
 
 if TYPE_CHECKING:
     from .engine.attention import Attention
 
 HTML_ACTIONS = ("view", "return")
-# Beside the frame in the notebook: sizes each attnviz frame to the height its page says it is (frame.js), and asks
-# the frames already there to say it again. Where the notebook runs no script, the frame keeps its computed height.
-FRAME_SIZER = (
-    "<script>(function () {"
-    "var frames = function () { return document.querySelectorAll('iframe.attnviz-frame'); };"
-    "if (!window.attnvizFrames) { window.attnvizFrames = true;"
-    " window.addEventListener('message', function (event) {"
-    "  var said = event.data;"
-    "  if (!said || said.attnviz !== 'height' || typeof said.height !== 'number' || !isFinite(said.height)) return;"
-    "  Array.prototype.forEach.call(frames(), function (frame) {"
-    "   if (frame.contentWindow === event.source) frame.style.height = Math.min(Math.max(said.height, 40), 50000) + 'px';"
-    "  }); }); }"
-    "Array.prototype.forEach.call(frames(), function (frame) {"
-    " if (frame.contentWindow) frame.contentWindow.postMessage({ attnviz: 'measure' }, '*'); });"
-    "})();</script>"
-)
+
+
+def frame_sizer() -> str:
+    """The script beside a page's frame that sizes the frame to its page (sizer.js)."""
+    return "<script>" + asset("sizer.js") + "</script>"
 
 
 class Page:
@@ -68,7 +58,7 @@ class Page:
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" class="attnviz-frame" '
             f'style="width: 100%; height: {self.height}px; border: 0; display: block" title="attnviz"></iframe>'
-            + FRAME_SIZER
+            + frame_sizer()
         )
 
     def save(self, path: str | Path) -> None:

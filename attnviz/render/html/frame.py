@@ -113,7 +113,9 @@ def heatmap_box(
     return room + 2.4 * f + cell * m + legend, title + room + 2 * f + cell * n
 
 
-def lines_box(part: dict[str, Any], n: int, m: int, f: float, panel: int, inner: float, view: str) -> tuple[float, float]:
+def lines_box(
+    part: dict[str, Any], n: int, m: int, f: float, panel: int, inner: float, view: str
+) -> tuple[float, float]:
     """view.js drawLines: numbers and labels either side of the lines; at most 60 em tall in a frame (view.css)."""
     label = min(longest(part) * CHAR * 0.95 * f + 0.6 * f, 12 * f)
     gap = max(f * 8, panel * (0.5 if view == "lines" else 0.35))

@@ -17,7 +17,7 @@ from chromium import MISSING, browser_fixture, problems  # noqa: F401 (the fixtu
 
 import attnviz
 from attnviz.engine.stack import AttentionStack
-from attnviz.notebook import FRAME_SIZER, Page, attention_view, stack_view
+from attnviz.notebook import Page, attention_view, frame_sizer, stack_view
 
 pytestmark = [pytest.mark.skipif(bool(MISSING), reason=MISSING), needs("minilm", "smollm2")]
 WIDTHS = (600, 1400)  # the panels stacked; side by side
@@ -127,7 +127,7 @@ def test_without_the_notebooks_script_the_computed_height_holds_the_page(
     browser: Any, pages: dict[str, Page], folder: Path, name: str, width: int
 ) -> None:
     """An untrusted notebook runs no script of its outputs: the frame keeps the height attnviz computed."""
-    frame = pages[name]._repr_html_().replace(FRAME_SIZER, "")
+    frame = pages[name]._repr_html_().replace(frame_sizer(), "")
     measured = settled(browser, notebook(folder, f"{name}-unsized", frame, width))
     assert measured["frame"] == pages[name].height
     assert measured["frame"] >= measured["content"], measured

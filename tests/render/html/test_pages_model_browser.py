@@ -77,7 +77,9 @@ def choose_part(browser: Any, part: int) -> None:
     Select(browser.find_element("id", "choose-part")).select_by_value(str(part))
 
 
-@pytest.mark.parametrize(("shape", "order"), list(itertools.product(SHAPES, ORDERS[:2])) + list(zip(SHAPES, ORDERS[2:] * 2, strict=True)))
+@pytest.mark.parametrize(
+    ("shape", "order"), list(itertools.product(SHAPES, ORDERS[:2])) + list(zip(SHAPES, ORDERS[2:] * 2, strict=True))
+)
 def test_each_part_draws_its_own_grid_in_any_order(watched: Any, tmp_path: Path, shape: Any, order: Any) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
@@ -129,10 +131,19 @@ def pooled_stack(tokens: int, layers: int, heads: int) -> AttentionStack:
     return AttentionStack(tokens=tuple(words), weights=soft(scores), source={"model": "random"}, causal=True)
 
 
-CELL = re.compile(r"^(query|queries) (\d+(?:–\d+)?) “([^”]*)” → (key|keys) (\d+(?:–\d+)?) “([^”]*)”: max weight ≈?[0-9.]+(e[−-]\d+)?$")
+CELL = re.compile(
+    r"^(query|queries) (\d+(?:–\d+)?) “([^”]*)” → (key|keys) (\d+(?:–\d+)?) “([^”]*)”: max weight ≈?[0-9.]+(e[−-]\d+)?$"
+)
 
 
-def test_a_pooled_cell_names_the_positions_its_bins_hold_and_clears_the_colour_bar(watched: Any, tmp_path: Path) -> None:
+CLEAR = """const a = arguments[0].getBoundingClientRect();
+const b = document.getElementById('legend').getBoundingClientRect();
+return a.right <= b.left || a.left >= b.right || a.bottom <= b.top || a.top >= b.bottom"""
+
+
+def test_a_pooled_cell_names_the_positions_its_bins_hold_and_clears_the_colour_bar(
+    watched: Any, tmp_path: Path
+) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     page = tmp_path / "pooled.html"
@@ -154,16 +165,15 @@ def test_a_pooled_cell_names_the_positions_its_bins_hold_and_clears_the_colour_b
         assert said, tip.text
         query, key = part["queries"].index(said.group(2)), part["queries"].index(said.group(5))
         assert abs(query - row) <= 1 and abs(key - column) <= 1  # the pointer lands within a pixel of the cell
-        for named, label, text in ((said.group(1), said.group(2), said.group(3)), (said.group(4), said.group(5), said.group(6))):
+        for named, label, text in (
+            (said.group(1), said.group(2), said.group(3)),
+            (said.group(4), said.group(5), said.group(6)),
+        ):
             first, *last = (int(x) for x in label.split("–"))
             assert named in (("queries", "keys") if last else ("query", "key"))
             held = "".join(part["tokens"][first : (last[0] if last else first) + 1])
             assert text == held  # the tokens the bin holds, by their positions, not the bin's number
-        assert watched.execute_script(
-            """const a = arguments[0].getBoundingClientRect(), b = document.getElementById('legend').getBoundingClientRect();
-            return a.right <= b.left || a.left >= b.right || a.bottom <= b.top || a.top >= b.bottom""",
-            tip,
-        ), "the tooltip covers the colour bar"
+        assert watched.execute_script(CLEAR, tip), "the tooltip covers the colour bar"
     assert errors(watched) == []
 
 
