@@ -10,13 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from bundled import needs
 from chromium import MISSING, browser_fixture, problems  # noqa: F401 (the fixture browser)
+from random_stacks import pooled_stack
 
 import attnviz
-from attnviz.engine.stack import AttentionStack
 from attnviz.notebook import Page, attention_view, frame_sizer, stack_view
 
 pytestmark = [pytest.mark.skipif(bool(MISSING), reason=MISSING), needs("minilm", "smollm2")]
@@ -32,22 +31,6 @@ return {ready: document.body.dataset.ready, tiles: document.body.dataset.tiles |
   view: window.innerHeight, tileCount: document.querySelectorAll('canvas.tile').length}"""
 
 
-def soft(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def pooled_stack(tokens: int, layers: int, heads: int) -> AttentionStack:
-    """A causal stack too large for a page's whole maps: its page pools them into bins."""
-    rng = np.random.default_rng(tokens)
-    scores = rng.normal(size=(layers, heads, tokens, tokens)).astype(np.float32)
-    scores[..., 0] += 4
-    above = np.triu_indices(tokens, 1)
-    scores[:, :, above[0], above[1]] = -np.inf
-    return AttentionStack(tokens=tuple(f" w{i}" for i in range(tokens)), weights=soft(scores),
-                          source={"model": "random"}, causal=True)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def pages() -> dict[str, Page]:
     """The pages a notebook shows: bertviz's head_view and model_view of MiniLM and SmolLM2, an AttentionStack and
@@ -61,7 +44,8 @@ def pages() -> dict[str, Page]:
         shown[f"{name}-model_view"] = attnviz.model_view(attention, list(stack.tokens), html_action="return")
     shown["smollm2-stack"] = stack_view(smollm2)
     shown["minilm-attention"] = attention_view(minilm.layer(2))
-    shown["pooled-stack"] = stack_view(pooled_stack(1100, 3, 4))
+    shown["pooled-stack"] = stack_view(pooled_stack())
+    assert "tokens max-pooled into 256" in shown["pooled-stack"].html
     return {name: page for name, page in shown.items() if page is not None}
 
 

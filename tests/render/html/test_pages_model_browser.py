@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 from chromium import MISSING, browser_fixture, opened, problems, shown, wait_for  # noqa: F401 (the fixture browser)
+from random_stacks import pooled_stack, soft
 
 import attnviz
-from attnviz.engine.stack import AttentionStack
 from attnviz.notebook import stack_view
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
@@ -36,11 +36,6 @@ def watched(browser: Any) -> Any:
 
 def errors(browser: Any) -> list[str]:
     return [*browser.execute_script("return window.__errors || []"), *problems(browser)]
-
-
-def soft(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def bertviz(rng: np.random.Generator, layers: int, heads: int, n: int, m: int) -> tuple[np.ndarray, ...]:
@@ -121,16 +116,6 @@ def test_the_head_view_switches_parts_of_any_depth(watched: Any, tmp_path: Path,
     assert errors(watched) == []
 
 
-def pooled_stack(tokens: int, layers: int, heads: int) -> AttentionStack:
-    """A causal stack too large for a page's whole maps, so its page pools them into bins."""
-    rng = np.random.default_rng(tokens)
-    scores = rng.normal(size=(layers, heads, tokens, tokens)).astype(np.float32)
-    scores[..., 0] += 4
-    scores[:, :, np.triu_indices(tokens, 1)[0], np.triu_indices(tokens, 1)[1]] = -np.inf
-    words = [f" w{i}" for i in range(tokens)]
-    return AttentionStack(tokens=tuple(words), weights=soft(scores), source={"model": "random"}, causal=True)
-
-
 CELL = re.compile(
     r"^(query|queries) (\d+(?:–\d+)?) “([^”]*)” → (key|keys) (\d+(?:–\d+)?) “([^”]*)”: max weight ≈?[0-9.]+(e[−-]\d+)?$"
 )
@@ -147,7 +132,7 @@ def test_a_pooled_cell_names_the_positions_its_bins_hold_and_clears_the_colour_b
     from selenium.webdriver.common.action_chains import ActionChains
 
     page = tmp_path / "pooled.html"
-    stack_view(pooled_stack(1100, 4, 4)).save(page)
+    stack_view(pooled_stack()).save(page)
     opened(watched, page)
     data = watched.execute_script("return JSON.parse(document.getElementById('attnviz-data').textContent)")
     part = data["parts"][0]
