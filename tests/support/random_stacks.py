@@ -9,7 +9,8 @@ from attnviz.engine.stack import AttentionStack
 
 def soft(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+    normalised: np.ndarray = e / e.sum(-1, keepdims=True)
+    return normalised
 
 
 def pooled_stack(tokens: int = 1100, layers: int = 4, heads: int = 4) -> AttentionStack:

@@ -727,9 +727,10 @@
   }
   let resized = 0, drawnWidth = window.innerWidth;
   const redraw = () => { clearTimeout(resized); resized = setTimeout(() => { drawnWidth = window.innerWidth; if (data.view === "model") buildTiles(); if (data.parts.length) show(true); }, 150); };
-  window.addEventListener("resize", redraw);
+  const widened = () => { if (window.innerWidth !== drawnWidth) redraw(); };  // what is drawn follows the width only
+  window.addEventListener("resize", widened);
   // a frame's script may run before the frame has its width, and no resize follows: its first layout says so
-  new ResizeObserver(() => { if (window.innerWidth !== drawnWidth) redraw(); }).observe(document.documentElement);
+  new ResizeObserver(widened).observe(document.documentElement);
   document.body.dataset.ready = "yes";
   document.body.dataset.readyAt = String(Math.round(performance.now()));  // since the page was asked for
 })();

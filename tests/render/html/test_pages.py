@@ -217,7 +217,7 @@ def test_each_part_keeps_the_included_layers_and_heads_it_has(
     rng = np.random.default_rng(3)
     encoder, decoder = list("abcde"), list("wxyz")
     heads = (2, 4, 3)
-    arguments = {
+    arguments: dict[str, Any] = {
         "encoder_attention": bertviz_attention(depths[0], heads[0], 5),
         "decoder_attention": bertviz_attention(depths[1], heads[1], 4),
         "cross_attention": tuple(soft(rng.normal(size=(1, heads[2], 4, 5))) for _ in range(depths[2])),

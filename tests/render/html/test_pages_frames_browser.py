@@ -44,8 +44,9 @@ def pages() -> dict[str, Page]:
         shown[f"{name}-model_view"] = attnviz.model_view(attention, list(stack.tokens), html_action="return")
     shown["smollm2-stack"] = stack_view(smollm2)
     shown["minilm-attention"] = attention_view(minilm.layer(2))
-    shown["pooled-stack"] = stack_view(pooled_stack())
-    assert "tokens max-pooled into 256" in shown["pooled-stack"].html
+    pooled = stack_view(pooled_stack())
+    assert "tokens max-pooled into 256" in pooled.html
+    shown["pooled-stack"] = pooled
     return {name: page for name, page in shown.items() if page is not None}
 
 
