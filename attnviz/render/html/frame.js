@@ -5,7 +5,7 @@
 "use strict";
 (function () {
   if (window.parent === window) return;
-  document.body.classList.add("framed");
+  document.body.classList.add("framed", "framed-" + attnviz.data.view);
   const main = document.querySelector("main");
   let told = 0;
   function tell() {

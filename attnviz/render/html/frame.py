@@ -116,14 +116,14 @@ def heatmap_box(
 def lines_box(
     part: dict[str, Any], n: int, m: int, f: float, panel: int, inner: float, view: str
 ) -> tuple[float, float]:
-    """view.js drawLines: numbers and labels either side of the lines; at most 60 em tall in a frame (view.css)."""
+    """view.js drawLines: numbers and labels either side of the lines; beside a map at most 60 em tall (view.css)."""
     label = min(longest(part) * CHAR * 0.95 * f + 0.6 * f, 12 * f)
     gap = max(f * 8, panel * (0.5 if view == "lines" else 0.35))
     width = 2 * (3.6 * f + label) + gap
     tall = max(n, m) * round(f * 1.5) + f * 2.4
     if width > inner:
         tall += SCROLL_BAR
-    return width, min(tall, 60 * f + SCROLL_BAR)
+    return width, tall if view == "lines" else min(tall, 60 * f + SCROLL_BAR)
 
 
 def longest(part: dict[str, Any]) -> int:

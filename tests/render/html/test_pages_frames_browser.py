@@ -44,9 +44,12 @@ def pages() -> dict[str, Page]:
         shown[f"{name}-model_view"] = attnviz.model_view(attention, list(stack.tokens), html_action="return")
     shown["smollm2-stack"] = stack_view(smollm2)
     shown["minilm-attention"] = attention_view(minilm.layer(2))
-    pooled = stack_view(pooled_stack())
+    long = pooled_stack()
+    pooled = stack_view(long)
     assert "tokens max-pooled into 256" in pooled.html
     shown["pooled-stack"] = pooled
+    attention = tuple(layer[None] for layer in long.weights)
+    shown["pooled-head_view"] = attnviz.head_view(attention, list(long.tokens), html_action="return")  # 256 rows
     return {name: page for name, page in shown.items() if page is not None}
 
 
@@ -91,7 +94,7 @@ def settled(browser: Any, path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "name",
     ["minilm-head_view", "minilm-model_view", "smollm2-head_view", "smollm2-model_view", "smollm2-stack",
-     "minilm-attention", "pooled-stack"],
+     "minilm-attention", "pooled-stack", "pooled-head_view"],
 )  # fmt: skip
 def test_the_frame_is_as_tall_as_its_page_and_every_tile_is_painted(
     browser: Any, pages: dict[str, Page], folder: Path, name: str, width: int
@@ -107,7 +110,9 @@ def test_the_frame_is_as_tall_as_its_page_and_every_tile_is_painted(
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("name", ["minilm-head_view", "minilm-model_view", "smollm2-model_view", "pooled-stack"])
+@pytest.mark.parametrize(
+    "name", ["minilm-head_view", "minilm-model_view", "smollm2-model_view", "pooled-stack", "pooled-head_view"]
+)
 def test_without_the_notebooks_script_the_computed_height_holds_the_page(
     browser: Any, pages: dict[str, Page], folder: Path, name: str, width: int
 ) -> None:
