@@ -21,15 +21,21 @@ from ._version import __version__
 from .engine.checks import map_rule, refuse_unless_attention, stack_rule, unit_roundoff
 from .engine.requested import honour
 from .engine.stack import AttentionStack, Want
-from .errors import AttnvizError, UsageError, printable, quoted
+from .errors import AttnvizError, UsageError, out_of_range, printable, quoted
 from .render.figure import FigureStyle
 from .render.html import page_bins, page_data, page_html
 from .render.html.data import stack_part
+from .render.html.page import asset
 
 if TYPE_CHECKING:
     from .engine.attention import Attention
 
 HTML_ACTIONS = ("view", "return")
+
+
+def frame_sizer() -> str:
+    """The script beside a page's frame that sizes the frame to its page (sizer.js)."""
+    return "<script>" + asset("sizer.js") + "</script>"
 
 
 class Page:
@@ -44,10 +50,14 @@ class Page:
         return self.html
 
     def _repr_html_(self) -> str:
-        """The page in an iframe of its own (``srcdoc``, escaped; scripts allowed, nothing else)."""
+        """The page in an iframe of its own (``srcdoc``, escaped, in ASCII whatever the notebook's page is read as:
+        the script's hash holds; scripts allowed, nothing else), sized to the page by the script beside it as the
+        page says its height; ``height`` where no script runs."""
+        page = markup.escape(self.html, quote=True).encode("ascii", "xmlcharrefreplace").decode("ascii")
         return (
-            f'<iframe srcdoc="{markup.escape(self.html, quote=True)}" sandbox="allow-scripts" '
-            f'style="width: 100%; height: {self.height}px; border: 0" title="attnviz"></iframe>'
+            f'<iframe srcdoc="{page}" sandbox="allow-scripts" class="attnviz-frame" '
+            f'style="width: 100%; height: {self.height}px; border: 0; display: block" title="attnviz"></iframe>'
+            + frame_sizer()
         )
 
     def save(self, path: str | Path) -> None:
@@ -160,7 +170,7 @@ def indices_of(value: Any, name: str, count: int, noun: str) -> tuple[int, ...] 
     for item in chosen:
         whole_number(item, name)
         if not 0 <= int(item) < count:
-            raise UsageError(f"{name}: {noun} {int(item)} is out of range (0 to {count - 1})")
+            raise out_of_range(name, int(item), count, noun)
     numbers = tuple(int(item) for item in chosen)
     repeated = sorted({i for i in numbers if numbers.count(i) > 1})
     if repeated:
@@ -191,18 +201,18 @@ def pretty(tokens: Sequence[str], prettify: bool) -> list[str]:
 
 def part_stack(
     name: str,
-    attention: Any,
+    weights: np.ndarray,
     queries: list[str] | None,
     keys: list[str] | None,
-    include_layers: Any,
-    include_heads: Any,
+    include_layers: tuple[int, ...] | None,
+    include_heads: tuple[int, ...] | None,
     what: str,
 ) -> AttentionStack:
-    """One part's stack (every layer given, then the ones included), pooled as far as the page needs."""
-    weights = layers_of(attention, what)
+    """One part's stack (``weights``: every layer given, as :func:`layers_of` reads them; then the layers and
+    heads included that this part has), pooled as far as the page needs."""
     layers, heads, n, m = weights.shape
-    chosen_layers = indices_of(include_layers, "include_layers", layers, "layer")
-    chosen_heads = indices_of(include_heads, "include_heads", heads, "head")
+    chosen_layers = included(include_layers, layers, "include_layers", "layer", what)
+    chosen_heads = included(include_heads, heads, "include_heads", "head", what)
     named = {"attention": ("tokens", "tokens"), "cross_attention": ("decoder_tokens", "encoder_tokens")}
     query_name, key_name = named.get(what, (what.replace("attention", "tokens"),) * 2)
     if queries is None:
@@ -222,6 +232,20 @@ def part_stack(
         key_tokens=None if keys is None else tuple(keys),
     )
     return honour(stack, paged(Want(layers=chosen_layers, heads=chosen_heads), stack))
+
+
+def included(wanted: tuple[int, ...] | None, count: int, argument: str, noun: str, what: str) -> tuple[int, ...] | None:
+    """Those of ``wanted`` (bertviz's include_layers or include_heads, checked by :func:`indices_of` against the
+    largest part) that a part of ``count`` layers or heads has: an encoder and its decoder may differ in depth and
+    heads, so each keeps its own."""
+    if wanted is None:
+        return None
+    kept = tuple(i for i in wanted if i < count)
+    if not kept:
+        raise UsageError(
+            f"{what} has {count} {noun}s (0 to {count - 1}): none of {argument} {list(wanted)} is among them"
+        )
+    return kept
 
 
 def paged(want: Want, stack: AttentionStack) -> Want:
@@ -245,8 +269,10 @@ def parts_of(
     if attention is not None:
         if any(g is not None for g in given):
             raise UsageError("give either attention (self-attention) or the encoder-decoder arguments, not both")
-        stack = part_stack("self-attention", attention, shown_tokens["tokens"], None,
-                           include_layers, include_heads, "attention")  # fmt: skip
+        weights = layers_of(attention, "attention")
+        layers = indices_of(include_layers, "include_layers", weights.shape[0], "layer")
+        heads = indices_of(include_heads, "include_heads", weights.shape[1], "head")
+        stack = part_stack("self-attention", weights, shown_tokens["tokens"], None, layers, heads, "attention")
         part = stack_part(stack)
         if sentence_b_start is not None:
             start = whole_number(sentence_b_start, "sentence_b_start")
@@ -257,34 +283,34 @@ def parts_of(
     if sentence_b_start is not None or tokens is not None:
         raise UsageError("sentence_b_start and tokens go with attention (self-attention), not the encoder-decoder's")
     encoder, decoder = shown_tokens["encoder_tokens"], shown_tokens["decoder_tokens"]
+    named = [
+        (name, layers_of(given_attention, f"{name.lower()}_attention"), queries, keys)
+        for name, given_attention, queries, keys in (
+            ("Encoder", encoder_attention, encoder, None),
+            ("Decoder", decoder_attention, decoder, None),
+            ("Cross", cross_attention, decoder, encoder),
+        )
+        if given_attention is not None
+    ]
+    if not named:
+        raise UsageError("give attention, or encoder_attention, decoder_attention or cross_attention")
+    layers = indices_of(include_layers, "include_layers", max(w.shape[0] for _, w, _, _ in named), "layer")
+    heads = indices_of(include_heads, "include_heads", max(w.shape[1] for _, w, _, _ in named), "head")
     parts = []
-    for name, weights, queries, keys in (
-        ("Encoder", encoder_attention, encoder, None),
-        ("Decoder", decoder_attention, decoder, None),
-        ("Cross", cross_attention, decoder, encoder),
-    ):
-        if weights is None:
-            continue
+    for name, weights, queries, keys in named:
         if name == "Cross" and keys is None:
             raise UsageError("cross_attention: encoder_tokens are required")
-        stack = part_stack(name.lower(), weights, queries, keys, include_layers, include_heads,
-                           f"{name.lower()}_attention")  # fmt: skip
+        stack = part_stack(name.lower(), weights, queries, keys, layers, heads, f"{name.lower()}_attention")
         parts.append({**stack_part(stack), "name": name})
-    if not parts:
-        raise UsageError("give attention, or encoder_attention, decoder_attention or cross_attention")
     return parts
 
 
 def height_of(parts: list[dict[str, Any]], view: str, style: FigureStyle) -> int:
-    """The frame's height in a notebook: the longest list of tokens, the heatmap, the tiles."""
+    """The frame's height in a notebook where no script sizes it to the page: the page's tallest at any width."""
     from .render.html.data import PAGE_FONT, PANEL
+    from .render.html.frame import frame_height
 
-    font = PAGE_FONT[style.preset]
-    rows = max(max(len(p["queries"]), len(p["keys"] or p["queries"])) for p in parts)
-    tall = max(rows * round(font * 1.5) + font * 4, PANEL[style.preset] + font * 14 if view != "lines" else 0)
-    if view == "model":
-        tall += min(60 * len(parts[0]["layers"]), 600)
-    return int(min(tall + font * 12, 1600))
+    return frame_height(view, parts, PAGE_FONT[style.preset], PANEL[style.preset])
 
 
 def shown(page: Page, html_action: str) -> Page | None:

@@ -55,7 +55,8 @@ def page_html(data: dict[str, Any]) -> str:
     """The page for ``data`` (see :mod:`.data`): its view, parts, style and how it was made."""
     if data.get("view") not in VIEWS:
         raise AttnvizError(f"no page for the view {data.get('view')!r}")
-    script = "\n" + asset("page.js") + "\n" + asset(SCRIPTS.get(data["view"], "view.js"))  # page.js: what all share
+    shared = asset("page.js") + "\n" + asset("frame.js")  # what every page does, then its view's own script
+    script = "\n" + shared + "\n" + asset(SCRIPTS.get(data["view"], "view.js"))
     style = "\n" + asset("view.css")
     if "</script" in script.lower() or "</style" in style.lower():
         raise AttnvizError("the page's script or style would end its own element")  # a packaging error

@@ -216,7 +216,7 @@
   function buildControls() {
     $("controls").replaceChildren();
     if (data.parts.length > 1)
-      menu("part", "Attention", data.parts.map((p, k) => [k, p.name]), state.part, (v) => { state.part = +v; state.layer = Math.min(state.layer, part().layers.length - 1); state.head = Math.min(state.head, layerOf().maps.length - 1); state.active = null; buildControls(); show(true); });
+      menu("part", "Attention", data.parts.map((p, k) => [k, p.name]), state.part, (v) => { state.part = +v; state.layer = Math.min(state.layer, part().layers.length - 1); state.head = Math.min(state.head, layerOf().maps.length - 1); state.active = null; buildControls(); if (data.view === "model") buildTiles(); show(true); });
     const p = part();
     menu("layer", "Layer", p.layers.map((l, k) => [k, "layer " + l.layer]), state.layer, (v) => choose(+v, state.head));
     if (p.layers.length < 2) selects.layer.parentElement.hidden = true;
@@ -463,6 +463,7 @@
     if (!at) return hideTip();
     const text = describeCell(at.query, at.key);
     tip(text, event.clientX, event.clientY);
+    clearOf($("legend"), event.clientX);
     $("readout").textContent = text;
     drawCursor();  // the lines stay as they are: a cell is not a token
   });
@@ -474,10 +475,17 @@
     const inside = p.tokens.slice(a, (Number.isNaN(b) ? a : b) + 1);
     return "tokens " + label + ": " + cut(inside.join(""), 40);
   }
+  function cellSide(p, side, index) {  // "query 5 “mat”"; a pooled map's bin by the positions it holds: "queries 1553–1563 “…”"
+    if (!pooled(p)) return side + " " + index + " “" + tokenText(p, side, index) + "”";
+    const label = side === "query" ? queries(p)[index] : keys(p)[index], [a, b = a] = label.split("–").map(Number);
+    const named = b === a ? side : side === "query" ? "queries" : "keys";
+    const inside = p.tokens ? " “" + cut(p.tokens.slice(a, b + 1).join(""), 40) + "”" : "";
+    return named + " " + label + inside;
+  }
   function describeCell(query, key) {
     const { p, layer, head } = shown(), M = keys(p).length, allowed = mask(p, layer);
     const what = pooled(p) ? (p.pooled.method === "max" ? "max weight" : "mean weight") : "weight";
-    const said = "query " + query + " “" + tokenText(p, "query", query) + "” → key " + key + " “" + tokenText(p, "key", key) + "”: ";
+    const said = cellSide(p, "query", query) + " → " + cellSide(p, "key", key) + ": ";
     if (allowed && !allowed[query * M + key]) return said + "masked (this query may not see this key)";
     if (hiddenColumns(p, p.layers[layer].maps[head]).includes(key)) return said + "hidden (an attention sink): the row renormalised without it";
     return said + what + " " + number(weights(p, layer, head)[query * M + key]);
@@ -489,6 +497,11 @@
     const width = t.offsetWidth;
     t.style.left = Math.max(4, Math.min(window.innerWidth - width - 8, x + 14)) + window.scrollX + "px";
     t.style.top = y + 18 + window.scrollY + "px";
+  }
+  function clearOf(element, x) {  // the tooltip moved to the pointer's left where it would cover ``element``
+    const t = $("tooltip"), box = t.getBoundingClientRect(), keep = element.getBoundingClientRect();
+    if (box.right <= keep.left || box.left >= keep.right || box.bottom <= keep.top || box.top >= keep.bottom) return;
+    t.style.left = Math.max(4, x - 14 - box.width) + window.scrollX + "px";
   }
   function hideTip() { $("tooltip").hidden = true; }
 
@@ -628,8 +641,10 @@
     }
   }
 
-  // ---- the model view's tiles: every layer and head, drawn a few at a time after the chosen map ----
-  let tileQueue = [], tileTimer = 0;
+  // ---- the model view's tiles: every layer and head, each drawn at its own size (a few thousand pixels, not a
+  // map's), all of them in the task after the chosen map's, on screen or not (a frame off screen, a printed or
+  // exported notebook show every tile) ----
+  let tilesDue = 0;
   function buildTiles() {
     const box = $("tiles"), p = part();
     box.replaceChildren();
@@ -658,36 +673,47 @@
     });
     box.append(grid);
   }
-  function queueTiles() {
-    const tiles = Array.from(document.querySelectorAll("canvas.tile"));
-    tileQueue = tiles;
-    clearTimeout(tileTimer);
-    const step = () => {
-      const until = performance.now() + 12;
-      while (tileQueue.length && performance.now() < until) drawTile(tileQueue.shift());
-      if (tileQueue.length) tileTimer = setTimeout(step, 0);
-      else document.body.dataset.tiles = "drawn";
-    };
+  function drawTiles() {
+    clearTimeout(tilesDue);
     document.body.dataset.tiles = "drawing";
-    tileTimer = setTimeout(step, 0);
+    tilesDue = setTimeout(drawEveryTile, 0);
   }
-  function drawTile(tile) {
-    const p = part(), l = +tile.dataset.layer, h = +tile.dataset.head;
-    const n = queries(p).length, m = keys(p).length;
-    const entry = p.layers[l].maps[h], w = weights(p, l, h), allowed = mask(p, l), scale = scaleOf(p, entry);
-    const hidden = hiddenColumns(p, entry), image = new ImageData(m, n);
-    for (let k = 0; k < n * m; k++) {
-      if ((allowed && !allowed[k]) || hidden.includes(k % m)) continue;
-      const rgb = colour(position(w[k], scale, p.floor)), o = k * 4;
+  function drawEveryTile() {
+    clearTimeout(tilesDue);
+    for (const tile of document.querySelectorAll("canvas.tile")) drawTile(tile);
+    document.body.dataset.tiles = "drawn";
+  }
+  window.addEventListener("beforeprint", () => { if (document.body.dataset.tiles === "drawing") drawEveryTile(); });
+  function drawTile(tile) {  // each pixel the largest weight of the cells under it that its query may see
+    const p = part(), l = +tile.dataset.layer, h = +tile.dataset.head, entry = p.layers[l].maps[h];
+    const n = queries(p).length, m = keys(p).length, allowed = mask(p, l), scale = scaleOf(p, entry);
+    const codes = p.encoding === "u8" && !(hiddenKeys(p, entry).length && !entry.hidden.length);  // as they order
+    const w = codes ? bytesOf(entry.weight) : weights(p, l, h), weightOf = codes ? (v) => lut[v] : (v) => v;
+    const rows = Math.min(n, tile.height), cols = Math.min(m, tile.width);
+    const hidden = new Set(hiddenColumns(p, entry)), column = new Int32Array(m);
+    for (let j = 0; j < m; j++) column[j] = Math.floor((j * cols) / m);
+    const most = new Float64Array(rows * cols).fill(-1);  // -1: every cell under the pixel masked
+    for (let i = 0; i < n; i++) {
+      const row = Math.floor((i * rows) / n) * cols;
+      for (let j = 0, k = i * m; j < m; j++, k++) {
+        if ((allowed && !allowed[k]) || hidden.has(j)) continue;
+        const at = row + column[j];
+        if (w[k] > most[at]) most[at] = w[k];
+      }
+    }
+    const image = new ImageData(cols, rows);
+    for (let at = 0; at < rows * cols; at++) {
+      if (most[at] < 0) continue;
+      const rgb = colour(position(weightOf(most[at]), scale, p.floor)), o = at * 4;
       image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
     }
     const small = document.createElement("canvas");
-    small.width = m; small.height = n;
+    small.width = cols; small.height = rows;
     small.getContext("2d").putImageData(image, 0, 0);
     const ctx = tile.getContext("2d");
     ctx.fillStyle = style.colours.masked;
     ctx.fillRect(0, 0, tile.width, tile.height);
-    ctx.imageSmoothingEnabled = n > tile.width;
+    ctx.imageSmoothingEnabled = false;
     ctx.drawImage(small, 0, 0, tile.width, tile.height);
   }
   function markTile() {
@@ -767,7 +793,7 @@
     if (!$("heatmap-panel").hidden) drawHeatmap();
     if (!$("lines-panel").hidden) drawLines();
     drawHeading();
-    if (data.view === "model" && everything) queueTiles();
+    if (data.view === "model" && everything) drawTiles();
     if (data.view === "model" || data.view === "heads") markTile();
     document.body.dataset.shown = [state.part, state.layer, state.head].join("/");
     if (data.view === "lines") {
@@ -794,8 +820,12 @@
     $("heading").textContent = data.grid.heading.join(" · ");
     document.title = "attnviz · " + data.grid.title;
   }
-  let resized = 0;
-  window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { if (data.view === "model") buildTiles(); if (data.parts.length) show(true); }, 150); });
+  let resized = 0, drawnWidth = window.innerWidth;
+  const redraw = () => { clearTimeout(resized); resized = setTimeout(() => { drawnWidth = window.innerWidth; if (data.view === "model") buildTiles(); if (data.parts.length) show(true); }, 150); };
+  const widened = () => { if (window.innerWidth !== drawnWidth) redraw(); };  // what is drawn follows the width only
+  window.addEventListener("resize", widened);
+  // a frame's script may run before the frame has its width, and no resize follows: its first layout says so
+  new ResizeObserver(widened).observe(document.documentElement);
   document.body.dataset.ready = "yes";
   document.body.dataset.readyAt = String(Math.round(performance.now()));  // since the page was asked for
 })();

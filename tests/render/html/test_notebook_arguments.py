@@ -158,7 +158,7 @@ def test_the_issues_own_examples() -> None:
         attnviz.head_view(**self_attention(sentence_b_start="1"))
     with pytest.raises(UsageError, match="^include_heads names head 1 more than once"):
         attnviz.model_view(**self_attention(include_heads=[1, 1]))
-    with pytest.raises(UsageError, match="^include_heads: head -1 is out of range"):
+    with pytest.raises(UsageError, match="^include_heads -1 is out of range"):
         attnviz.model_view(**self_attention(include_heads=[-1]))
     page = attnviz.head_view(**self_attention(tokens=np.array(TOKENS)))
     assert blob(page)["parts"][0]["queries"] == TOKENS

@@ -211,6 +211,44 @@ def test_model_view_takes_include_layers_heads_and_the_encoder_decoder_form(tmp_
     assert (tmp_path / "page.html").read_text(encoding="utf-8") == both.data
 
 
+@pytest.mark.parametrize(
+    ("depths", "include_layers", "kept"),
+    [
+        ((4, 2, 2), [0, 3], [[0, 3], [0], [0]]),  # a shallower decoder keeps the included layers it has
+        ((2, 5, 5), [1], [[1], [1], [1]]),
+        ((2, 5, 3), [1, 4], [[1], [1, 4], [1]]),
+    ],
+)
+def test_each_part_keeps_the_included_layers_and_heads_it_has(
+    depths: tuple[int, int, int], include_layers: list[int], kept: list[list[int]]
+) -> None:
+    rng = np.random.default_rng(3)
+    encoder, decoder = list("abcde"), list("wxyz")
+    heads = (2, 4, 3)
+    arguments: dict[str, Any] = {
+        "encoder_attention": bertviz_attention(depths[0], heads[0], 5),
+        "decoder_attention": bertviz_attention(depths[1], heads[1], 4),
+        "cross_attention": tuple(soft(rng.normal(size=(1, heads[2], 4, 5))) for _ in range(depths[2])),
+        "encoder_tokens": encoder,
+        "decoder_tokens": decoder,
+        "html_action": "return",
+    }
+    page = attnviz.model_view(**arguments, include_layers=include_layers, include_heads=[1, 3])
+    assert page is not None
+    parts = blob_of(page.data)["parts"]
+    assert [[entry["layer"] for entry in part["layers"]] for part in parts] == kept
+    assert [len(part["layers"][0]["maps"]) for part in parts] == [1, 2, 1]  # heads 1 and 3 where a part has them
+    deepest = max(depths)
+    with pytest.raises(UsageError, match=rf"include_layers 9 is out of range: there are {deepest} layers \(0 to "):
+        attnviz.model_view(**arguments, include_layers=[0, 9])
+    shallow = next(k for k, depth in enumerate(depths) if depth < deepest)
+    named = f"{('encoder', 'decoder', 'cross')[shallow]}_attention has {depths[shallow]} layers"
+    with pytest.raises(UsageError, match=rf"{named} \(0 to .\): none of include_layers \[{deepest - 1}\] is among"):
+        attnviz.model_view(**arguments, include_layers=[deepest - 1])
+    with pytest.raises(UsageError, match="include_heads 4 is out of range: there are 4 heads"):
+        attnviz.model_view(**arguments, include_heads=[4])
+
+
 def test_html_action_view_displays_the_page_in_ipython(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
     import types
@@ -252,7 +290,7 @@ def test_a_decoders_attention_is_masked_as_causal() -> None:
         ({"attention": (), "tokens": []}, "holds no layers"),
         ({"attention": bertviz_attention(), "tokens": None}, "tokens are required"),
         ({"attention": bertviz_attention(), "tokens": list("abcdef"), "layer": 7}, "layer 7 is not among"),
-        ({"attention": bertviz_attention(), "tokens": list("abcdef"), "heads": [5]}, "heads: head 5 is out of range"),
+        ({"attention": bertviz_attention(), "tokens": list("abcdef"), "heads": [5]}, "heads 5 is out of range"),
         ({"attention": bertviz_attention(), "tokens": list("abcdef"), "sentence_b_start": 9}, "sentence_b_start"),
         ({"attention": bertviz_attention(), "tokens": list("abcdef"), "html_action": "show"}, "html_action must"),
         ({"attention": bertviz_attention(), "tokens": list("abcdef"), "decoder_tokens": ["a"]}, "not both"),
