@@ -637,7 +637,7 @@ def render_heads_figure(
     from matplotlib.patches import Rectangle
     from matplotlib.transforms import blended_transform_factory
 
-    from ..analysis.heads import CLASS_NAMES, CLASS_SCORES, CLASSES
+    from ..analysis.heads import CLASS_HEADS, CLASS_NAMES, CLASS_SCORES, CLASSES
     from .heatmap import annotation_font, luminance
 
     layers, heads = len(classes), len(classes[0]) if classes else 0
@@ -646,7 +646,7 @@ def render_heads_figure(
     fixed = style.size is not None or style.preset == "slide"
     box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
     found = [
-        f"{name} heads in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
+        f"{CLASS_HEADS[name]} in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
         for name in ("induction", "previous")
         if any(name in row for row in classes)
     ]
