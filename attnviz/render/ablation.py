@@ -13,10 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.ablation import Ablation, Importance, strongest
-from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
-from .labels import abbreviate, table_token
+from .labels import abbreviate, shown_token, table_token
 from .literal import literal
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
@@ -31,8 +30,9 @@ TOP = 10
 
 
 def token_quoted(token: str) -> str:
-    """A token as the headings quote it: in quotes, escaped once (a byte token reads '\\x99', not repr's '\\\\x99')."""
-    return f"'{printable(token)}'"
+    """A token as the headings quote it: in quotes, as every view shows it (:func:`shown_token`: ' Mary' is '␣Mary', a
+    byte token '\\x99', not repr's '\\\\x99')."""
+    return f"'{shown_token(token)}'"
 
 
 def measure_label(result: Ablation) -> str:

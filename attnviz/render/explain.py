@@ -97,7 +97,7 @@ def _key_column(att: Attention, key_width: int) -> tuple[list[str], list[list[Te
     """The key column's heading and cells: the keys cut to ``key_width``, or none at all (0)."""
     if not key_width:
         return [], [[] for _ in att.keys]
-    return ["key"], [[literal(key)] for key in distinct_labels(att.keys, key_width, table=True)]
+    return ["key"], [[literal(key)] for key in distinct_labels(att.keys, key_width)]
 
 
 def render_explain(

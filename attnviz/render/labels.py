@@ -83,10 +83,18 @@ def visible_cells(token: str, width: int) -> int:
     return cell_len(visible_token(token))
 
 
+def shown_token(token: str, limit: int | None = None) -> str:
+    """A token as every view shows it to a reader (tables, lists, titles, a figure's labels): :func:`visible_token`
+    with each space as ␣, so that a leading space, part of the token, is seen (' Mary' is '␣Mary' wherever it is
+    shown, and 'the' and ' the' never look alike); '""' when empty. JSON keeps the token as it is."""
+    return visible_token(token, limit).replace(" ", "␣")
+
+
 def abbreviate(token: str, width: int) -> str:
-    """The visible token cut to ``width`` terminal cells between graphemes, with an ellipsis when cut."""
+    """The token as shown (:func:`shown_token`) cut to ``width`` terminal cells between graphemes, with an ellipsis
+    when cut."""
     limit = label_chars(width)
-    text = visible_token(token, limit)
+    text = shown_token(token, limit)
     if len(token) <= limit and cell_len(text) <= width:
         return text
     kept, used = [], 0
@@ -99,11 +107,8 @@ def abbreviate(token: str, width: int) -> str:
 
 
 def table_token(token: str, width: int | None = None) -> str:
-    """A token as every table shows it (tokenize, explain, explain --importance): :func:`visible_token` with each
-    space as ␣, so a leading space, part of the token, is seen; '""' when empty; cut to ``width`` cells if given."""
-    if not token:
-        return '""'
-    return (visible_token(token) if width is None else abbreviate(token, width)).replace(" ", "␣")
+    """:func:`shown_token`, cut to ``width`` cells if given (:func:`abbreviate`)."""
+    return shown_token(token) if width is None else abbreviate(token, width)
 
 
 def describe_scale(config: dict[str, Any]) -> str:
@@ -239,11 +244,11 @@ def score_label(config: dict[str, object]) -> str:
     return f"QKᵀ·{config.get('scale')} + M"
 
 
-def distinct_labels(tokens: tuple[str, ...] | list[str], width: int, *, table: bool = False) -> list[str]:
-    """Abbreviated tokens (in a ``table``, as :func:`table_token` shows them); a label shown more than once gets its
-    position as a subscript (the₀, the₄), whether the tokens are the same or only look it ('the' and ' the')."""
-    labels = [table_token(t, width) if table else abbreviate(t, width) for t in tokens]
-    counts = Counter(label.strip() for label in labels)
+def distinct_labels(tokens: tuple[str, ...] | list[str], width: int) -> list[str]:
+    """Abbreviated tokens (:func:`abbreviate`); a label shown more than once gets its position as a subscript (the₀,
+    the₄)."""
+    labels = [abbreviate(t, width) for t in tokens]
+    counts = Counter(labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
     shared = {label for label, count in counts.items() if count > 1}
-    return [label + str(i).translate(subscript) if label.strip() in shared else label for i, label in enumerate(labels)]
+    return [label + str(i).translate(subscript) if label in shared else label for i, label in enumerate(labels)]

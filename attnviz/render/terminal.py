@@ -23,8 +23,8 @@ from .labels import (
     describe_parts,
     folded,
     score_label,
+    shown_token,
     visible_cells,
-    visible_token,
     wrap_parts,
 )
 from .literal import literal
@@ -399,9 +399,9 @@ def cut_tokens(att: Attention, labels: int, width: int, *, queries: bool = False
     if not cut:
         return None
     entries = [
-        f"{i} {visible_token(t)}"
+        f"{i} {shown_token(t)}"
         if len(t) <= CUT_TOKEN_CHARS
-        else f"{i} {visible_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
+        else f"{i} {shown_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
         for i, t in cut
     ]
     lines = wrap_parts([f"cut to fit: {entries[0]}", *entries[1:]], width)  # an index stays with its token
