@@ -7,6 +7,7 @@ where the panels finally are, in points, not where an estimate of the panels' si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +46,20 @@ def label_rows(ax: Axes, labels: list[str], size: float, step: int = 0) -> int:
     step = step or tick_step(len(labels), panel_points(ax)[1] / 72, size)
     ax.set_yticks(range(0, len(labels), step), labels[::step], fontsize=size)
     return step
+
+
+def labelled_rows(build: Callable[[int], tuple[Figure, Axes]], labels: list[str], size: float) -> Figure:
+    """A figure of a row per label: ``build(k)`` lays it out (once, kept) with a heading that says every k-th row is
+    labelled; built again until k is what the drawn panel holds, then its rows labelled."""
+    step = 1
+    for _ in range(3):
+        fig, ax = build(step)
+        holds = max(step, tick_step(len(labels), panel_points(ax)[1] / 72, size))
+        if holds == step:
+            break
+        step = holds
+    label_rows(ax, labels, size, holds)
+    return fig
 
 
 def write_values(
