@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from rich import box
@@ -186,7 +186,9 @@ def render_explain(
     yield Text(f"   y  {vector_text(e.output, out_shown)}")
 
 
-def _strip(ax: Axes, values: Array, limit: float, title: str, style: FigureStyle, loc: str = "left") -> None:
+def _strip(
+    ax: Axes, values: Array, limit: float, title: str, style: FigureStyle, loc: Literal["left", "right"] = "left"
+) -> None:
     """A vector as a one-row heatmap, its title from its left edge (or, ``loc`` "right", to its right edge)."""
     ax.imshow(values[None, :], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto")
     ax.set_yticks([])

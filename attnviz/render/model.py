@@ -484,8 +484,10 @@ def render_rollout_figure(
     bars.barh(range(len(shown)), [v for _, v in shown], color=colours)
     bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=bar_font)
     bars.set_ylim(len(shown) - 0.5, -0.5)
-    for j, (_, v) in enumerate(shown):
-        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7))
+    from .bars import BAR_VALUE
+
+    for j, (_, v) in enumerate(shown):  # each beside its own bar, which the audit checks
+        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7), gid=f"{BAR_VALUE} {j}")
     bars.set_xlim(0, top * 1.2)
     size = style.scaled(0.85)
     bars.set_title(break_title(title, fig.get_figwidth() * 72 * 0.3, size), fontsize=size, fontweight="bold")

@@ -26,7 +26,9 @@ def text_piece(token: str) -> str:
     return visible_token(token) if token else ""
 
 
-def shade_rgb(value: float, limit: float, positive: tuple[int, int, int], negative: tuple[int, int, int]) -> tuple:
+def shade_rgb(
+    value: float, limit: float, positive: tuple[int, int, int], negative: tuple[int, int, int]
+) -> tuple[float, ...]:
     """White mixed with the sign's colour as |value| is of ``limit`` (at most MOST_SHADE of it), as 0–1 RGB."""
     share = MOST_SHADE * (min(1.0, abs(value) / limit) if limit else 0.0)
     colour = positive if value >= 0 else negative
