@@ -101,6 +101,15 @@ CLASS_NAMES = {
     "local": "local (last 4 tokens)",
     "broad": "broad",
 }
+CLASS_HEADS = {
+    "sink": "sink heads",
+    "previous": "previous-token heads",
+    "induction": "induction heads",
+    "duplicate": "duplicate-token heads",
+    "local": "local heads",
+    "broad": "broad heads",
+}
+"""A class's heads named in a title or a sentence ('previous-token heads in layers 1 and 4'), never its key."""
 CLASS_SCORES = {
     "sink": "α₁",
     "previous": "weight on it",

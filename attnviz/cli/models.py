@@ -129,8 +129,8 @@ def heads(
     TransformerLens's previous-token, duplicate-token and induction scores, Σ(A ⊙ D) / Σ A over a
     detection pattern D; Gu et al.'s sink rate α₁ (the first token's mean weight) and Sink₁ (the share
     of heads with α₁ above --sink-threshold); each head's mean row entropy; and attnviz's patterns
-    (previous, next, first token, [SEP], self, same token elsewhere, induction), each the mean weight a
-    head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class;
+    (previous token, next token, first token, [SEP], self, same token elsewhere, induction), each the mean
+    weight a head gives to it. -o draws the model's head portrait: layers × heads, each its strongest class;
     -o FILE.html writes it as a page: a head's scores on hover or focus, its map on a click or Enter.
 
     [bold]Examples[/bold]

@@ -13,10 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.ablation import Ablation, Importance, strongest
-from ..errors import printable
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
 from .heatmap import wrapped_sentence, wrapped_title
-from .labels import abbreviate, table_token
+from .labels import abbreviate, shown_token, table_token
 from .literal import literal
 from .model import GROUP_GAP, shared_heads, sharing_phrases
 
@@ -31,8 +30,9 @@ TOP = 10
 
 
 def token_quoted(token: str) -> str:
-    """A token as the headings quote it: in quotes, escaped once (a byte token reads '\\x99', not repr's '\\\\x99')."""
-    return f"'{printable(token)}'"
+    """A token as the headings quote it: in quotes, as every view shows it (:func:`shown_token`: ' Mary' is '␣Mary', a
+    byte token '\\x99', not repr's '\\\\x99')."""
+    return f"'{shown_token(token)}'"
 
 
 def measure_label(result: Ablation) -> str:
@@ -203,35 +203,53 @@ def importance_heading(importance: Importance, tokens: tuple[str, ...]) -> list[
 def render_importance_figure(
     e: QueryExplanation, importance: Importance, tokens: tuple[str, ...], style: FigureStyle = DEFAULT_STYLE
 ) -> Figure:
-    """Each key's attention weight beside the change in loss when the query's attention to it is removed."""
+    """Each key's attention weight beside the change in loss when the query's attention to it is removed: a page at
+    most, its keys labelled every k-th as the drawn panel holds them (every key where they fit)."""
+    from .bars import freeze_layout, labelled_rows
+    from .figure import text_extent
+    from .heatmap import labelled
+
     keys = importance.query + 1
-    fig = new_figure(style, max(0.6, min(2.5, 0.09 * keys)))
-    weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
-    rows = np.arange(keys)
-    weights = e.weights[:keys]
-    delta = np.nan_to_num(importance.delta[:keys])
-    weight_ax.barh(rows, weights, color=style.colours["text"])
-    weight_ax.set_xlim(0, max(float(weights.max()), 1e-9) * 1.05)
-    colours = np.where(delta > 0, "#b2182b", "#2166ac")
-    delta_ax.barh(rows, delta, color=colours)
-    delta_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
-    limit = float(np.abs(delta).max()) or 1.0
-    delta_ax.set_xlim(-limit * 1.05, limit * 1.05)
+    label = style.scaled(0.6)
     labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(tokens[:keys])]
-    weight_ax.set_yticks(rows, labels if keys <= 64 else [""] * keys)
-    weight_ax.invert_yaxis()
-    weight_ax.set_ylabel("key", fontsize=style.scaled(0.8))
-    heads = "all heads" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
-    weight_ax.set_title(f"attention weight (head {e.head})", fontsize=style.scaled(0.8))
-    delta_ax.set_title(f"Δ loss, key removed ({heads})", fontsize=style.scaled(0.8))
-    delta_ax.set_xlabel("nats", fontsize=style.scaled(0.7))
-    for ax in (weight_ax, delta_ax):
-        ax.tick_params(labelsize=style.scaled(0.6), length=0)
-    fig.suptitle(
-        wrapped_title(importance_heading(importance, tokens), fig.get_size_inches()[0], style.font_size),
-        fontweight="bold",
-    )
-    return fig
+
+    def build(step: int) -> tuple[Figure, Axes]:
+        fig = new_figure(style, max(0.6, min(PAGE, 0.09 * keys)))
+        weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
+        rows = np.arange(keys)
+        weights = e.weights[:keys]
+        delta = np.nan_to_num(importance.delta[:keys])
+        thin = 0.8 if keys <= 200 else 1.0
+        weight_ax.barh(rows, weights, color=style.colours["text"], height=thin)
+        weight_ax.set_xlim(0, max(float(weights.max()), 1e-9) * 1.05)
+        colours = np.where(delta > 0, "#b2182b", "#2166ac")
+        delta_ax.barh(rows, delta, color=colours, height=thin)
+        delta_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
+        limit = float(np.abs(delta).max()) or 1.0
+        delta_ax.set_xlim(-limit * 1.05, limit * 1.05)
+        widest = max(labels, key=lambda text: text_extent(text, label)[0])
+        weight_ax.set_yticks([0], [widest], fontsize=label)  # room for the widest; the labels come after the layout
+        weight_ax.set_ylim(keys - 0.5, -0.5)
+        weight_ax.set_ylabel("key", fontsize=style.scaled(0.8))
+        heads = "all heads" if len(importance.heads) > 1 else f"head {importance.heads[0]}"
+        weight_ax.set_title(f"attention weight (head {e.head})", fontsize=style.scaled(0.8))
+        delta_ax.set_title(f"Δ loss, key removed ({heads})", fontsize=style.scaled(0.8))
+        delta_ax.set_xlabel("nats", fontsize=style.scaled(0.7))
+        from matplotlib.ticker import MaxNLocator
+
+        for ax in (weight_ax, delta_ax):
+            ax.tick_params(labelsize=style.scaled(0.6), length=0)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        delta_ax.tick_params(labelleft=False)
+        heading = [*importance_heading(importance, tokens), *labelled(step, "keys")]
+        fig.suptitle(wrapped_title(heading, fig.get_size_inches()[0], style.font_size), fontweight="bold")
+        freeze_layout(fig)
+        return fig, weight_ax
+
+    return labelled_rows(build, labels, label)
+
+
+PAGE = 1.3  # the tallest a figure of a bar per key grows, to its width: a page
 
 
 def render_importance(

@@ -4,7 +4,7 @@ row of the last query beside the scores in a figure), and activation patching as
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich import box
@@ -80,37 +80,114 @@ def render_saliency(result: Saliency, model: str, *, color: bool, width: int) ->
                "--json has them all", style="dim")  # fmt: skip
 
 
+PAGE = 1.3  # the tallest a saliency figure whose height is free grows, to its width: a page
+TEXT_SHARE = 0.3  # the most of the figure's height the shaded text takes; the bars the rest
+
+
 @styled
 def render_saliency_figure(
     result: Saliency, model: str, row: np.ndarray, layer: int, head: int, style: FigureStyle = DEFAULT_STYLE
 ) -> Figure:
-    """One head's attention of the last token to each token (``row``) beside each token's saliency: attention and
-    attribution side by side."""
+    """The text shaded by each token's score (as the terminal shows it); under it, one head's attention of the last
+    token to each token (``row``) beside each token's saliency: attention and attribution side by side. A long text
+    gets a page: its tokens labelled every k-th as the drawn panels hold them, its text as many lines as fit."""
+    from .figure import lines_height, text_extent, tick_step
+    from .shaded import LINE_PITCH, draw_shaded_text, shade_rgb
+
     n = len(result.tokens)
-    fig = new_figure(style, max(0.6, min(2.5, 0.09 * n)))
-    weight_ax, score_ax = fig.subplots(1, 2, sharey=True)
+    label, text_size = style.scaled(0.6), style.scaled(0.7)
+    width = style.figure_size(1.0)[0]
+    free = style.size is None and style.preset != "slide"
+    pieces = sum(text_extent(t, text_size)[0] for t in result.tokens) / (width * 72 * 0.9)  # lines of text, about
+    text_h = (int(pieces) + 1) * LINE_PITCH * text_size + lines_height(1, text_size)
+    overhead = 6 * style.font_size * 1.5 + 4 * label
+    most = PAGE * width * 72
+    height = min(most, overhead + text_h + n * label * 1.15) if free else style.figure_size(0.56)[1] * 72
+    text_h = min(text_h, TEXT_SHARE * height)
+    limit = float(np.abs(result.scores).max()) or 1.0
+    unsigned = not signed(result)
+    colours = [shade_rgb(float(v), limit, POSITIVE, NEGATIVE if not unsigned else POSITIVE) for v in result.scores]
+    labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(result.tokens)]
+    said, fig, axes = 1, None, None
+    for _ in range(4):  # a page grows to label every token (measured); the heading says how they are labelled
+        fig, axes = _saliency_layout(result, model, row, layer, head, style, height / 72 / width, text_h, said)
+        band = axes[1].get_position().height * fig.get_figheight() * 72
+        short = n * label * 1.15 - band
+        if free and said == 1 and short > 1 and height < most:
+            height = min(most, height + short / 0.9)  # the bars' share of the height gained, about
+            continue
+        step = max(said, tick_step(n, band / 72, label))
+        if step == said:
+            break
+        said = step
+    assert fig is not None and axes is not None
+    text_ax, weight_ax, score_ax = axes
+    weight_ax.set_yticks(range(0, n, said), labels[::said], fontsize=label)
+    drawn = draw_shaded_text(text_ax, result.tokens, colours, text_size)
+    text_ax.set_title(_text_title(drawn, n), fontsize=style.scaled(0.8), loc="left")
+    return fig
+
+
+def _text_title(drawn: int, n: int) -> str:
+    """The text panel's title: 'shaded by score', and where the panel ends before the text, how far it goes."""
+    return "the text shaded by score" + (f": its first {drawn:,} of {n:,} tokens" if drawn < n else "")
+
+
+def _saliency_layout(
+    result: Saliency,
+    model: str,
+    row: np.ndarray,
+    layer: int,
+    head: int,
+    style: FigureStyle,
+    aspect: float,
+    text_points: float,
+    step: int,
+) -> tuple[Figure, tuple[Any, Any, Any]]:
+    """The figure laid out (the layout kept): a panel for the text, and under it the attention and the scores, a bar
+    per token; its heading saying that every ``step``-th token is labelled. Labels and text are placed after."""
+    from .bars import freeze_layout
+    from .figure import text_extent
+    from .heatmap import labelled
+
+    n = len(result.tokens)
+    fig = new_figure(style, aspect)
+    height = fig.get_figheight() * 72
+    grid = fig.add_gridspec(2, 2, height_ratios=[text_points, max(height * 0.3, height - text_points - 80)])
+    text_ax = fig.add_subplot(grid[0, :])
+    text_ax.set_axis_off()
+    text_ax.set_title(_text_title(0, n), fontsize=style.scaled(0.8), loc="left")  # as long as it will be
+    weight_ax = fig.add_subplot(grid[1, 0])
+    score_ax = fig.add_subplot(grid[1, 1], sharey=weight_ax)
     rows = np.arange(n)
-    weight_ax.barh(rows, row, color=style.colours["text"])
+    thin = 0.8 if n <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
+    weight_ax.barh(rows, row, color=style.colours["text"], height=thin)
     weight_ax.set_xlim(0, max(float(row.max()), 1e-9) * 1.05)
     scores = result.scores
     colours = np.where(scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
-    score_ax.barh(rows, scores, color=colours)
+    score_ax.barh(rows, scores, color=colours, height=thin)
     limit = float(np.abs(scores).max()) or 1.0
     score_ax.set_xlim(-limit * 1.05 if signed(result) else 0, limit * 1.05)
     if signed(result):
         score_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
     labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(result.tokens)]
-    weight_ax.set_yticks(rows, labels if n <= 64 else [""] * n)
-    weight_ax.invert_yaxis()
+    widest = max(labels, key=lambda label: text_extent(label, style.scaled(0.6))[0])
+    weight_ax.set_yticks([0], [widest], fontsize=style.scaled(0.6))  # room for the widest; the labels come after
+    weight_ax.set_ylim(n - 0.5, -0.5)
     weight_ax.set_ylabel("token", fontsize=style.scaled(0.8))
     weight_ax.set_title(f"the last token's attention\n(layer {layer}, head {head})", fontsize=style.scaled(0.8))
     score_ax.set_title(result.method, fontsize=style.scaled(0.8))
     score_ax.set_xlabel(sign_note(result), fontsize=style.scaled(0.65))
+    from matplotlib.ticker import MaxNLocator
+
     for ax in (weight_ax, score_ax):
         ax.tick_params(labelsize=style.scaled(0.6), length=0)
-    heading = saliency_heading(result, model)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a few: a slide's panel holds four numbers side by side
+    score_ax.tick_params(labelleft=False)
+    heading = [*saliency_heading(result, model), *labelled(step, "tokens")]
     fig.suptitle(wrapped_title(heading, fig.get_size_inches()[0], style.font_size), fontweight="bold")
-    return fig
+    freeze_layout(fig)
+    return fig, (text_ax, weight_ax, score_ax)
 
 
 def patching_heading(result: Patching, model: str) -> list[str]:

@@ -13,6 +13,7 @@ The rules, and the numbers they use, are the promises the presets make (the READ
 - the lines of a heading or a title drawn one by one, and of any matplotlib text of several lines, keep
   ``LINE_GAP`` of their size clear between one line's ink and the next's — descenders and underscores included;
 - a cell's value inside its cell, with room around it (``CELL_ROOM`` of the cell at most);
+- a bar's value nearer its own bar than any other (else it reads as the other's);
 - token labels thinned only when every label at the preset's minimum would not fit, and then
   said on the figure (a text saying "every …");
 - a colour bar as tall as the panels beside it (within ``BAR_TOLERANCE``);
@@ -68,6 +69,7 @@ def audit(fig: Figure, name: str = "figure") -> list[str]:
             *_crowded_lines(texts, fig.dpi),
             *_crowded_text_lines(fig, renderer),
             *_values_outside_cells(texts),
+            *_values_beside_other_bars(fig, renderer),
             *_labels_dropped(fig, texts, style.smallest),
             *_colour_bars(fig, renderer),
             *_fill(fig, renderer, texts),
@@ -314,6 +316,33 @@ def _values_outside_cells(texts: list[Drawn]) -> list[str]:
     return problems[:1] + (
         [f"… {len(problems) - 1} more cell values too big for their cells"] if len(problems) > 1 else []
     )
+
+
+def _values_beside_other_bars(fig: Figure, renderer: Any) -> list[str]:
+    """A bar's value (a text whose gid is 'bar value j', :func:`attnviz.render.bars.write_values`) nearer another bar
+    of its panel than its own bar j: beside the wrong bar it reads as that bar's value."""
+    from matplotlib.container import BarContainer
+
+    from .bars import BAR_VALUE, box_distances
+
+    problems = []
+    for ax in fig.axes:
+        patches = [p for c in ax.containers if isinstance(c, BarContainer) for p in c.patches]
+        values = [t for t in ax.texts if t.get_visible() and (t.get_gid() or "").startswith(f"{BAR_VALUE} ")]
+        if not patches or not values:
+            continue
+        bars = np.array([p.get_window_extent(renderer).extents for p in patches])
+        for text in values:
+            own = int(str(text.get_gid()).rsplit(" ", 1)[1])
+            distance = box_distances(text.get_window_extent(renderer).extents, bars)
+            nearest = int(np.argmin(distance))
+            if own >= len(bars) or distance[nearest] < distance[own] - 0.01:  # a tie is no nearer
+                where = f" in panel '{_panel(ax)}'" if _panel(ax) else ""
+                problems.append(
+                    f"value '{text.get_text()}'{where} sits beside bar {nearest}, not its own bar {own}: it reads as "
+                    f"bar {nearest}'s"
+                )
+    return problems[:5] + ([f"… {len(problems) - 5} more values beside other bars"] if len(problems) > 5 else [])
 
 
 def _labels_dropped(fig: Figure, texts: list[Drawn], least: float) -> list[str]:

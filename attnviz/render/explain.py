@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from rich import box
@@ -20,7 +20,8 @@ from rich.text import Text
 from ..analysis.explain import QueryExplanation
 from ..engine.attention import Attention
 from ..engine.core import Array
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, tick_step
+from .bars import NEARER, VALUE_PAD, freeze_layout, label_rows, make_room, panel_points, write_values
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .literal import literal, plain_console
 from .terminal import cell_style
@@ -97,7 +98,7 @@ def _key_column(att: Attention, key_width: int) -> tuple[list[str], list[list[Te
     """The key column's heading and cells: the keys cut to ``key_width``, or none at all (0)."""
     if not key_width:
         return [], [[] for _ in att.keys]
-    return ["key"], [[literal(key)] for key in distinct_labels(att.keys, key_width, table=True)]
+    return ["key"], [[literal(key)] for key in distinct_labels(att.keys, key_width)]
 
 
 def render_explain(
@@ -185,12 +186,14 @@ def render_explain(
     yield Text(f"   y  {vector_text(e.output, out_shown)}")
 
 
-def _strip(ax: Axes, values: Array, limit: float, title: str, style: FigureStyle) -> None:
-    """A vector as a one-row heatmap."""
+def _strip(
+    ax: Axes, values: Array, limit: float, title: str, style: FigureStyle, loc: Literal["left", "right"] = "left"
+) -> None:
+    """A vector as a one-row heatmap, its title from its left edge (or, ``loc`` "right", to its right edge)."""
     ax.imshow(values[None, :], cmap=colormap("RdBu_r"), vmin=-limit, vmax=limit, aspect="auto")
     ax.set_yticks([])
     ax.set_xticks([])
-    ax.set_title(title, loc="left", fontsize=style.scaled(0.9), parse_math=True)
+    ax.set_title(title, loc=loc, fontsize=style.scaled(0.9), parse_math=True)
     for spine in ax.spines.values():
         spine.set_visible(False)
 
@@ -208,79 +211,123 @@ def _matrix(
 
 
 def _bars(
-    ax: Axes,
-    values: Array,
-    allowed: np.ndarray,
-    title: str,
-    style: FigureStyle,
-    *,
-    weights: bool = False,
-    step: int = 1,
+    ax: Axes, values: Array, allowed: np.ndarray, title: str, style: FigureStyle, *, weights: bool = False
 ) -> None:
-    """One horizontal bar per key, its value written beside it (every ``step``-th); blocked keys say −∞."""
+    """One horizontal bar per key (blocked keys none); the values are written once the layout is done
+    (:func:`_write_values`)."""
     m = len(values)
     finite = np.where(allowed, values, 0.0)
     colours = [colormap(style.cmap)(v) for v in finite] if weights else [style.colours["muted"]] * m
-    ax.barh(range(m), finite, color=colours, height=0.7)
-    span = max(float(np.abs(finite).max()), 1e-9)
-    for j in range(0, m, step):
-        text = ("−∞" if not weights else "0") if not allowed[j] else f"{values[j]:.2f}"
-        x = finite[j] + (0.03 * span if finite[j] >= 0 else -0.03 * span)
-        ax.text(x, j, text, va="center", ha="left" if finite[j] >= 0 else "right", fontsize=style.scaled(0.7))
-    ax.set_ylim(m - 0.5, -0.5 - step * 0.6 if step > 1 else -0.5)  # room above the first number when rows are thin
+    ax.barh(range(m), finite, color=colours, height=BAR_HEIGHT)
+    ax.set_ylim(m - 0.5, -0.5)
     ax.set_yticks([])
     ax.axvline(0, color=style.colours["muted"], lw=0.8)
-    low = min(0.0, float(finite.min()))
-    ax.set_xlim(1.35 * low - 0.05 * span, 1.35 * max(0.0, float(finite.max())) + 0.05 * span if not weights else 1.25)
     ax.set_title(title, fontweight="bold", fontsize=style.scaled(0.9), parse_math=True)
     ax.tick_params(labelsize=style.scaled(0.7))
-    from matplotlib.ticker import FixedLocator, MaxNLocator
-
-    # weights: ticks of [0, 1] only, the room past 1 being for the numbers beside the bars
-    ax.xaxis.set_major_locator(FixedLocator([0, 0.5, 1]) if weights else MaxNLocator(nbins="auto", min_n_ticks=2))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
 
 
+BAR_HEIGHT = 0.7  # of a row
+
+
+def _write_values(ax: Axes, values: Array, allowed: np.ndarray, weights: bool, style: FigureStyle) -> int:
+    """Each bar's value beside it where it fits (blocked keys say −∞, or 0 for a weight); how many were left out."""
+    texts = [("−∞" if not weights else "0") if not ok else f"{v:.2f}" for v, ok in zip(values, allowed, strict=True)]
+    finite = np.where(allowed, values, 0.0)
+    make_room(ax, finite, texts, style.scaled(0.7), least=1.0 if weights else 0.0)
+    return write_values(ax, finite, texts, style.scaled(0.7), height=BAR_HEIGHT)
+
+
+KEY_ROWS = 1.25  # a key's row, in label sizes, when the figure's height is free to hold every key labelled
+MOST_ASPECT = 1.2  # the tallest a figure whose height is free grows: a page's proportion
+
+
 @styled
 def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYLE, *, att: Attention) -> Figure:
-    """q and the keys, q·k_j, the scaled and masked scores, the weights; V, w_j v_j, o, and the output row."""
+    """q above the keys; in one band of a row per key, K, q·k_j, the scaled and masked scores, the weights, V and
+    w_j v_j, so that one column of key labels names every row; o under w_j v_j; the output row at the bottom.
+
+    The keys are labelled as the drawn band holds them (every key where it can), measured once the figure is laid
+    out; each bar's value is written beside its own bar, the largest first, where it fits."""
+    scores = e.capped if e.capped is not None and e.softcap is not None else e.dots * e.scale
+    m = len(e.dots)
+    bars = {"dots": (e.dots, np.ones(m, dtype=bool), False), "scores": (scores, e.allowed, False),
+            "weights": (e.weights, e.allowed, True)}  # fmt: skip
+    label = style.scaled(0.8)
+    # points a key's row needs: its label, and a value beside its bar that no neighbour's bar comes as near
+    row = max(label * 1.15, (VALUE_PAD + NEARER + lines_height(1, style.scaled(0.7)) / 2) / (1 - BAR_HEIGHT / 2))
+    free = style.size is None and style.preset != "slide"
+    grown = 0.0
+    for _ in range(3):  # a page that can grow grows as tall as every key and value needs, measured
+        fig, axes = _explain_layout(e, style, att, 1, False, grown)
+        short = (m * row - panel_points(axes["K"])[1]) / 72
+        if not free or short < 0.02 or fig.get_figheight() >= MOST_ASPECT * fig.get_figwidth():
+            break
+        grown += short / 0.9  # the band's share of the height it gains, about
+    said = (1, False)  # what the heading says: every k-th key labelled; values left out
+    for attempt in range(3):  # laid out again until the heading says what the band it leaves holds
+        if attempt:
+            fig, axes = _explain_layout(e, style, att, *said, grown)
+        step = max(said[0], tick_step(m, panel_points(axes["K"])[1] / 72, label))
+        label_rows(axes["K"], [abbreviate(t, 12) for t in att.keys], label, step)
+        left_out = sum(_write_values(axes[name], *bar, style) for name, bar in bars.items()) > 0
+        found = (step, said[1] or left_out)
+        if found == said:
+            break
+        said = found
+    return fig
+
+
+def _explain_layout(
+    e: QueryExplanation, style: FigureStyle, att: Attention, step: int, left_out: bool, grown: float
+) -> tuple[Figure, Any]:
+    """The explain figure laid out (and the layout kept), its heading saying that every ``step``-th key is labelled
+    and whether some bars' values are ``left_out``; the keys' labels and the bars' values are placed on it after."""
+    from .heatmap import break_title, labelled, wrapped_title
+
     m = len(e.dots)
     shown = min(len(e.q), FIGURE_COMPONENTS)
     keys = [abbreviate(t, 12) for t in att.keys]
-    fig = new_figure(style, 0.5 + 0.04 * m, wide=True)
+    label = style.scaled(0.8)
+    width = style.figure_size(0.5, wide=True)[0]
+    free = style.size is None and style.preset != "slide"
+    band = m * label * KEY_ROWS / 72  # inches of the band that labels every key
+    overhead = (6 * style.font_size * 1.6 + 3 * 0.25 * 72) / 72  # heading, titles and the three strips
+    aspect = min(MOST_ASPECT, max(0.45, (overhead + band) / width) + grown / width)
+    fig = new_figure(style, aspect if free else 0.5, wide=True)
     mosaic: list[Any] = [
-        ["q", ".", ".", "."],
-        ["K", "dots", "scores", "weights"],
-        ["V", "wv", "wv", "bar"],
-        [".", "o", "o", "."],
-        ["y", "y", "y", "y"],
+        ["q", ".", ".", ".", ".", "."],
+        ["K", "dots", "scores", "weights", "V", "wv"],
+        ["bar", ".", ".", ".", ".", "o"],
+        ["y", "y", "y", "y", "y", "y"],
     ]
-    axes = fig.subplot_mosaic(
-        mosaic, width_ratios=[3, 1.4, 1.4, 1.4], height_ratios=[0.6, m, m, 0.6, 0.6], empty_sentinel="."
-    )
+    strip = 0.6 / max(m, 4)
+    ratios = [3.0, 1.6, 1.6, 1.6, 2.2, 2.2]
+    axes = fig.subplot_mosaic(mosaic, width_ratios=ratios, height_ratios=[strip, 1, strip, strip], empty_sentinel=".")
+    bar_width = fig.get_figwidth() * 72 * 0.85 * ratios[1] / sum(ratios)  # points a bar panel's title has, about
     limit = float(max(np.abs(e.q).max(), np.abs(e.keys).max(), np.abs(e.values).max(), 1e-9))
-    rows = fig.get_figheight() * m / (2 * m + 1.8) * 0.55  # inches of the keys' panels, at least
-    step = tick_step(m, rows, style.scaled(0.8) * 1.15)
-    cut = f" (first {shown} of {len(e.q)})" if shown < len(e.q) else ""
+    cut = [f"vectors: the first {shown} of {len(e.q)} components"] if shown < len(e.q) else []
     i = e.query
-    query = abbreviate(att.tokens[i], 16).replace("$", r"\$")  # literal in a title that holds mathematics
     own = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
     q_is, k_is, v_is = ("$q$", "$k_j$", "$v_j$") if own else (f"$q = x_{{{i}}} W_Q$", "$k_j = {c}_j W_K$",
                                                                "$v_j = {c}_j W_V$")  # fmt: skip
     c = "x" if att.key_tokens is None else "c"  # a key's input vector: the same sequence's x_j, or the other's c_j
-    _strip(axes["q"], e.q[:shown], limit, f"{q_is}, the query '{query}'{cut}", style)
-    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys {k_is.format(c=c)}", keys, style, step)
-    _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style, step=step)
+    _strip(axes["q"], e.q[:shown], limit, q_is, style)  # the query's token is the heading's first words
+    _matrix(axes["K"], e.keys[:, :shown], limit, f"keys {k_is.format(c=c)}", keys, style)  # all: room for the widest
+    scores = e.capped if e.capped is not None and e.softcap is not None else e.dots * e.scale
+    _bars(axes["dots"], e.dots, np.ones(m, dtype=bool), "$q \\cdot k_j$", style)
     if e.capped is not None and e.softcap is not None:
         cap = f"{e.softcap:g}"
-        _bars(axes["scores"], e.capped, e.allowed, f"× {e.scale:.3g}, {cap}·tanh(·/{cap}) + mask", style, step=step)
+        named = f"× {e.scale:.3g}, {cap}·tanh(·/{cap}) + mask"
     else:
-        _bars(axes["scores"], e.dots * e.scale, e.allowed, f"× {e.scale:.3g} + mask", style, step=step)
-    _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True, step=step)
-    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values {v_is.format(c=c)}", keys, style, step)
-    _matrix(axes["wv"], e.weighted[:, :shown], limit, "$w_j v_j$", [""] * m, style)
-    _strip(axes["o"], e.head_output[:shown], limit, "$o = \\sum_j w_j v_j$, the sums of the columns above", style)
+        named = f"× {e.scale:.3g} + mask"
+    _bars(axes["scores"], scores, e.allowed, break_title(named, bar_width, style.scaled(0.9)), style)
+    _bars(axes["weights"], e.weights, e.allowed, "softmax → $w_j$", style, weights=True)
+    image = _matrix(axes["V"], e.values[:, :shown], limit, f"values {v_is.format(c=c)}", [], style)
+    _matrix(axes["wv"], e.weighted[:, :shown], limit, "$w_j v_j$", [], style)
+    o_is = "$o = \\sum_j w_j v_j$"
+    _strip(axes["o"], e.head_output[:shown], limit, o_is, style, loc="right")  # into the room under the bars
     heads = len(e.head_outputs)
     _strip(
         axes["y"],
@@ -289,17 +336,16 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
         f"the layer's output row $y_{{{i}}} = [o_0; …; o_{{{heads - 1}}}]\\, W_O$ (d_model {len(e.output)})",
         style,
     )
-    bar = fig.colorbar(image, cax=axes["bar"].inset_axes((0.2, 0.45, 0.6, 0.08)), orientation="horizontal")
+    bar = fig.colorbar(image, cax=axes["bar"].inset_axes((0.1, 0.2, 0.8, 0.3)), orientation="horizontal")
     bar.set_label("component value", fontsize=style.scaled(0.8))
     bar.set_ticks([-limit, 0, limit], labels=[f"{-limit:.2g}".replace("-", "−"), "0", f"{limit:.2g}"])
     bar.ax.tick_params(labelsize=style.scaled(0.7))
     bar.outline.set_visible(False)
     axes["bar"].set_axis_off()
-    from .heatmap import labelled, wrapped_title
-
     title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]
     if c == "c":
         title.append("c_j: the input vector of key token j")
-    title += labelled(step, "keys")
-    fig.suptitle(wrapped_title(title, fig.get_size_inches()[0], style.font_size), fontweight="bold")
-    return fig
+    title += cut + (["values written beside the bars they fit"] if left_out else [])
+    fig.suptitle(wrapped_title(title + labelled(step, "keys"), width, style.font_size), fontweight="bold")
+    freeze_layout(fig)
+    return fig, axes

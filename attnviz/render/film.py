@@ -25,7 +25,7 @@ from ..engine.view import ColourScale, SinkMode
 from ..errors import AttnvizError, UsageError, quoted
 from .figure import STYLE_ATTRIBUTE, FigureStyle, colormap, figure_context, tick_step
 from .heatmap import labelled
-from .labels import abbreviate, visible_token
+from .labels import abbreviate, shown_token
 from .scale import SCALE_NAMES, colour_floor, colour_values, readable, scale_in, scale_ticks
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def title_of(generation: Generation, step: int) -> tuple[str, str]:
         return f"the prompt: {n} tokens, each looking back at those before it", about
     if step > written:
         return f"the whole map: {n} prompt tokens and {written} written", about
-    token = visible_token(generation.tokens[step - 1])
+    token = shown_token(generation.tokens[step - 1])
     return f"step {step} of {written}: wrote ‘{token}’, which looks back at {n + step - 1} tokens", about
 
 
@@ -136,7 +136,7 @@ class Film:
             ticks, labels = scale_ticks(self.scale, self.floor)
             bar.set_ticks(ticks, labels=labels)
             self.every = tick_step(size, height * 0.7, style.scaled(0.8))
-            self.labels = [abbreviate(visible_token(t), 12) for t in generation.all_tokens[:: self.every]]
+            self.labels = [abbreviate(t, 12) for t in generation.all_tokens[:: self.every]]
             ax.set_xticks(range(0, size, self.every))
             ax.set_yticks(range(0, size, self.every))
             ax.xaxis.tick_top()
@@ -220,7 +220,7 @@ def sinks_said(att: Attention) -> list[str]:
     found = att.view.sinks or ()
     if not found:
         return []
-    named = ", ".join(f"{visible_token(s.token).strip() or '␣'} ({s.key})" for s in found[:3])
+    named = ", ".join(f"{shown_token(s.token)} ({s.key})" for s in found[:3])
     return [("sinks hidden: " if att.view.sink_mode == "hide" else "sinks: ") + named]
 
 

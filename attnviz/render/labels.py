@@ -84,10 +84,18 @@ def visible_cells(token: str, width: int) -> int:
     return cell_len(visible_token(token))
 
 
+def shown_token(token: str, limit: int | None = None) -> str:
+    """A token as every view shows it to a reader (tables, lists, titles, a figure's labels): :func:`visible_token`
+    with each space as ␣, so that a leading space, part of the token, is seen (' Mary' is '␣Mary' wherever it is
+    shown, and 'the' and ' the' never look alike); '""' when empty. JSON keeps the token as it is."""
+    return visible_token(token, limit).replace(" ", "␣")
+
+
 def abbreviate(token: str, width: int) -> str:
-    """The visible token cut to ``width`` terminal cells between graphemes, with an ellipsis when cut."""
+    """The token as shown (:func:`shown_token`) cut to ``width`` terminal cells between graphemes, with an ellipsis
+    when cut."""
     limit = label_chars(width)
-    text = visible_token(token, limit)
+    text = shown_token(token, limit)
     if len(token) <= limit and cell_len(text) <= width:
         return text
     kept, used = [], 0
@@ -100,11 +108,8 @@ def abbreviate(token: str, width: int) -> str:
 
 
 def table_token(token: str, width: int | None = None) -> str:
-    """A token as every table shows it (tokenize, explain, explain --importance): :func:`visible_token` with each
-    space as ␣, so a leading space, part of the token, is seen; '""' when empty; cut to ``width`` cells if given."""
-    if not token:
-        return '""'
-    return (visible_token(token) if width is None else abbreviate(token, width)).replace(" ", "␣")
+    """:func:`shown_token`, cut to ``width`` cells if given (:func:`abbreviate`)."""
+    return shown_token(token) if width is None else abbreviate(token, width)
 
 
 def describe_scale(config: dict[str, Any]) -> str:
@@ -247,16 +252,17 @@ def score_label(config: dict[str, object]) -> str:
     return f"QKᵀ·{config.get('scale')} + M"
 
 
-def distinct_labels(tokens: tuple[str, ...] | list[str], width: int, *, table: bool = False) -> list[str]:
-    """Abbreviated tokens (in a ``table``, as :func:`table_token` shows them); a label shown more than once gets its
-    position as a subscript (the₀, the₄), whether the tokens are the same or only look it ('the' and ' the')."""
-    labels = [table_token(t, width) if table else abbreviate(t, width) for t in tokens]
+def distinct_labels(tokens: tuple[str, ...] | list[str], width: int) -> list[str]:
+    """Abbreviated tokens (:func:`abbreviate`); a label shown more than once gets its position as a subscript (the₀,
+    the₄)."""
+    labels = [abbreviate(t, width) for t in tokens]
     return [label + mark for label, mark in zip(labels, position_marks(labels), strict=True)]
 
 
 def position_marks(labels: Sequence[str]) -> list[str]:
     """Each label's position as a subscript ('₄') where the label is shown more than once (the same but for white
-    space at its ends), else '': the one rule of :func:`distinct_labels`, which pages carry beside their tokens."""
+    space at its ends, which a page shows as space), else '': the one rule of :func:`distinct_labels`, which pages
+    carry beside their tokens."""
     counts = Counter(label.strip() for label in labels)
     subscript = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
     return [str(i).translate(subscript) if counts[label.strip()] > 1 else "" for i, label in enumerate(labels)]

@@ -484,8 +484,10 @@ def render_rollout_figure(
     bars.barh(range(len(shown)), [v for _, v in shown], color=colours)
     bars.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=bar_font)
     bars.set_ylim(len(shown) - 0.5, -0.5)
-    for j, (_, v) in enumerate(shown):
-        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7))
+    from .bars import BAR_VALUE
+
+    for j, (_, v) in enumerate(shown):  # each beside its own bar, which the audit checks
+        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7), gid=f"{BAR_VALUE} {j}")
     bars.set_xlim(0, top * 1.2)
     size = style.scaled(0.85)
     bars.set_title(break_title(title, fig.get_figwidth() * 72 * 0.3, size), fontsize=size, fontweight="bold")
@@ -637,7 +639,7 @@ def render_heads_figure(
     from matplotlib.patches import Rectangle
     from matplotlib.transforms import blended_transform_factory
 
-    from ..analysis.heads import CLASS_NAMES, CLASS_SCORES, CLASSES
+    from ..analysis.heads import CLASS_HEADS, CLASS_NAMES, CLASS_SCORES, CLASSES
     from .heatmap import annotation_font, luminance
 
     layers, heads = len(classes), len(classes[0]) if classes else 0
@@ -646,7 +648,7 @@ def render_heads_figure(
     fixed = style.size is not None or style.preset == "slide"
     box_h = style.figure_size(0.5, wide=True)[1] if fixed else width * PAGE_ASPECT.get(style.preset, 0.75)
     found = [
-        f"{name} heads in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
+        f"{CLASS_HEADS[name]} in {describe_layers(sorted({i for i, row in enumerate(classes) if name in row}), stack)}"
         for name in ("induction", "previous")
         if any(name in row for row in classes)
     ]

@@ -23,8 +23,8 @@ from .labels import (
     describe_parts,
     folded,
     score_label,
+    shown_token,
     visible_cells,
-    visible_token,
     wrap_parts,
 )
 from .literal import literal
@@ -272,8 +272,7 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
 
     out = Text(style="dim")
     scale = scale_in(att.view)
-    masked = att.mask is not None if masked is None else masked
-    what = ("masked or hidden" if masked else "hidden") if att.hidden_keys else "masked" if masked else ""
+    what, note = dots_meaning(att, att.mask is not None if masked is None else masked)
     if scale == "log":
         floor = colour_floor(att.view, len(att.keys))
         out.append(f"colours on a log scale from {floor:.1e} (a tenth of uniform) to 1\n")
@@ -303,6 +302,8 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         out.append("   ◆ row maximum")
         if what:
             out.append(f"   · {what}")
+        if note:
+            out.append(f"   {note}")
         return out
     if blocks and color:
         out.append("0 ")
@@ -311,6 +312,8 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         out.append(" 1   ◆ row maximum")
         if what:
             out.append(f"   · {what}")
+        if note:
+            out.append(f"   {note}")
         return out
     if blocks:  # each shade beside the weights it stands for, on one line
         entries = shade_entries(scale, colour_floor(att.view, len(att.keys)))
@@ -322,8 +325,26 @@ def legend(att: Attention, *, color: bool, blocks: bool, masked: bool | None = N
         separator = " · "
     if what:
         entries.append(f" · {what}" if blocks else f"·: {what}")
+    if note:
+        entries.append(note)
     out.append("\n".join(wrap_parts(entries, width, separator)) if width else separator.join(entries))
     return out
+
+
+def dots_meaning(att: Attention, masked: bool) -> tuple[str, str]:
+    """What the map's '·' cells are (masked, hidden sinks, or both: '' when it has none), and where ``--sinks hide``
+    was asked but no key is drawn hidden, why: a pooled map's sink shares its bin with other tokens (its weight is
+    left out, the bin drawn), and a map may have no sink. So the legend of every model says what hiding did."""
+    drawn = ("masked or hidden" if masked else "hidden") if att.hidden_keys else "masked" if masked else ""
+    if att.view.sink_mode != "hide" or att.hidden_keys:
+        return drawn, ""
+    from ..engine.sinks import MIN_KEYS, SINK_MASS
+
+    if att.view.hidden:
+        return drawn, "sinks hidden: their weight left out of their bins"
+    if len(att.keys) < MIN_KEYS:
+        return drawn, f"no sink to hide: a map of fewer than {MIN_KEYS} keys has none"
+    return drawn, f"no sink to hide: no key takes {SINK_MASS:.0%} of the rows' weight"
 
 
 def shade_legend(scale: str, floor: float) -> str:
@@ -378,9 +399,9 @@ def cut_tokens(att: Attention, labels: int, width: int, *, queries: bool = False
     if not cut:
         return None
     entries = [
-        f"{i} {visible_token(t)}"
+        f"{i} {shown_token(t)}"
         if len(t) <= CUT_TOKEN_CHARS
-        else f"{i} {visible_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
+        else f"{i} {shown_token(t, CUT_TOKEN_CHARS)}… ({len(t):,} characters)"
         for i, t in cut
     ]
     lines = wrap_parts([f"cut to fit: {entries[0]}", *entries[1:]], width)  # an index stays with its token

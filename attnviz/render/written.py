@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import printable
-from .labels import abbreviate, distinct_labels, visible_token, wrap_parts
+from .labels import abbreviate, distinct_labels, shown_token, wrap_parts
 from .literal import literal
 from .terminal import MASKED_STYLE, cell_style
 
@@ -39,8 +39,7 @@ def strongest(generation: Generation, step: int, width: int, room: int = 10**6, 
     0.01``), as the lines view writes it. With ``sinks`` "hide", never a sink of the map so far."""
     shown, hidden = generation.shown_row(step, sinks)
     row = shown[0]
-    names = distinct_labels([visible_token(t).strip() or visible_token(t) for t in generation.all_tokens[: len(row)]],
-                            width)  # fmt: skip
+    names = distinct_labels(list(generation.all_tokens[: len(row)]), width)
     parts: list[str] = []
     for i in [j for j in np.argsort(-row, kind="stable") if j not in hidden][:STRONGEST]:
         part = f"{names[i]} {row[i]:.2f}"
@@ -51,9 +50,9 @@ def strongest(generation: Generation, step: int, width: int, room: int = 10**6, 
 
 
 def step_line(generation: Generation, step: int, width: int = 80, sinks: str = "show") -> str:
-    """``  3  ' Paris'  → France 0.41 · capital 0.22 · The 0.12`` (plain: pipes, files, NO_COLOR), cut to
+    """``  3  '␣Paris'  → ␣France 0.41 · ␣capital 0.22 · The 0.12`` (plain: pipes, files, NO_COLOR), cut to
     ``width`` columns."""
-    token = visible_token(generation.tokens[step - 1])
+    token = shown_token(generation.tokens[step - 1])
     quoted = abbreviate("'" + token + "'", 14)  # the token escaped already: repr would escape it twice
     start = f"{step:>4}  {quoted:<14} → "
     return printable(start + strongest(generation, step, 12, width - len(start), sinks))
@@ -76,6 +75,6 @@ def live_view(generation: Generation, width: int, sinks: str = "show") -> Render
             text.append(piece, style="bold reverse")
         else:
             text.append(piece, style=MASKED_STYLE if i in hidden else cell_style(float(row[i])))
-    said = f"step {step}: '{visible_token(generation.tokens[-1])}' → {strongest(generation, step, 16, sinks=sinks)}"
+    said = f"step {step}: '{shown_token(generation.tokens[-1])}' → {strongest(generation, step, 16, sinks=sinks)}"
     footer = literal(said, style="dim")
     return Group(literal(about(generation, width, sinks), style="dim"), text, Text(""), footer)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_llama
 
+from attnviz.analysis.heads import CLASS_HEADS, CLASS_NAMES, CLASSES
 from attnviz.engine.stack import AttentionStack
 from attnviz.render.audit import audit
 from attnviz.render.figure import PRESETS, FigureStyle
@@ -91,7 +92,7 @@ def test_a_deep_portrait_lists_its_layers_shortly_and_passes_the_audit(
     assert audit(fig) == []
     heading = figure_heading(fig).replace("\n", " ")
     last = 3 + 4 * ((layers - 4) // 4)
-    assert f"previous heads in layers 3, 7, 11, 15, … {last} ({len(range(3, layers, 4))} layers)" in heading
+    assert f"previous-token heads in layers 3, 7, 11, 15, … {last} ({len(range(3, layers, 4))} layers)" in heading
     drawn = np.concatenate(
         [c.get_facecolors() for c in fig.findobj(lambda a: a.get_gid() == "head classes")]  # every band's cells
     )
@@ -127,3 +128,24 @@ def test_the_model_view_of_300_chosen_layers_passes_the_audit(cli, deep: Path, t
     run = cli("heatmap", "--model-file", str(deep), "the cat sat", "--all-layers", "--layers", layers, "-o", str(out),
               "--preset", preset, "--audit")  # fmt: skip
     assert run.code == 0, run.err
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("present", [("previous",), ("induction", "previous"), ("induction",), CLASSES])
+def test_a_portrait_names_each_class_in_words_never_by_its_key(preset: str, present: tuple[str, ...]) -> None:
+    """'previous-token heads in layers 1 and 3', never 'previous heads'; its legend each class's name."""
+    layers, heads = 6, 4
+    cycle = [*present, *([] if "local" in present else ["local"])]
+    classes = [[cycle[(layer * heads + head) % len(cycle)] for head in range(heads)] for layer in range(layers)]
+    values = np.full((layers, heads), 0.6)
+    fig = render_heads_figure(_stack(layers, heads, 2), classes, values, FigureStyle(preset=preset))
+    heading = figure_heading(fig).replace("\n", " ")
+    for name in ("induction", "previous"):
+        if name in present:
+            assert f"{CLASS_HEADS[name]} in layer" in heading
+    legend = " ".join(t for c in fig.findobj(lambda a: a.get_gid() == "legend") for t in getattr(c, "labels", []))
+    for name in present:
+        assert f"{CLASS_NAMES[name]}: " in legend
+    words = f"{heading} {legend}"
+    for name in CLASSES:
+        assert f"{name} heads" not in words.replace(CLASS_HEADS[name], "") or CLASS_HEADS[name] == f"{name} heads"

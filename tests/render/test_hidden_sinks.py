@@ -170,3 +170,45 @@ def test_generate_hides_the_sinks_of_the_text_so_far_in_the_terminal_and_the_str
     stream = [json.loads(line) for line in cli(*prompt, "--sinks", "hide", "--jsonl").out.splitlines()]
     assert [d["sinks_hidden"] for d in stream] == [[0]] * 3
     assert all(row[0] is None for row in stream[0]["weights"][0]) and stream[1]["row"][0][0] is None
+
+
+def _legend_text(att: Attention, *, blocks: bool) -> str:
+    from attnviz.render.terminal import legend
+
+    return legend(att, color=False, blocks=blocks).plain
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [5, 7, 8, 12, 40])
+def test_every_legend_says_what_sinks_hide_did(n: int, causal: bool, blocks: bool) -> None:
+    """Masked or not, long or short, sinks found or not: the legend says the dots are hidden sinks when a key is drawn
+    hidden, and why nothing is hidden when none is (a short map has no sinks), never only 'masked'."""
+    from attnviz.engine.sinks import MIN_KEYS
+
+    weights = planted_sink(n)
+    if not causal:
+        weights = np.full((1, n, n), 0.2 / (n - 1))
+        weights[..., 0] = 0.8
+    mask = np.tril(np.ones((n, n), dtype=bool)) if causal else None
+    att = Attention(tokens=tuple(f"t{i}" for i in range(n)), weights=weights, head_labels=("head 0",), mask=mask)
+    said = _legend_text(readable(att, sinks="hide"), blocks=blocks)
+    if n >= MIN_KEYS:
+        assert ("masked or hidden" if causal else "hidden") in said and "no sink" not in said
+        assert "masked or hidden" in said or not causal
+    else:
+        assert f"no sink to hide: a map of fewer than {MIN_KEYS} keys" in said
+        assert ("masked" in said) == causal
+    assert "no sink" not in _legend_text(readable(att, sinks="show"), blocks=blocks)
+
+
+def test_a_pooled_maps_legend_says_where_its_hidden_sink_went() -> None:
+    from attnviz.engine.view import Pooled, Sink, View
+
+    n = 16
+    weights = planted_sink(n)
+    view = View(pooled=Pooled("max", 400, n), sinks=(Sink(0, "<bos>", 0.6),), hidden=(0,))
+    att = Attention(tokens=tuple(f"{4 * i}–{4 * i + 3}" for i in range(n)), weights=weights, head_labels=("head 0",),
+                    mask=np.tril(np.ones((n, n), dtype=bool)), view=view)  # fmt: skip
+    said = _legend_text(readable(att, sinks="hide"), blocks=True)
+    assert "· masked" in said and "sinks hidden: their weight left out of their bins" in said

@@ -43,7 +43,7 @@ def test_a_long_token_is_cut_with_an_ellipsis(kind: str, width: int) -> None:
     "token", ["international", "猫 é", "a\x1bb", "  ", "👩\u200d🔬", "🏴\U000e0067\U000e0062\U000e007f"]
 )
 def test_a_short_token_is_shown_as_before(token: str) -> None:
-    assert abbreviate(token, 64) == visible_token(token)
+    assert abbreviate(token, 64) == visible_token(token).replace(" ", "␣")
     assert visible_token(token, 3) == visible_token(token)[: len(visible_token(token[:3]))]
 
 
@@ -131,6 +131,7 @@ def test_rollout_on_a_hundred_million_columns_in_a_capped_child(tmp_path: Path) 
     assert 500 < len(run.stdout) < 10_000
 
 
-def test_tokens_that_only_look_the_same_are_told_apart() -> None:
-    """A model's 'the' and ' the' are two tokens that the terminal shows alike: both get their positions."""
-    assert [t.strip() for t in distinct_labels(["the", " cat", " the"], 12)] == ["the₀", "cat", "the₂"]
+def test_tokens_that_only_looked_the_same_are_told_apart_by_their_space() -> None:
+    """A model's 'the' and ' the' are two tokens, shown apart by the ␣; a token shown twice gets its positions."""
+    assert distinct_labels(["the", " cat", " the"], 12) == ["the", "␣cat", "␣the"]
+    assert distinct_labels(["the", " cat", " the", " cat"], 12) == ["the", "␣cat₁", "␣the", "␣cat₃"]

