@@ -11,6 +11,7 @@ One forward pass keeps, of each layer, the parts at the one position asked for."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,7 @@ def largest(result: LogitAttribution, count: int) -> list[tuple[str, float]]:
 
 def direct_logit_attribution(
     model: object, text: str, target: str | None = None, versus: str | None = None, position: int | None = None,
-    progress: Steps | None = None,
+    progress: Steps | None = None, max_tokens: int | None = None,
 ) -> LogitAttribution:  # fmt: skip
     """Each part's share of the logit of ``target`` at ``position`` of ``text`` (default: the last; negative counts
     from the end), or of the difference of ``target``'s and ``versus``'s.
@@ -84,7 +85,7 @@ def direct_logit_attribution(
         A :class:`LogitAttribution` whose parts sum to its ``raw_logit``.
     """
     decoder = decoder_of(model, "logit attribution")
-    encoding = decoder.encode(text)
+    encoding = decoder.encode(text, first=max_tokens)
     ids, n = encoding.ids, len(encoding.ids)
     at = n - 1 if position is None else position
     if not -n <= at < n:
@@ -126,7 +127,9 @@ def direct_logit_attribution(
     )  # fmt: skip
 
 
-def read_by(decoder: Decoder, x: Array, chosen: int, other: int | None) -> tuple[Array, object, float]:
+def read_by(
+    decoder: Decoder, x: Array, chosen: int, other: int | None
+) -> tuple[Array, Callable[[Array], Array], float]:
     """W_U[T] (less W_U[U]) as float64, the function that reads parts (…, hidden) into their logits, and the final
     norm's scale s of the whole x."""
     name = decoder.output_matrix()

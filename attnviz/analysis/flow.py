@@ -24,6 +24,7 @@ import numpy as np
 
 from ..engine.core import Array
 from ..engine.threads import product
+from ..errors import UsageError
 from ..models.parts import shared_heads
 from ..models.stream import LayerParts, Record
 from .residual import decoder_of, each_layer
@@ -192,7 +193,9 @@ class AttentionBlock:
         return out
 
 
-def routes(model: object, text: str, per_head: bool = False, progress: Steps | None = None) -> Flow:
+def routes(
+    model: object, text: str, per_head: bool = False, progress: Steps | None = None, max_tokens: int | None = None
+) -> Flow:
     """Every layer's shares of ``text`` on ``model`` (a decoder): attention's by query and key (and by head with
     ``per_head``), resid_pre's, and the feed-forward's.
 
@@ -200,7 +203,7 @@ def routes(model: object, text: str, per_head: bool = False, progress: Steps | N
         A :class:`Flow`: each block's shares sum to 1 for every position.
     """
     decoder = decoder_of(model, "the routes")
-    encoding = decoder.encode(text)
+    encoding = decoder.encode(text, first=max_tokens)
     layers: list[LayerShares] = []
     counts = [0, 0]
 
@@ -261,6 +264,32 @@ def route_graph(flow: Flow, position: int, threshold: float = 0.04) -> list[Edge
             parts += [("attention", j, float(shares.attention[i, j]), ("pre", layer, j)) for j in range(i + 1)]
             keep(parts, layer, i)
     return sorted(edges, key=lambda e: (-e.layer, e.target, e.kind, e.source))
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The route graph into ``position`` (:func:`route_graph`) at ``threshold``, of a model of ``layers`` layers, with
+    the shares it was drawn from where they are at hand (``flow``; None when read back from a long text's document,
+    which keeps the edges alone)."""
+
+    tokens: tuple[str, ...]
+    position: int
+    threshold: float
+    layers: int
+    edges: tuple[Edge, ...]
+    flow: Flow | None = None
+
+
+def routes_into(flow: Flow, position: int | None = None, threshold: float = 0.04) -> Routes:
+    """The route graph of ``flow`` into ``position`` (default the last; negative counts from the end)."""
+    n = len(flow.tokens)
+    at = n - 1 if position is None else position
+    if not -n <= at < n:
+        raise UsageError(f"--position {position} is outside the text's {n} tokens (0 … {n - 1})")
+    if not 0 <= threshold < 1:
+        raise UsageError(f"--threshold is a share, at least 0 and below 1; got {threshold:g}")
+    at %= n
+    return Routes(flow.tokens, at, threshold, len(flow.layers), tuple(route_graph(flow, at, threshold)), flow)
 
 
 def brute_force(model: Decoder, parts: LayerParts) -> tuple[Array, Array]:

@@ -134,8 +134,9 @@ def lens_rows(model: Decoder, stream: list[Array], ids: tuple[int, ...], chosen:
 
 
 def logit_lens(
-    model: object, text: str, target: str | None = None, mid: bool = False, progress: Steps | None = None
-) -> Lens:
+    model: object, text: str, target: str | None = None, mid: bool = False, progress: Steps | None = None,
+    max_tokens: int | None = None,
+) -> Lens:  # fmt: skip
     """The logit lens of ``text`` on ``model`` (a decoder): each layer's residual stream read by the final norm and
     the output matrix; ``target``: one token whose log-probability and rank after the last position each row gives;
     ``mid``: rows after each layer's attention too.
@@ -144,7 +145,7 @@ def logit_lens(
         A :class:`Lens`: rows 0 … L (row L the model's own next-token log-probabilities).
     """
     decoder = decoder_of(model, "the logit lens")
-    encoding = decoder.encode(text)
+    encoding = decoder.encode(text, first=max_tokens)
     ids = encoding.ids
     chosen = None if target is None else target_id(decoder, target)
     streams: list[Array] = []
