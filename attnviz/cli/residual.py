@@ -101,7 +101,7 @@ def lens(
 
     [bold]Examples[/bold]
 
-      attnviz lens --model smollm2 "When Mary and John went to the store, John gave a drink to" --target " Mary"
+      attnviz lens --model smollm2 --file ioi.txt --target " Mary"
 
       attnviz lens --model smollm2 --file doc.txt --json
 
@@ -157,11 +157,11 @@ def dla(
 
     [bold]Examples[/bold]
 
-      attnviz dla --model smollm2 "When Mary and John went to the store, John gave a drink to" --target " Mary"
+      attnviz dla --model smollm2 "The capital of France is" --target " Paris"
 
-      attnviz dla --model smollm2 "Mary and John went out; John gave a drink to" --target " Mary" --versus " John"
+      attnviz dla --model smollm2 --file ioi.txt --target " Mary" --versus " John"
 
-      attnviz dla --model smollm2 "The capital of France is" --target " Paris" -o dla.png
+      attnviz dla --model smollm2 --file ioi.txt --target " Mary" -o dla.png
     """
     from ..render import stream_documents as documents
 
@@ -220,9 +220,9 @@ def flow(
 
     [bold]Examples[/bold]
 
-      attnviz flow --model smollm2 "When Mary and John went to the store, John gave a drink to"
+      attnviz flow --model smollm2 --file ioi.txt
 
-      attnviz flow --model smollm2 --file doc.txt --json > routes.json
+      attnviz flow --model smollm2 --file doc.txt --json
 
       attnviz flow --from routes.json --threshold 0.1 -o routes.png
     """
