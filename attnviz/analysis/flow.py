@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 FLOOR = 1e-5  # the LLM Transparency Tool's EPS: no part's share is below it
 LEVELS = (1, 2, 4, 8, 16, 32)
-"""How many of a query's dimensions nearest 0 a part is checked on, by how far its largest |p_d| reaches (see the
-module's notes): past the last, every dimension."""
+"""How many of a query's dimensions nearest 0 a part is checked on, by how many of them its largest |p_d| passes
+(see the module's notes): past the last, every dimension."""
 SMALLEST = LEVELS[-1]
 BLOCK_BYTES = 2**24  # the float32 (queries, keys) arrays of one block of queries, per head
 PAIRS_AT_ONCE = 2048  # (query, key) pairs summed exactly at once: (pairs, hidden) float32
@@ -81,6 +81,16 @@ def ffn_shares(parts: LayerParts) -> Array:
     return result
 
 
+def nearest_zero(size: Array) -> Array:
+    """Each row's :data:`SMALLEST` dimensions of least |w| (all, where there are fewer), the least first."""
+    if size.shape[1] <= SMALLEST:
+        return np.argsort(size, axis=-1, kind="stable")
+    few = np.argpartition(size, SMALLEST - 1, axis=-1)[:, :SMALLEST]
+    order = np.argsort(np.take_along_axis(size, few, axis=-1), axis=-1, kind="stable")
+    result: Array = np.take_along_axis(few, order, axis=-1)
+    return result
+
+
 class AttentionBlock:
     """One layer's attention parts, made a block of queries at a time: each head's v·W_O (n, hidden), the
     post-norm's fixed factor f_i (rows, hidden; 1 without one) and the bias each (head, key) part carries."""
@@ -95,6 +105,7 @@ class AttentionBlock:
         name = f"blk.{parts.layer}.attn_output"
         matrix = model.weights.tensor(name + ".weight")  # (hidden, heads·d)
         self.written = [product(values[h].astype(np.float32), matrix[:, h * d : (h + 1) * d].T) for h in range(heads)]
+        self.peaks = [np.abs(w).max(axis=-1) for w in self.written]  # (n,): each key's largest |v·W_O|
         self.factor = np.ones((n, 1), np.float32)  # (n, 1), or (n, hidden) after a post-attention norm
         if model.post_attention_norm:
             weight = model.weights.tensor(f"blk.{parts.layer}.post_attention_norm.weight")
@@ -117,18 +128,18 @@ class AttentionBlock:
         for start in range(0, n, step):
             stop = min(n, start + step)
             nums, resid, counted = self.block(start, stop)
-            total = nums.sum(axis=(0, 2)) + resid  # (rows,)
-            attention[start:stop] = nums.sum(axis=0) / total[:, None]
+            total = nums.sum(axis=(0, 2), dtype=np.float64) + resid  # (rows,)
+            attention[start:stop, :stop] = nums.sum(axis=0, dtype=np.float64) / total[:, None]
             residual[start:stop] = resid / total
             if each is not None:
-                each[:, start:stop] = nums / total[None, :, None]
+                each[:, start:stop, :stop] = nums / total[None, :, None]
             exact += counted
         return attention, residual, each, exact
 
     def block(self, start: int, stop: int) -> tuple[Array, Array, int]:
-        """Queries start … stop − 1: each part's floored proximity (heads, rows, n; 0 for keys after the query) and
+        """Queries start … stop − 1: each part's floored proximity (heads, rows, stop; 0 for keys after the query) and
         resid_pre's (rows,), with how many parts were summed over every dimension."""
-        parts, n = self.parts, self.n
+        parts = self.parts
         assert parts.weights is not None
         whole = parts.resid_mid[start:stop]
         rows = np.arange(start, stop)
@@ -136,32 +147,35 @@ class AttentionBlock:
         factor = self.factor[start:stop]
         bias = None if self.bias is None else self.bias[start:stop]
         size = np.abs(whole)
-        hidden = size.shape[1]
-        nearest = np.argsort(size, axis=-1, kind="stable")[:, :SMALLEST]  # (rows, K): where w is nearest 0
-        ordered = np.take_along_axis(size, nearest, axis=-1)
-        levels = [count for count in LEVELS if count < hidden]  # a pair whose |p_d| stay under a row's (count + 1)th
-        beyond = {count: np.sort(size, axis=-1)[:, count] for count in levels}  # smallest |w| needs only count dims
+        nearest = nearest_zero(size)  # (rows, K): where w is nearest 0, nearest first
+        ordered = np.take_along_axis(size, nearest, axis=-1)  # (rows, K) ascending
+        beyond = ordered[:, -1] if size.shape[1] > SMALLEST else np.full(len(rows), np.inf)
         factor_peak = np.abs(factor).max(axis=-1)
-        bias_term = np.zeros(len(rows)) if bias is None else (sign * bias).sum(axis=-1, dtype=np.float64)
-        bias_peak = np.zeros(len(rows)) if bias is None else np.abs(bias).max(axis=-1)
-        seen = np.arange(n)[None, :] <= rows[:, None]  # (rows, n)
-        nums = np.zeros((self.heads, len(rows), n))
+        signed = (sign * factor).astype(np.float32)
+        bias_term = np.zeros(len(rows), np.float32) if bias is None else (sign * bias).sum(axis=-1)
+        bias_peak = np.zeros(len(rows), np.float32) if bias is None else np.abs(bias).max(axis=-1)
+        seen = np.arange(stop)[None, :] <= rows[:, None]  # (rows, keys up to the block's last query)
+        nums = np.zeros((self.heads, len(rows), stop), np.float32)
         counted = 0
         for h in range(self.heads):
-            a = parts.weights[h, start:stop].astype(np.float64)  # (rows, n)
-            written = self.written[h]
-            num = a * product((sign * factor).astype(np.float32), written.T) + bias_term[:, None]  # Σ_d σp
-            largest = a * np.abs(written).max(axis=-1)[None, :] * factor_peak[:, None] + bias_peak[:, None]  # ≥ |p_d|
-            left = seen & (largest > ordered[:, :1])  # elsewhere no σp − |w| is positive: Σ_d σp is exact
-            for count in levels:
-                near = left & (largest <= beyond[count][:, None])
+            a = parts.weights[h, start:stop, :stop]  # (rows, keys)
+            written = self.written[h][:stop]
+            num = a * product(signed, written.T) + bias_term[:, None]  # Σ_d σp
+            largest = a * self.peaks[h][None, :stop] * factor_peak[:, None] + bias_peak[:, None]  # ≥ every |p_d|
+            q, k = np.nonzero(seen & (largest > ordered[:, :1]))  # elsewhere no σp − |w| is positive: Σ_d σp is all
+            reach = largest[q, k]
+            full = reach > beyond[q]
+            count = (ordered[q] < reach[:, None]).sum(axis=-1)  # the dimensions where σp − |w| may be positive
+            low = 0
+            for level in LEVELS:
+                near = ~full & (count > low) & (count <= level)
                 if near.any():
-                    dims = nearest[:, :count]
-                    num[near] -= 2 * self.overshoot(whole, sign, written, a, factor, bias, dims, *np.nonzero(near))
-                left &= ~near
-            num[left] = self.exactly(whole, written, a, factor, bias, *np.nonzero(left))
-            counted += int(left.sum())
-            nums[h] = np.where(seen, np.maximum(FLOOR, num), 0.0)
+                    i, j = q[near], k[near]
+                    num[i, j] -= 2 * self.overshoot(whole, sign, written, a, factor, bias, nearest[:, :level], i, j)
+                low = level
+            num[q[full], k[full]] = self.exactly(whole, written, a, factor, bias, q[full], k[full])
+            counted += int(full.sum())
+            nums[h] = np.where(seen, np.maximum(np.float32(FLOOR), num), np.float32(0))
         resid = np.maximum(FLOOR, proximity(whole, parts.resid_pre[start:stop]))
         return nums, resid, counted
 
