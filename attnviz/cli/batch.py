@@ -42,6 +42,9 @@ COMMANDS = (
     "ablate",
     "saliency",
     "patch",
+    "lens",
+    "dla",
+    "flow",
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG

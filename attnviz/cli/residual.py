@@ -89,7 +89,7 @@ def lens(
     mid: Annotated[
         bool, typer.Option("--mid", help="Read the stream after each layer's attention too.", rich_help_panel=opt.P_OUT)
     ] = False,
-    from_document: FlowFrom = None,
+    from_file: FlowFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -110,11 +110,11 @@ def lens(
     from ..render import stream_documents as documents
 
     one_output(figure.output, as_json, False)
-    if from_document is not None:
+    if from_file is not None:
         if target is not None or mid:
             raise UsageError("--from shows the document as it was written: --target and --mid were chosen then")
-        doc, name = read_back(from_document, layer, "lens")
-        result = documents.lens_from_document(doc, str(from_document))
+        doc, name = read_back(from_file, layer, "lens")
+        result = documents.lens_from_document(doc, str(from_file))
         source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
     else:
         model = decoder_for(layer, "the logit lens")
@@ -145,7 +145,7 @@ def dla(
                      show_default=False, rich_help_panel=opt.P_OUT),
     ] = None,  # fmt: skip
     position: Position = None,
-    from_document: FlowFrom = None,
+    from_file: FlowFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -166,12 +166,12 @@ def dla(
     from ..render import stream_documents as documents
 
     one_output(figure.output, as_json, False)
-    if from_document is not None:
+    if from_file is not None:
         if target is not None or versus is not None or position is not None:
             raise UsageError("--from shows the document as it was written: --target, --versus and --position were "
                              "chosen then")  # fmt: skip
-        doc, name = read_back(from_document, layer, "dla")
-        result = documents.dla_from_document(doc, str(from_document))
+        doc, name = read_back(from_file, layer, "dla")
+        result = documents.dla_from_document(doc, str(from_file))
         source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
     else:
         model = decoder_for(layer, "logit attribution")
@@ -207,7 +207,7 @@ def flow(
         typer.Option("--per-head", help="Keep each head's shares too (in the JSON, up to 512 tokens).",
                      rich_help_panel=opt.P_OUT),
     ] = False,  # fmt: skip
-    from_document: FlowFrom = None,
+    from_file: FlowFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -230,16 +230,16 @@ def flow(
     from ..render import stream_documents as documents
 
     one_output(figure.output, as_json, False)
-    if from_document is not None:
+    if from_file is not None:
         if per_head:
             raise UsageError("--from shows the document as it was written: --per-head was chosen then")
-        doc, name = read_back(from_document, layer, "flow")
-        routes = documents.flow_from_document(doc, str(from_document))
+        doc, name = read_back(from_file, layer, "flow")
+        routes = documents.flow_from_document(doc, str(from_file))
         source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
         if position is not None or threshold != routes.threshold:
             if routes.flow is None:
                 most = documents.FULL_MATRICES
-                raise UsageError(f"{from_document} keeps the route graph alone (more than {most} tokens): "
+                raise UsageError(f"{from_file} keeps the route graph alone (more than {most} tokens): "
                                  "--position and --threshold were chosen then")  # fmt: skip
             routes = routes_into(routes.flow, routes.position if position is None else position, threshold)
     else:
