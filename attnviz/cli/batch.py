@@ -48,7 +48,7 @@ COMMANDS = (
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
-PAGES = ("heatmap", "lines", "explain", "heads", "ablate")  # the commands that also write a page (.html)
+PAGES = ("heatmap", "lines", "explain", "heads", "ablate", "lens", "dla", "flow")  # the commands that write pages too
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 WRITING_OPTIONS = {"output", "save"}

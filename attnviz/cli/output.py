@@ -138,7 +138,7 @@ def stack_figure_description(command: str, stack: AttentionStack, style: FigureS
 
 
 PAGE_SUFFIXES = (".html", ".htm")
-PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate and generate"
+PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, lens, dla, flow and generate"
 
 
 def is_page(figure: opt.FigureRequest) -> bool:

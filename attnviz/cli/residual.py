@@ -12,6 +12,7 @@ import typer
 from .._version import __version__
 from ..errors import UsageError, printable
 from . import options as opt
+from . import output
 from .entry import app
 from .output import emit, one_output, views
 
@@ -124,6 +125,14 @@ def lens(
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:
             result = logit_lens(model, layer.text, target, mid, progress, layer.max_tokens)
         name, source = model.name, source_of(model, layer.text, result.ids)
+    if output.is_page(figure):  # the grid to explore: each cell's likeliest tokens on hover or focus
+        from ..render import html
+        from ..render.html.stream import lens_grid
+
+        about = made("lens", result.tokens, source, {"target": result.target}, figure)
+        output.write_page(figure, lambda: html.grid_page(lens_grid(result, name, figure.style), figure.style, about,
+                                                         view="ablate"))  # fmt: skip
+        return
     emit(
         figure, as_json, no_color,
         draw=lambda: views.lens.render_lens_figure(result, name, figure.style),
@@ -182,6 +191,14 @@ def dla(
             result = direct_logit_attribution(model, layer.text, target, versus, position, progress, layer.max_tokens)
         name, source = model.name, source_of(model, layer.text, result.ids)
     view = {"target": result.target, "versus": result.versus, "position": result.position}
+    if output.is_page(figure):  # the map to explore: each part's logit on hover or focus
+        from ..render import html
+        from ..render.html.stream import dla_grid
+
+        about = made("dla", result.tokens, source, view, figure)
+        output.write_page(figure, lambda: html.grid_page(dla_grid(result, name, figure.style), figure.style, about,
+                                                         view="ablate"))  # fmt: skip
+        return
     emit(
         figure, as_json, no_color,
         draw=lambda: views.dla.render_dla_figure(result, name, figure.style),
@@ -258,6 +275,14 @@ def flow(
         routes = routes_into(shares, position, threshold)
         name, source = model.name, source_of(model, layer.text, shares.ids)
     view = {"position": routes.position, "threshold": routes.threshold}
+    if output.is_page(figure):  # the graph to explore: the reader's threshold, any node's routes
+        from ..render import html
+        from ..render.html.stream import flow_entry
+
+        about = made("flow", routes.tokens, source, view, figure)
+        output.write_page(figure, lambda: html.view_page("flow", flow_entry(routes, name), figure.style, about,
+                                                         view="flow"))  # fmt: skip
+        return
     emit(
         figure, as_json, no_color,
         draw=lambda: views.flow.render_flow_figure(routes, name, figure.style),
