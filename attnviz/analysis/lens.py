@@ -96,14 +96,7 @@ def read_rows(model: Decoder, h: Array, nexts: Array, chosen: int | None) -> tup
             if chosen is not None:
                 above += np.count_nonzero(scores > mine[:, None], axis=-1)
             if first < spelled:
-                shown = scores[:, : spelled - first]
-                count = min(TOP, shown.shape[1])
-                local = np.argpartition(-shown, count - 1, axis=-1)[:, :count]
-                merged_scores = np.concatenate([best_scores, np.take_along_axis(shown, local, axis=-1)], axis=-1)
-                merged_ids = np.concatenate([best_ids, local + first], axis=-1)
-                order = np.argsort(-merged_scores, axis=-1, kind="stable")[:, :TOP]
-                best_scores = np.take_along_axis(merged_scores, order, axis=-1)
-                best_ids = np.take_along_axis(merged_ids, order, axis=-1)
+                best_scores, best_ids = likeliest(scores[:, : spelled - first], first, best_scores, best_ids)
         norm = peak + np.log(total)  # log Σ exp(scores)
         picked[start:stop] -= norm
         top_ids[start:stop] = best_ids
@@ -111,6 +104,29 @@ def read_rows(model: Decoder, h: Array, nexts: Array, chosen: int | None) -> tup
         if chosen is not None:
             target[start:stop] = np.stack([mine - norm, 1 + above], axis=-1)
     return picked, top_ids, top_probs, target
+
+
+def likeliest(scores: Array, first: int, best_scores: Array, best_ids: Array) -> tuple[Array, Array]:
+    """Each row's :data:`TOP` likeliest so far, with the tokens first … of ``scores`` (rows, tokens) weighed in: only
+    the rows where some score passes the row's last kept one are searched, each by TOP passes of argmax."""
+    hit = np.flatnonzero(scores.max(axis=-1) > best_scores[:, -1])
+    if not len(hit):
+        return best_scores, best_ids
+    rows = np.arange(len(hit))
+    searched = scores[hit]  # a copy: its maxima are struck out one at a time
+    found_scores, found_ids = [], []
+    for _ in range(min(TOP, searched.shape[1])):
+        at = searched.argmax(axis=-1)
+        found_scores.append(searched[rows, at].astype(np.float64))
+        found_ids.append(at + first)
+        searched[rows, at] = -np.inf
+    merged_scores = np.concatenate([best_scores[hit], np.stack(found_scores, axis=-1)], axis=-1)
+    merged_ids = np.concatenate([best_ids[hit], np.stack(found_ids, axis=-1)], axis=-1)
+    order = np.argsort(-merged_scores, axis=-1, kind="stable")[:, :TOP]
+    best_scores, best_ids = best_scores.copy(), best_ids.copy()
+    best_scores[hit] = np.take_along_axis(merged_scores, order, axis=-1)
+    best_ids[hit] = np.take_along_axis(merged_ids, order, axis=-1)
+    return best_scores, best_ids
 
 
 def scores_of(model: Decoder, normed: Array, first: int, last: int, cap: float | None) -> Array:
