@@ -24,6 +24,7 @@ STREAM_LAYER = opt.LAYER.variant(
             "chars", "pair", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 STREAM_FIGURE = opt.FIGURE.variant(hidden=("annotate",))
+DEFAULT_THRESHOLD = 0.04  # the LLM Transparency Tool's
 FlowFrom = Annotated[
     Path | None,
     typer.Option("--from", help="Show a document this command wrote with --json, without running the model.",
@@ -215,10 +216,11 @@ def flow(
     figure: opt.FigureRequest,
     position: Position = None,
     threshold: Annotated[
-        float,
-        typer.Option("--threshold", help="Keep the parts whose share of their block is above this (the LLM "
-                     "Transparency Tool's default).", rich_help_panel=opt.P_OUT),
-    ] = 0.04,  # fmt: skip
+        float | None,
+        typer.Option("--threshold", help="Keep the parts whose share of their block is above this. Default: 0.04, "
+                     "the LLM Transparency Tool's (with --from: the document's).", show_default=False,
+                     rich_help_panel=opt.P_OUT),
+    ] = None,  # fmt: skip
     per_head: Annotated[
         bool,
         typer.Option("--per-head", help="Keep each head's shares too (in the JSON, up to 512 tokens).",
@@ -253,12 +255,13 @@ def flow(
         doc, name = read_back(from_file, layer, "flow")
         routes = documents.flow_from_document(doc, str(from_file))
         source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
-        if position is not None or threshold != routes.threshold:
+        if position is not None or threshold not in (None, routes.threshold):
             if routes.flow is None:
                 most = documents.FULL_MATRICES
                 raise UsageError(f"{from_file} keeps the route graph alone (more than {most} tokens): "
                                  "--position and --threshold were chosen then")  # fmt: skip
-            routes = routes_into(routes.flow, routes.position if position is None else position, threshold)
+            at = routes.position if position is None else position
+            routes = routes_into(routes.flow, at, routes.threshold if threshold is None else threshold)
     else:
         model = decoder_for(layer, "the routes")
         from ..analysis.flow import routes as run_routes
@@ -269,6 +272,7 @@ def flow(
         hint = "give fewer tokens (--max-tokens), or leave out --per-head"
         ensure_fits(4 * model.layers * n * n * (1 + (model.heads if per_head else 0)), f"the shares of {n:,} tokens",
                     hint)  # fmt: skip
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         routes_into(_probe(n), position, threshold)  # the options checked before the run
         with bar("layer", f"{printable(model.name)}: following the routes") as progress:
             shares = run_routes(model, layer.text, per_head, progress, layer.max_tokens)
