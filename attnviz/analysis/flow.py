@@ -81,14 +81,13 @@ def ffn_shares(parts: LayerParts) -> Array:
     return result
 
 
-def nearest_zero(size: Array) -> Array:
+def nearest_zero(size: Array) -> np.ndarray:
     """Each row's :data:`SMALLEST` dimensions of least |w| (all, where there are fewer), the least first."""
     if size.shape[1] <= SMALLEST:
         return np.argsort(size, axis=-1, kind="stable")
     few = np.argpartition(size, SMALLEST - 1, axis=-1)[:, :SMALLEST]
     order = np.argsort(np.take_along_axis(size, few, axis=-1), axis=-1, kind="stable")
-    result: Array = np.take_along_axis(few, order, axis=-1)
-    return result
+    return np.take_along_axis(few, order, axis=-1)
 
 
 class AttentionBlock:

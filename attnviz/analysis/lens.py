@@ -36,7 +36,7 @@ class LensRows:
     tokens, and, with a target, its log-probability and rank (1: the likeliest) after the last position."""
 
     log_prob: Array
-    top_ids: Array
+    top_ids: np.ndarray  # token ids (−1: none)
     top_probs: Array
     target_log_prob: Array | None
     target_rank: Array | None
@@ -56,7 +56,7 @@ class Lens:
     words: dict[int, str]  # the text of every token id the top lists name
 
 
-def read_rows(model: Decoder, h: Array, nexts: Array, chosen: int | None) -> tuple[Array, ...]:
+def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -> tuple[np.ndarray, ...]:
     """Rows of the residual stream h (r, hidden) read by the final norm and W_U: the log-probability of each row's
     next token ``nexts`` (NaN where it is −1), its likeliest tokens and their probabilities (r, TOP), and the target's
     log-probability and rank (r, 2; NaN without one).
@@ -106,7 +106,7 @@ def read_rows(model: Decoder, h: Array, nexts: Array, chosen: int | None) -> tup
     return picked, top_ids, top_probs, target
 
 
-def likeliest(scores: Array, first: int, best_scores: Array, best_ids: Array) -> tuple[Array, Array]:
+def likeliest(scores: Array, first: int, best_scores: Array, best_ids: np.ndarray) -> tuple[Array, np.ndarray]:
     """Each row's :data:`TOP` likeliest so far, with the tokens first … of ``scores`` (rows, tokens) weighed in: only
     the rows where some score passes the row's last kept one are searched, each by TOP passes of argmax."""
     hit = np.flatnonzero(scores.max(axis=-1) > best_scores[:, -1])
@@ -134,7 +134,7 @@ def scores_of(model: Decoder, normed: Array, first: int, last: int, cap: float |
     the model caps them."""
     block = model.weights.tensor(model.output_matrix(), rows=np.arange(first, last))
     scores = product(normed, np.asarray(block, dtype=np.float32).T)
-    return scores if cap is None else soft_cap(scores, np.float32(cap))
+    return scores if cap is None else soft_cap(scores, cap)
 
 
 def lens_rows(model: Decoder, stream: list[Array], ids: tuple[int, ...], chosen: int | None) -> LensRows:

@@ -69,6 +69,12 @@ def read_back(path: Path, layer: opt.LayerRequest, command: str) -> tuple[dict[s
     return doc, model if isinstance(model, str) else where
 
 
+def source_in(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document's ``source`` (the model and text it was made of), or nothing."""
+    source = doc.get("source")
+    return source if isinstance(source, dict) else {}
+
+
 def made(command: str, tokens: tuple[str, ...], source: dict[str, Any], view: dict[str, Any],
          figure: opt.FigureRequest) -> dict[str, Any]:  # fmt: skip
     """What a figure file records about how to make it again."""
@@ -117,7 +123,7 @@ def lens(
             raise UsageError("--from shows the document as it was written: --target and --mid were chosen then")
         doc, name = read_back(from_file, layer, "lens")
         result = documents.lens_from_document(doc, str(from_file))
-        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        source = source_in(doc)
     else:
         model = decoder_for(layer, "the logit lens")
         from ..analysis.lens import logit_lens
@@ -151,8 +157,12 @@ def dla(
     target: Target = None,
     versus: Annotated[
         str | None,
-        typer.Option("--versus", help="A second token: attribute the difference of the two logits.",
-                     show_default=False, rich_help_panel=opt.P_OUT),
+        typer.Option(
+            "--versus",
+            help="A second token: attribute the difference of the two logits.",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
     ] = None,  # fmt: skip
     position: Position = None,
     from_file: FlowFrom = None,
@@ -182,7 +192,7 @@ def dla(
                              "chosen then")  # fmt: skip
         doc, name = read_back(from_file, layer, "dla")
         result = documents.dla_from_document(doc, str(from_file))
-        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        source = source_in(doc)
     else:
         model = decoder_for(layer, "logit attribution")
         from ..analysis.dla import direct_logit_attribution
@@ -217,14 +227,19 @@ def flow(
     position: Position = None,
     threshold: Annotated[
         float | None,
-        typer.Option("--threshold", help="Keep the parts whose share of their block is above this. Default: 0.04, "
-                     "the LLM Transparency Tool's (with --from: the document's).", show_default=False,
-                     rich_help_panel=opt.P_OUT),
+        typer.Option(
+            "--threshold",
+            help="Keep the parts whose share of their block is above this. Default: 0.04, "
+            "the LLM Transparency Tool's (with --from: the document's).",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
     ] = None,  # fmt: skip
     per_head: Annotated[
         bool,
-        typer.Option("--per-head", help="Keep each head's shares too (in the JSON, up to 512 tokens).",
-                     rich_help_panel=opt.P_OUT),
+        typer.Option(
+            "--per-head", help="Keep each head's shares too (in the JSON, up to 512 tokens).", rich_help_panel=opt.P_OUT
+        ),
     ] = False,  # fmt: skip
     from_file: FlowFrom = None,
     as_json: opt.Json = False,
@@ -254,7 +269,7 @@ def flow(
             raise UsageError("--from shows the document as it was written: --per-head was chosen then")
         doc, name = read_back(from_file, layer, "flow")
         routes = documents.flow_from_document(doc, str(from_file))
-        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        source = source_in(doc)
         if position is not None or threshold not in (None, routes.threshold):
             if routes.flow is None:
                 most = documents.FULL_MATRICES

@@ -433,6 +433,7 @@ class Decoder:
                 if record is not None and record.routes and asked == NOTHING:
                     asked = Keep()
                 values: Array | None = None
+                output: Array | None = None
                 if layer == last and record is None and asked.heads != ():  # its heads' outputs, which no layer reads
                     kept = self.heads_weights(x, layer, asked)
                 else:
@@ -445,10 +446,12 @@ class Decoder:
                 if progress is not None:
                     progress(layer + 1, last + 1)
                 if record is not None and take is not None:
+                    assert output is not None
                     parts = self.parts(x, output, layer, record, values, kept)
                     take(parts)
                     x = parts.resid_post
                 elif layer < last:
+                    assert output is not None
                     x = self.after(x, joined(output), layer)
             if record is not None:
                 self.finite(x, self.layers - 1)

@@ -64,10 +64,15 @@ def render_flow_figure(routes: Routes, model: str, style: FigureStyle = DEFAULT_
     place = {i: c for c, i in enumerate(used)}  # only the positions a route touches get a column
     fig = new_figure(style, 0.9, wide=True)
     ax = fig.subplots()
-    attention, steps, widths_a, widths_s = [], [], [], []
-    nodes = set()
+    Segment = tuple[tuple[float, float], tuple[float, float]]
+    attention: list[Segment] = []
+    steps: list[Segment] = []
+    widths_a: list[float] = []
+    widths_s: list[float] = []
+    nodes: set[tuple[float, float]] = set()
     for e in routes.edges:
         x0, x1 = place[e.source], place[e.target]
+        segment: Segment
         if e.kind in ("attention", "residual"):
             segment = ((x0, e.layer), (x1, e.layer + 0.5))
             nodes |= {(x0, e.layer), (x1, e.layer + 0.5)}

@@ -158,7 +158,7 @@ def lens_from_document(doc: Any, where: str) -> Lens:
         raise AttnvizError(f"{where}: 'target' and 'target_id' are not a token and its id")
     if (target is None) != (rows.target_log_prob is None):
         raise AttnvizError(f"{where}: 'target' and 'target_logprob' go together")
-    if target is not None:
+    if isinstance(target, str) and isinstance(target_id, int):
         words[target_id] = target
     source = doc.get("source")
     ids = tuple(source["token_ids"]) if isinstance(source, dict) and isinstance(source.get("token_ids"), list) else ()
@@ -231,8 +231,10 @@ def _square(rows: Any, n: int, name: str, where: str) -> np.ndarray:
 
 
 def _shares_from(doc: dict[str, Any], n: int, layers: int, where: str) -> Flow:
-    attention, residual, ffn = doc.get("attention"), doc.get("residual"), doc.get("ffn")
-    if not all(isinstance(v, list) and len(v) == layers for v in (attention, residual, ffn)):
+    attention, residual, ffn = (doc.get(k) for k in ("attention", "residual", "ffn"))
+    if not (isinstance(attention, list) and isinstance(residual, list) and isinstance(ffn, list)) or any(
+        len(v) != layers for v in (attention, residual, ffn)
+    ):
         raise AttnvizError(f"{where}: 'attention', 'residual' and 'ffn' need a row for each of {layers} layers")
     kept = []
     for layer in range(layers):
@@ -241,5 +243,5 @@ def _shares_from(doc: dict[str, Any], n: int, layers: int, where: str) -> Flow:
         if resid.shape != (n,) or fed.shape != (n,):
             raise AttnvizError(f"{where}: 'residual' and 'ffn' need a share for each of {n} tokens")
         kept.append(LayerShares(_square(attention[layer], n, "attention", where), resid, fed))
-    exact, parts = (doc.get(k) if type(doc.get(k)) is int else 0 for k in ("exact_parts", "parts"))
-    return Flow(tuple(doc["tokens"]), (), tuple(kept), exact, parts)
+    exact, parts = (doc[k] if type(doc.get(k)) is int else 0 for k in ("exact_parts", "parts"))
+    return Flow(tuple(doc["tokens"]), (), tuple(kept), int(exact), int(parts))
