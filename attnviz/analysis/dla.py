@@ -19,9 +19,10 @@ import numpy as np
 
 from ..engine.core import Array, soft_cap
 from ..errors import UsageError
+from ..models.parts import overflow_checked
 from ..models.stream import LayerParts, Record
 from .ablation import target_id, token_text
-from .residual import decoder_of, each_layer
+from .residual import decoder_of, each_layer, scores_finite
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -91,8 +92,8 @@ def direct_logit_attribution(
     if not -n <= at < n:
         raise UsageError(f"--position {position} is outside the text's {n} tokens (0 … {n - 1})")
     at %= n
-    heads = np.zeros((decoder.layers, decoder.heads))
-    mlps = np.zeros(decoder.layers)
+    given = None if target is None else target_id(decoder, target)  # before the pass: a wrong word fails at once
+    other = None if versus is None else target_id(decoder, versus)
     kept: dict[str, list[Array]] = {"embedding": [], "heads": [], "mlps": [], "biases": [], "final": []}
 
     def take(parts: LayerParts) -> None:
@@ -107,9 +108,20 @@ def direct_logit_attribution(
             kept["final"].append(parts.resid_post[at])
 
     each_layer(decoder, ids, Record(heads=True), take, progress)
+    with overflow_checked():  # the parts are checked below
+        return attributed(decoder, encoding.tokens, ids, at, kept, given, other)
+
+
+def attributed(
+    decoder: Decoder, tokens: tuple[str, ...], ids: tuple[int, ...], at: int, kept: dict[str, list[Array]],
+    given: int | None, other: int | None,
+) -> LogitAttribution:  # fmt: skip
+    """The attribution of the token ``given`` (None: the model's likeliest), less ``other``'s, from the parts kept
+    at position ``at`` (:func:`direct_logit_attribution`'s pass)."""
+    heads = np.zeros((decoder.layers, decoder.heads))
+    mlps = np.zeros(decoder.layers)
     x = kept["final"][0].astype(np.float64)
-    chosen = own_choice(decoder, x) if target is None else target_id(decoder, target)
-    other = None if versus is None else target_id(decoder, versus)
+    chosen = own_choice(decoder, x) if given is None else given
     direction, reading, scale = read_by(decoder, x, chosen, other)
     heads[:] = np.stack([reading(w) for w in kept["heads"]])
     mlps[:] = reading(np.stack(kept["mlps"]))
@@ -120,10 +132,12 @@ def direct_logit_attribution(
     raw = float(direction @ (normed))  # the logit (or difference) before any soft-cap
     cap = decoder.output_softcap()
     logit = raw if cap is None else capped(decoder, normed, chosen, other, cap)
+    embedding = float(reading(kept["embedding"][0][None])[0])
+    scores_finite(decoder, ids, heads, mlps, raw, logit, biases, embedding, scale)
     return LogitAttribution(
-        encoding.tokens, ids, at, token_text(decoder, chosen), chosen,
+        tokens, ids, at, token_text(decoder, chosen), chosen,
         None if other is None else token_text(decoder, other), other, logit, raw, cap is None, scale,
-        float(reading(kept["embedding"][0][None])[0]), heads, mlps, biases, decoder.kv_heads,
+        embedding, heads, mlps, biases, decoder.kv_heads,
     )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from ..engine.threads import product
 from ..errors import UsageError
 from ..models.parts import shared_heads
 from ..models.stream import LayerParts, Record
-from .residual import decoder_of, each_layer
+from .residual import decoder_of, each_layer, shares_finite
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -222,7 +222,9 @@ def routes(
 
     def take(parts: LayerParts) -> None:
         attention, residual, each, exact = AttentionBlock(decoder, parts).shares(per_head)
-        layers.append(LayerShares(attention, residual, ffn_shares(parts).astype(np.float32), each))
+        ffn = ffn_shares(parts).astype(np.float32)
+        shares_finite(decoder, parts.layer, attention, residual, ffn)
+        layers.append(LayerShares(attention, residual, ffn, each))
         n = len(parts.resid_pre)
         counts[0] += exact
         counts[1] += decoder.heads * n * (n + 1) // 2

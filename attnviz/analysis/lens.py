@@ -17,9 +17,10 @@ import numpy as np
 
 from ..engine.core import Array, soft_cap
 from ..engine.threads import product
+from ..models.parts import overflow_checked
 from ..models.stream import LayerParts, Record
 from .ablation import target_id, token_text
-from .residual import ROWS_BYTES, decoder_of, each_layer
+from .residual import ROWS_BYTES, decoder_of, each_layer, scores_finite
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -149,6 +150,10 @@ def lens_rows(model: Decoder, stream: list[Array], ids: tuple[int, ...], chosen:
     return LensRows(*shaped, last[:, 0], last[:, 1].astype(np.int64))
 
 
+def rows_target(rows: LensRows) -> list[Array]:
+    return [] if rows.target_log_prob is None else [rows.target_log_prob]
+
+
 def logit_lens(
     model: object, text: str, target: str | None = None, mid: bool = False, progress: Steps | None = None,
     max_tokens: int | None = None,
@@ -175,8 +180,12 @@ def logit_lens(
             streams.append(parts.resid_post)
 
     each_layer(decoder, ids, Record(), take, progress)
-    read = lens_rows(decoder, streams, ids, chosen)
-    mid_rows = lens_rows(decoder, mids, ids, chosen) if mid else None
+    with overflow_checked():  # each reading is checked below
+        read = lens_rows(decoder, streams, ids, chosen)
+        mid_rows = lens_rows(decoder, mids, ids, chosen) if mid else None
+    for rows in (read, mid_rows):
+        if rows is not None:
+            scores_finite(decoder, ids, rows.log_prob, rows.top_probs[:, :, 0], *rows_target(rows))
     named = {int(i) for i in read.top_ids.ravel() if i >= 0}
     if mid_rows is not None:
         named |= {int(i) for i in mid_rows.top_ids.ravel() if i >= 0}

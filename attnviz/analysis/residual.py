@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError, printable
+import numpy as np
+
+from ..engine.core import Array
+from ..errors import AttnvizError, UsageError, printable
 from ..models.model import Encoding
 from ..models.stream import PartsConsumer, Record
 
@@ -35,3 +38,20 @@ def each_layer(
     attention (no attention kept for a view)."""
     encoding = Encoding(tuple(map(str, ids)), ids, (0,) * len(ids))
     model.run(encoding, lambda layer, kept: None, {}, progress, record=record, take=take)
+
+
+def scores_finite(model: Decoder, ids: tuple[int, ...], *values: Array | float) -> None:
+    """Next-token scores read from the stream are finite, else the one line naming the tensor or the layer that
+    overflows (generate's); a NaN shown as a log-probability or a logit is no reading."""
+    if all(np.isfinite(value).all() for value in values):
+        return
+    from .generate import damaged_scores
+
+    raise damaged_scores(model, ids)
+
+
+def shares_finite(model: Decoder, layer: int, *values: Array) -> None:
+    """A layer's shares are finite, else one line: its stream overflows float32 there."""
+    if not all(np.isfinite(value).all() for value in values):
+        raise AttnvizError(f"{model.weights.path}: layer {layer}'s routes give NaN or infinity (its stream overflows "
+                           "float32: overflowing weights)")  # fmt: skip
