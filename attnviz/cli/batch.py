@@ -41,10 +41,14 @@ COMMANDS = (
     "ablate",
     "saliency",
     "patch",
+    "lens",
+    "dla",
+    "flow",
     "generate",
 )
 FILMS = ("gif", "png")  # generate draws an animation: a GIF, or an animated PNG
-PAGES = ("heatmap", "lines", "explain", "heads", "ablate", "patch")  # the commands that also write a page (.html)
+# the commands that write pages too
+PAGES = ("heatmap", "lines", "explain", "heads", "ablate", "patch", "lens", "dla", "flow")
 RESERVED = {"name", "command", "format"}
 PATH_OPTIONS = {"file", "keys_file", "model_dir", "model_file", "from_file", "tokens_file"}
 WRITING_OPTIONS = {"output", "save"}

@@ -491,8 +491,21 @@ def layer_options(
 
 
 PAGE_SUFFIXES = (".html", ".htm")
-PAGE_COMMANDS = ("heatmap", "lines", "explain", "heads", "ablate", "patch", "generate")  # the views that write a page
-PAGE_VIEWS = "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch and generate"
+PAGE_COMMANDS = (
+    "heatmap",
+    "lines",
+    "explain",
+    "heads",
+    "ablate",
+    "patch",
+    "lens",
+    "dla",
+    "flow",
+    "generate",
+)  # the views that write a page
+PAGE_VIEWS = (
+    "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch, lens, dla, flow and generate"
+)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..engine.threads import one_blas_thread, product
 from ..errors import AttnvizError, UsageError
 from .model import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
+from .stream import LayerParts, PartsConsumer, Record
 from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, rows
 
@@ -256,10 +257,22 @@ class Decoder:
     def final_norm_backward(self, x: Array, grad: Array) -> Array:
         return rms_norm_backward(x, self.weights.tensor("output_norm.weight"), self.shape.eps, grad)
 
+    def output_matrix(self) -> str:
+        """The name of W_U, the matrix of next-token scores: the output matrix, or the embeddings when tied."""
+        return "output.weight" if "output.weight" in self.weights else "token_embd.weight"
+
+    def final_norm_terms(self) -> tuple[Array, Array | None, bool]:
+        """The final norm's weight γ, its bias β (None: none) and whether it centres each row (LayerNorm): what
+        logit attribution holds fixed, beside the scale it takes from the whole row."""
+        return self.weights.tensor("output_norm.weight"), None, False
+
+    def output_softcap(self) -> float | None:
+        """The soft-cap of the next-token scores (Gemma 2's final_logit_softcapping); None: uncapped."""
+        return None
+
     def logits(self, x: Array) -> Array:
         """Next-token scores from the last hidden state (the output matrix, or the embeddings when tied)."""
-        head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
-        return self.weights.product(self.final_norm(x), head)
+        return self.weights.product(self.final_norm(x), self.output_matrix())
 
     def logits_backward(self, x: Array, logits: Array, grad: Array) -> Array:
         """∂/∂x of :meth:`logits` given ∂/∂ the scores ``logits`` it gave."""
@@ -345,8 +358,41 @@ class Decoder:
         return logits, Kept(kept.weights[:, -1:], scores, np.arange(2), kept.cols)
 
     def after(self, x: Array, attended: Array, layer: int) -> Array:
-        """The layer's output from its input and its heads' concatenated outputs (n, heads·d)."""
+        """The layer's output from its input and its heads' concatenated outputs (n, heads·d): the input, plus what
+        attention adds, plus what the feed-forward adds to that."""
+        x = x + self.attention_out(self.linear(attended, f"blk.{layer}.attn_output"), layer)
+        return x + self.feed_forward_out(x, layer)
+
+    post_attention_norm = False  # Gemma's and OLMo 2's: attention's output RMS-normalised before the residual sum
+
+    def attention_out(self, projected: Array, layer: int) -> Array:
+        """What attention adds to the residual stream, from its output projection (n, hidden)."""
+        if not self.post_attention_norm:
+            return projected
+        weight = self.weights.tensor(f"blk.{layer}.post_attention_norm.weight")
+        return rms_norm(projected, weight, self.shape.eps)
+
+    def feed_forward_out(self, x: Array, layer: int) -> Array:
+        """What the feed-forward adds to the residual stream ``x`` (n, hidden) between attention and the next layer."""
         raise NotImplementedError
+
+    def head_writes(self, z: Array, projected: Array, layer: int) -> tuple[Array, Array]:
+        """What each head adds to the residual stream (heads, r, hidden) from its output z (heads, r, d), and what the
+        output projection's bias adds (r, hidden; zeros where there is none): they sum to :meth:`attention_out` of
+        ``projected`` (r, hidden), the projection's output there. A post-attention norm is linear once its scale is
+        held fixed, taken from the whole projected row (Elhage et al.'s freezing of a norm's scale)."""
+        name = f"blk.{layer}.attn_output"
+        heads, rows, d = z.shape
+        matrix = self.weights.tensor(name + ".weight").reshape(-1, heads, d).transpose(1, 2, 0)  # (heads, d, hidden)
+        writes: Array = np.matmul(z.astype(np.float32), matrix)  # (heads, r, d) @ (heads, d, hidden) -> (heads, r, …)
+        hidden = writes.shape[-1]
+        bias = self.weights.tensor(name + ".bias") if name + ".bias" in self.weights else np.zeros(hidden, np.float32)
+        biases: Array = np.broadcast_to(bias, (rows, hidden)).astype(np.float32)
+        if self.post_attention_norm:
+            weight = self.weights.tensor(f"blk.{layer}.post_attention_norm.weight")
+            factor = weight / np.sqrt(np.mean(projected * projected, axis=-1, keepdims=True) + self.shape.eps)
+            writes, biases = writes * factor, biases * factor
+        return writes, biases
 
     def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
         """∂/∂x and ∂/∂attended of :meth:`after` given ∂/∂ the layer's output."""
@@ -381,33 +427,67 @@ class Decoder:
                 x = self.after(x, output.transpose(1, 0, 2).reshape(len(ids), -1), i)
         return q, *shared_heads(k, v, self.heads)
 
-    def run(self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None) -> None:
-        """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says.
+    def run(
+        self, encoding: Encoding, consume: Consumer, keep: dict[int, Keep], progress: Steps | None = None,
+        record: Record | None = None, take: PartsConsumer | None = None,
+    ) -> None:  # fmt: skip
+        """The decoder, layer by layer, in float32; each layer's attention goes to ``consume`` as ``keep`` says, and,
+        with ``record``, each layer's residual parts to ``take`` (:class:`~.stream.LayerParts`, what ``record`` asks),
+        every layer run (the last one's ``resid_post`` is what the final norm takes).
 
-        Memory is the hidden states, one layer's weights and its attention a block of rows at a
-        time: never (layers, heads, n, n). Layers after the last one asked for are not run, nor its heads' outputs
-        when it keeps some weights (one that keeps none is checked by its outputs: :meth:`heads_outputs`).
+        Memory is the hidden states, one layer's weights and its attention a block of rows at a time: never
+        (layers, heads, n, n). Without ``record``, layers after the last one asked for are not run, nor its heads'
+        outputs when it keeps some weights (one that keeps none is checked by its outputs: :meth:`heads_outputs`).
         """
         with one_blas_thread(), overflow_checked():
             x = self.embed(np.asarray(encoding.ids))
-            last = max(keep)
+            last = self.layers - 1 if record is not None else max(keep)
             for layer in range(last + 1):
-                if layer == last and keep[layer].heads != ():  # its heads' outputs, which no layer reads, unmade
-                    kept = self.heads_weights(x, layer, keep[layer])
+                asked = keep.get(layer, NOTHING)
+                if record is not None and record.routes and asked == NOTHING:
+                    asked = Keep()
+                values: Array | None = None
+                output: Array | None = None
+                if layer == last and record is None and asked.heads != ():  # its heads' outputs, which no layer reads
+                    kept = self.heads_weights(x, layer, asked)
                 else:
-                    output, kept = self.heads_outputs(x, layer, keep.get(layer, NOTHING))
+                    output, kept, values = self._attended(x, layer, asked, values=True)
+                    assert output is not None
+                    self.finite(output, layer)
                 self.finite(kept.weights, layer)
                 if layer in keep:
                     consume(layer, kept)
                 if progress is not None:
                     progress(layer + 1, last + 1)
-                if layer < last:
+                if record is not None and take is not None:
+                    assert output is not None
+                    parts = self.parts(x, output, layer, record, values, kept)
+                    take(parts)
+                    x = parts.resid_post
+                elif layer < last:
+                    assert output is not None
                     x = self.after(x, joined(output), layer)
+            if record is not None:
+                self.finite(x, self.layers - 1)
+
+    def parts(
+        self, x: Array, output: Array, layer: int, record: Record, values: Array | None, kept: Kept
+    ) -> LayerParts:
+        """Layer ``layer``'s residual parts from its input ``x`` and its heads' outputs (heads, n, d), as
+        :meth:`after` sums them: what ``record`` asks for beside them."""
+        projected = self.linear(joined(output), f"blk.{layer}.attn_output")
+        attn_out = self.attention_out(projected, layer)
+        mlp_out = self.feed_forward_out(x + attn_out, layer)
+        extra = record.heads or record.routes
+        return LayerParts(
+            layer, x, attn_out, mlp_out, projected if extra else None, output if extra else None,
+            values if record.routes else None, kept.weights if record.routes else None,
+        )  # fmt: skip
 
     def heads_outputs(self, x: Array, layer: int, keep: Keep = NOTHING) -> tuple[Array, Kept]:
         """Layer ``layer``'s heads' outputs (heads, n, d) for its input ``x``, a whole text (causal, from position 0),
         and what ``keep`` says of its weights."""
-        output, kept = self._attended(x, layer, keep, values=True)
+        output, kept, _ = self._attended(x, layer, keep, values=True)
         assert output is not None
         self.finite(output, layer)  # what a layer that keeps nothing is checked by
         return output, kept
@@ -416,13 +496,15 @@ class Decoder:
         """What ``keep`` says of layer ``layer``'s weights, without its heads' outputs (which no later layer reads)."""
         return self._attended(x, layer, keep, values=False)[1]
 
-    def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept]:
+    def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept, Array]:
+        """The heads' outputs (None without ``values``), the kept weights, and the values (kv heads, n, d)."""
         self.finite(x, layer - 1)
         q, k, v = self.attention_inputs(x, layer)
-        return attend(
+        output, kept = attend(
             q, k, v if values else None, scale=self.scale(layer), causal=True, window=self.windows[layer],
             softcap=self.softcap(layer), keep=keep,
         )  # fmt: skip
+        return output, kept, v
 
     def heads_backward(self, x: Array, layer: int, grad: Array) -> Array:
         """∂/∂x of :meth:`heads_outputs` given ∂/∂ the heads' outputs (heads, n, d): the queries, keys and values

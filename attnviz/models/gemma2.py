@@ -42,6 +42,9 @@ class Gemma2(Gemma):
     def softcap(self, layer: int) -> float | None:
         return self.attention_cap
 
+    def output_softcap(self) -> float | None:
+        return self.output_cap
+
     def logits(self, x: Array) -> Array:
         scores = super().logits(x)
         return scores if self.output_cap is None else soft_cap(scores, self.output_cap)

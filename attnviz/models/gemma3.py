@@ -53,11 +53,12 @@ class Gemma(Llama):
         scaled: Array = super().embed(ids) * np.float32(math.sqrt(self.shape.hidden))
         return scaled
 
-    def after(self, x: Array, attended: Array, layer: int) -> Array:
+    post_attention_norm = True
+
+    def feed_forward_out(self, x: Array, layer: int) -> Array:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
-        x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
         fed = self.feed_forward(rms_norm(x, t(p + "ffn_norm.weight"), eps), layer)
-        return x + rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
+        return rms_norm(fed, t(p + "post_ffw_norm.weight"), eps)
 
     def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps

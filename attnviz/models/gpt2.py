@@ -95,10 +95,12 @@ class GPT2(Decoder):
         """1/√d, and 1/(layer + 1) too where config.json asks (scale_attn_by_inverse_layer_idx)."""
         return self.shape.scale / (layer + 1) if self.by_layer else self.shape.scale
 
-    def after(self, x: Array, attended: Array, layer: int) -> Array:
+    def feed_forward_out(self, x: Array, layer: int) -> Array:
         p = f"blk.{layer}."
-        x = x + self.linear(attended, p + "attn_output")
-        return x + self.linear(self.activation(self.linear(self.norm(x, p + "ffn_norm"), p + "ffn_up")), p + "ffn_down")
+        return self.linear(self.activation(self.linear(self.norm(x, p + "ffn_norm"), p + "ffn_up")), p + "ffn_down")
+
+    def final_norm_terms(self) -> tuple[Array, Array | None, bool]:
+        return self.weights.tensor("output_norm.weight"), self.weights.tensor("output_norm.bias"), True
 
     def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
         p = f"blk.{layer}."

@@ -99,10 +99,9 @@ class Llama(Decoder):
         dgate, dup = hidden * up * SLOPES[self.activation](gate), hidden * self.activation(gate)
         return self.linear_backward(dgate, p + "ffn_gate") + self.linear_backward(dup, p + "ffn_up")
 
-    def after(self, x: Array, attended: Array, layer: int) -> Array:
-        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
-        x = x + self.linear(attended, p + "attn_output")
-        return x + self.feed_forward(rms_norm(x, t(p + "ffn_norm.weight"), eps), layer)
+    def feed_forward_out(self, x: Array, layer: int) -> Array:
+        normed = rms_norm(x, self.weights.tensor(f"blk.{layer}.ffn_norm.weight"), self.shape.eps)
+        return self.feed_forward(normed, layer)
 
     def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
         p, w, eps = f"blk.{layer}.", self.weights.tensor(f"blk.{layer}.ffn_norm.weight"), self.shape.eps

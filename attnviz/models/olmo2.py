@@ -54,10 +54,11 @@ class Olmo2(Llama):
         dx = self.linear_backward(dq, p + "attn_q") + self.linear_backward(dk, p + "attn_k")
         return dx + self.linear_backward(joined(dv), p + "attn_v")
 
-    def after(self, x: Array, attended: Array, layer: int) -> Array:
-        p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps
-        x = x + rms_norm(self.linear(attended, p + "attn_output"), t(p + "post_attention_norm.weight"), eps)
-        return x + rms_norm(self.feed_forward(x, layer), t(p + "post_ffw_norm.weight"), eps)
+    post_attention_norm = True
+
+    def feed_forward_out(self, x: Array, layer: int) -> Array:
+        weight = self.weights.tensor(f"blk.{layer}.post_ffw_norm.weight")
+        return rms_norm(self.feed_forward(x, layer), weight, self.shape.eps)
 
     def after_backward(self, x: Array, attended: Array, layer: int, grad: Array) -> tuple[Array, Array]:
         p, t, eps = f"blk.{layer}.", self.weights.tensor, self.shape.eps

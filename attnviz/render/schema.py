@@ -42,6 +42,9 @@ CHECK_SCHEMA = "attnviz.check/1"
 ABLATION_SCHEMA = "attnviz.ablation/1"
 SALIENCY_SCHEMA = "attnviz.saliency/1"
 PATCHING_SCHEMA = "attnviz.patching/1"
+LENS_SCHEMA = "attnviz.lens/1"  # the residual stream's views: render/stream_documents.py writes and reads them
+DLA_SCHEMA = "attnviz.dla/1"
+FLOW_SCHEMA = "attnviz.flow/1"
 COMPARISON_SCHEMAS = {"permute": "attnviz.permute/1", "diff": "attnviz.diff/1"}
 BYTES_PER_NUMBER = 64  # a Python float in a list, plus its text
 

@@ -35,6 +35,9 @@ COMMANDS = {
     "explain": ["explain", "--layer", "0", "--head", "0", "--query", "1"],
     "heads": ["heads"],
     "ablate": ["ablate"],
+    "lens": ["lens"],
+    "dla": ["dla"],
+    "flow": ["flow"],
 }
 
 

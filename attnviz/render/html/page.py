@@ -19,8 +19,8 @@ from typing import Any
 from ..._version import __version__
 from ...errors import AttnvizError
 
-VIEWS = ("heatmap", "lines", "model", "heads", "ablate", "explain", "generate")
-SCRIPTS = {"explain": "explain.js", "generate": "steps.js"}  # views drawn by a script of their own; else view.js
+VIEWS = ("heatmap", "lines", "model", "heads", "ablate", "explain", "generate", "flow")
+SCRIPTS = {"explain": "explain.js", "generate": "steps.js", "flow": "flow.js"}  # each its own script; else view.js
 JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 

@@ -29,7 +29,8 @@ PLACES = {
 }
 
 LATER = ("final norm", "feed-forward", "values and output")
-PAST_ATTENTION = [("heatmap", "--all-layers"), ("generate", "-n", "2"), ("ablate",), ("explain", "--importance")]
+PAST_ATTENTION = [("heatmap", "--all-layers"), ("generate", "-n", "2"), ("ablate",), ("explain", "--importance"),
+                  ("lens", "--json"), ("dla", "--json"), ("flow", "--json")]  # fmt: skip
 ROADS = [
     ("heatmap",),
     ("heatmap", "--all-layers"),
@@ -38,7 +39,8 @@ ROADS = [
     ("ablate",),
     ("generate", "-n", "2"),
 ]  # each road a model's forward pass takes: the views of one pass (mask, lines, rollout, heads) share heatmap's
-COMMANDS = [*ROADS, ("heatmap", "--json"), ("mask",), ("lines",), ("rollout",), ("heads",)]
+COMMANDS = [*ROADS, ("heatmap", "--json"), ("mask",), ("lines",), ("rollout",), ("heads",), ("lens",), ("dla",),
+            ("flow",)]  # fmt: skip
 EVERY_COMMAND = "gemma2"  # the family every command runs on (the file): the others run each road
 
 

@@ -112,7 +112,7 @@ def test_the_ablation_page_is_the_same_bytes_twice_and_keeps_the_text_in_its_blo
 
 def test_views_without_a_page_still_refuse_html(tmp_path: Path, cli: Callable[..., Any]) -> None:
     run = cli("rollout", "the", "cat", "-o", str(tmp_path / "r.html"))
-    assert run.code == 2 and "heads, ablate, patch and generate; this view writes .png" in run.err
+    assert run.code == 2 and "ablate, patch, lens, dla, flow and generate; this view writes .png" in run.err
 
 
 def test_the_explain_page_holds_every_querys_steps_as_explain_json_has_them(

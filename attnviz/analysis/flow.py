@@ -1,0 +1,326 @@
+"""Information-flow routes (Ferrando & Voita 2024, as the LLM Transparency Tool computes them): how much of each
+residual stream a block writes came from each of its parts, by proximity in L1.
+
+A block's whole w is the sum of its parts p; a part's share is max(ε, ‖w‖₁ − ‖w − p‖₁) over the sum of every part's
+(ε = 1e-5). Attention of layer l at query i: its parts are, for every head h and key j ≤ i, A_h[i, j] · v_j W_O[:, h]
+(the output projection's bias shared evenly among them; after a post-attention norm's scale, held fixed, where the
+family has one), and resid_pre_i; its whole is resid_mid_i. The feed-forward's: mlp_out_i and resid_mid_i, whole
+resid_post_i.
+
+Stream, don't hold: the parts are never made all at once ((queries, keys, heads, hidden) is 20 GB at 1,000 tokens of
+a small model). For w ≠ 0, |w| − |w − p| = σp − 2·max(0, σp − |w|) with σ = sign w (+1 at 0): the first term summed over
+the hidden dimensions is a matrix product, a block of queries at a time; the second vanishes unless some σp passes
+|w| there. It is at most g_i(θ) = Σ_d max(0, θ − |w_id|) for θ the largest |p_d| of the part, so a pair whose bound
+is within :data:`TOLERANCE` · ‖w_i‖₁ takes the product alone (its share off by at most twice that over the sum), and
+the rest — the keys a head attends to strongly — are summed exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..engine.core import Array
+from ..engine.threads import product
+from ..errors import UsageError
+from ..models.parts import shared_heads
+from ..models.stream import LayerParts, Record
+from .residual import decoder_of, each_layer, shares_finite
+
+if TYPE_CHECKING:
+    from ..models.decoder import Decoder
+    from ..progress import Steps
+
+FLOOR = 1e-5  # the LLM Transparency Tool's EPS: no part's share is below it
+LEVELS = (1, 2, 4, 8, 16, 32)
+"""How many of a query's dimensions nearest 0 a part is checked on, by how many of them its largest |p_d| passes
+(see the module's notes): past the last, every dimension."""
+SMALLEST = LEVELS[-1]
+BLOCK_BYTES = 2**24  # the float32 (queries, keys) arrays of one block of queries, per head
+PAIRS_AT_ONCE = 2048  # (query, key) pairs summed exactly at once: (pairs, hidden) float32
+
+
+@dataclass(frozen=True)
+class LayerShares:
+    """One layer's shares: ``attention`` (n, n; query × key, summed over heads; 0 above the diagonal), ``residual``
+    (n,) resid_pre's in the attention block, ``ffn`` (n,) the feed-forward's in its block; ``heads`` (heads, n, n)
+    each head's, where asked."""
+
+    attention: Array
+    residual: Array
+    ffn: Array
+    heads: Array | None = None
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The routes of a text: each layer's :class:`LayerShares`, and how many (query, key, head) parts were summed
+    exactly (``exact``) of ``parts``."""
+
+    tokens: tuple[str, ...]
+    ids: tuple[int, ...]
+    layers: tuple[LayerShares, ...]
+    exact: int
+    parts: int
+
+
+def proximity(whole: Array, part: Array) -> Array:
+    """‖w‖₁ − ‖w − p‖₁ of each row (…, hidden), exactly (float64 sums)."""
+    result: Array = np.abs(whole).sum(axis=-1, dtype=np.float64) - np.abs(whole - part).sum(axis=-1, dtype=np.float64)
+    return result
+
+
+def ffn_shares(parts: LayerParts) -> Array:
+    """The feed-forward's share (n,) of each resid_post, beside resid_mid's."""
+    whole = parts.resid_post
+    mlp = np.maximum(FLOOR, proximity(whole, parts.mlp_out))
+    mid = np.maximum(FLOOR, proximity(whole, parts.resid_mid))
+    result: Array = mlp / (mlp + mid)
+    return result
+
+
+def nearest_zero(size: Array) -> np.ndarray:
+    """Each row's :data:`SMALLEST` dimensions of least |w| (all, where there are fewer), the least first."""
+    if size.shape[1] <= SMALLEST:
+        return np.argsort(size, axis=-1, kind="stable")
+    few = np.argpartition(size, SMALLEST - 1, axis=-1)[:, :SMALLEST]
+    order = np.argsort(np.take_along_axis(size, few, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(few, order, axis=-1)
+
+
+class AttentionBlock:
+    """One layer's attention parts, made a block of queries at a time: each head's v·W_O (n, hidden), the
+    post-norm's fixed factor f_i (rows, hidden; 1 without one) and the bias each (head, key) part carries."""
+
+    def __init__(self, model: Decoder, parts: LayerParts) -> None:
+        assert parts.values is not None and parts.weights is not None and parts.z is not None
+        assert parts.projected is not None
+        self.parts, self.model = parts, model
+        heads, n, d = parts.z.shape
+        self.heads, self.n = heads, n
+        _, values = shared_heads(parts.values, parts.values, heads)
+        name = f"blk.{parts.layer}.attn_output"
+        matrix = model.weights.tensor(name + ".weight")  # (hidden, heads·d)
+        self.written = [product(values[h].astype(np.float32), matrix[:, h * d : (h + 1) * d].T) for h in range(heads)]
+        self.peaks = [np.abs(w).max(axis=-1) for w in self.written]  # (n,): each key's largest |v·W_O|
+        self.factor = np.ones((n, 1), np.float32)  # (n, 1), or (n, hidden) after a post-attention norm
+        if model.post_attention_norm:
+            weight = model.weights.tensor(f"blk.{parts.layer}.post_attention_norm.weight")
+            p = parts.projected
+            spread = np.sqrt(np.mean(p * p, axis=-1, keepdims=True) + model.shape.eps)
+            self.factor = (weight / spread).astype(np.float32)
+        bias = model.weights.tensor(name + ".bias") if name + ".bias" in model.weights else None
+        seen = np.arange(1, n + 1, dtype=np.float32)[:, None]  # the keys each query sees
+        self.bias = None if bias is None else (bias[None] * self.factor / (heads * seen)).astype(np.float32)
+
+    def shares(self, per_head: bool) -> tuple[Array, Array, Array | None, int]:
+        """Every query's attention shares (n, n), resid_pre's (n,), each head's (heads, n, n) where asked, and how
+        many parts were summed exactly."""
+        n, heads = self.n, self.heads
+        attention = np.zeros((n, n), np.float32)
+        residual = np.zeros(n, np.float32)
+        each = np.zeros((heads, n, n), np.float32) if per_head else None
+        exact = 0
+        step = max(1, BLOCK_BYTES // (4 * n))
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            nums, resid, counted = self.block(start, stop)
+            total = nums.sum(axis=(0, 2), dtype=np.float64) + resid  # (rows,)
+            attention[start:stop, :stop] = nums.sum(axis=0, dtype=np.float64) / total[:, None]
+            residual[start:stop] = resid / total
+            if each is not None:
+                each[:, start:stop, :stop] = nums / total[None, :, None]
+            exact += counted
+        return attention, residual, each, exact
+
+    def block(self, start: int, stop: int) -> tuple[Array, Array, int]:
+        """Queries start … stop − 1: each part's floored proximity (heads, rows, stop; 0 for keys after the query) and
+        resid_pre's (rows,), with how many parts were summed over every dimension."""
+        parts = self.parts
+        assert parts.weights is not None
+        whole = parts.resid_mid[start:stop]
+        rows = np.arange(start, stop)
+        sign = np.where(whole >= 0, np.float32(1), np.float32(-1))
+        factor = self.factor[start:stop]
+        bias = None if self.bias is None else self.bias[start:stop]
+        size = np.abs(whole)
+        nearest = nearest_zero(size)  # (rows, K): where w is nearest 0, nearest first
+        ordered = np.take_along_axis(size, nearest, axis=-1)  # (rows, K) ascending
+        beyond = ordered[:, -1] if size.shape[1] > SMALLEST else np.full(len(rows), np.inf)
+        factor_peak = np.abs(factor).max(axis=-1)
+        signed = (sign * factor).astype(np.float32)
+        bias_term = np.zeros(len(rows), np.float32) if bias is None else (sign * bias).sum(axis=-1)
+        bias_peak = np.zeros(len(rows), np.float32) if bias is None else np.abs(bias).max(axis=-1)
+        seen = np.arange(stop)[None, :] <= rows[:, None]  # (rows, keys up to the block's last query)
+        nums = np.zeros((self.heads, len(rows), stop), np.float32)
+        counted = 0
+        for h in range(self.heads):
+            a = parts.weights[h, start:stop, :stop]  # (rows, keys)
+            written = self.written[h][:stop]
+            num = a * product(signed, written.T) + bias_term[:, None]  # Σ_d σp
+            largest = a * self.peaks[h][None, :stop] * factor_peak[:, None] + bias_peak[:, None]  # ≥ every |p_d|
+            q, k = np.nonzero(seen & (largest > ordered[:, :1]))  # elsewhere no σp − |w| is positive: Σ_d σp is all
+            reach = largest[q, k]
+            full = reach > beyond[q]
+            count = (ordered[q] < reach[:, None]).sum(axis=-1)  # the dimensions where σp − |w| may be positive
+            low = 0
+            for level in LEVELS:
+                near = ~full & (count > low) & (count <= level)
+                if near.any():
+                    i, j = q[near], k[near]
+                    num[i, j] -= 2 * self.overshoot(whole, sign, written, a, factor, bias, nearest[:, :level], i, j)
+                low = level
+            num[q[full], k[full]] = self.exactly(whole, written, a, factor, bias, q[full], k[full])
+            counted += int(full.sum())
+            nums[h] = np.where(seen, np.maximum(np.float32(FLOOR), num), np.float32(0))
+        resid = np.maximum(FLOOR, proximity(whole, parts.resid_pre[start:stop]))
+        return nums, resid, counted
+
+    def exactly(self, whole: Array, written: Array, a: Array, factor: Array, bias: Array | None, q: Array,
+                k: Array) -> Array:  # fmt: skip
+        """‖w‖₁ − ‖w − p‖₁ of the parts of (query q, key k) pairs (block rows), every dimension summed."""
+        out = np.empty(len(q))
+        for first in range(0, len(q), PAIRS_AT_ONCE):
+            i, j = q[first : first + PAIRS_AT_ONCE], k[first : first + PAIRS_AT_ONCE]
+            part = a[i, j][:, None].astype(np.float32) * written[j] * factor[i]
+            out[first : first + len(i)] = proximity(whole[i], part if bias is None else part + bias[i])
+        return out
+
+    def overshoot(
+        self, whole: Array, sign: Array, written: Array, a: Array, factor: Array, bias: Array | None, nearest: Array,
+        q: Array, k: Array,
+    ) -> Array:  # fmt: skip
+        """Σ_d max(0, σp − |w|) of the parts of (q, k) pairs over the dimensions ``nearest`` (rows, count) 0 of each
+        query, the only ones where it can be positive for these pairs (elsewhere |p_d| ≤ |w_d|)."""
+        out = np.empty(len(q))
+        for first in range(0, len(q), PAIRS_AT_ONCE):
+            i, j = q[first : first + PAIRS_AT_ONCE], k[first : first + PAIRS_AT_ONCE]
+            dims = nearest[i]  # (pairs, count)
+            at = i[:, None], dims
+            part = a[i, j][:, None] * written[j[:, None], dims] * (factor[at] if factor.shape[1] > 1 else factor[i])
+            if bias is not None:
+                part = part + bias[at]
+            out[first : first + len(i)] = np.maximum(0, sign[at] * part - np.abs(whole[at])).sum(axis=-1)
+        return out
+
+
+def routes(
+    model: object, text: str, per_head: bool = False, progress: Steps | None = None, max_tokens: int | None = None
+) -> Flow:
+    """Every layer's shares of ``text`` on ``model`` (a decoder): attention's by query and key (and by head with
+    ``per_head``), resid_pre's, and the feed-forward's.
+
+    Returns:
+        A :class:`Flow`: each block's shares sum to 1 for every position.
+    """
+    decoder = decoder_of(model, "the routes")
+    encoding = decoder.encode(text, first=max_tokens)
+    layers: list[LayerShares] = []
+    counts = [0, 0]
+
+    def take(parts: LayerParts) -> None:
+        attention, residual, each, exact = AttentionBlock(decoder, parts).shares(per_head)
+        ffn = ffn_shares(parts).astype(np.float32)
+        shares_finite(decoder, parts.layer, attention, residual, ffn)
+        layers.append(LayerShares(attention, residual, ffn, each))
+        n = len(parts.resid_pre)
+        counts[0] += exact
+        counts[1] += decoder.heads * n * (n + 1) // 2
+
+    each_layer(decoder, encoding.ids, Record(routes=True), take, progress)
+    return Flow(encoding.tokens, encoding.ids, tuple(layers), counts[0], counts[1])
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One step of a route: ``kind`` "attention" (the stream entering layer ``layer`` at ``source`` into its
+    attention's output at ``target``), "residual" (the same position, past attention), "ffn" (through the
+    feed-forward) or "skip" (past it); ``share`` its part's share of the block, renormalised over the parts kept;
+    ``weight`` before."""
+
+    layer: int
+    kind: str
+    source: int
+    target: int
+    share: float
+    weight: float
+
+
+def route_graph(flow: Flow, position: int, threshold: float = 0.04) -> list[Edge]:
+    """The routes into the last layer's output at ``position``, followed back block by block: of each block a kept
+    node's stream came from, the parts whose share is above ``threshold``, renormalised to sum to 1 (the LLM
+    Transparency Tool's graph). Nodes: ("pre", k, i) the stream entering layer k (k = L: the last output) and
+    ("mid", l, i) between layer l's attention and its feed-forward."""
+    edges: list[Edge] = []
+    todo = [("pre", len(flow.layers), position)]
+    seen = set(todo)
+
+    def keep(parts: list[tuple[str, int, float, tuple[str, int, int]]], layer: int, target: int) -> None:
+        kept = [part for part in parts if part[2] > threshold]
+        total = sum(part[2] for part in kept)
+        for kind, source, weight, node in kept:
+            edges.append(Edge(layer, kind, source, target, weight / total, weight))
+            if node not in seen:
+                seen.add(node)
+                todo.append(node)
+
+    while todo:
+        stage, layer, i = todo.pop(0)
+        if stage == "pre" and layer > 0:
+            shares = flow.layers[layer - 1]
+            ffn = float(shares.ffn[i])
+            mid = ("mid", layer - 1, i)
+            keep([("ffn", i, ffn, mid), ("skip", i, 1 - ffn, mid)], layer - 1, i)
+        elif stage == "mid":
+            shares = flow.layers[layer]
+            parts = [("residual", i, float(shares.residual[i]), ("pre", layer, i))]
+            parts += [("attention", j, float(shares.attention[i, j]), ("pre", layer, j)) for j in range(i + 1)]
+            keep(parts, layer, i)
+    return sorted(edges, key=lambda e: (-e.layer, e.target, e.kind, e.source))
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The route graph into ``position`` (:func:`route_graph`) at ``threshold``, of a model of ``layers`` layers, with
+    the shares it was drawn from where they are at hand (``flow``; None when read back from a long text's document,
+    which keeps the edges alone)."""
+
+    tokens: tuple[str, ...]
+    position: int
+    threshold: float
+    layers: int
+    edges: tuple[Edge, ...]
+    flow: Flow | None = None
+
+
+def routes_into(flow: Flow, position: int | None = None, threshold: float = 0.04) -> Routes:
+    """The route graph of ``flow`` into ``position`` (default the last; negative counts from the end)."""
+    n = len(flow.tokens)
+    at = n - 1 if position is None else position
+    if not -n <= at < n:
+        raise UsageError(f"--position {position} is outside the text's {n} tokens (0 … {n - 1})")
+    if not 0 <= threshold < 1:
+        raise UsageError(f"--threshold is a share, at least 0 and below 1; got {threshold:g}")
+    at %= n
+    return Routes(flow.tokens, at, threshold, len(flow.layers), tuple(route_graph(flow, at, threshold)), flow)
+
+
+def brute_force(model: Decoder, parts: LayerParts) -> tuple[Array, Array]:
+    """The attention block's shares (heads, n, n) and resid_pre's (n,) as the definition reads, every part made:
+    for tests, on short texts."""
+    block = AttentionBlock(model, parts)
+    assert parts.weights is not None
+    n, heads = block.n, block.heads
+    nums = np.zeros((heads, n, n))
+    whole = parts.resid_mid
+    for i in range(n):
+        for h in range(heads):
+            p = parts.weights[h, i, : i + 1, None] * block.written[h][: i + 1] * block.factor[i]
+            if block.bias is not None:
+                p = p + block.bias[i]
+            nums[h, i, : i + 1] = np.maximum(FLOOR, proximity(whole[i], p))
+    resid = np.maximum(FLOOR, proximity(whole, parts.resid_pre))
+    total = nums.sum(axis=(0, 2)) + resid
+    return nums / total[None, :, None], resid / total

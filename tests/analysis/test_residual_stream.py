@@ -1,0 +1,195 @@
+"""The residual stream's views on every family's tiny checkpoint (the gradient cases' checkpoints and texts:
+fixtures/make_gradient_cases.py) and on SmolLM2: direct logit attribution's parts sum to the logit, the lens's
+last row is the model's own next-token log-probabilities, the routes' shares sum to 1 in every block, the fast
+routes equal the definition summed part by part, and the routes of 1,000 tokens stay within their memory."""
+
+from __future__ import annotations
+
+import importlib.util
+import tracemalloc
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from paths import FIXTURES, SAMPLES
+
+from attnviz.analysis.ablation import picked_log_probabilities, token_text
+from attnviz.analysis.dla import direct_logit_attribution
+from attnviz.analysis.flow import AttentionBlock, brute_force, route_graph, routes, routes_into
+from attnviz.analysis.lens import logit_lens
+from attnviz.analysis.residual import each_layer
+from attnviz.errors import UsageError
+from attnviz.models.stream import LayerParts, Record
+
+spec = importlib.util.spec_from_file_location("test_gradients", FIXTURES.parent / "analysis" / "test_gradients.py")
+assert spec is not None and spec.loader is not None
+gradients = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gradients)
+NAMES = sorted(gradients.cases.CASES)
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, Any]:
+    return {}
+
+
+def model_text(name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str]:
+    if name not in loaded:
+        loaded[name] = gradients.model_of(name, tmp_path_factory.mktemp(name))
+    return loaded[name], gradients.cases.CASES[name][1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dla_parts_sum_to_the_logit_at_every_position_asked(
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model, text = model_text(name, loaded, tmp_path_factory)
+    n = len(model.encode(text).ids)
+    words = [token_text(model, i) for i in model.encode(text).ids]
+    for position, target, versus in ((None, None, None), (n // 2, words[1], None), (-2, words[2], words[3])):
+        try:
+            result = direct_logit_attribution(model, text, target, versus, position)
+        except UsageError:  # a word that is not one token of the model when written alone
+            continue
+        parts = [result.embedding, *result.heads.ravel(), *result.mlps, result.biases]
+        assert abs(result.total - result.raw_logit) <= 2e-5 * max(1.0, float(np.abs(parts).sum())), (name, position)
+        assert result.additive == (model.output_softcap() is None)
+        if result.additive:
+            assert result.logit == result.raw_logit
+        assert result.heads.shape == (model.layers, model.heads) and result.mlps.shape == (model.layers,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_lens_last_row_is_the_models_own_log_probabilities(
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model, text = model_text(name, loaded, tmp_path_factory)
+    ids = model.encode(text).ids
+    own = picked_log_probabilities(model.logits(model.through(model.embed(np.asarray(ids)))[:-1]), np.asarray(ids[1:]))
+    word = token_text(model, ids[2])
+    result = logit_lens(model, text, target=word, mid=True)
+    assert result.rows.log_prob.shape == (model.layers + 1, len(ids) - 1)
+    assert result.mid is not None and result.mid.log_prob.shape == (model.layers, len(ids) - 1)
+    assert np.abs(result.rows.log_prob[-1] - own).max() <= 1e-4 * max(1.0, float(np.abs(own).max()))
+    last = model.logits(model.through(model.embed(np.asarray(ids)))[-1:])[0].astype(np.float64)
+    best = int(np.argmax(last[: model.spelled()]))
+    assert int(result.rows.top_ids[-1, -1, 0]) == best
+    assert np.all(np.diff(result.rows.top_probs, axis=-1) <= 1e-12)  # each cell's likeliest first
+    assert result.rows.target_rank is not None and np.all(result.rows.target_rank >= 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_routes_shares_sum_to_one_and_are_the_definitions(
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model, text = model_text(name, loaded, tmp_path_factory)
+    ids = model.encode(text).ids
+    worst = [0.0]
+
+    def take(parts: LayerParts) -> None:
+        attention, residual, each, _ = AttentionBlock(model, parts).shares(per_head=True)
+        heads, resid = brute_force(model, parts)
+        assert each is not None and np.abs(each - heads).max() <= 1e-6 and np.abs(residual - resid).max() <= 1e-6
+        worst[0] = max(worst[0], float(np.abs(attention.sum(axis=1) + residual - 1).max()))
+        assert np.all(np.triu(attention, 1) == 0)
+
+    each_layer(model, ids, Record(routes=True), take)
+    assert worst[0] <= 1e-5
+    flow = routes(model, text)
+    assert all(np.all((layer.ffn >= 0) & (layer.ffn <= 1)) for layer in flow.layers)
+    graph = routes_into(flow)
+    blocks: dict[tuple[int, int, bool], float] = {}
+    for edge in graph.edges:
+        key = (edge.layer, edge.target, edge.kind in ("ffn", "skip"))
+        blocks[key] = blocks.get(key, 0.0) + edge.share
+        assert edge.weight > graph.threshold
+    assert blocks and all(abs(total - 1) <= 1e-9 for total in blocks.values())
+
+
+class Tensors(dict[str, np.ndarray]):
+    """A layer's tensors by name, as a model's weights give them."""
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self[name]
+
+
+@st.composite
+def attention_blocks(draw: st.DrawFn) -> tuple[Any, LayerParts]:
+    """A layer's parts of random sizes and values: keen and flat attention, a post-norm or none, a bias or none, a
+    residual of large and of tiny coordinates (the cases the fast sum must tell apart)."""
+    n, heads, d = draw(st.integers(1, 9)), draw(st.integers(1, 3)), draw(st.sampled_from([2, 4]))
+    hidden = draw(st.sampled_from([8, 40, 70]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    keen = draw(st.sampled_from([0.1, 1.0, 8.0]))
+    scores = rng.normal(size=(heads, n, n)) * keen + np.triu(np.full((n, n), -np.inf), 1)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float32)
+    values = rng.normal(size=(heads, n, d)).astype(np.float32)
+    z = np.einsum("hij,hjd->hid", weights, values).astype(np.float32)
+    matrix = rng.normal(size=(hidden, heads * d)).astype(np.float32)
+    tensors = {"blk.0.attn_output.weight": matrix}
+    if draw(st.booleans()):
+        tensors["blk.0.attn_output.bias"] = rng.normal(size=hidden).astype(np.float32)
+    post = draw(st.booleans())
+    tensors["blk.0.post_attention_norm.weight"] = rng.uniform(0.5, 2, size=hidden).astype(np.float32)
+    model = SimpleNamespace(weights=Tensors(tensors), post_attention_norm=post, shape=SimpleNamespace(eps=1e-6))
+    projected = z.transpose(1, 0, 2).reshape(n, -1) @ matrix.T + tensors.get("blk.0.attn_output.bias", 0)
+    scale = draw(st.sampled_from([1e-3, 1.0, 30.0]))
+    resid_pre = (rng.normal(size=(n, hidden)) * scale).astype(np.float32)
+    resid_pre[:, : hidden // 4] *= np.float32(1e-4)  # coordinates near 0, where a part can overshoot the whole
+    if post:
+        attn_out = projected / np.sqrt((projected**2).mean(-1, keepdims=True) + 1e-6) * tensors[
+            "blk.0.post_attention_norm.weight"]  # fmt: skip
+    else:
+        attn_out = projected
+    parts = LayerParts(0, resid_pre, attn_out.astype(np.float32), np.zeros_like(resid_pre),
+                       projected.astype(np.float32), z, values, weights)  # fmt: skip
+    return model, parts
+
+
+@settings(max_examples=150, deadline=None)
+@given(attention_blocks())
+def test_the_fast_shares_equal_every_part_summed_whatever_the_block(block: tuple[Any, LayerParts]) -> None:
+    model, parts = block
+    attention, residual, each, _ = AttentionBlock(model, parts).shares(per_head=True)
+    heads, resid = brute_force(model, parts)
+    assert each is not None
+    assert np.abs(each - heads).max() <= 1e-5 and np.abs(residual - resid).max() <= 1e-5
+    assert np.abs(attention.sum(axis=1) + residual - 1).max() <= 1e-5
+
+
+def test_the_route_graph_keeps_the_parts_above_the_threshold_renormalised() -> None:
+    from attnviz.analysis.flow import Flow, LayerShares
+
+    attention = np.array([[0.5, 0.0], [0.3, 0.02]], np.float32)
+    shares = LayerShares(attention, np.array([0.5, 0.68], np.float32), np.array([0.2, 0.03], np.float32))
+    edges = route_graph(Flow(("a", "b"), (0, 1), (shares,), 0, 0), 1, 0.04)
+    kinds = {(e.kind, e.source, e.target): round(e.share, 6) for e in edges}
+    assert kinds[("skip", 1, 1)] == 1.0 and ("ffn", 1, 1) not in kinds  # 0.03 is under the threshold
+    assert kinds[("attention", 0, 1)] == round(0.3 / 0.98, 6) and kinds[("residual", 1, 1)] == round(0.68 / 0.98, 6)
+    assert ("attention", 1, 1) not in kinds
+    assert all(target == 1 for _, _, target in kinds)  # key 0's stream is the embedding: no block before it
+
+
+def test_the_routes_of_a_thousand_tokens_hold_no_tensor_of_every_part(
+    loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """SmolLM2 on 1,000 tokens: (queries, keys, heads, hidden) would be 20 GB; the routes stay within 1 GiB of
+    NumPy's allocations beyond the model's own, and their shares are each block's."""
+    model, _ = model_text("smollm2", loaded, tmp_path_factory)
+    text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
+    ids = model.encode(text).ids
+    assert len(ids) >= 1000
+    tracemalloc.start()
+    try:
+        flow = routes(model, text, max_tokens=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(flow.ids) == 1000 and peak <= 2**30, peak
+    last = flow.layers[-1]
+    assert abs(float(last.attention[-1].sum() + last.residual[-1]) - 1) <= 1e-5

@@ -1,0 +1,91 @@
+"""`attnviz lens`, `dla` and `flow` at the command line on tiny checkpoints (../shared's Llama and GPT-2, BERT for the
+refusal): their tables fit 80 columns, their documents come back through --from as the same view, every error a
+user can make is one line, and every figure passes the layout audit at every preset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import SHARED_FIXTURES
+
+TINY = SHARED_FIXTURES / "hf-tiny"
+TEXT = "The cat sat on the mat and the dog sat on the rug"
+COMMANDS = {"lens": ["--mid"], "dla": ["--position", "-2"], "flow": ["--threshold", "0.05"]}
+
+pytestmark = pytest.mark.skipif(not TINY.is_dir(), reason="../shared/fixtures/hf-tiny is not beside the checkout")
+
+
+@pytest.mark.parametrize("family", ["llama-tiny", "gpt2-tiny"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_view_fits_80_columns_and_its_document_reads_back_as_the_same_view(
+    cli, tmp_path: Path, family: str, command: str
+) -> None:
+    model = ["--model-dir", str(TINY / family)]
+    shown = cli(command, *model, TEXT, *COMMANDS[command], "--no-color")
+    assert shown.code == 0, shown.err
+    assert max(len(line) for line in shown.out.splitlines()) <= 80
+    written = cli(command, *model, TEXT, *COMMANDS[command], "--json")
+    assert written.code == 0, written.err
+    document = json.loads(written.out)
+    assert document["schema"] == f"attnviz.{command}/1" and document["tokens"]
+    path = tmp_path / "doc.json"
+    path.write_text(written.out)
+    again = cli(command, "--from", str(path), "--no-color")
+    assert again.code == 0, again.err
+    assert again.out.splitlines()[2:] == shown.out.splitlines()[2:]  # the same table, whatever the heading says
+    twice = cli(command, "--from", str(path), "--json")
+    assert json.loads(twice.out) == document
+
+
+def test_flow_from_a_document_takes_another_threshold(cli, tmp_path: Path) -> None:
+    model = ["--model-dir", str(TINY / "llama-tiny")]
+    strict = cli("flow", *model, TEXT, "--threshold", "0.2", "--json")
+    path = tmp_path / "routes.json"
+    path.write_text(cli("flow", *model, TEXT, "--json").out)
+    again = cli("flow", "--from", str(path), "--threshold", "0.2", "--json")
+    assert json.loads(again.out)["edges"] == json.loads(strict.out)["edges"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["lens", "--model-dir", str(TINY / "bert-tiny"), "a b c"], "is an encoder"),
+        (["dla", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--position", "99"], "--position 99 is outside"),
+        (["flow", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--threshold", "1.5"], "--threshold is a share"),
+        (["dla", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--target", "cat sat on"], "--target must be one"),
+        (["lens", "a", "b"], "runs a decoder"),
+        (["flow", "--from", "nowhere.json"], "nowhere.json"),
+    ],
+)
+def test_a_users_error_is_one_line(cli, args: list[str], message: str) -> None:
+    run = cli(*args)
+    assert run.code in (1, 2) and run.out == ""
+    assert len(run.err.splitlines()) == 1 and message in run.err, run.err
+
+
+@pytest.mark.parametrize("command", ["lens", "dla"])
+def test_a_document_of_another_view_is_refused_by_its_schema(cli, tmp_path: Path, command: str) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"schema": "attnviz.flow/1", "tokens": ["a"]}))
+    run = cli(command, "--from", str(path))
+    assert run.code == 1 and f"not an attnviz.{command}/1 document" in run.err
+
+
+@pytest.mark.parametrize("preset", ["screen", "slide", "paper"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_figure_passes_the_audit_at_every_preset(cli, tmp_path: Path, command: str, preset: str) -> None:
+    out = tmp_path / "figure.png"
+    run = cli(command, "--model-dir", str(TINY / "gpt2-tiny"), TEXT, "--preset", preset, "--dpi", "72", "-o",
+              str(out), "--audit")  # fmt: skip
+    assert run.code == 0 and out.exists(), run.err
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_page_is_one_offline_file(cli, tmp_path: Path, command: str) -> None:
+    out = tmp_path / "page.html"
+    run = cli(command, "--model-dir", str(TINY / "llama-tiny"), TEXT, "-o", str(out))
+    assert run.code == 0, run.err
+    page = out.read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
