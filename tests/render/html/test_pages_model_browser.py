@@ -102,6 +102,7 @@ def test_each_part_draws_its_own_grid_in_any_order(watched: Any, tmp_path: Path,
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_head_view_switches_parts_of_any_depth(watched: Any, tmp_path: Path, shape: Any) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.support.ui import Select
 
     opened(watched, encoder_decoder(tmp_path, shape, "lines", 7))
@@ -109,8 +110,11 @@ def test_the_head_view_switches_parts_of_any_depth(watched: Any, tmp_path: Path,
         layers, heads = shape[part]
         choose_part(watched, part)
         Select(watched.find_element("id", "choose-layer")).select_by_index(layers - 1)
-        Select(watched.find_element("id", "choose-head")).select_by_index(heads - 1)
+        assert len(watched.find_elements("css selector", ".head-swatch")) == heads  # a swatch per head of this part
+        last = watched.find_element("css selector", f'.head-swatch[data-head="{heads - 1}"]')
+        ActionChains(watched).double_click(last).perform()  # the part's last head alone
         assert shown(watched) == f"{part}/{layers - 1}/{heads - 1}"
+        assert watched.execute_script("return document.body.dataset.heads") == str(heads - 1)
         queries = 7 if part == 0 else 5
         assert len(watched.find_elements("css selector", "text.token.query")) == queries
     assert errors(watched) == []
