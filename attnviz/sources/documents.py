@@ -222,7 +222,10 @@ def _number(v: Any) -> bool:
 
 
 def _sink(v: Any) -> bool:
-    return isinstance(v, dict) and _count(v.get("key")) and _text(v.get("token")) and _number(v.get("mass"))
+    from ..files import MAX_TOKEN
+
+    token = v.get("token") if isinstance(v, dict) else None
+    return isinstance(token, str) and len(token) <= MAX_TOKEN and _count(v.get("key")) and _number(v.get("mass"))
 
 
 CONFIG_FIELDS: dict[str, Any] = {
@@ -297,8 +300,11 @@ def pooled_config(config: Any, bins: int, where: str) -> dict[str, Any] | None:
 
 
 def _strings(value: Any, name: str, where: str) -> list[str]:
+    from ..files import check_tokens
+
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise AttnvizError(f"{where}: '{name}' must be a list of strings")
+    check_tokens(value, f"{where}: '{name}'")
     return value
 
 

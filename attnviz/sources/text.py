@@ -10,7 +10,7 @@ import unicodedata
 from pathlib import Path
 
 from ..errors import AttnvizError, UsageError, printable
-from ..files import decode, parse_json, read_file, read_stdin
+from ..files import check_tokens, decode, parse_json, read_file, read_stdin
 
 
 class GivenTokens(list[str]):
@@ -18,7 +18,13 @@ class GivenTokens(list[str]):
 
 
 def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> list[str]:
-    """Whitespace-split text, or a JSON array of strings when the text is one."""
+    """Whitespace-split text, or a JSON array of strings when the text is one; no token longer than MAX_TOKEN."""
+    tokens = _split_tokens(text, source, force_json)
+    check_tokens(tokens, source)
+    return tokens
+
+
+def _split_tokens(text: str, source: str, force_json: bool) -> list[str]:
     stripped = text.lstrip("\ufeff").strip()
     if force_json or stripped.startswith("["):
         try:
@@ -74,7 +80,9 @@ def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
             raise UsageError("give tokens either as arguments or with --file, not both")
         text = decode(read_file(file, pipes=True), str(file))
         return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json")
-    return " ".join(args).split()
+    tokens = " ".join(args).split()
+    check_tokens(tokens, "the tokens given", UsageError)
+    return tokens
 
 
 def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | None:
@@ -84,6 +92,7 @@ def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | Non
     if keys_file is not None:
         return read_tokens([], keys_file)
     if keys is not None:
+        check_tokens(keys.split(), "--keys", UsageError)
         return keys.split()
     return None
 
@@ -123,8 +132,11 @@ UNSPACED_SCRIPTS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x304
 
 
 def characters(tokens: list[str]) -> list[str]:
-    """--chars: every token split into its characters (graphemes)."""
-    return [g for token in tokens for g in graphemes(token)]
+    """--chars: every token split into its characters (graphemes), none longer than MAX_TOKEN (a letter with a
+    thousand combining marks is one)."""
+    split = [g for token in tokens for g in graphemes(token)]
+    check_tokens(split, "--chars", UsageError)
+    return split
 
 
 def unspaced_token(tokens: list[str]) -> str | None:
