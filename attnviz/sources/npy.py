@@ -35,16 +35,19 @@ def read_numpy(stream: IO[bytes], where: str, suffix: str) -> tuple[np.ndarray, 
             return _array(stream, os.fstat(stream.fileno()).st_size, where), None
         with zipfile.ZipFile(stream) as archive:
             members = {_key(info.filename): info for info in archive.infolist()}
-            name = _attention_key(members, where)
-            array = _member(archive, members[name], where, MAX_ATTENTION_ARRAY, "an attention array")
-            if "tokens" not in members:
-                return array, None
-            tokens = _member(archive, members["tokens"], where, MAX_TOKENS_MEMBER, "tokens", tokens=True)
-    except _unreadable_npy() as err:
+            attention = members[_attention_key(members, where)]
+            listed = members.get("tokens")
+            _weigh(attention, where, MAX_ATTENTION_ARRAY, "an attention array")  # both, before either is inflated
+            if listed is None:
+                return _member(archive, attention, where), None
+            _weigh(listed, where, MAX_TOKENS_MEMBER, "tokens")
+            tokens = _member(archive, listed, where, tokens=True)
+            array = _member(archive, attention, where)
+    except _unreadable_npy(RuntimeError) as err:  # zipfile's RuntimeError: a member that is encrypted
         raise AttnvizError(f"{where}: not a readable {suffix} file ({_npy_problem(err)})") from None
     if tokens.ndim != 1:
         raise AttnvizError(f"{where}: 'tokens' is of shape {tuple(tokens.shape)}, not a list of strings")
-    listed = [str(t) for t in tokens.tolist()]
+    listed = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in tokens.tolist()]
     del tokens
     check_tokens(listed, where)
     return array, listed
@@ -69,19 +72,21 @@ def _attention_key(members: dict[str, zipfile.ZipInfo], where: str) -> str:
     return name
 
 
-def _member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, limit: int, what: str, *, tokens: bool = False
-) -> np.ndarray:
-    """One member read within ``limit`` bytes unpacked: weighed by the size the zip directory declares before it is
-    inflated, then held to exactly that (zipfile inflates no further than the declared size, and checks the CRC)."""
-    named = f"{where}: {printable(info.filename)}"
+def _weigh(info: zipfile.ZipInfo, where: str, limit: int, what: str) -> None:
+    """Refuse a member the zip directory declares to unpack past ``limit`` bytes, before it is inflated."""
     if info.file_size > limit:
         raise AttnvizError(
-            f"{named}: unpacks to {human_bytes(info.file_size)} ({human_bytes(info.compress_size)} packed), "
-            f"more than the {human_bytes(limit)} attnviz unpacks of {what}"
+            f"{where}: {printable(info.filename)}: unpacks to {human_bytes(info.file_size)} "
+            f"({human_bytes(info.compress_size)} packed), more than the {human_bytes(limit)} attnviz unpacks of {what}"
         )
+
+
+def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, *, tokens: bool = False) -> np.ndarray:
+    """One member (weighed already), held to exactly the size the zip directory declares: its header's shape must
+    be that, and zipfile inflates no further than it, checking the CRC at its end (a directory that understates
+    the member fails the check; one that overstates it ends early)."""
     with archive.open(info) as member:
-        return _array(member, info.file_size, named, exact=True, tokens=tokens)
+        return _array(member, info.file_size, f"{where}: {printable(info.filename)}", exact=True, tokens=tokens)
 
 
 def _array(stream: IO[bytes], size: int, where: str, *, exact: bool = False, tokens: bool = False) -> np.ndarray:
@@ -107,11 +112,12 @@ def _array(stream: IO[bytes], size: int, where: str, *, exact: bool = False, tok
             f"{where}: its header claims a {tuple(shape)} {dtype} array ({human_bytes(needed)}), "
             f"but the file holds {human_bytes(data)}"
         )
-    if tokens:
-        width = dtype.itemsize // 4 if dtype.kind == "U" else dtype.itemsize
-        if width > MAX_TOKEN:
+    if tokens and dtype.kind in "US":  # NumPy gives each token the room of the longest: 4 bytes a character (U)
+        room, unit = (dtype.itemsize // 4, "characters") if dtype.kind == "U" else (dtype.itemsize, "bytes")
+        if room > (MAX_TOKEN if dtype.kind == "U" else 4 * MAX_TOKEN):  # UTF-8: at most 4 bytes a character
             raise AttnvizError(
-                f"{where}: holds tokens of up to {width:,} characters; attnviz reads tokens of at most {MAX_TOKEN:,}"
+                f"{where}: holds tokens of up to {room:,} {unit}; attnviz reads tokens of at most {MAX_TOKEN:,} "
+                "characters"
             )
     count = math.prod(shape)
     if tokens:  # as Python strings: each about its characters and an object's 64 bytes

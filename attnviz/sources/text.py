@@ -17,10 +17,12 @@ class GivenTokens(list[str]):
     """Tokens given one by one (a JSON array), not split from text: attnviz does not second-guess them."""
 
 
-def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> list[str]:
-    """Whitespace-split text, or a JSON array of strings when the text is one; no token longer than MAX_TOKEN."""
+def tokens_from_text(text: str, source: str, *, force_json: bool = False, chars: bool = False) -> list[str]:
+    """Whitespace-split text, or a JSON array of strings when the text is one; no token longer than MAX_TOKEN
+    (``chars``: checked once split into characters, by :func:`characters`)."""
     tokens = _split_tokens(text, source, force_json)
-    check_tokens(tokens, source)
+    if not chars:
+        check_tokens(tokens, source)
     return tokens
 
 
@@ -69,30 +71,33 @@ def read_text(args: list[str] | None, file: Path | None = None, *, stdin: bool =
     return text
 
 
-def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
-    """The sequence the user gave: arguments (joined, split on whitespace), ``--file``, or ``-`` for stdin."""
+def read_tokens(args: list[str], file: Path | None = None, *, chars: bool = False) -> list[str]:
+    """The sequence the user gave: arguments (joined, split on whitespace), ``--file``, or ``-`` for stdin; no token
+    longer than MAX_TOKEN (``chars``: a word is checked once split into characters)."""
     if args == ["-"] or (file is not None and str(file) == "-"):
         if args not in ([], ["-"]):
             raise UsageError("give tokens either as arguments or on stdin with -, not both")
-        return tokens_from_text(read_stdin(), "stdin")
+        return tokens_from_text(read_stdin(), "stdin", chars=chars)
     if file is not None:
         if args:
             raise UsageError("give tokens either as arguments or with --file, not both")
         text = decode(read_file(file, pipes=True), str(file))
-        return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json")
+        return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json", chars=chars)
     tokens = " ".join(args).split()
-    check_tokens(tokens, "the tokens given", UsageError)
+    if not chars:
+        check_tokens(tokens, "the tokens given", UsageError)
     return tokens
 
 
-def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | None:
+def read_key_tokens(keys: str | None, keys_file: Path | None, *, chars: bool = False) -> list[str] | None:
     """The key sequence of cross-attention, from ``--keys TEXT`` or ``--keys-file PATH``; None for self-attention."""
     if keys is not None and keys_file is not None:
         raise UsageError("give key tokens either with --keys or with --keys-file, not both")
     if keys_file is not None:
-        return read_tokens([], keys_file)
+        return read_tokens([], keys_file, chars=chars)
     if keys is not None:
-        check_tokens(keys.split(), "--keys", UsageError)
+        if not chars:
+            check_tokens(keys.split(), "--keys", UsageError)
         return keys.split()
     return None
 
