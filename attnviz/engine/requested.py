@@ -115,8 +115,11 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
         if keep.bins is not None:  # the sinks are found, and hidden, at full resolution, as the engine does
             mass = key_mass(maps, stack.allowed(index), own=stack.key_tokens is None)
             hidden = keys_to_hide(mass, n, len(maps), each=keep.sinks_each) if keep.sinks == "hide" else ()
-            if any(hidden):
-                maps = np.stack([without_keys(w, keys) for w, keys in zip(maps, hidden, strict=True)])
+            if any(hidden):  # into one array, of a file's float32 if it is that: it is pooled to float32 next
+                shown = np.empty(maps.shape, dtype=np.float32 if maps.dtype == np.float32 else np.float64)
+                for w, keys, into in zip(maps, hidden, shown, strict=True):
+                    without_keys(w, keys, out=into)
+                maps = shown
             maps, rows, cols = pool_map(maps, keep.bins, keep.pool)
             scores = None
         kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols, key_mass=mass, hidden=hidden)

@@ -25,7 +25,7 @@ from ..resources import ensure_fits, human_bytes
 MAX_ATTENTION_ARRAY = 2**36  # 64 GiB of .npy or .npz: the memory check (ensure_fits) refuses most before that
 MAX_TOKENS_MEMBER = 4 * MAX_TOKENS_TEXT  # bytes: NumPy keeps 4 a character, each token as long as the longest
 ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
-CHUNK = 2**24  # bytes inflated (or read) at a time into the array
+CHUNK = 2**20  # bytes inflated (or read) at a time into the array: zipfile holds a few of them while it reads one
 
 
 def read_numpy(stream: IO[bytes], where: str, suffix: str) -> tuple[np.ndarray, list[str] | None]:
