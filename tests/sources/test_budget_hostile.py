@@ -379,3 +379,15 @@ def test_an_encrypted_member_is_refused_in_one_line(cli, tmp_path: Path) -> None
         data[at + offset] |= 1
     path.write_bytes(bytes(data))
     _refused(cli("heatmap", "--from", str(path)))
+
+
+def test_the_readme_and_the_security_model_say_the_limits() -> None:
+    root = Path(__file__).parents[2]
+    said = {name: " ".join((root / name).read_text().replace("*", "").split()).lower() for name in
+            ("README.md", "docs/security.md", "docs/reference.md", "docs/errors.md")}  # fmt: skip
+    for name, text in said.items():
+        assert f"a token is at most {MAX_TOKEN:,} characters" in text, name
+    for name in ("docs/security.md", "docs/reference.md", "docs/errors.md"):
+        assert f"{MAX_TOKENS_TEXT // 2**20} mi characters in all" in said[name], name
+    assert f"the tokens at most {MAX_TOKENS_MEMBER // 2**20} mib" in said["docs/security.md"]
+    assert "before a byte of it is inflated" in said["docs/security.md"]
