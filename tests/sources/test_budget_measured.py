@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from attnviz.files import MAX_TOKEN
+from attnviz.sources.npy import MAX_TOKENS_MEMBER
 
 OUTPUTS = {
     "terminal": [],
@@ -133,3 +134,64 @@ def test_a_map_read_from_a_file_takes_about_twice_its_size(
     written = max((tmp_path / name).stat().st_size for name in ("out.txt", *[a for a in args if a.startswith("f.")]))
     allowed = 2 * size + 6 * written + 16 * 2**20  # the output too is made whole before it is written: a few copies
     assert peak - baselines[view] <= allowed, (peak / 2**20, baselines[view] / 2**20, size / 2**20, written / 2**20)
+
+
+def _issue_npz(path: Path, length: int) -> None:
+    """The issue's .npz: a 3 × 3 map and a deflated ``tokens`` member of three ``length``-character tokens that
+    truly inflates to 12 × ``length`` bytes (600 MB from 50 million), written in a second (DeflatedOnce)."""
+    import io
+    import zipfile
+
+    from deflated import DeflatedOnce
+    from numpy.lib import format as npy
+
+    header = io.BytesIO()
+    npy.write_array_header_1_0(header, {"descr": f"<U{length}", "fortran_order": False, "shape": (3,)})
+    attention = io.BytesIO()
+    np.save(attention, np.full((3, 3), 1 / 3, np.float32))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("attention.npy", attention.getvalue())
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(zipfile, "_get_compressor", lambda *_: DeflatedOnce())
+            member = archive.open("tokens.npy", "w", force_zip64=True)
+        with member:
+            member.write(header.getvalue())
+            for letter in "abc":
+                chunk = (letter + "\0\0\0").encode() * min(length, 2 * 10**6)
+                for _ in range(length // (len(chunk) // 4)):
+                    member.write(chunk)
+                member.write((letter + "\0\0\0").encode() * (length % (len(chunk) // 4)))
+
+
+@pytest.fixture(scope="module")
+def issue_files(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """The issue's .npz of tokens of a length, made once for every view (600 MB take seconds to deflate)."""
+    made: dict[int, Path] = {}
+
+    def made_for(length: int) -> Path:
+        if length not in made:
+            made[length] = tmp_path_factory.mktemp("issue") / "tokens.npz"
+            _issue_npz(made[length], length)
+        return made[length]
+
+    return made_for
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [50_000_000, 6 * 10**6 + 1, 4_000])
+@pytest.mark.parametrize(
+    "view", [[], ["-o", "x.svg"], ["--all-layers", "-o", "m.html"], ["--json"]], ids=["terminal", "svg", "page", "json"]
+)
+def test_the_issues_npz_is_refused_before_its_tokens_are_inflated(
+    tmp_path: Path, issue_files: Callable[[int], Path], length: int, view: list[str]
+) -> None:
+    """Whatever the view: one line, in a child of 2 GiB of address space, nothing written."""
+    from capped import assert_refused, attnviz
+
+    path = issue_files(length)
+    before = sorted(tmp_path.iterdir())
+    err = assert_refused(attnviz("heatmap", "--from", str(path), *view, cwd=tmp_path))
+    big = 12 * length > MAX_TOKENS_MEMBER
+    weighed = "attnviz unpacks of tokens" if big else f"holds tokens of up to {length:,} characters"
+    assert weighed in err  # by the size the zip declares, else by the header's type: before either is inflated
+    assert sorted(tmp_path.iterdir()) == before
