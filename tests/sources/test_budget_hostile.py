@@ -272,6 +272,7 @@ MAP = np.full((4, 4), 0.25)
 TOKENS = np.array(["a", "b", "c", "d"])
 
 
+@pytest.mark.memory_cap
 @pytest.mark.parametrize("member", ["attention.npy", "tokens.npy"])
 @pytest.mark.parametrize(
     "lie",
@@ -314,6 +315,7 @@ def test_a_lying_zip_directory_is_read_no_further(cli, tmp_path: Path, member: s
         assert "unpacks to 4.0 GiB" in err
 
 
+@pytest.mark.memory_cap
 @pytest.mark.parametrize("width", [MAX_TOKEN + 1, 50_000_000])
 @pytest.mark.parametrize("count", [1, 3, 10**6])
 def test_an_npz_of_long_tokens_is_refused_before_they_are_inflated(cli, tmp_path: Path, width: int, count: int) -> None:
@@ -334,6 +336,7 @@ def test_an_npz_of_long_tokens_is_refused_before_they_are_inflated(cli, tmp_path
     assert any(what in err for what in said), err
 
 
+@pytest.mark.memory_cap
 @pytest.mark.parametrize("count", [MAX_TOKENS_MEMBER // (4 * 10) + 1, MAX_TOKENS_MEMBER // (4 * MAX_TOKEN) + 1])
 def test_a_tokens_member_past_the_budget_is_weighed_before_it_is_inflated(cli, tmp_path: Path, count: int) -> None:
     """Many short tokens: each within the limit, the member past MAX_TOKENS_MEMBER. The map they name is never
