@@ -19,7 +19,8 @@ from ..engine.requested import check_layer, honour, honour_attention, replay
 from ..engine.stack import AttentionStack, Layers, Want
 from ..errors import AttnvizError, UsageError, quoted
 from ..files import check_tokens, decode, open_regular, read_file
-from .npy import MAX_ATTENTION_ARRAY, read_numpy, weights_dtype
+from .npy import MAX_ATTENTION_ARRAY as MAX_ATTENTION_ARRAY  # batch weighs a plan's --from by it
+from .npy import read_numpy, weights_dtype
 from .text import tokens_from_text
 
 if TYPE_CHECKING:

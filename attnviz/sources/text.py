@@ -106,25 +106,28 @@ def graphemes(text: str) -> list[str]:
     """What a reader sees as one character: a base with its combining marks, variation selectors and
     skin tones, an emoji sequence joined by ZWJ, a flag (two regional indicators or a tag sequence).
 
-    The parts of UAX #29 that tokens need; labels are cut between these, never inside one.
+    The parts of UAX #29 that tokens need; labels are cut between these, never inside one. Cut by slicing at
+    their starts, in time linear in the text (a letter with a million marks is one, found in a pass).
     """
     clusters: list[str] = []
-    for ch in text:
+    start = 0
+    for k in range(1, len(text)):
+        ch = text[k]
         code = ord(ch)
-        last = clusters[-1] if clusters else ""
-        joins = bool(last) and (
+        joins = (
             unicodedata.category(ch) in ("Mn", "Me", "Mc")
             or ch == "\u200d"
             or 0xFE00 <= code <= 0xFE0F
             or 0x1F3FB <= code <= 0x1F3FF
             or 0xE0020 <= code <= 0xE007F
-            or last[-1] == "\u200d"
-            or (_regional(code) and len(last) == 1 and _regional(ord(last)))
+            or text[k - 1] == "\u200d"
+            or (_regional(code) and k - start == 1 and _regional(ord(text[start])))
         )
-        if joins:
-            clusters[-1] += ch
-        else:
-            clusters.append(ch)
+        if not joins:
+            clusters.append(text[start:k])
+            start = k
+    if text:
+        clusters.append(text[start:])
     return clusters
 
 
