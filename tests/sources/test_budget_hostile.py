@@ -22,6 +22,7 @@ import pytest
 
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.files import MAX_TOKEN, MAX_TOKENS_TEXT, check_tokens
+from attnviz.sources.documents import MAX_NAME
 from attnviz.sources.npy import MAX_TOKENS_MEMBER
 
 # Characters a token is made of: one byte in UTF-8, three, four (and two UTF-16 units), a letter and its mark.
@@ -395,3 +396,21 @@ def test_the_readme_and_the_security_model_say_the_limits() -> None:
         assert f"{MAX_TOKENS_TEXT // 2**20} mi characters in all" in said[name], name
     assert f"the tokens at most {MAX_TOKENS_MEMBER // 2**20} mib" in said["docs/security.md"]
     assert "before a byte of it is inflated" in said["docs/security.md"]
+
+
+@pytest.mark.parametrize("field", ["embed", "dtype", "positions", "scale_mode"])
+@pytest.mark.parametrize("length", [MAX_NAME, MAX_NAME + 1, 10**6])
+def test_a_documents_names_are_held_to_a_paths_length(cli, tmp_path: Path, field: str, length: int) -> None:
+    """A configuration's names (the embedding, the model, the file) are shown whole in every heading: a name of a
+    million characters printed 3 MB in 53 s. At most a path's longest, or one line of error."""
+    args, _ = _document("tokens")(tmp_path, ["a", "b", "c"])
+    path = Path(args[-1])
+    doc = json.loads(path.read_text())
+    doc["config"][field] = token_of("cjk", length)
+    path.write_text(json.dumps(doc))
+    run = cli(*args)
+    if length > MAX_NAME:
+        assert f"'config.{field}' is not what attnviz writes there" in _refused(run)
+        return
+    assert run.code == 0, run.err[:300]
+    assert len(run.out.encode()) < 4 * MAX_NAME * 3
