@@ -85,7 +85,7 @@ def without_keys(weights: Array, keys: list[int] | tuple[int, ...], out: Array |
     np.divide(rows, total, out=rows, where=total > 0)
     empty = np.flatnonzero(total[:, 0] <= 0)
     if len(empty):
-        rows[np.ix_(empty, columns)] = kept[empty]
+        rows[np.ix_(empty, np.array(columns))] = kept[empty]
     return result
 
 

@@ -36,12 +36,12 @@ def read_numpy(stream: IO[bytes], where: str, suffix: str) -> tuple[np.ndarray, 
         with zipfile.ZipFile(stream) as archive:
             members = {_key(info.filename): info for info in archive.infolist()}
             attention = members[_attention_key(members, where)]
-            listed = members.get("tokens")
+            named = members.get("tokens")
             _weigh(attention, where, MAX_ATTENTION_ARRAY, "an attention array")  # both, before either is inflated
-            if listed is None:
+            if named is None:
                 return _member(archive, attention, where), None
-            _weigh(listed, where, MAX_TOKENS_MEMBER, "tokens")
-            tokens = _member(archive, listed, where, tokens=True)
+            _weigh(named, where, MAX_TOKENS_MEMBER, "tokens")
+            tokens = _member(archive, named, where, tokens=True)
             array = _member(archive, attention, where)
     except _unreadable_npy(RuntimeError) as err:  # zipfile's RuntimeError: a member that is encrypted
         raise AttnvizError(f"{where}: not a readable {suffix} file ({_npy_problem(err)})") from None
@@ -141,7 +141,7 @@ def _filled(
     the whole (NumPy's reader of a stream that is not a file reads each chunk, then copies it)."""
     array = np.ndarray(math.prod(shape), dtype=dtype)  # np.empty mishandles a zero-width string type
     if needed:
-        memory = memoryview(array.view(np.uint8))
+        memory = array.view(np.uint8).data
         done = 0
         while done < needed:
             read = stream.readinto(memory[done : done + CHUNK])  # type: ignore[attr-defined]
