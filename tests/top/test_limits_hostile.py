@@ -327,9 +327,11 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path: Path) -> None:
 
 
 def test_text_that_only_looks_like_json_is_text(tmp_path: Path) -> None:
-    for text in (_nested(100_000), b"[" + b"1" * 5000 + b"]", b"[1e400]"):
+    for text in (b"[" + b"1" * 998 + b"]", b"[1e400]"):
         run = attnviz("heatmap", "-", "--json", cwd=tmp_path, stdin=text)
         assert run.returncode == 0 and json.loads(run.stdout)["tokens"] == [text.decode()]
+    deep = attnviz("heatmap", "-", "--json", cwd=tmp_path, stdin=_nested(100_000))  # text: one token past the limit
+    assert_refused(deep) and b"token 0 has 200,000 characters" in deep.stderr
 
 
 @pytest.mark.parametrize(
