@@ -370,9 +370,9 @@ def test_an_npz_member_is_read_whole_in_its_own_type(tmp_path: Path, dtype: str,
     for suffix in (".npz", ".npy"):
         path = tmp_path / f"a{suffix}"
         np.savez_compressed(path, attentions=array) if suffix == ".npz" else np.save(path, array)
-        read, _ = load_attention_array(path)
+        read, _, stored = load_attention_array(path)
         expected = np.float64 if dtype == "<f8" else np.float32
-        assert read.dtype == expected and np.array_equal(read, array.astype(expected))
+        assert read.dtype == expected and np.array_equal(read, array.astype(expected)) and stored == str(array.dtype)
 
 
 def test_an_encrypted_member_is_refused_in_one_line(cli, tmp_path: Path) -> None:
