@@ -12,7 +12,7 @@ import math
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -67,6 +67,26 @@ def decode(raw: bytes, source: str) -> str:
 
 
 MAX_INPUT = 16 * 1024 * 1024  # bytes of text: some three million words, more than any view can show
+MAX_TOKEN = 1_000
+"""The most characters of one token (or head label) attnviz reads, wherever it comes from: an attention file or
+document, a token file, the command line, a notebook. A vocabulary's longest tokens are a few dozen characters (a
+run of spaces, a line of '='); a file's tokens are shown whole in pages, figures' metadata and JSON, so three tokens of
+50 million characters in a 600 KB .npz made a 300 MB page."""
+MAX_TOKENS_TEXT = MAX_INPUT  # characters of all the tokens together: as many as a text file of tokens holds
+
+
+def check_tokens(tokens: Sequence[str], where: str, error: type[AttnvizError] = AttnvizError) -> None:
+    """Refuse tokens longer than MAX_TOKEN characters, or more than MAX_TOKENS_TEXT characters of them in all: what
+    a view writes of them is then bounded by what was read (``error``: UsageError for a notebook's arguments)."""
+    for index, token in enumerate(tokens):
+        if len(token) > MAX_TOKEN:
+            raise error(
+                f"{where}: token {index:,} has {len(token):,} characters; attnviz reads tokens of at most "
+                f"{MAX_TOKEN:,} characters"
+            )
+    total = sum(map(len, tokens))
+    if total > MAX_TOKENS_TEXT:
+        raise error(f"{where}: the tokens hold {total:,} characters in all; attnviz reads at most {MAX_TOKENS_TEXT:,}")
 
 
 _PIPES_READ: ContextVar[bool] = ContextVar("attnviz_pipes_read", default=True)

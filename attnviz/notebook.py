@@ -22,6 +22,7 @@ from .engine.checks import map_rule, refuse_unless_attention, stack_rule, unit_r
 from .engine.requested import honour
 from .engine.stack import AttentionStack, Want
 from .errors import AttnvizError, UsageError, out_of_range, printable, quoted
+from .files import check_tokens
 from .render.figure import FigureStyle
 from .render.html import page_bins, page_data, page_html
 from .render.html.data import stack_part
@@ -152,7 +153,9 @@ def tokens_of(value: Any, name: str) -> list[str] | None:
     for index, token in enumerate(tokens):
         if not isinstance(token, str):
             raise UsageError(f"{name}[{index}] is {type(token).__name__}, not a string")
-    return [str(token) for token in tokens]
+    listed = [str(token) for token in tokens]
+    check_tokens(listed, name, UsageError)  # a token at most MAX_TOKEN characters, as from a file
+    return listed
 
 
 def indices_of(value: Any, name: str, count: int, noun: str) -> tuple[int, ...] | None:

@@ -453,7 +453,8 @@ def layer_options(
                 raise UsageError(f"{name} goes with --model or --from")
         if file is not None and str(file) == "-" and keys_file is not None and str(keys_file) == "-":
             raise UsageError("only one of --file and --keys-file can read stdin")
-        return LayerRequest(*_split(read_tokens(tokens or [], file), read_key_tokens(keys, keys_file), chars), config)
+        sequences = read_tokens(tokens or [], file, chars=chars), read_key_tokens(keys, keys_file, chars=chars)
+        return LayerRequest(*_split(*sequences, chars), config)
     if chars:
         raise UsageError("--chars goes with the random layer: a model tokenises its text itself")
     if sum(x is not None for x in (model, model_dir, model_file, from_file)) > 1:

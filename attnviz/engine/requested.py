@@ -102,10 +102,12 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
     heads = keep.chosen(stack.heads)
     kept: dict[int, Kept] = {}
     for index in layers:
-        maps = stack.weights[index][list(heads)]
-        scores = None if stack.scores is None or not keep.scores else stack.scores[index][list(heads)]
-        if keep.mean:
+        maps = _chosen(stack.weights[index], heads)
+        scores = None if stack.scores is None or not keep.scores else _chosen(stack.scores[index], heads)
+        if keep.mean and len(maps) > 1:
             maps, scores = maps.mean(axis=0, keepdims=True), None
+        elif keep.mean:  # the mean of one map is the map: no copy of it
+            scores = None
         n, m = maps.shape[-2:]
         rows, cols = np.arange(n + 1), np.arange(m + 1)
         mass: Array | None = None
@@ -113,8 +115,11 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
         if keep.bins is not None:  # the sinks are found, and hidden, at full resolution, as the engine does
             mass = key_mass(maps, stack.allowed(index), own=stack.key_tokens is None)
             hidden = keys_to_hide(mass, n, len(maps), each=keep.sinks_each) if keep.sinks == "hide" else ()
-            if any(hidden):
-                maps = np.stack([without_keys(w, keys) for w, keys in zip(maps, hidden, strict=True)])
+            if any(hidden):  # into one array, of a file's float32 if it is that: it is pooled to float32 next
+                shown = np.empty(maps.shape, dtype=np.float32 if maps.dtype == np.float32 else np.float64)
+                for w, keys, into in zip(maps, hidden, shown, strict=True):
+                    without_keys(w, keys, out=into)
+                maps = shown
             maps, rows, cols = pool_map(maps, keep.bins, keep.pool)
             scores = None
         kept[index] = Kept(weights=maps, scores=scores, rows=rows, cols=cols, key_mass=mass, hidden=hidden)
@@ -129,3 +134,11 @@ def honour(stack: AttentionStack, want: Want) -> AttentionStack:
         )  # fmt: skip
         result = replace(result, recorded=found, hidden=hid)
     return replace(result, key_tokens=stack.key_tokens, padding=stack.padding)
+
+
+def _chosen(maps: Array, heads: tuple[int, ...]) -> Array:
+    """The maps of ``heads``: a view of them when they are consecutive (every head, or one), not a copy of a map
+    that may be as large as the memory it was read into."""
+    if heads and list(heads) == list(range(heads[0], heads[0] + len(heads))):
+        return maps[heads[0] : heads[0] + len(heads)]
+    return maps[list(heads)]

@@ -66,18 +66,27 @@ def keys_to_hide(mass: Array, n: int, maps: int, *, each: bool = False) -> tuple
     return (tuple(sink_keys(mass.mean(axis=0), n)),) * maps
 
 
-def without_keys(weights: Array, keys: list[int] | tuple[int, ...]) -> Array:
-    """``weights`` (…, n, m) in float64 with the columns ``keys`` set to 0 and every row renormalised over the
-    other keys; a row with nothing left (it may see only those keys) keeps its weights, so that every row
-    still sums to 1."""
-    result = np.array(weights, dtype=np.float64)
+def without_keys(weights: Array, keys: list[int] | tuple[int, ...], out: Array | None = None) -> Array:
+    """``weights`` (…, n, m) in float64 (or in ``out``, of their shape) with the columns ``keys`` set to 0 and every
+    row renormalised over the other keys; a row with nothing left (it may see only those keys) keeps its weights,
+    so that every row still sums to 1. Done in the one array made: a long map costs one copy, not three."""
+    if out is None:
+        result: Array = np.array(weights, dtype=np.float64)
+    else:
+        result = out
+        result[...] = weights
     if not len(keys):
         return result
-    left = result.copy()
-    left[..., list(keys)] = 0.0
-    total = left.sum(axis=-1, keepdims=True)
-    renormalised: Array = np.divide(left, total, out=result, where=total > 0)
-    return renormalised
+    rows = result.reshape(-1, result.shape[-1])
+    columns = list(keys)
+    kept = rows[:, columns]  # (rows, keys): put back where nothing else is left
+    rows[:, columns] = 0.0
+    total = rows.sum(axis=-1, keepdims=True)
+    np.divide(rows, total, out=rows, where=total > 0)
+    empty = np.flatnonzero(total[:, 0] <= 0)
+    if len(empty):
+        rows[np.ix_(empty, np.array(columns))] = kept[empty]
+    return result
 
 
 def without_own_sinks(maps: Array) -> tuple[Array, list[list[int]]]:

@@ -179,10 +179,10 @@ class AttentionStack:
         if mode != "hide":
             return replace(self, key_mass=masses)
         hidden = tuple(keys_to_hide(mass, n, len(mass), each=True) for mass in masses)
-        weights = np.stack(
-            [np.stack([without_keys(w, keys) for w, keys in zip(maps, each, strict=True)]) for (_, maps), each in
-             zip(self.each(), hidden, strict=True)]
-        )  # fmt: skip
+        weights = np.empty(self.weights.shape, dtype=np.float64)  # each map renormalised in place: one copy
+        for (_, maps), each, layer in zip(self.each(), hidden, weights, strict=True):
+            for w, keys, into in zip(maps, each, layer, strict=True):
+                without_keys(w, keys, out=into)
         return replace(self, weights=weights, scores=None, key_mass=masses, hidden=hidden)
 
     def each(self) -> Iterator[tuple[int, Array]]:

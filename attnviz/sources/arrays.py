@@ -6,14 +6,10 @@ unpack past its declared size, Python objects) and its weights after (NaN, negat
 
 from __future__ import annotations
 
-import math
-import os
-import zipfile
-import zlib
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,17 +17,16 @@ from ..engine.checks import refuse_unless_attention
 from ..engine.core import Array
 from ..engine.requested import check_layer, honour, honour_attention, replay
 from ..engine.stack import AttentionStack, Layers, Want
-from ..errors import AttnvizError, UsageError, printable, quoted
-from ..files import decode, open_regular, read_file
-from ..resources import ensure_fits, human_bytes
+from ..errors import AttnvizError, UsageError, quoted
+from ..files import check_tokens, decode, open_regular, read_file
+from .npy import MAX_ATTENTION_ARRAY as MAX_ATTENTION_ARRAY  # batch weighs a plan's --from by it
+from .npy import read_numpy, weights_dtype
 from .text import tokens_from_text
 
 if TYPE_CHECKING:
     from ..engine.attention import Attention
 
 MAX_ATTENTION_JSON = 1024 * 2**20
-MAX_ATTENTION_ARRAY = 2**36  # 64 GiB of .npy or .npz: the memory check (ensure_fits) refuses most before that
-ARRAY_KEYS = ("attentions", "attention", "weights", "pattern", "att", "attn")
 
 
 def file_stack(
@@ -189,10 +184,11 @@ def check_hint(where: str) -> str:
 def load_attention_array(
     path: Path, document: Any = None, *, cross: bool = False
 ) -> tuple[Array, list[str] | None, str]:
-    """The weights of an attention file as (layers, heads, q, k) float64, its tokens if it has them, and the type
-    its weights were stored as (JSON's numbers: float64) — the arithmetic's tolerance depends on it (``document``:
-    the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's cross-attention documents
-    too, their query tokens)."""
+    """The weights of an attention file as (layers, heads, q, k) — float32, or float64 as the file has them or JSON
+    gives them (:func:`~attnviz.sources.npy.weights_dtype`): a file's own type is not copied —, its tokens if it has
+    them, and the type its weights were stored as (JSON's numbers: float64) — the arithmetic's tolerance depends on
+    it (``document``: the file's JSON, when it was read already — stdin is read once; ``cross``: attnviz's
+    cross-attention documents too, their query tokens)."""
     suffix = ".json" if str(path) == "-" else path.suffix.lower()
     if suffix == ".json":
         array, tokens = _from_json(path, document, cross)
@@ -229,96 +225,15 @@ def _four_axes(array: np.ndarray, path: Path) -> Array:
     if array.size == 0:
         raise AttnvizError(f"{path}: holds no attention (shape {tuple(array.shape)})")
     with np.errstate(over="ignore"):  # a long double past float64's range becomes inf, refused as not finite
-        weights = np.asarray(array, dtype=np.float64)
+        weights = np.asarray(array, dtype=weights_dtype(array.dtype))  # a file's float32 or float64 is not copied
     return weights.reshape((1,) * (4 - array.ndim) + array.shape)
-
-
-def _check_npy_header(stream: IO[bytes], available: int, where: str, *, exact: bool = False) -> None:
-    """Refuse, before NumPy allocates anything, an array whose header claims more than the file holds.
-
-    In an .npz the zip directory declares each member's size: it must be the header's shape times the
-    item size (``exact``), so a small deflated member cannot unpack into gigabytes its header hides.
-    """
-    from numpy.lib import format as npy
-
-    try:
-        version = npy.read_magic(stream)
-        reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, _, dtype = reader(stream)
-    except _unreadable_npy() as err:
-        raise AttnvizError(f"{where}: not a readable .npy array ({_npy_problem(err)})") from None
-    if dtype.hasobject:
-        raise AttnvizError(f"{where}: holds Python objects, which attnviz never loads (they could run code)")
-    needed = math.prod(shape) * dtype.itemsize
-    data = available - stream.tell()
-    if needed > data or (exact and needed != data):
-        raise AttnvizError(
-            f"{where}: its header claims a {tuple(shape)} {dtype} array ({human_bytes(needed)}), "
-            f"but the file holds {human_bytes(data)}"
-        )
-    as_float64 = math.prod(shape) * 8
-    ensure_fits(needed + 2 * as_float64, f"loading {where}", "use a smaller file")
-
-
-def _unreadable_npy(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
-    """What NumPy's reader raises on a damaged .npy header or archive (matched only once one is raised): the
-    header parsers' errors (:func:`_header_parsers_errors`), the archive's and the file's own."""
-    return (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
-            *_header_parsers_errors(), *more)  # fmt: skip
-
-
-def _header_parsers_errors() -> tuple[type[BaseException], ...]:
-    """NumPy reads a .npy header as Python literals (ast: SyntaxError, RecursionError when nested deep) and, failing
-    that, tokenises it again (tokenize.TokenError)."""
-    import tokenize
-
-    return SyntaxError, RecursionError, tokenize.TokenError
-
-
-def _npy_problem(err: BaseException) -> str:
-    """What :func:`_unreadable_npy` caught, in a few words (a header that is no Python literal: those)."""
-    return "its header does not parse" if isinstance(err, _header_parsers_errors()) else printable(str(err))
 
 
 def _from_numpy(path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
     """The array of an .npy file, or the attention (and tokens) of an .npz, read from the one regular file
     opened once (a FIFO or a device is refused before anything is read)."""
     with open_regular(path, MAX_ATTENTION_ARRAY, "an attention file") as stream:
-        return _read_numpy(stream, path, suffix)
-
-
-def _read_numpy(stream: IO[bytes], path: Path, suffix: str) -> tuple[np.ndarray, list[str] | None]:
-    try:
-        if suffix == ".npy":
-            _check_npy_header(stream, os.fstat(stream.fileno()).st_size, str(path))
-        else:
-            with zipfile.ZipFile(stream) as archive:
-                for info in archive.infolist():
-                    with archive.open(info) as member:
-                        _check_npy_header(member, info.file_size, f"{path}: {info.filename}", exact=True)
-        stream.seek(0)
-        loaded = np.load(stream, allow_pickle=False)
-    except _unreadable_npy() as err:
-        raise AttnvizError(f"{path}: not a readable {suffix} file ({_npy_problem(err)})") from None
-    if suffix == ".npy":
-        return loaded, None
-    with loaded:
-        keys = list(loaded.keys())
-        name = next((k for k in ARRAY_KEYS if k in keys), None)
-        candidates = [k for k in keys if k != "tokens"]
-        if name is None and len(candidates) == 1:
-            name = candidates[0]
-        if name is None:
-            raise AttnvizError(
-                f"{path}: which array holds the attention? found {printable(', '.join(keys)) or 'none'}; "
-                f"name it one of {', '.join(ARRAY_KEYS)}"
-            )
-        try:
-            array = loaded[name]
-            tokens = [str(t) for t in loaded["tokens"].tolist()] if "tokens" in keys else None
-        except _unreadable_npy(KeyError) as err:
-            raise AttnvizError(f"{path}: not a readable {suffix} file ({_npy_problem(err)})") from None
-    return array, tokens
+        return read_numpy(stream, str(path), suffix)
 
 
 def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[np.ndarray, list[str] | None]:
@@ -351,6 +266,8 @@ def _from_json(path: Path, document: Any = None, cross: bool = False) -> tuple[n
         array = _tiles_hidden_as_zero(array, doc.get("sinks_hidden"), str(path))
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise AttnvizError(f"{path}: 'tokens' must be a list of strings")
+    if tokens is not None:
+        check_tokens(tokens, where)
     return array, tokens
 
 

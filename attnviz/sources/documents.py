@@ -217,20 +217,32 @@ def _text(v: Any) -> bool:
     return isinstance(v, str) and len(v) <= 10**6
 
 
+MAX_NAME = 4096  # characters of a name a heading shows whole (a model, its folder, a file): a path's longest
+
+
+def _name(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= MAX_NAME
+
+
 def _number(v: Any) -> bool:
     return type(v) in (int, float)
 
 
 def _sink(v: Any) -> bool:
-    return isinstance(v, dict) and _count(v.get("key")) and _text(v.get("token")) and _number(v.get("mass"))
+    from ..files import MAX_TOKEN
+
+    token = v.get("token") if isinstance(v, dict) else None
+    return isinstance(token, str) and len(token) <= MAX_TOKEN and _count(v.get("key")) and _number(v.get("mass"))
 
 
 CONFIG_FIELDS: dict[str, Any] = {
     **dict.fromkeys(("d_model", "heads", "d_k", "layer", "layers"), _count),
     "seed": lambda v: type(v) is int and 0 <= v <= MAX_SEED,
     "pad_to": lambda v: v is None or _count(v),
-    **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "text", "from", "model_type", "model_dir"), _text),
-    **dict.fromkeys(("positions", "pair"), lambda v: v is None or _text(v)),
+    **dict.fromkeys(("embed", "scale_mode", "dtype", "model", "from", "model_type", "model_dir"), _name),
+    "text": _text,
+    "positions": lambda v: v is None or _name(v),
+    "pair": lambda v: v is None or _text(v),
     "scale": _number,
     "causal": lambda v: type(v) is bool,
     "color_scale": lambda v: v in ("linear", "log", "power"),
@@ -297,8 +309,11 @@ def pooled_config(config: Any, bins: int, where: str) -> dict[str, Any] | None:
 
 
 def _strings(value: Any, name: str, where: str) -> list[str]:
+    from ..files import check_tokens
+
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise AttnvizError(f"{where}: '{name}' must be a list of strings")
+    check_tokens(value, f"{where}: '{name}'")
     return value
 
 

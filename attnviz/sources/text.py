@@ -10,15 +10,23 @@ import unicodedata
 from pathlib import Path
 
 from ..errors import AttnvizError, UsageError, printable
-from ..files import decode, parse_json, read_file, read_stdin
+from ..files import check_tokens, decode, parse_json, read_file, read_stdin
 
 
 class GivenTokens(list[str]):
     """Tokens given one by one (a JSON array), not split from text: attnviz does not second-guess them."""
 
 
-def tokens_from_text(text: str, source: str, *, force_json: bool = False) -> list[str]:
-    """Whitespace-split text, or a JSON array of strings when the text is one."""
+def tokens_from_text(text: str, source: str, *, force_json: bool = False, chars: bool = False) -> list[str]:
+    """Whitespace-split text, or a JSON array of strings when the text is one; no token longer than MAX_TOKEN
+    (``chars``: checked once split into characters, by :func:`characters`)."""
+    tokens = _split_tokens(text, source, force_json)
+    if not chars:
+        check_tokens(tokens, source)
+    return tokens
+
+
+def _split_tokens(text: str, source: str, force_json: bool) -> list[str]:
     stripped = text.lstrip("\ufeff").strip()
     if force_json or stripped.startswith("["):
         try:
@@ -63,27 +71,33 @@ def read_text(args: list[str] | None, file: Path | None = None, *, stdin: bool =
     return text
 
 
-def read_tokens(args: list[str], file: Path | None = None) -> list[str]:
-    """The sequence the user gave: arguments (joined, split on whitespace), ``--file``, or ``-`` for stdin."""
+def read_tokens(args: list[str], file: Path | None = None, *, chars: bool = False) -> list[str]:
+    """The sequence the user gave: arguments (joined, split on whitespace), ``--file``, or ``-`` for stdin; no token
+    longer than MAX_TOKEN (``chars``: a word is checked once split into characters)."""
     if args == ["-"] or (file is not None and str(file) == "-"):
         if args not in ([], ["-"]):
             raise UsageError("give tokens either as arguments or on stdin with -, not both")
-        return tokens_from_text(read_stdin(), "stdin")
+        return tokens_from_text(read_stdin(), "stdin", chars=chars)
     if file is not None:
         if args:
             raise UsageError("give tokens either as arguments or with --file, not both")
         text = decode(read_file(file, pipes=True), str(file))
-        return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json")
-    return " ".join(args).split()
+        return tokens_from_text(text, str(file), force_json=file.suffix.lower() == ".json", chars=chars)
+    tokens = " ".join(args).split()
+    if not chars:
+        check_tokens(tokens, "the tokens given", UsageError)
+    return tokens
 
 
-def read_key_tokens(keys: str | None, keys_file: Path | None) -> list[str] | None:
+def read_key_tokens(keys: str | None, keys_file: Path | None, *, chars: bool = False) -> list[str] | None:
     """The key sequence of cross-attention, from ``--keys TEXT`` or ``--keys-file PATH``; None for self-attention."""
     if keys is not None and keys_file is not None:
         raise UsageError("give key tokens either with --keys or with --keys-file, not both")
     if keys_file is not None:
-        return read_tokens([], keys_file)
+        return read_tokens([], keys_file, chars=chars)
     if keys is not None:
+        if not chars:
+            check_tokens(keys.split(), "--keys", UsageError)
         return keys.split()
     return None
 
@@ -92,25 +106,28 @@ def graphemes(text: str) -> list[str]:
     """What a reader sees as one character: a base with its combining marks, variation selectors and
     skin tones, an emoji sequence joined by ZWJ, a flag (two regional indicators or a tag sequence).
 
-    The parts of UAX #29 that tokens need; labels are cut between these, never inside one.
+    The parts of UAX #29 that tokens need; labels are cut between these, never inside one. Cut by slicing at
+    their starts, in time linear in the text (a letter with a million marks is one, found in a pass).
     """
     clusters: list[str] = []
-    for ch in text:
+    start = 0
+    for k in range(1, len(text)):
+        ch = text[k]
         code = ord(ch)
-        last = clusters[-1] if clusters else ""
-        joins = bool(last) and (
+        joins = (
             unicodedata.category(ch) in ("Mn", "Me", "Mc")
             or ch == "\u200d"
             or 0xFE00 <= code <= 0xFE0F
             or 0x1F3FB <= code <= 0x1F3FF
             or 0xE0020 <= code <= 0xE007F
-            or last[-1] == "\u200d"
-            or (_regional(code) and len(last) == 1 and _regional(ord(last)))
+            or text[k - 1] == "\u200d"
+            or (_regional(code) and k - start == 1 and _regional(ord(text[start])))
         )
-        if joins:
-            clusters[-1] += ch
-        else:
-            clusters.append(ch)
+        if not joins:
+            clusters.append(text[start:k])
+            start = k
+    if text:
+        clusters.append(text[start:])
     return clusters
 
 
@@ -123,8 +140,11 @@ UNSPACED_SCRIPTS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x304
 
 
 def characters(tokens: list[str]) -> list[str]:
-    """--chars: every token split into its characters (graphemes)."""
-    return [g for token in tokens for g in graphemes(token)]
+    """--chars: every token split into its characters (graphemes), none longer than MAX_TOKEN (a letter with a
+    thousand combining marks is one)."""
+    split = [g for token in tokens for g in graphemes(token)]
+    check_tokens(split, "--chars", UsageError)
+    return split
 
 
 def unspaced_token(tokens: list[str]) -> str | None:

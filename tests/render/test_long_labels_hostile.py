@@ -1,6 +1,7 @@
-"""A token of a megabyte or more: its labels are cut from a bounded prefix of it, so the terminal views and the
-figures' labels cost what a short token does, and the views write a few kilobytes, not the token again.
-A terminal that says it is a hundred million columns wide gets the rollout view drawn as wide as the widest map.
+"""A long token: its labels are cut from a bounded prefix of it (a megabyte's cost what a short token's do), so the
+terminal views write a few kilobytes. A token read from a file or the command line is at most MAX_TOKEN characters,
+written out whole once; a longer one is refused in one line. A terminal that says it is a hundred million columns
+wide gets the rollout view drawn as wide as the widest map.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from capped import attnviz
 
+from attnviz.files import MAX_TOKEN
 from attnviz.render.labels import abbreviate, distinct_labels, visible_token
 from attnviz.render.terminal import CUT_TOKEN_CHARS
 
@@ -59,12 +61,18 @@ def _document(tmp_path: Path, tokens: list[str]) -> str:
     return str(path)
 
 
+def _at_most(token: str, limit: int) -> str:
+    """``token`` cut to ``limit`` characters, or repeated up to them (its first character kept first)."""
+    return (token * (limit // len(token) + 1))[:limit] if len(token) < limit else token[:limit]
+
+
 @pytest.mark.parametrize("kind", LONG_TOKENS)
 @pytest.mark.parametrize("columns", ["40", "80"])
-def test_the_heatmap_of_a_megabyte_token_is_small_and_whole(
+def test_the_heatmap_of_the_longest_token_is_small_and_whole(
     cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, columns: str
 ) -> None:
     token, start = LONG_TOKENS[kind]
+    token = token[:MAX_TOKEN]
     monkeypatch.setenv("COLUMNS", columns)
     run = cli("heatmap", "--from", _document(tmp_path, ["a", token]))
     assert run.code == 0, run.err
@@ -72,21 +80,37 @@ def test_the_heatmap_of_a_megabyte_token_is_small_and_whole(
     assert len(run.out.encode()) < 20_000
     table = run.out.split("cut to fit:")[0]
     assert start in table and "…" in table and "0.50" in table
-    assert f"({len(token):,}characters)" in "".join(run.out.split())  # however the line is folded
+    assert visible_token(token) in "".join(run.out.split("cut to fit:")[1].split("\n"))  # written out once, whole
+    assert "characters)" not in run.out
     assert "rows: queries · columns: keys" in run.out
 
 
-def test_a_megabyte_word_of_a_text_file(
-    cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize("kind", LONG_TOKENS)
+@pytest.mark.parametrize("length", [MAX_TOKEN + 1, 10 * MAX_TOKEN, MEGA])
+def test_a_token_past_the_limit_is_refused_in_one_line(
+    cli: Callable[..., Any], tmp_path: Path, kind: str, length: int
+) -> None:
+    token = _at_most(LONG_TOKENS[kind][0], length)
+    run = cli("heatmap", "--from", _document(tmp_path, ["a", token]))
+    assert run.code == 1 and run.out == ""
+    assert run.err.count("\n") == 1 and f"token 1 has {length:,} characters" in run.err, run.err[:300]
+    assert f"at most {MAX_TOKEN:,} characters" in run.err
+
+
+@pytest.mark.parametrize("length", [MAX_TOKEN, MAX_TOKEN + 1, MEGA])
+def test_a_long_word_of_a_text_file(
+    cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, length: int
 ) -> None:
     text = tmp_path / "t.txt"
-    text.write_text("a " + "x" * MEGA + "\n", encoding="utf-8")
+    text.write_text("a " + "x" * length + "\n", encoding="utf-8")
     monkeypatch.setenv("COLUMNS", "40")
     run = cli("heatmap", "--file", str(text))
+    if length > MAX_TOKEN:
+        assert run.code == 1 and f"token 1 has {length:,} characters" in run.err and run.err.count("\n") == 1
+        return
     assert run.code == 0, run.err
     assert len(run.out.encode()) < 20_000
     assert "x" * 10 + "…" in run.out
-    assert f"…({MEGA:,}characters)" in "".join(run.out.split())
 
 
 def test_a_cut_token_of_moderate_length_is_still_written_out_whole(
@@ -117,10 +141,8 @@ def test_rollout_on_a_terminal_of_any_width_writes_a_bounded_view(
 def test_a_ten_megabyte_token_in_a_capped_child(tmp_path: Path) -> None:
     doc = _document(tmp_path, ["x" * 10 * MEGA])
     run = attnviz("heatmap", "--from", doc, cwd=tmp_path, env={"COLUMNS": "40"})
-    assert run.returncode == 0, run.stderr
-    assert run.stderr == b""
-    assert len(run.stdout) < 20_000
-    assert f"({10 * MEGA:,} characters)".encode() in run.stdout
+    assert run.returncode == 1 and run.stdout == b""
+    assert f"token 0 has {10 * MEGA:,} characters".encode() in run.stderr and run.stderr.count(b"\n") == 1
 
 
 @pytest.mark.slow

@@ -16,13 +16,13 @@ import subprocess
 import sys
 import time
 import zipfile
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from capped import TIMEOUT, assert_refused, attnviz, snapshot
+from deflated import DeflatedOnce
 from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
 
@@ -30,30 +30,6 @@ pytestmark = pytest.mark.slow
 
 # The inputs. Each builder writes into the case's folder and returns the command line.
 Case = Callable[[Path], list[str]]
-
-
-class _DeflatedOnce:
-    """zlib's raw deflate with a full flush after each write, so each write is deflated on its own: the same
-    bytes written again deflate to the same bytes again, kept instead of deflated again. It inflates to exactly
-    what was written (the bomb's 2 GiB of zeros took zipfile 4 s of deflating)."""
-
-    def __init__(self) -> None:
-        self.inner = zlib.compressobj(1, zlib.DEFLATED, -15)
-        self.previous: tuple[bytes, bytes] | None = None
-        self.repeated: tuple[bytes, bytes] | None = None
-
-    def compress(self, data: bytes) -> bytes:
-        if self.repeated is not None and data is self.repeated[0]:
-            return self.repeated[1]
-        deflated = self.inner.compress(data) + self.inner.flush(zlib.Z_FULL_FLUSH)
-        if self.previous is not None and data is self.previous[0]:
-            assert deflated == self.previous[1]  # what makes keeping it right
-            self.repeated = (data, deflated)
-        self.previous = (data, deflated)
-        return deflated
-
-    def flush(self) -> bytes:
-        return self.inner.flush()
 
 
 def _npz_bomb(folder: Path) -> list[str]:
@@ -65,7 +41,7 @@ def _npz_bomb(folder: Path) -> list[str]:
     npy.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (16384, 16384)})
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(zipfile, "_get_compressor", lambda *_: _DeflatedOnce())
+            patch.setattr(zipfile, "_get_compressor", lambda *_: DeflatedOnce())
             member = archive.open("attentions.npy", "w", force_zip64=True)
         with member:
             member.write(header.getvalue())
@@ -351,9 +327,11 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path: Path) -> None:
 
 
 def test_text_that_only_looks_like_json_is_text(tmp_path: Path) -> None:
-    for text in (_nested(100_000), b"[" + b"1" * 5000 + b"]", b"[1e400]"):
+    for text in (b"[" + b"1" * 998 + b"]", b"[1e400]"):
         run = attnviz("heatmap", "-", "--json", cwd=tmp_path, stdin=text)
         assert run.returncode == 0 and json.loads(run.stdout)["tokens"] == [text.decode()]
+    deep = attnviz("heatmap", "-", "--json", cwd=tmp_path, stdin=_nested(100_000))  # text: one token past the limit
+    assert_refused(deep) and b"token 0 has 200,000 characters" in deep.stderr
 
 
 @pytest.mark.parametrize(

@@ -49,15 +49,23 @@ def encoding_for(parts: Sequence[Sequence[Attention]]) -> str:
     return "f32" if total * 4 <= F32_BYTES else "u8"
 
 
+ENCODED_CELLS = 2**18  # the cells of a map encoded at a time: its float64 working copies stay a few MB
+
+
 def encode(weights: np.ndarray, encoding: str) -> str:
-    """A map as base64: float32 little-endian, or 8-bit codes (0: zero; 1–255: log scale from the floor to 1)."""
-    w = np.asarray(weights, dtype=np.float64)
+    """A map as base64: float32 little-endian, or 8-bit codes (0: zero; 1–255: log scale from the floor to 1).
+    Encoded a block of rows at a time, so that a long map costs its codes, not five float64 copies of it."""
     if encoding == "f32":
-        return base64.b64encode(w.astype("<f4").tobytes()).decode("ascii")
+        return base64.b64encode(np.asarray(weights, dtype="<f4").tobytes()).decode("ascii")
+    rows = np.asarray(weights).reshape(-1, weights.shape[-1]) if weights.ndim else np.asarray(weights).reshape(1, 1)
+    codes = np.empty(rows.shape, dtype=np.uint8)
+    step = max(1, ENCODED_CELLS // max(rows.shape[1], 1))
     low = math.log(QUANTISED_FLOOR)
-    with np.errstate(divide="ignore"):
-        position = (np.log(np.maximum(w, QUANTISED_FLOOR)) - low) / -low
-    codes = np.where(w > 0, 1 + np.rint(np.clip(position, 0.0, 1.0) * 254), 0).astype(np.uint8)
+    for start in range(0, len(rows), step):
+        w = np.asarray(rows[start : start + step], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            position = (np.log(np.maximum(w, QUANTISED_FLOOR)) - low) / -low
+        codes[start : start + step] = np.where(w > 0, 1 + np.rint(np.clip(position, 0.0, 1.0) * 254), 0)
     return base64.b64encode(codes.tobytes()).decode("ascii")
 
 
