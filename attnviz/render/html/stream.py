@@ -43,6 +43,8 @@ def dla_grid(result: LogitAttribution, model: str, style: FigureStyle) -> dict[s
         "heading": dla_heading(result, model),
         "scale": [{"colour": hex_colour(cmap((v + limit) / (2 * limit))), "label": signed(v, 3)} for v in stops[::-1]],
         "scale_title": f"{measured(result)} · red raises it",
+        "keys": "Keys: Tab to a part, then the arrows move between heads and layers; hover or focus a part for what "
+        "it writes toward the logit",
         "notes": [f"embedding {signed(result.embedding, 3)} · biases {signed(result.biases, 3)} · all parts "
                   f"{signed(result.total, 4)}" + ("" if result.additive else " (before the model's soft-cap)")],
         "opens": False,
@@ -53,6 +55,7 @@ def lens_grid(result: Lens, model: str, style: FigureStyle) -> dict[str, Any]:
     """Layers (the output first) × the last positions: each cell coloured by its likeliest token's probability on
     the figure's map and labelled with it; its five likeliest and the text's next token's log-probability on hover."""
     from ..figure import colormap
+    from ..labels import shown_token
     from ..lens import interleaved, lens_heading, row_names
 
     rows, names = interleaved(result), row_names(result, True)
@@ -69,18 +72,21 @@ def lens_grid(result: Lens, model: str, style: FigureStyle) -> dict[str, Any]:
             about = [f"{names[k]}, position {i}: " + ", ".join(likeliest)]
             if i < n - 1:
                 about.append(f"log p of the next token {result.tokens[i + 1]!r}: {rows.log_prob[k, i]:.3f}")
-            out.append({"colour": hex_colour(cmap(float(probs[0]))), "text": result.words.get(int(ids[0]), "?")[:6],
+            out.append({"colour": hex_colour(cmap(float(probs[0]))), "text": shown_token(word(int(ids[0]), "?"), 6),
                         "about": about})  # fmt: skip
         cells.append(out)
     left = [] if len(shown) == n else [f"the last {len(shown)} of {n} positions (the JSON has every one)"]
     return {
         "title": "the likeliest next token read at each layer",
         "rows": list(reversed(names)),
-        "cols": [f"{i} {result.tokens[i]}" for i in shown],
+        "cols": [f"{i} {shown_token(result.tokens[i])}" for i in shown],
         "cells": cells,
         "heading": lens_heading(result, model),
         "scale": [{"colour": hex_colour(cmap(v)), "label": f"{v:.2f}"} for v in np.linspace(1, 0, 6)],
         "scale_title": "probability of the likeliest next token",
+        "corner": "position",
+        "keys": "Keys: Tab to a cell, then the arrows move between positions and layers; hover or focus a cell for "
+        "its five likeliest tokens",
         "notes": left,
         "opens": False,
     }

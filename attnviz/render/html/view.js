@@ -730,7 +730,7 @@
     const size = Math.round(style.font * (wide ? 3.4 : 2.6)), height = Math.round(style.font * 1.9);
     const grid = el("div", null, "tile-grid");
     grid.style.gridTemplateColumns = "auto repeat(" + g.cols.length + ", " + size + "px)";
-    grid.append(el("div", "head", "tile-layer"));
+    grid.append(el("div", g.corner || "head", "tile-layer"));  // what the columns are: heads, or positions
     for (const name of g.cols) grid.append(el("div", name.replace(/^head /, ""), "tile-head"));
     g.cells.forEach((row, l) => {
       grid.append(el("div", g.rows[l], "tile-layer"));
@@ -809,7 +809,8 @@
     heads: "Keys: Tab to a head, then the arrows move between heads and Enter opens its map · ← → ↑ ↓ elsewhere: head and layer",
     ablate: "Keys: Tab to a head, then the arrows move between heads; hover or focus a head for its Δ",
   }[data.view];
-  $("keys-help").textContent = help || "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "") + (data.view === "lines" ? " · a head's colour: click (or Enter) draws or hides it, double-click draws it alone" : "");
+  const gridHelp = data.grid && data.grid.keys;  // a grid of other cells (the lens's, the attribution's) says its own
+  $("keys-help").textContent = gridHelp || help || "Keys: ← → head" + (layered ? " · ↑ ↓ layer" : "") + " · Tab to a token, then ↑ ↓ along the tokens · Esc lets go" + (data.view === "model" ? " · Enter on a tile opens it" : "") + (data.view === "lines" ? " · a head's colour: click (or Enter) draws or hides it, double-click draws it alone" : "");
   $("made-text").textContent = JSON.stringify(data.made, null, 2);
   if (data.grid) buildGrid();
   if (data.parts.length) {
