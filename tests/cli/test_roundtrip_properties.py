@@ -205,8 +205,18 @@ def test_check_and_models_and_batch_documents_are_refused(cli, tmp_path: Path) -
     refused(cli, ok(cli("batch", str(plan), "-o", str(tmp_path / "out"), "--json", "--quiet", "-j", "1")).out)
 
 
+@pytest.mark.parametrize("command", ["lens", "dla", "flow"])
+def test_the_residual_streams_documents_are_refused_as_attention_and_read_back_by_their_own(
+    cli, gguf, command: str
+) -> None:
+    document = ok(cli(command, "--model-file", gguf, "--json", "--", "the cat sat on the mat")).out
+    refused(cli, document)
+    shown = ok(cli(command, "--model-file", gguf, "--", "the cat sat on the mat")).out
+    assert ok(cli(command, "--from", "-", stdin=document.encode())).out == shown
+
+
 COVERED = {"heatmap", "mask", "generate"} | {"saturation", "permute", "diff", "lines", "rollout", "heads", "explain"}
-COVERED |= {"ablate", "tokenize", "check", "models", "batch", "saliency", "patch"}
+COVERED |= {"ablate", "tokenize", "check", "models", "batch", "saliency", "patch", "lens", "dla", "flow"}
 
 
 def test_every_command_that_writes_json_is_covered() -> None:
