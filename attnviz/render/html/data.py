@@ -19,7 +19,7 @@ import numpy as np
 from ...engine.attention import Attention
 from ...engine.sinks import described_sinks, find_sinks, key_mass
 from ...engine.view import Sink, View
-from ..labels import describe_parts, position_marks, sinks_said, visible_token
+from ..labels import describe_parts, position_marks, shown_token, sinks_said
 from ..scale import choose_scale, colour_floor, readable, sink_column
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def map_sinks(att: Attention, index: int, found: Sequence[Sink] | None = None) -
         mass = key_mass(att.weights[index : index + 1], None if att.mask is None else att.mask,
                         own=att.key_tokens is None)  # fmt: skip
         found = described_sinks(mass[0], len(att.tokens), att.keys)
-    return [{**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
+    return [{**s.as_json(), "token": shown_token(s.token), "column": sink_column(att.view, s.key)} for s in found]
 
 
 def sinks_phrases(found: Sequence[dict[str, Any]], hidden: Sequence[int]) -> dict[str, str]:
@@ -163,8 +163,8 @@ def part_entry(
         for k, att in enumerate(layers)
     ]
     pooled = None if first.view.pooled is None else first.view.pooled.as_json()
-    queries = [visible_token(t) for t in first.tokens]
-    keys = None if first.key_tokens is None else [visible_token(t) for t in first.key_tokens]
+    queries = [shown_token(t) for t in first.tokens]
+    keys = None if first.key_tokens is None else [shown_token(t) for t in first.key_tokens]
     return {
         "name": name,
         "queries": queries,
@@ -173,7 +173,7 @@ def part_entry(
         "key_marks": None if keys is None else position_marks(keys),
         "padding": [bool(p) for p in first.padding] or None,
         "key_padding": [bool(p) for p in first.key_padding] or None,
-        "tokens": None if tokens is None else [visible_token(t) for t in tokens],
+        "tokens": None if tokens is None else [shown_token(t) for t in tokens],
         "pooled": pooled,
         "floor": colour_floor(first.view, len(first.keys)),
         "scale": choose_scale(first, "auto", [s for e in entries for m in e["maps"] for s in m["sinks"]]),
@@ -236,7 +236,7 @@ def together(att: Attention) -> dict[str, Any] | None:
     if att.view.hidden:
         return None
     sinks = [
-        {**s.as_json(), "token": visible_token(s.token), "column": sink_column(att.view, s.key)}
+        {**s.as_json(), "token": shown_token(s.token), "column": sink_column(att.view, s.key)}
         for s in find_sinks(att)
     ]
     scales = [str(readable(att, sinks=mode).view.scale) for mode in ("show", "hide")]

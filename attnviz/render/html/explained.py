@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..labels import position_marks, visible_token
+from ..labels import position_marks, shown_token
 from .data import heading_parts
 
 if TYPE_CHECKING:
@@ -65,10 +65,10 @@ def explain_entry(explained: Sequence[QueryExplanation], att: Attention, start: 
         "softcap": first.softcap,
         "own": "model" in att.config,  # a decoder's own q, k and v (after its norms and rotary embedding)
         "cross": att.key_tokens is not None,
-        "tokens": [visible_token(t) for t in att.tokens],
-        "keys": [visible_token(t) for t in keys],
-        "query_marks": position_marks([visible_token(t) for t in att.tokens]),  # the terminal's the₀, the₄
-        "key_marks": position_marks([visible_token(t) for t in keys]),
+        "tokens": [shown_token(t) for t in att.tokens],
+        "keys": [shown_token(t) for t in keys],
+        "query_marks": position_marks([shown_token(t) for t in att.tokens]),  # the terminal's the₀, the₄
+        "key_marks": position_marks([shown_token(t) for t in keys]),
         "key_vectors": numbers(first.keys[:, :COMPONENTS]),
         "values": numbers(first.values[:, :COMPONENTS]),
         "d_k": int(first.keys.shape[1]),

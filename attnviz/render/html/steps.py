@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.view import View
-from ..labels import position_marks, visible_token
+from ..labels import position_marks, shown_token
 from ..scale import colour_floor, colour_values, scale_ticks, step_scale
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ def step_entry(generation: Generation, step: int, asked: ColourScale, sinks: str
 
 def steps_entry(generation: Generation, sampling: dict[str, Any], asked: ColourScale, sinks: str) -> dict[str, Any]:
     """The page's ``steps``: the prompt and written tokens, every step's row, and whose attention it is."""
-    prompt = [visible_token(t) for t in generation.prompt_tokens]
-    written = [visible_token(t) for t in generation.tokens]
+    prompt = [shown_token(t) for t in generation.prompt_tokens]
+    written = [shown_token(t) for t in generation.tokens]
     return {
         "about": generation.about(),
         "prompt": prompt,

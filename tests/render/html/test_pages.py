@@ -24,7 +24,7 @@ import attnviz
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.render.html import data as page_data
 from attnviz.render.html import json_blob
-from attnviz.render.labels import visible_token
+from attnviz.render.labels import shown_token
 
 BLOB = re.compile(r'<script type="application/json" id="attnviz-data">(.*?)</script>', re.S)
 SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
@@ -79,7 +79,7 @@ def test_a_page_holds_a_hostile_token_only_in_its_blob(token: str) -> None:
     assert page is not None
     text = page.data
     assert len(SCRIPT.findall(text)) == 1 and len(BLOB.findall(text)) == 1  # nothing ended them early
-    assert blob_of(text)["parts"][0]["queries"][1] == visible_token(token)
+    assert blob_of(text)["parts"][0]["queries"][1] == shown_token(token)
     plain = attnviz.head_view(bertviz_attention(1, 1, 3), ["a", "x", "b"], html_action="return")
     assert plain is not None
     assert BLOB.sub("", text) == BLOB.sub("", plain.data)  # the token changed nothing outside the blob
@@ -166,7 +166,7 @@ def test_head_view_reads_bertviz_input_and_torch_like_tensors() -> None:
     assert page is not None
     blob = blob_of(page.data)
     part = blob["parts"][0]
-    assert part["queries"] == ["[CLS]", " the", " cat", "sat", "[SEP]"]
+    assert part["queries"] == ["[CLS]", "␣the", "␣cat", "sat", "[SEP]"]
     assert [entry["layer"] for entry in part["layers"]] == [0, 1, 2, 3]
     assert blob["start"] == {
         "part": 0,

@@ -15,7 +15,7 @@ from bundled import needs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnviz.render.labels import abbreviate, distinct_labels, position_marks, visible_token
+from attnviz.render.labels import abbreviate, distinct_labels, position_marks, shown_token
 
 BLOB = re.compile(r'<script type="application/json" id="attnviz-data">(.*?)</script>', re.S)
 REPEATED = "the cat sat on the mat and the dog sat on the cat"
@@ -69,8 +69,8 @@ def test_heads_that_differ_get_each_its_own_scale(tmp_path: Path, cli: Callable[
 @given(st.lists(st.sampled_from(["the", " the", "the ", "cat", "", "\n", "a\u200bb", "𝔘", "👩‍🔬"]), max_size=12))
 def test_position_marks_are_the_terminals_rule(tokens: list[str]) -> None:
     """A page's marks added to its tokens are the terminal's labels: the same rule, one function."""
-    visible = [visible_token(t) for t in tokens]
-    assert [v + m for v, m in zip(visible, position_marks(visible), strict=True)] == distinct_labels(tokens, 99)
+    shown = [shown_token(t) for t in tokens]  # as a page shows its tokens, and the terminal its labels
+    assert [v + m for v, m in zip(shown, position_marks(shown), strict=True)] == distinct_labels(tokens, 99)
     width = 2
     labels = [abbreviate(t, width) for t in tokens]
     assert [a + m for a, m in zip(labels, position_marks(labels), strict=True)] == distinct_labels(tokens, width)

@@ -21,7 +21,7 @@ from chromium import HOSTILE, LAYOUT, MISSING, browser_fixture, canvas, opened, 
 
 import attnviz
 from attnviz.cli import main
-from attnviz.render.labels import visible_token
+from attnviz.render.labels import shown_token
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 
@@ -194,7 +194,7 @@ def test_hostile_tokens_are_text_and_run_nothing(browser: Any, pages: dict[str, 
     queries = data["parts"][0]["queries"]
     assert labels == [f"query {i}: {t}" for i, t in enumerate(queries)]
     if name == "hostile":  # the API takes the tokens as they are
-        assert queries == [visible_token(t) for t in HOSTILE]
+        assert queries == [shown_token(t) for t in HOSTILE]
     else:  # the command line splits its words at white space
         assert queries[:3] == ["</script><img", "src=x", "onerror=window.pwned=1>"]
     shown_text = browser.execute_script("return document.getElementById('lines').textContent")

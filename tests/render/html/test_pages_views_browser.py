@@ -136,7 +136,7 @@ def test_a_patched_heads_delta_shows_on_hover_coloured_as_the_figure(
     opened(browser, needs(pages, name))
     heading = browser.find_element("id", "heading").text
     how = "activation patching" + (" estimated by attribution patching" if name == "patch-estimate" else "")
-    assert heading.startswith(f"{how} · llama-tiny · ") and "log p(' cat')" in heading and "corrupt" in heading
+    assert heading.startswith(f"{how} · llama-tiny · ") and "log p('␣cat')" in heading and "corrupt" in heading
     assert "red: the clean head raises it" in browser.find_element("css selector", ".scale-title").text
     data = json.loads(browser.execute_script("return document.getElementById('attnviz-data').textContent"))
     assert data["made"]["command"] == "patch"
@@ -148,7 +148,7 @@ def test_a_patched_heads_delta_shows_on_hover_coloured_as_the_figure(
     layers, heads = len(grid["rows"]), len(grid["cols"])
     said = browser.find_element("id", "readout").text.splitlines()
     assert said[0] == f"layer {layers - 1} · head {heads - 1}" and said[1:] == grid["cells"][-1][-1]["about"]
-    assert said[1].startswith("Δ log p(' cat') ") and said[1].endswith("with this head's clean output")
+    assert said[1].startswith("Δ log p('␣cat') ") and said[1].endswith("with this head's clean output")
     browser.execute_script("arguments[0].focus()", cells[0])
     ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
     assert browser.execute_script("return document.body.dataset.about") == "0/1"
