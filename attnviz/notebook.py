@@ -286,7 +286,7 @@ def parts_of(
     if sentence_b_start is not None or tokens is not None:
         raise UsageError("sentence_b_start and tokens go with attention (self-attention), not the encoder-decoder's")
     encoder, decoder = shown_tokens["encoder_tokens"], shown_tokens["decoder_tokens"]
-    named = [
+    given_parts = [
         (name, layers_of(given_attention, f"{name.lower()}_attention"), queries, keys)
         for name, given_attention, queries, keys in (
             ("Encoder", encoder_attention, encoder, None),
@@ -295,12 +295,12 @@ def parts_of(
         )
         if given_attention is not None
     ]
-    if not named:
+    if not given_parts:
         raise UsageError("give attention, or encoder_attention, decoder_attention or cross_attention")
-    layers = indices_of(include_layers, "include_layers", max(w.shape[0] for _, w, _, _ in named), "layer")
-    heads = indices_of(include_heads, "include_heads", max(w.shape[1] for _, w, _, _ in named), "head")
+    layers = indices_of(include_layers, "include_layers", max(w.shape[0] for _, w, _, _ in given_parts), "layer")
+    heads = indices_of(include_heads, "include_heads", max(w.shape[1] for _, w, _, _ in given_parts), "head")
     parts = []
-    for name, weights, queries, keys in named:
+    for name, weights, queries, keys in given_parts:
         if name == "Cross" and keys is None:
             raise UsageError("cross_attention: encoder_tokens are required")
         stack = part_stack(name.lower(), weights, queries, keys, layers, heads, f"{name.lower()}_attention")

@@ -236,8 +236,7 @@ def together(att: Attention) -> dict[str, Any] | None:
     if att.view.hidden:
         return None
     sinks = [
-        {**s.as_json(), "token": shown_token(s.token), "column": sink_column(att.view, s.key)}
-        for s in find_sinks(att)
+        {**s.as_json(), "token": shown_token(s.token), "column": sink_column(att.view, s.key)} for s in find_sinks(att)
     ]
     scales = [str(readable(att, sinks=mode).view.scale) for mode in ("show", "hide")]
     return {"sinks": sinks, "scales": scales, "said": sinks_phrases(sinks, ())}
