@@ -4,9 +4,9 @@ stream h_k,i entering layer k, through the model's own final norm and output mat
 Row k = 0 is the embedding (after any family scaling), row L the last layer's output: the model's own next-token
 log-probabilities. A family that soft-caps its scores (Gemma 2) caps every row as it caps its own. With ``mid``, a row
 between each layer's attention and its feed-forward too. One forward pass keeps each layer's residual stream
-(layers × n × hidden, float32); then every row goes through the final norm and W_U together (:func:`read_rows`), the
-scores a block at a time (:data:`attnviz.analysis.residual.ROWS_BYTES`) and let go once read: only the picked
-log-probabilities, the target's and each position's few likeliest tokens are kept."""
+(layers × n × hidden, float32); then every row goes through the final norm and W_U together (:func:`read_rows`), W_U
+dequantised once, the scores a chunk at a time and let go once read: only the picked log-probabilities, the target's
+and each position's few likeliest tokens are kept."""
 
 from __future__ import annotations
 
@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine.core import Array, soft_cap
-from ..engine.threads import product
+from ..engine.threads import one_blas_thread, run_all
 from ..models.parts import overflow_checked
 from ..models.stream import LayerParts, Record
 from .ablation import target_id, token_text
-from .residual import ROWS_BYTES, decoder_of, each_layer, scores_finite
+from .residual import decoder_of, each_layer, scores_finite
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
     from ..progress import Steps
 
 TOP = 5
-ROWS_AT_ONCE = 4096  # rows of the residual stream read against each block of W_U
+ROWS_AT_ONCE = 256  # rows of the residual stream read against a block of W_U at once, on one core
+TOKENS_AT_ONCE = 2048  # rows of W_U (tokens) dequantised at once: a chunk's scores are 2 MiB
 
 
 @dataclass(frozen=True)
@@ -62,49 +63,79 @@ def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -
     next token ``nexts`` (NaN where it is −1), its likeliest tokens and their probabilities (r, TOP), and the target's
     log-probability and rank (r, 2; NaN without one).
 
-    W_U is read a block of its rows (tokens) at a time, once for all of ``h``: each row's log-sum-exp, its likeliest
-    tokens and the count of tokens above the target run on from block to block (a quantised W_U is dequantised once,
-    not once for every few rows of h); the rows of h go a block at a time within :data:`ROWS_BYTES`."""
+    W_U is dequantised a block of :data:`TOKENS_AT_ONCE` of its rows (tokens) at a time, once for all of ``h``; each
+    row's log-sum-exp, its likeliest tokens and the count of tokens above the target run on from block to block. The
+    rows of h go against each block in chunks of :data:`ROWS_AT_ONCE` on every core, so a chunk's scores stay in the
+    core's cache through their max, exponentials and sums. The block holding the target goes first: its score, read
+    there, is the one every later score is compared with."""
     r = len(h)
-    picked, target = np.full(r, np.nan), np.full((r, 2), np.nan)
-    top_ids, top_probs = np.full((r, TOP), -1, np.int64), np.full((r, TOP), np.nan)
+    normed = np.empty((r, h.shape[1]), np.float32)
+    for a in range(0, r, ROWS_AT_ONCE * 16):
+        normed[a : a + ROWS_AT_ONCE * 16] = model.final_norm(h[a : a + ROWS_AT_ONCE * 16])
+    state = Reading(r)
     name, cap = model.output_matrix(), model.output_softcap()
     vocabulary, spelled = model.weights.shape(name)[0], model.spelled()
-    for start in range(0, r, ROWS_AT_ONCE):
-        stop = min(r, start + ROWS_AT_ONCE)
-        normed = model.final_norm(h[start:stop]).astype(np.float32)  # (rows, hidden)
-        rows = np.arange(stop - start)
-        peak = np.full(len(rows), -np.inf)
-        total = np.zeros(len(rows))
-        best_scores = np.full((len(rows), TOP), -np.inf)
-        best_ids = np.full((len(rows), TOP), -1, np.int64)
-        mine = np.full(len(rows), np.nan)
-        above = np.zeros(len(rows), np.int64)
-        nexts_here, given = nexts[start:stop], nexts[start:stop] >= 0
+    firsts = list(range(0, vocabulary, TOKENS_AT_ONCE))
+    if chosen is not None:
+        own = chosen // TOKENS_AT_ONCE * TOKENS_AT_ONCE
+        firsts = [own, *(first for first in firsts if first != own)]
+    chunks = [slice(a, min(r, a + ROWS_AT_ONCE)) for a in range(0, r, ROWS_AT_ONCE)]
+    with one_blas_thread():
+        for first in firsts:
+            last = min(vocabulary, first + TOKENS_AT_ONCE)
+            block = model.weights.tensor(name, rows=np.arange(first, last))
+            columns = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)  # (hidden, tokens)
+            del block
+
+            def one(rows: slice, first: int = first, last: int = last, columns: Array = columns) -> None:
+                scores: Array = normed[rows] @ columns
+                if cap is not None:
+                    scores = soft_cap(scores, cap)
+                state.weigh(rows, scores, first, last, nexts[rows], chosen, spelled)
+
+            run_all(one, chunks)
+    norm = state.peak + np.log(state.total)  # log Σ exp(scores)
+    picked = state.picked - norm
+    top_probs = np.where(state.best_ids >= 0, np.exp(state.best_scores - norm[:, None]), np.nan)
+    target = np.full((r, 2), np.nan)
+    if chosen is not None:
+        target = np.stack([state.mine - norm, 1 + state.above], axis=-1)
+    return picked, state.best_ids, top_probs, target
+
+
+class Reading:
+    """What :func:`read_rows` carries from one block of W_U to the next, for each row: the running maximum score
+    ``peak`` and Σ exp(score − peak) ``total``, the next token's score ``picked``, the likeliest tokens so far, and
+    the target's score ``mine`` with the count of tokens scored above it."""
+
+    def __init__(self, r: int) -> None:
+        self.peak = np.full(r, -np.inf)
+        self.total = np.zeros(r)
+        self.picked = np.full(r, np.nan)
+        self.best_scores = np.full((r, TOP), -np.inf)
+        self.best_ids = np.full((r, TOP), -1, np.int64)
+        self.mine = np.full(r, np.nan)
+        self.above = np.zeros(r, np.int64)
+
+    def weigh(
+        self, rows: slice, scores: Array, first: int, last: int, nexts: np.ndarray, chosen: int | None, spelled: int
+    ) -> None:
+        """Take in ``scores`` (the rows × tokens first … last − 1); ``scores`` is spent (its exponentials)."""
+        if chosen is not None and first <= chosen < last:
+            self.mine[rows] = scores[:, chosen - first]
         if chosen is not None:
-            mine = scores_of(model, normed, chosen, chosen + 1, cap)[:, 0]
-        step = max(TOP, ROWS_BYTES // (4 * len(rows)))
-        for first in range(0, vocabulary, step):
-            last = min(vocabulary, first + step)
-            scores = scores_of(model, normed, first, last, cap)  # (rows, tokens first … last)
-            high = np.maximum(peak, scores.max(axis=-1))
-            shifted = scores - high[:, None].astype(np.float32)
-            np.exp(shifted, out=shifted)
-            total = total * np.exp(peak - high) + shifted.sum(axis=-1, dtype=np.float64)
-            peak = high
-            inside = given & (nexts_here >= first) & (nexts_here < last)
-            picked[start:stop][inside] = scores[rows[inside], nexts_here[inside] - first]
-            if chosen is not None:
-                above += np.count_nonzero(scores > mine[:, None], axis=-1)
-            if first < spelled:
-                best_scores, best_ids = likeliest(scores[:, : spelled - first], first, best_scores, best_ids)
-        norm = peak + np.log(total)  # log Σ exp(scores)
-        picked[start:stop] -= norm
-        top_ids[start:stop] = best_ids
-        top_probs[start:stop] = np.where(best_ids >= 0, np.exp(best_scores - norm[:, None]), np.nan)
-        if chosen is not None:
-            target[start:stop] = np.stack([mine - norm, 1 + above], axis=-1)
-    return picked, top_ids, top_probs, target
+            self.above[rows] += np.count_nonzero(scores > self.mine[rows, None].astype(np.float32), axis=-1)
+        inside = np.flatnonzero((nexts >= first) & (nexts < last))
+        self.picked[rows][inside] = scores[inside, nexts[inside] - first]
+        if first < spelled:
+            best = likeliest(scores[:, : spelled - first], first, self.best_scores[rows], self.best_ids[rows])
+            self.best_scores[rows], self.best_ids[rows] = best
+        peak = self.peak[rows]
+        high = np.maximum(peak, scores.max(axis=-1))
+        np.subtract(scores, high[:, None].astype(np.float32), out=scores)
+        np.exp(scores, out=scores)
+        self.total[rows] = self.total[rows] * np.exp(peak - high) + scores.sum(axis=-1, dtype=np.float64)
+        self.peak[rows] = high
 
 
 def likeliest(scores: Array, first: int, best_scores: Array, best_ids: np.ndarray) -> tuple[Array, np.ndarray]:
@@ -130,24 +161,25 @@ def likeliest(scores: Array, first: int, best_scores: Array, best_ids: np.ndarra
     return best_scores, best_ids
 
 
-def scores_of(model: Decoder, normed: Array, first: int, last: int, cap: float | None) -> Array:
-    """Next-token scores (rows, last − first) of the tokens first … last − 1 from final-normed rows, soft-capped as
-    the model caps them."""
-    block = model.weights.tensor(model.output_matrix(), rows=np.arange(first, last))
-    scores = product(normed, np.asarray(block, dtype=np.float32).T)
-    return scores if cap is None else soft_cap(scores, cap)
-
-
-def lens_rows(model: Decoder, stream: list[Array], ids: tuple[int, ...], chosen: int | None) -> LensRows:
-    """The lens of each residual stream (n, hidden) of ``stream``, read together (:func:`read_rows`)."""
-    n, count = len(ids), len(stream)
-    nexts = np.tile(np.asarray([*ids[1:], -1]), count)
-    picked, top_ids, top_probs, target = read_rows(model, np.concatenate(stream), nexts, chosen)
-    shaped = picked.reshape(count, n)[:, :-1], top_ids.reshape(count, n, TOP), top_probs.reshape(count, n, TOP)
-    if chosen is None:
-        return LensRows(*shaped, None, None)
-    last = target.reshape(count, n, 2)[:, -1]
-    return LensRows(*shaped, last[:, 0], last[:, 1].astype(np.int64))
+def lens_rows(model: Decoder, streams: list[list[Array]], ids: tuple[int, ...], chosen: int | None) -> list[LensRows]:
+    """The lens of each list of residual streams (each stream (n, hidden)) in ``streams``, all read together
+    (:func:`read_rows`: W_U dequantised once for them all)."""
+    n = len(ids)
+    counts = [len(group) for group in streams]
+    nexts = np.tile(np.asarray([*ids[1:], -1]), sum(counts))
+    read = read_rows(model, np.concatenate([s for group in streams for s in group]), nexts, chosen)
+    found: list[LensRows] = []
+    start = 0
+    for count in counts:
+        picked, top_ids, top_probs, target = (part[start * n : (start + count) * n] for part in read)
+        start += count
+        shaped = picked.reshape(count, n)[:, :-1], top_ids.reshape(count, n, TOP), top_probs.reshape(count, n, TOP)
+        if chosen is None:
+            found.append(LensRows(*shaped, None, None))
+        else:
+            last = target.reshape(count, n, 2)[:, -1]
+            found.append(LensRows(*shaped, last[:, 0], last[:, 1].astype(np.int64)))
+    return found
 
 
 def rows_target(rows: LensRows) -> list[Array]:
@@ -181,8 +213,8 @@ def logit_lens(
 
     each_layer(decoder, ids, Record(), take, progress)
     with overflow_checked():  # each reading is checked below
-        read = lens_rows(decoder, streams, ids, chosen)
-        mid_rows = lens_rows(decoder, mids, ids, chosen) if mid else None
+        read, *rest = lens_rows(decoder, [streams, mids] if mid else [streams], ids, chosen)
+        mid_rows = rest[0] if mid else None
     for rows in (read, mid_rows):
         if rows is not None:
             scores_finite(decoder, ids, rows.log_prob, rows.top_probs[:, :, 0], *rows_target(rows))
