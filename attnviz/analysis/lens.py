@@ -59,7 +59,7 @@ class Lens:
 
 
 def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -> tuple[np.ndarray, ...]:
-    """Rows of the residual stream h (r, hidden) read by the final norm and W_U: the log-probability of each row's
+    """Rows of the residual stream h (r, hidden, float32; overwritten) read by the final norm and W_U: the log-probability of each row's
     next token ``nexts`` (NaN where it is −1), its likeliest tokens and their probabilities (r, TOP), and the target's
     log-probability and rank (r, 2; NaN without one).
 
@@ -68,8 +68,7 @@ def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -
     rows of h go against each block in chunks of :data:`ROWS_AT_ONCE` on every core, so a chunk's scores stay in the
     core's cache through their max, exponentials and sums. The block holding the target goes first: its score, read
     there, is the one every later score is compared with."""
-    r = len(h)
-    normed = np.empty((r, h.shape[1]), np.float32)
+    r, normed = len(h), h  # normed in place, a few chunks at a time: a long text's stream is held once
     for a in range(0, r, ROWS_AT_ONCE * 16):
         normed[a : a + ROWS_AT_ONCE * 16] = model.final_norm(h[a : a + ROWS_AT_ONCE * 16])
     state = Reading(r)
@@ -163,11 +162,14 @@ def likeliest(scores: Array, first: int, best_scores: Array, best_ids: np.ndarra
 
 def lens_rows(model: Decoder, streams: list[list[Array]], ids: tuple[int, ...], chosen: int | None) -> list[LensRows]:
     """The lens of each list of residual streams (each stream (n, hidden)) in ``streams``, all read together
-    (:func:`read_rows`: W_U dequantised once for them all)."""
+    (:func:`read_rows`: W_U dequantised once for them all); the lists are emptied as they are joined."""
     n = len(ids)
     counts = [len(group) for group in streams]
     nexts = np.tile(np.asarray([*ids[1:], -1]), sum(counts))
-    read = read_rows(model, np.concatenate([s for group in streams for s in group]), nexts, chosen)
+    h = np.concatenate([s for group in streams for s in group], dtype=np.float32)
+    for group in streams:
+        group.clear()  # held once, in h, from here on
+    read = read_rows(model, h, nexts, chosen)
     found: list[LensRows] = []
     start = 0
     for count in counts:
