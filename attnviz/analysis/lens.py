@@ -59,9 +59,9 @@ class Lens:
 
 
 def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -> tuple[np.ndarray, ...]:
-    """Rows of the residual stream h (r, hidden, float32; overwritten) read by the final norm and W_U: the log-probability of each row's
-    next token ``nexts`` (NaN where it is −1), its likeliest tokens and their probabilities (r, TOP), and the target's
-    log-probability and rank (r, 2; NaN without one).
+    """Rows of the residual stream h (r, hidden, float32; overwritten) read by the final norm and W_U: the
+    log-probability of each row's next token ``nexts`` (NaN where it is −1), its likeliest tokens and their
+    probabilities (r, TOP), and the target's log-probability and rank (r, 2; NaN without one).
 
     W_U is dequantised a block of :data:`TOKENS_AT_ONCE` of its rows (tokens) at a time, once for all of ``h``; each
     row's log-sum-exp, its likeliest tokens and the count of tokens above the target run on from block to block. The

@@ -439,6 +439,14 @@ def inflow(stack: AttentionStack, result: Array, top: int = 0) -> tuple[int, lis
 TOP_TOKENS = 30
 
 
+def share_text(value: float, decimals: int) -> str:
+    """A share to ``decimals`` decimals, or, when it is not zero but too small to show there, its order of magnitude
+    (2e-04, as wide as 0.002): beside a sink's 0.998 the other tokens' shares are small, not nothing."""
+    if value == 0 or abs(value) >= 0.5 * 10**-decimals:
+        return f"{value:.{decimals}f}"
+    return f"{value:.0e}"
+
+
 @styled
 def render_rollout_figure(
     stack: AttentionStack,
@@ -487,7 +495,7 @@ def render_rollout_figure(
     from .bars import BAR_VALUE
 
     for j, (_, v) in enumerate(shown):  # each beside its own bar, which the audit checks
-        bars.text(v, j, f" {v:.2f}", va="center", fontsize=style.scaled(0.7), gid=f"{BAR_VALUE} {j}")
+        bars.text(v, j, f" {share_text(v, 2)}", va="center", fontsize=style.scaled(0.7), gid=f"{BAR_VALUE} {j}")
     bars.set_xlim(0, top * 1.2)
     size = style.scaled(0.85)
     bars.set_title(break_title(title, fig.get_figwidth() * 72 * 0.3, size), fontsize=size, fontweight="bold")
@@ -524,8 +532,9 @@ def render_rollout(
     bar_w = max(10, min(BAR_WIDTH, width - label_w - 10))
     for name, value in shown:
         line = literal(" " * (label_w - cell_len(name)) + name + " ")
-        line.append("█" * max(1, round(bar_w * value / peak)) if value > 0 else "", style="cyan" if color else "")
-        line.append(f" {value:.3f}")
+        length = round(bar_w * value / peak)
+        line.append("█" * length if length else "▏" if value > 0 else "", style="cyan" if color else "")
+        line.append(f" {share_text(value, 3)}")
         yield line
 
 

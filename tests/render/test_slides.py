@@ -225,3 +225,41 @@ def test_gemma3s_four_heads_on_a_slide_take_the_grid_of_the_largest_panels() -> 
     assert len(att.head_labels) == 4
     assert sides[shape] * 1.1 + 0.01 >= max(sides.values()), (shape, sides)
     assert shape == max(sides, key=lambda s: sides[s]), (shape, sides)
+
+
+@pytest.mark.parametrize("sink", [4.0, 9.0, 14.0])
+def test_a_rollouts_small_shares_are_shown_not_rounded_to_nothing(sink: float) -> None:
+    """Beside a sink that takes nearly everything (Gemma 3's <bos> keeps 0.998), every other token's share is small
+    but not zero: the terminal and the figure show its size (4e-04), a zero only where the share is 0, and each
+    terminal bar is drawn where its share is not zero."""
+    import io
+    import re
+
+    import numpy as np
+    from rich.console import Console
+
+    from attnviz.analysis.heads import rollout
+    from attnviz.engine.stack import AttentionStack
+    from attnviz.render.model import render_rollout, render_rollout_figure
+
+    tokens = 9
+    rng = np.random.default_rng(np.random.SeedSequence(3))
+    scores = rng.normal(size=(3, 2, tokens, tokens)) + sink * (np.arange(tokens) == 0)
+    scores = np.where(np.tril(np.ones((tokens, tokens), dtype=bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    stack = AttentionStack(tuple(f"w{i}" for i in range(tokens)), weights, {"model": "seeded", "text": ""}, causal=True)
+    result = rollout(stack.weights.mean(axis=1))
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    for part in render_rollout(stack, result, color=False, width=80):
+        console.print(part)
+    lines = console.export_text().splitlines()
+    bars = lines[lines.index(next(line for line in lines if line.startswith("what flows into"))) + 1 :]
+    assert len(bars) == tokens
+    for line, value in zip(bars, result[-1], strict=True):
+        shown = line.split()[-1]
+        assert float(shown) > 0 and abs(float(shown) - value) <= max(5e-4, 0.5 * value), (line, value)
+        assert re.search("[█▏]", line), line
+    fig = render_rollout_figure(stack, result, FigureStyle())
+    values = [t.get_text().strip() for t in fig.axes[1].texts if t.get_text().strip()]
+    assert len(values) == tokens and all(float(v) > 0 for v in values), values
