@@ -160,6 +160,14 @@ class Generation:
         return full
 
 
+def kept_text(model: Decoder, text: str, count: int) -> str:
+    """The start of ``text`` that its first ``count`` tokens (with any the template adds) stand for."""
+    from ..models.tokenizers.offsets import tokenize
+
+    spans = [span for span in tokenize(model.tokenizer, text).offsets[:count] if span is not None]
+    return text[: spans[-1][1]] if spans else ""
+
+
 def generate(
     model: object,  # a Decoder: an encoder is refused
     prompt: str,
@@ -187,6 +195,8 @@ def generate(
     if not 0 <= layer < model.layers:
         raise out_of_range("--layer", layer, model.layers, "layer")
     encoding = model.encode(prompt)
+    if encoding.total:  # --max-tokens: the text the written tokens follow is the kept tokens' own
+        prompt = kept_text(model, prompt, len(encoding.ids))
     if len(encoding.ids) + new > model.context:
         name = printable(model.name)
         raise UsageError(f"{len(encoding.ids):,} tokens and {new:,} more are more than {name}'s {model.context:,}")

@@ -110,7 +110,7 @@ def generate(
     from ..engine.blocked import Keep
     from ..models import load_model
     from ..models.decoder import Decoder
-    from .limits import taken
+    from .limits import cut_note, taken
     from .output import one_output
 
     if audit and output is None:
@@ -147,6 +147,8 @@ def generate(
         if model.context > new:
             prompt_tokens = taken(model, layer.text, model.context - new, f"generate --new {new}")
             cut = {"kept": len(prompt_tokens.ids), "tokens": prompt_tokens.total} if prompt_tokens.total else {}
+            if cut and not as_json:  # the JSON says it in its prompt; the other outputs show the prompt as run
+                say(f"attnviz: generating from {cut_note(prompt_tokens)}")
     if page:
         from ..render.html.steps import STEP_NUMBERS, step_numbers
 

@@ -188,3 +188,21 @@ def test_the_mask_view_refuses_a_long_text_before_the_forward_pass_pointing_to_m
     run = cli("mask", "--model-file", str(roomy), LONG, "--max-tokens", str(count))
     assert run.code == 2 and f"every cell of {min(count, len(every)):,} tokens' scores" in run.err, run.err
     assert "--max-tokens 512 runs the first 512" in run.err
+
+
+@pytest.mark.parametrize("kept", [1, 3, 6])
+def test_generate_from_the_first_tokens_shows_them_as_its_prompt(cli, tmp_path: Path, kept: int) -> None:
+    """generate --max-tokens N continues the first N tokens: the text it shows is those tokens' own text and what it
+    wrote after them (not the whole given text), the JSON's prompt is the same, and stderr says the cut once."""
+    gguf = str(write_tiny_llama(tmp_path / "m.gguf"))
+    text = "the cat sat on the mat and the dog sat on the log"
+    every = _json(cli, "tokenize", "--model-file", gguf, text)["tokens"]
+    args = ("generate", "--model-file", gguf, text, "--max-tokens", str(kept), "--new", "2", "--no-color")
+    shown = cli(*args)
+    assert shown.code == 0, shown.err
+    assert shown.err.count(f"the first {kept} of {len(every)} tokens (--max-tokens)") == 1, shown.err
+    written = shown.out.rstrip("\n").split("\n\n")[-1]
+    doc = _json(cli, *args)
+    prompt = "".join(every[:kept]).removeprefix("<s>")
+    assert written.startswith(prompt) and not written.startswith(text), written
+    assert doc["prompt"]["text"] == prompt, doc["prompt"]
