@@ -34,14 +34,14 @@ _loaded: list[tuple[bool, str]] = []
 def load() -> tuple[bool, str]:
     """(whether the kernels can run, the line that says which products a generation takes): numba imported and
     the kernels' module loaded once; a machine without numba, or where it fails to load, takes NumPy's."""
+    if os.environ.get(SWITCH, "").strip() == "0":
+        return False, f"products: NumPy on the stored blocks ({SWITCH}=0)"
     if not _loaded:
         _loaded.append(_load())
     return _loaded[0]
 
 
 def _load() -> tuple[bool, str]:
-    if os.environ.get(SWITCH, "").strip() == "0":
-        return False, f"products: NumPy on the stored blocks ({SWITCH}=0)"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
