@@ -83,7 +83,9 @@ def generate(
     verbose: Annotated[
         bool,
         typer.Option(
-            "--verbose", help="Say on stderr which products the steps take (compiled or NumPy).", rich_help_panel=opt.P_OUT
+            "--verbose",
+            help="Say on stderr which products the steps take (compiled or NumPy).",
+            rich_help_panel=opt.P_OUT,
         ),
     ] = False,
 ) -> None:
@@ -151,7 +153,7 @@ def generate(
     if verbose:
         from ..progress import above
 
-        use_kernels = getattr(model.weights, "use_kernels", None)  # a GGUF's blocks
+        use_kernels = getattr(getattr(model, "weights", None), "use_kernels", None)  # a GGUF's blocks
         above(f"attnviz: {use_kernels() if use_kernels is not None else 'products: NumPy (float weights)'}")
     cut: dict[str, int] = {}
     if isinstance(model, Decoder):  # generate() refuses an encoder

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+
 def _cacheable() -> bool:
     """Whether numba can keep compiled kernels on the disk (beside this file, else in the user's cache folder):
     where it cannot (a read-only install and home), they are compiled at each process's first use instead."""
@@ -43,14 +44,14 @@ ROWS = 4  # rows summed side by side
 
 
 @njit(cache=CACHE)
-def _byte(row: np.ndarray, at: int) -> int:
+def _byte(row: np.ndarray, at: int) -> np.int64:
     return np.int64(row[at])
 
 
 @njit(cache=CACHE)
 def _half(row: np.ndarray, at: int, halves: np.ndarray) -> np.float32:
     """The little-endian float16 at byte ``at`` as float32 (a table of all 65,536: exact)."""
-    return halves[_byte(row, at) | (_byte(row, at + 1) << 8)]
+    return np.float32(halves[_byte(row, at) | (_byte(row, at + 1) << 8)])
 
 
 @njit(cache=CACHE)
@@ -129,19 +130,19 @@ def _pair(kind: int, row: np.ndarray, at: int, u: int, i: int) -> tuple[np.float
         return (low - np.float32(16.0), high - np.float32(16.0)) if kind == 6 else (low, high)
     if kind == 12 or kind == 13:  # Q4_K, Q5_K: qs after 16 (Q5_K: 48) bytes; Q5_K's bit g of qh's byte i above
         byte = row[at + (48 if kind == 13 else 16) + 32 * u + i]
-        low, high = np.uint8(byte & np.uint8(0x0F)), np.uint8(byte >> np.uint8(4))
+        nibble_low, nibble_high = np.uint8(byte & np.uint8(0x0F)), np.uint8(byte >> np.uint8(4))
         if kind == 13:
             top = row[at + 16 + i]
-            low |= np.uint8(((top >> np.uint8(2 * u)) & np.uint8(1)) << np.uint8(4))
-            high |= np.uint8(((top >> np.uint8(2 * u + 1)) & np.uint8(1)) << np.uint8(4))
-        return np.float32(low), np.float32(high)
+            nibble_low |= np.uint8(((top >> np.uint8(2 * u)) & np.uint8(1)) << np.uint8(4))
+            nibble_high |= np.uint8(((top >> np.uint8(2 * u + 1)) & np.uint8(1)) << np.uint8(4))
+        return np.float32(nibble_low), np.float32(nibble_high)
     # Q6_K: 4 bits of ql, the quarter's 2 bits of qh above them, less 32
     half, j, s = u >> 2, (u >> 1) & 1, u & 1
     packed = row[at + 64 * half + 32 * j + 16 * s + i]
     top = row[at + 128 + 32 * half + 16 * s + i]
-    low = np.uint8((packed & np.uint8(0x0F)) | (((top >> np.uint8(2 * j)) & np.uint8(3)) << np.uint8(4)))
-    high = np.uint8((packed >> np.uint8(4)) | (((top >> np.uint8(2 * j + 4)) & np.uint8(3)) << np.uint8(4)))
-    return np.float32(low) - np.float32(32.0), np.float32(high) - np.float32(32.0)
+    six_low = np.uint8((packed & np.uint8(0x0F)) | (((top >> np.uint8(2 * j)) & np.uint8(3)) << np.uint8(4)))
+    six_high = np.uint8((packed >> np.uint8(4)) | (((top >> np.uint8(2 * j + 4)) & np.uint8(3)) << np.uint8(4)))
+    return np.float32(six_low) - np.float32(32.0), np.float32(six_high) - np.float32(32.0)
 
 
 @njit(cache=CACHE)
@@ -151,7 +152,7 @@ def _float(kind: int, row: np.ndarray, i: int, halves: np.ndarray) -> np.float32
         return _half(row, 2 * i, halves)
     bits = np.empty(1, dtype=np.uint32)  # BF16: the upper half of a float32
     bits[0] = np.uint32((_byte(row, 2 * i) << 16) | (_byte(row, 2 * i + 1) << 24))
-    return bits.view(np.float32)[0]
+    return np.float32(bits.view(np.float32)[0])
 
 
 @njit(cache=CACHE)
@@ -200,6 +201,7 @@ def _rows_times(
             for u in range(_units(kind)):
                 span, group_low, group_high, start_low, start_high = _unit(kind, u)
                 first_low, first_high = b * per_block + start_low, b * per_block + start_high
+                groups_of, before = (group_low, group_high), b * groups
                 low0 = low1 = low2 = low3 = high0 = high1 = high2 = high3 = np.float32(0.0)
                 for i in range(span):
                     x_low, x_high = x[t, first_low + i], x[t, first_high + i]
@@ -215,19 +217,20 @@ def _rows_times(
                     code_low, code_high = _pair(kind, row3, at, u, i)
                     low3 += x_low * code_low
                     high3 += x_high * code_high
-                total0 += _scaled(kind, row0, at, group_low, group_high, low0, high0, sums, t, b * groups, offsets, halves)
-                total1 += _scaled(kind, row1, at, group_low, group_high, low1, high1, sums, t, b * groups, offsets, halves)
-                total2 += _scaled(kind, row2, at, group_low, group_high, low2, high2, sums, t, b * groups, offsets, halves)
-                total3 += _scaled(kind, row3, at, group_low, group_high, low3, high3, sums, t, b * groups, offsets, halves)
+                total0 += _scaled(kind, row0, at, groups_of, low0, high0, sums, t, before, offsets, halves)
+                total1 += _scaled(kind, row1, at, groups_of, low1, high1, sums, t, before, offsets, halves)
+                total2 += _scaled(kind, row2, at, groups_of, low2, high2, sums, t, before, offsets, halves)
+                total3 += _scaled(kind, row3, at, groups_of, low3, high3, sums, t, before, offsets, halves)
         out[t, r], out[t, r + 1], out[t, r + 2], out[t, r + 3] = total0, total1, total2, total3
 
 
 @njit(cache=CACHE, fastmath=SUMS)
 def _scaled(
-    kind: int, row: np.ndarray, at: int, group_low: int, group_high: int, low: np.float32, high: np.float32,
+    kind: int, row: np.ndarray, at: int, groups_of: tuple[int, int], low: np.float32, high: np.float32,
     sums: np.ndarray, t: int, before: int, offsets: bool, halves: np.ndarray,
 ) -> np.float32:  # fmt: skip
     """A unit's two sums scaled by their groups' scales, with the groups' offsets times their inputs' sums."""
+    group_low, group_high = groups_of
     scale_low, offset_low = _scale(kind, row, at, group_low, halves)
     scale_high, offset_high = _scale(kind, row, at, group_high, halves)
     total = scale_low * low + scale_high * high
@@ -256,7 +259,8 @@ def _row_times(
                     code_low, code_high = _pair(kind, row, at, u, i)
                     low += x[t, first_low + i] * code_low
                     high += x[t, first_high + i] * code_high
-                total += _scaled(kind, row, at, group_low, group_high, low, high, sums, t, b * groups, offsets, halves)
+                groups_of, before = (group_low, group_high), b * groups
+                total += _scaled(kind, row, at, groups_of, low, high, sums, t, before, offsets, halves)
         out[t, r] = total
 
 
@@ -313,7 +317,9 @@ def _kernels(kind: int) -> tuple[Callable[..., np.ndarray], Callable[..., None]]
         return out
 
     @njit(cache=CACHE, nogil=True, fastmath=SUMS)
-    def times(raw: np.ndarray, x: np.ndarray, sums: np.ndarray, width: int, halves: np.ndarray, out: np.ndarray) -> None:
+    def times(
+        raw: np.ndarray, x: np.ndarray, sums: np.ndarray, width: int, halves: np.ndarray, out: np.ndarray
+    ) -> None:
         """x Wᵀ into ``out`` (n, rows) for the rows ``raw``, ROWS rows at a time (the GIL released: attnviz's
         threads share a matrix's blocks of rows, :func:`.weights.by_rows`)."""
         if kind == 1 or kind == 30:
