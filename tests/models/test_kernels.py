@@ -171,3 +171,22 @@ def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypat
     run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
     said = f"attnviz: products: compiled kernels on the stored blocks (numba {numba.__version__})\n"
     assert run.code == 0 and run.err == said
+
+
+def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
+    """A pass over a text (heatmap of a GGUF) does not pay numba's import; a generation does."""
+    import subprocess
+
+    from paths import REPO
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    for command, imported in (("heatmap", False), ("generate", True)):
+        code = (
+            "import sys; from attnviz.cli import main; "
+            f"main([{command!r}, '--model-file', {str(path)!r}, 'the cat', '--json'])\n"
+            "print('numba' in sys.modules, file=sys.stderr)"
+        )
+        env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+        env.pop("ATTNVIZ_KERNELS", None)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+        assert run.stderr.strip().splitlines()[-1] == str(imported), run.stderr
