@@ -199,10 +199,10 @@ def test_the_route_graph_keeps_the_parts_above_the_threshold_renormalised() -> N
 def test_the_routes_of_a_text_cut_into_blocks_hold_no_tensor_of_every_part(
     loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SmolLM2 on 250 tokens in blocks of 32 queries (the last one short), as 1,000 tokens and more are cut at the
-    full block size: NumPy's allocations beyond the model's own stay under one head's part of every (query, key)
-    pair (n² × hidden float32, 144 MB; every head's would be 9 times that, and at 1,000 tokens 20 GB), and the
-    shares are each block's."""
+    """SmolLM2 on 250 tokens in blocks of 32 queries, the last one short (the full block size cuts texts past 2,048
+    tokens so): NumPy's allocations beyond the model's own stay under one head's part of every (query, key) pair
+    (n² × hidden float32, 144 MB; every head's would be 9 times that, and at 1,000 tokens 20 GB), and each block's
+    shares sum to 1."""
     model, _ = model_text("smollm2", loaded, tmp_path_factory)
     n, rows = 250, 32
     monkeypatch.setattr(flow_module, "BLOCK_BYTES", 4 * n * rows)
