@@ -1,7 +1,8 @@
 """The residual stream's views on every family's tiny checkpoint (the gradient cases' checkpoints and texts:
 fixtures/make_gradient_cases.py) and on SmolLM2: direct logit attribution's parts sum to the logit, the lens's
 last row is the model's own next-token log-probabilities, the routes' shares sum to 1 in every block, the fast
-routes equal the definition summed part by part, and the routes of 1,000 tokens stay within their memory."""
+routes equal the definition summed part by part in one block of queries or many, and the routes of a text cut
+into blocks of queries stay within the memory of a block."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES, SAMPLES
 
+import attnviz.analysis.flow as flow_module
 from attnviz.analysis.ablation import picked_log_probabilities, token_text
 from attnviz.analysis.dla import direct_logit_attribution
 from attnviz.analysis.flow import FLOOR, AttentionBlock, brute_force, proximity, route_graph, routes, routes_into
@@ -95,7 +97,13 @@ def test_the_routes_shares_sum_to_one_and_are_the_definitions(
         assert each is not None and np.abs(each - heads).max() <= 1e-6 and np.abs(residual - resid).max() <= 1e-6
         worst[0] = max(worst[0], float(np.abs(attention.sum(axis=1) + residual - 1).max()))
         assert np.all(np.triu(attention, 1) == 0)
+        with pytest.MonkeyPatch.context() as patch:  # blocks of 3 queries, the last one short: the same shares
+            patch.setattr(flow_module, "BLOCK_BYTES", 4 * len(ids) * 3)
+            blocked, blocked_resid, blocked_each, _ = AttentionBlock(model, parts).shares(per_head=True)
+        assert blocked_each is not None and np.abs(blocked_each - heads).max() <= 1e-6
+        assert np.abs(blocked - attention).max() <= 1e-6 and np.abs(blocked_resid - resid).max() <= 1e-6
 
+    assert len(ids) > 3
     each_layer(model, ids, Record(routes=True), take)
     assert worst[0] <= 1e-5
     flow = routes(model, text)
@@ -188,21 +196,24 @@ def test_the_route_graph_keeps_the_parts_above_the_threshold_renormalised() -> N
     assert all(target == 1 for _, _, target in kinds)  # key 0's stream is the embedding: no block before it
 
 
-def test_the_routes_of_a_thousand_tokens_hold_no_tensor_of_every_part(
-    loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+def test_the_routes_of_a_text_cut_into_blocks_hold_no_tensor_of_every_part(
+    loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SmolLM2 on 1,000 tokens: (queries, keys, heads, hidden) would be 20 GB; the routes stay within 1 GiB of
-    NumPy's allocations beyond the model's own, and their shares are each block's."""
+    """SmolLM2 on 250 tokens in blocks of 32 queries, the last one short (the full block size cuts texts past 2,048
+    tokens so): NumPy's allocations beyond the model's own stay under one head's part of every (query, key) pair
+    (n² × hidden float32, 144 MB; every head's would be 9 times that, and at 1,000 tokens 20 GB), and each block's
+    shares sum to 1."""
     model, _ = model_text("smollm2", loaded, tmp_path_factory)
+    n, rows = 250, 32
+    monkeypatch.setattr(flow_module, "BLOCK_BYTES", 4 * n * rows)
     text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
-    ids = model.encode(text).ids
-    assert len(ids) >= 1000
+    assert len(model.encode(text).ids) > n
     tracemalloc.start()
     try:
-        flow = routes(model, text, max_tokens=1000)
+        flow = routes(model, text, max_tokens=n)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(flow.ids) == 1000 and peak <= 2**30, peak
-    last = flow.layers[-1]
-    assert abs(float(last.attention[-1].sum() + last.residual[-1]) - 1) <= 1e-5
+    assert len(flow.ids) == n and peak <= n * n * model.shape.hidden * 4, peak
+    for layer in (flow.layers[0], flow.layers[-1]):
+        assert np.abs(layer.attention.sum(axis=1) + layer.residual - 1).max() <= 1e-5

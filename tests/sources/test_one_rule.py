@@ -332,7 +332,8 @@ MODEL_DOCUMENTS = [
 @pytest.mark.parametrize("model", [pytest.param(m, marks=needs(m)) for m in ("minilm", "smollm2", "gemma3")])
 def test_every_document_a_model_writes_passes_the_rule(model: str, tmp_path: Path, cli: Any, loads_once: None) -> None:
     """attnviz's own float32 arithmetic, on real models, is within the tolerance derived for it: every kind of
-    document reads back with --from and checks clean (a text long enough for sinks, pooled past 256 tokens)."""
+    document reads back with --from and checks clean (a text long enough for sinks, pooled past 256 tokens). Read
+    back, every head is held to the rule and one is drawn: the terminal's drawing of every head is its own tests'."""
     for number, options in enumerate(MODEL_DOCUMENTS):
         text = SAMPLES / ("document.txt" if "--pool" in options else "paragraph.txt")
         run = cli("heatmap", "--model", model, "--file", str(text), *options)
@@ -341,7 +342,7 @@ def test_every_document_a_model_writes_passes_the_rule(model: str, tmp_path: Pat
         path.write_text(run.out, encoding="utf-8")
         checked = cli("check", str(path))
         assert checked.code == 0, (options, checked.out)
-        assert cli("heatmap", "--from", str(path)).code == 0, options
+        assert cli("heatmap", "--from", str(path), "--head", "0").code == 0, options
 
 
 @needs("smollm2")

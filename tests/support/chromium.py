@@ -1,4 +1,4 @@
-"""The pages' browser: Debian's chromium driven by selenium through chromium-driver, one per test module, offline
+"""The pages' browser: Debian's chromium driven by selenium through chromium-driver, one per test process, offline
 (the network switched off), with what a page's console said, blocked and fetched there to read back."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ WATCH = """window.__violations = [];
 document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective));"""
 
 
-@pytest.fixture(scope="module", name="browser")
+@pytest.fixture(scope="session", name="browser")
 def browser_fixture() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options

@@ -170,10 +170,15 @@ def test_ctrl_c_dies_by_sigint_quietly_and_leaves_no_partial_file(tmp_path) -> N
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(2.0)
-    assert process.poll() is None, "the command finished before it could be interrupted: give it more work"
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    try:
+        time.sleep(2.0)
+        assert process.poll() is None, "the command finished before it could be interrupted: give it more work"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # a failed test leaves no minutes of work behind
+            process.kill()
+            process.communicate()
     assert process.returncode == -signal.SIGINT  # as a shell sees it: killed by SIGINT, status 130
     assert b"Traceback" not in err and err == b""
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
@@ -190,9 +195,14 @@ def test_ctrl_c_stops_a_shell_loop(tmp_path) -> None:
     command = " ".join(ATTNVIZ + ["heatmap", "--file", str(tokens)])
     script = f"for i in 1 2 3; do {command} -o {tmp_path}/f$i.png; done; echo finished"
     process = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdout=subprocess.PIPE, start_new_session=True)
-    time.sleep(2.5)
-    assert process.poll() is None
-    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to the whole foreground group
-    out, _ = process.communicate(timeout=120)
+    try:
+        time.sleep(2.5)
+        assert process.poll() is None
+        os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to the whole foreground group
+        out, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # the loop went on: a failed test leaves no minutes of work behind
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
     assert b"finished" not in out
     assert not list(tmp_path.glob("f*.png"))

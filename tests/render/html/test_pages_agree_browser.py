@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from bundled import installed
-from chromium import LAYOUT, MISSING, browser_fixture, opened, problems  # noqa: F401 (the fixture browser)
+from chromium import LAYOUT, MISSING, opened, problems
 from paths import SHARED_FIXTURES
 
 import attnviz

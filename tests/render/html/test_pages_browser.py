@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chromium import HOSTILE, LAYOUT, MISSING, browser_fixture, canvas, opened, problems, shown, wait_for  # noqa: F401 (the fixture browser)
+from chromium import HOSTILE, LAYOUT, MISSING, canvas, opened, problems, shown, wait_for
 
 import attnviz
 from attnviz.cli import main

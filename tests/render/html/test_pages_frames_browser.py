@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from bundled import needs
-from chromium import MISSING, browser_fixture, problems  # noqa: F401 (the fixture browser)
+from chromium import MISSING, problems
 from random_stacks import pooled_stack
 
 import attnviz

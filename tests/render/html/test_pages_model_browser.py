@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chromium import MISSING, browser_fixture, opened, problems, shown, wait_for  # noqa: F401 (the fixture browser)
+from chromium import MISSING, opened, problems, shown, wait_for
 from random_stacks import pooled_stack, soft
 
 import attnviz

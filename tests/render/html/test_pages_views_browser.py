@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import HOSTILE, LAYOUT, MISSING, browser_fixture, opened, problems, shown  # noqa: F401 (the fixture browser)
+from chromium import HOSTILE, LAYOUT, MISSING, opened, problems, shown
 from paths import SHARED_FIXTURES
 
 from attnviz.cli import main

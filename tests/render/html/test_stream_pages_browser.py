@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chromium import MISSING, browser_fixture, opened, problems  # noqa: F401 (the fixture browser)
+from chromium import MISSING, opened, problems
 from paths import SHARED_FIXTURES
 
 from attnviz.cli import main
