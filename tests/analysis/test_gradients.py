@@ -157,9 +157,12 @@ def test_past_1024_tokens_the_estimates_and_saliency_through_the_api_are_torchs(
     """The start of samples/document.txt: 1,100 tokens of SmolLM2 and Gemma 3 270M (log p(" the") after the last),
     the 128 each tiny checkpoint takes (its positions; the loss too). The oracle is torch in float64, so the
     difference is attnviz's float32 error alone, bounded as the short cases are (1e-4 of the largest magnitude);
-    measured, at most 3e-5 on the tiny ones. Input × gradient sums terms that may cancel (Mistral's log p: scores
-    of 1e-5 from terms of 17), so its error is bounded by its terms' size Σ_d |e ∂/∂e| too, as integrated
-    gradients' is (:func:`path_magnitude`); measured, 1e-7 of that."""
+    measured, at most 3e-5 on the tiny ones and 4.5e-5 on SmolLM2 (2e-5 at 15 tokens). Gemma 3 270M's float32
+    error, 9e-5 of the exact gradient at 15 tokens, is 1.3e-4 at 1,100 (its estimates; torch's own in float32 there:
+    2.6e-4): its bound is twice the others'. Input × gradient sums terms that may cancel (Mistral's log p: scores of
+    1e-5 from terms of 17), so its error is bounded by its terms' size Σ_d |e ∂/∂e| too, as integrated gradients'
+    is (:func:`path_magnitude`); measured, at most 7e-6 of that."""
+    bound = 2 * BOUND if name == "gemma3-270m" else BOUND
     if name not in loaded:
         loaded[name] = model_of(name, tmp_path_factory.mktemp(name))
     z = np.load(LONG / f"{name}.npz")
@@ -174,16 +177,16 @@ def test_past_1024_tokens_the_estimates_and_saliency_through_the_api_are_torchs(
         expected_value = float(z[f"{measure}:value"])
         for method in ("zero", "mean"):
             result = attribution(model, text, method, target)
-            assert abs(result.baseline - expected_value) <= BOUND * max(1.0, abs(expected_value))
-            assert relative(result.delta, z[f"{measure}:{method}"]) <= BOUND
+            assert abs(result.baseline - expected_value) <= bound * max(1.0, abs(expected_value))
+            assert relative(result.delta, z[f"{measure}:{method}"]) <= bound
         norms = saliency(model, text, "gradient-norm", target).scores
-        assert relative(norms, z[f"{measure}:gradient_norm"]) <= BOUND
+        assert relative(norms, z[f"{measure}:gradient_norm"]) <= bound
         scores, expected = saliency(model, text, "input-x-gradient", target).scores, z[f"{measure}:input_x_gradient"]
         ids = tuple(z["ids"].tolist())
         e = model.embed(np.asarray(ids))
         g = attribution_module.backward(model, e, ids, None if target is None else int(z["target"]))  # the same pass
         terms = np.abs(e.astype(np.float64) * g.input_grad).sum(axis=1).max()
-        assert np.abs(scores - expected).max() <= BOUND * max(np.abs(expected).max(), terms)
+        assert np.abs(scores - expected).max() <= bound * max(np.abs(expected).max(), terms)
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma3", "gpt2", "smollm2"])
