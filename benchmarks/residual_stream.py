@@ -5,7 +5,9 @@ layer's attention pooled, as `heatmap --all-layers` runs it):
 - lens: one forward pass and, for each of the L + 1 streams, a product of its n rows with W_U (n × hidden × the
   vocabulary each, 7× a layer of SmolLM2's own work: its 49,152 tokens against a width of 576): ≤ 1.5× the model
   view with those products (made here as one matrix product each, W_U dequantised beforehand), whatever the length;
-- flow at 1,000 tokens: ≤ 10× the model view, and ≤ 1 GiB of NumPy's allocations (tracemalloc) beside the weights.
+- flow at 1,000 tokens: ≤ 10× the model view, and ≤ 1 GiB of NumPy's allocations (tracemalloc) beside the weights;
+- flow at 5,500 tokens of a real text (samples/document.txt and ../shared's chapter on self-attention; 1,500 with
+  --quick): ≤ 30× the model view, and ≤ 2 GiB.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from timing import best
 
 ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = ROOT.parent / "shared" / "reference" / "self-attention.txt"
 Row = tuple[str, float, float, float, str, bool, str]
 
 
@@ -71,4 +74,18 @@ def residual_stream_rows(quick: bool) -> list[Row]:
     tracemalloc.stop()
     note = f"peak {peak / 2**20:.0f} MiB beside the weights (≤ 1024); baseline: the model view"
     row(f"flow: smollm2, {n} tokens", ours, view, 10.0, note, peak <= 2**30)
+    if CHAPTER.is_file():
+        document = (ROOT / "samples" / "document.txt").read_text() + "\n\n" + CHAPTER.read_text()
+        first = 1500 if quick else 5500
+        n = len(model.encode(document, first=first).ids)
+        view = best(lambda: model.run(model.encode(document, first=first), lambda layer, kept: None,
+                                      {layer: Keep(bins=64) for layer in range(model.layers)}), 1)  # fmt: skip
+        tracemalloc.start()
+        ours = best(lambda: routes(model, document, max_tokens=first), 1)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        note = f"peak {peak / 2**20:.0f} MiB beside the weights (≤ 2048); baseline: the model view"
+        row(f"flow: smollm2, {n} tokens of a document", ours, view, 30.0, note, peak <= 2 * 2**30)
+    else:
+        print(f"(skipping flow on a document: {CHAPTER} is not beside the checkout)")
     return rows

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine.core import Array
-from ..engine.threads import product
+from ..engine.threads import product, run_all
 from ..errors import UsageError
 from ..models.parts import shared_heads
 from ..models.stream import LayerParts, Record
@@ -40,6 +40,9 @@ LEVELS = (1, 2, 4, 8, 16, 32)
 SMALLEST = LEVELS[-1]
 BLOCK_BYTES = 2**24  # the float32 (queries, keys) arrays of one block of queries, per head
 PAIRS_AT_ONCE = 2048  # (query, key) pairs summed exactly at once: (pairs, hidden) float32
+BLOCK_ROWS = 128
+"""Queries per block: a block's products run over the keys up to its last query, so a short block spends little on
+the keys after each query's own (half of them, were the whole text one block)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class AttentionBlock:
         residual = np.zeros(n, np.float32)
         each = np.zeros((heads, n, n), np.float32) if per_head else None
         exact = 0
-        step = max(1, BLOCK_BYTES // (4 * n))
+        step = max(1, min(BLOCK_ROWS, BLOCK_BYTES // (4 * n)))
         for start in range(0, n, step):
             stop = min(n, start + step)
             nums, resid, counted = self.block(start, stop)
@@ -137,72 +140,108 @@ class AttentionBlock:
 
     def block(self, start: int, stop: int) -> tuple[Array, Array, int]:
         """Queries start … stop − 1: each part's floored proximity (heads, rows, stop; 0 for keys after the query) and
-        resid_pre's (rows,), with how many parts were summed over every dimension."""
-        parts = self.parts
-        assert parts.weights is not None
-        whole = parts.resid_mid[start:stop]
+        resid_pre's (rows,), with how many parts were summed over every dimension. The heads run side by side, one
+        BLAS thread each."""
+        whole = self.parts.resid_mid[start:stop]
         rows = np.arange(start, stop)
         sign = np.where(whole >= 0, np.float32(1), np.float32(-1))
         factor = self.factor[start:stop]
-        bias = None if self.bias is None else self.bias[start:stop]
         size = np.abs(whole)
         nearest = nearest_zero(size)  # (rows, K): where w is nearest 0, nearest first
         ordered = np.take_along_axis(size, nearest, axis=-1)  # (rows, K) ascending
-        beyond = ordered[:, -1] if size.shape[1] > SMALLEST else np.full(len(rows), np.inf)
-        factor_peak = np.abs(factor).max(axis=-1)
-        signed = (sign * factor).astype(np.float32)
-        bias_term = np.zeros(len(rows), np.float32) if bias is None else (sign * bias).sum(axis=-1)
-        bias_peak = np.zeros(len(rows), np.float32) if bias is None else np.abs(bias).max(axis=-1)
+        near = Nearest(whole, sign, factor, None if self.bias is None else self.bias[start:stop], nearest, ordered)
         seen = np.arange(stop)[None, :] <= rows[:, None]  # (rows, keys up to the block's last query)
         nums = np.zeros((self.heads, len(rows), stop), np.float32)
-        counted = 0
-        for h in range(self.heads):
-            a = parts.weights[h, start:stop, :stop]  # (rows, keys)
-            written = self.written[h][:stop]
-            num = a * product(signed, written.T) + bias_term[:, None]  # Σ_d σp
-            largest = a * self.peaks[h][None, :stop] * factor_peak[:, None] + bias_peak[:, None]  # ≥ every |p_d|
-            q, k = np.nonzero(seen & (largest > ordered[:, :1]))  # elsewhere no σp − |w| is positive: Σ_d σp is all
-            reach = largest[q, k]
-            full = reach > beyond[q]
-            count = (ordered[q] < reach[:, None]).sum(axis=-1)  # the dimensions where σp − |w| may be positive
-            low = 0
-            for level in LEVELS:
-                near = ~full & (count > low) & (count <= level)
-                if near.any():
-                    i, j = q[near], k[near]
-                    num[i, j] -= 2 * self.overshoot(whole, sign, written, a, factor, bias, nearest[:, :level], i, j)
-                low = level
-            num[q[full], k[full]] = self.exactly(whole, written, a, factor, bias, q[full], k[full])
-            counted += int(full.sum())
-            nums[h] = np.where(seen, np.maximum(np.float32(FLOOR), num), np.float32(0))
-        resid = np.maximum(FLOOR, proximity(whole, parts.resid_pre[start:stop]))
-        return nums, resid, counted
+        counted = [0] * self.heads
 
-    def exactly(self, whole: Array, written: Array, a: Array, factor: Array, bias: Array | None, q: Array,
-                k: Array) -> Array:  # fmt: skip
+        def head(h: int) -> None:
+            counted[h] = self.head_block(h, start, stop, near, seen, nums[h])
+
+        run_all(head, range(self.heads))
+        resid = np.maximum(FLOOR, proximity(whole, self.parts.resid_pre[start:stop]))
+        return nums, resid, sum(counted)
+
+    def head_block(self, h: int, start: int, stop: int, near: Nearest, seen: np.ndarray, out: Array) -> int:
+        """Head h's floored proximities of queries start … stop − 1 into ``out`` (rows, stop), and how many of its
+        parts were summed over every dimension."""
+        assert self.parts.weights is not None
+        a = self.parts.weights[h, start:stop, :stop]  # (rows, keys)
+        written = self.written[h][:stop]
+        num = product(near.signed, written.T)  # Σ_d σp, as a · this + the bias's
+        num *= a
+        num += near.bias_term[:, None]
+        largest = a * self.peaks[h][None, :stop]  # ≥ every |p_d|
+        largest *= near.factor_peak[:, None]
+        largest += near.bias_peak[:, None]
+        candidate = largest > near.ordered[:, :1]  # elsewhere no σp − |w| is positive: Σ_d σp is all
+        candidate &= seen
+        q, k = np.nonzero(candidate)
+        reach = largest[q, k]
+        full = reach > near.beyond[q]
+        # the first of LEVELS that the count of dimensions where σp − |w| may be positive stays within
+        level = (near.steps[q] < reach[:, None]).sum(axis=-1)
+        for index, count in enumerate(LEVELS):
+            chosen = ~full & (level == index)
+            if chosen.any():
+                i, j = q[chosen], k[chosen]
+                num[i, j] -= 2 * near.overshoot(written, a, count, i, j)
+        num[q[full], k[full]] = near.exactly(written, a, q[full], k[full])
+        np.maximum(num, np.float32(FLOOR), out=num)
+        np.copyto(out, num, where=seen)
+        return int(full.sum())
+
+
+class Nearest:
+    """A block of queries' streams w (rows, hidden) with what the parts' sums read of them: each row's signs σ, the
+    post-norm's factor, the bias each part carries, and the dimensions nearest 0 (``nearest``, their |w|
+    ``ordered``)."""
+
+    def __init__(self, whole: Array, sign: Array, factor: Array, bias: Array | None, nearest: np.ndarray,
+                 ordered: Array) -> None:  # fmt: skip
+        self.whole, self.sign, self.factor, self.bias = whole, sign, factor, bias
+        self.nearest, self.ordered = nearest, ordered
+        rows, kept = ordered.shape
+        self.beyond = ordered[:, -1] if whole.shape[1] > SMALLEST else np.full(rows, np.inf)
+        self.steps = ordered[:, [count for count in LEVELS if count < kept]]  # a count passes a level where |w| < reach
+        self.factor_peak = np.abs(factor).max(axis=-1)
+        self.signed = (sign * factor).astype(np.float32)
+        self.bias_term = np.zeros(rows, np.float32) if bias is None else (sign * bias).sum(axis=-1)
+        self.bias_peak = np.zeros(rows, np.float32) if bias is None else np.abs(bias).max(axis=-1)
+        self.size = np.abs(whole).sum(axis=-1, dtype=np.float64)  # ‖w‖₁ of each row
+        near_sign = np.take_along_axis(sign, nearest, axis=-1)
+        near_factor = np.take_along_axis(factor, nearest, axis=-1) if factor.shape[1] > 1 else factor
+        self.signed_near = (near_sign * near_factor).astype(np.float32)  # (rows, K): σf where w is nearest 0
+        self.signed_bias_near = None if bias is None else near_sign * np.take_along_axis(bias, nearest, axis=-1)
+
+    def exactly(self, written: Array, a: Array, q: Array, k: Array) -> Array:
         """‖w‖₁ − ‖w − p‖₁ of the parts of (query q, key k) pairs (block rows), every dimension summed."""
         out = np.empty(len(q))
         for first in range(0, len(q), PAIRS_AT_ONCE):
             i, j = q[first : first + PAIRS_AT_ONCE], k[first : first + PAIRS_AT_ONCE]
-            part = a[i, j][:, None].astype(np.float32) * written[j] * factor[i]
-            out[first : first + len(i)] = proximity(whole[i], part if bias is None else part + bias[i])
+            part = a[i, j][:, None].astype(np.float32) * written[j]
+            part *= self.factor[i]
+            if self.bias is not None:
+                part += self.bias[i]
+            np.subtract(self.whole[i], part, out=part)
+            np.abs(part, out=part)
+            out[first : first + len(i)] = self.size[i] - part.sum(axis=-1, dtype=np.float64)
         return out
 
-    def overshoot(
-        self, whole: Array, sign: Array, written: Array, a: Array, factor: Array, bias: Array | None, nearest: Array,
-        q: Array, k: Array,
-    ) -> Array:  # fmt: skip
-        """Σ_d max(0, σp − |w|) of the parts of (q, k) pairs over the dimensions ``nearest`` (rows, count) 0 of each
-        query, the only ones where it can be positive for these pairs (elsewhere |p_d| ≤ |w_d|)."""
+    def overshoot(self, written: Array, a: Array, count: int, q: Array, k: Array) -> Array:
+        """Σ_d max(0, σp − |w|) of the parts of (q, k) pairs over the ``count`` dimensions nearest 0 of each query,
+        the only ones where it can be positive for these pairs (elsewhere |p_d| ≤ |w_d|)."""
+        nearest = self.nearest[:, :count]
         out = np.empty(len(q))
         for first in range(0, len(q), PAIRS_AT_ONCE):
             i, j = q[first : first + PAIRS_AT_ONCE], k[first : first + PAIRS_AT_ONCE]
-            dims = nearest[i]  # (pairs, count)
-            at = i[:, None], dims
-            part = a[i, j][:, None] * written[j[:, None], dims] * (factor[at] if factor.shape[1] > 1 else factor[i])
-            if bias is not None:
-                part = part + bias[at]
-            out[first : first + len(i)] = np.maximum(0, sign[at] * part - np.abs(whole[at])).sum(axis=-1)
+            part = written[j[:, None], nearest[i]]  # (pairs, count)
+            part *= a[i, j][:, None]
+            part *= self.signed_near[i, :count]  # σp: ±1 times a rounded product is the product of σ
+            if self.signed_bias_near is not None:
+                part += self.signed_bias_near[i, :count]
+            part -= self.ordered[i, :count]
+            np.maximum(part, 0, out=part)
+            out[first : first + len(i)] = part.sum(axis=-1)
         return out
 
 

@@ -468,6 +468,7 @@ class Decoder:
                     parts = self.parts(x, output, layer, record, values, kept)
                     take(parts)
                     x = parts.resid_post
+                    del parts, kept  # this layer's weights (the routes': heads × n × n) gone before the next's
                 elif layer < last:
                     assert output is not None
                     x = self.after(x, joined(output), layer)
