@@ -327,6 +327,7 @@ def attend_backward(
     return dq, dk, dv
 
 
+NARROW_BINS = 32  # keys a bin: below this, reducing along a row's bins first costs more than it saves
 FIXED_POINT = 2.0**32  # key sums added across threads as integers: the same bits in any order
 
 
@@ -379,13 +380,17 @@ def _pool_into(
     """Fold a block of weights (rows first…, keys from 0), each row of ``exps`` times its ``reciprocal``, into
     ``target`` (row bins, key bins) by max or sum: each row's bins of keys first, along the rows (a pass NumPy makes
     without holding the interpreter, so the threads' blocks are pooled side by side), then scaled — a row's largest
-    scaled is its scaled largest, to the bit — and folded down the row bin."""
+    scaled is its scaled largest, to the bit — and folded down the row bin (where bins are narrow, the rows are scaled
+    and folded first, then their bins)."""
     last = first + exps.shape[0]
     edges = cols[: np.searchsorted(cols[:-1], exps.shape[1])]
     for row_bin in range(np.searchsorted(rows, first, "right") - 1, np.searchsorted(rows, last - 1, "right")):
         start, stop = max(rows[row_bin], first) - first, min(rows[row_bin + 1], last) - first
-        binned = combine.reduceat(exps[start:stop], edges, axis=1)
-        pooled = combine.reduce(np.multiply(binned, reciprocal[start:stop], out=binned), axis=0)
+        if exps.shape[1] >= NARROW_BINS * len(edges):
+            binned = combine.reduceat(exps[start:stop], edges, axis=1)
+            pooled = combine.reduce(np.multiply(binned, reciprocal[start:stop], out=binned), axis=0)
+        else:  # bins of a few keys each: the rows scaled first, then down their columns and along them once
+            pooled = combine.reduceat(combine.reduce(exps[start:stop] * reciprocal[start:stop], axis=0), edges)
         target[row_bin, : len(pooled)] = combine(target[row_bin, : len(pooled)], pooled)
 
 
