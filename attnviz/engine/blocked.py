@@ -30,6 +30,7 @@ ROWS_PER_BLOCK = 256
 BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
 UNSHIFTED_SUMS = (float(np.exp(-30.0)), float(np.exp(60.0)))  # rows whose exponentials sum within these: no shift
 LOG2E = float(np.log2(np.e))
+KEPT_CHUNK_BYTES = 2**19  # kept scores' rows taken at a time after their product: they stay in the core's cache
 """Scores not kept are made in bits (the queries' scale times log2 e) and raised as powers of 2: float32 exp2 takes
 half of exp's time, and exp(s) = 2^(s log2 e) to float32 rounding, as the softmax is invariant to the base's scale."""
 
@@ -114,6 +115,19 @@ def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False, 
     if not shifted and not np.all((total >= low) & (total <= high)):
         return None if scores is None else _exp_rows(block, scores, shifted=True, base2=base2)
     reciprocal: Array = np.where(total != 0, 1 / np.where(total != 0, total, 1), 0).astype(np.float32)
+    return reciprocal
+
+
+def _exp_kept(block: Array, scores: Array) -> Array:
+    """:func:`_exp_rows` of kept scores in bits, a few rows at a time while they are in cache, each chunk's scores
+    then put in the units the view shows (natural: the weights are the same either way); returns the reciprocals."""
+    step = max(1, KEPT_CHUNK_BYTES // (4 * max(block.shape[1], 1)))
+    reciprocal = np.empty((len(block), 1), dtype=np.float32)
+    for a in range(0, len(block), step):
+        chunk = _exp_rows(block[a : a + step], scores[a : a + step], base2=True)
+        assert chunk is not None  # from scores kept apart: shifted when they must be
+        reciprocal[a : a + step] = chunk
+        np.multiply(scores[a : a + step], np.float32(1 / LOG2E), out=scores[a : a + step])
     return reciprocal
 
 
@@ -233,13 +247,11 @@ def attend(
                 if not own and scores is not None:
                     scores[kept, a:b, used:] = -np.inf
                     scores[kept, a:b, :lo] = -np.inf
-                reciprocal = _exp_rows(part, None if own else logits, base2=True)  # weights: part's rows times these
+                # the weights: each row of part times these
+                reciprocal = _exp_rows(part, base2=True) if own else _exp_kept(part, logits)
                 if reciprocal is None:  # scores past exp's range, taken in place: scored again, to be shifted
                     scored(logits, h, kept, a, b, lo, used)
                     reciprocal = _exp_rows(part, shifted=True, base2=True)
-                if not own:  # the kept scores in the units the view shows (the weights are the same either way)
-                    np.multiply(logits, np.float32(1 / LOG2E), out=logits)
-                assert reciprocal is not None
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])
