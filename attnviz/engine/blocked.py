@@ -252,6 +252,7 @@ def attend(
                 if reciprocal is None:  # scores past exp's range, taken in place: scored again, to be shifted
                     scored(logits, h, kept, a, b, lo, used)
                     reciprocal = _exp_rows(part, shifted=True, base2=True)
+                assert reciprocal is not None
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])

@@ -502,7 +502,7 @@ def encode_png(pixels: Any, dpi: float, text: dict[str, str]) -> bytes:
             chunks.append(chunk(b"tEXt", key.encode("latin-1") + b"\0" + value.encode("latin-1")))
         except UnicodeEncodeError:  # international text: iTXt, uncompressed, no language
             chunks.append(chunk(b"iTXt", key.encode("latin-1") + b"\0\0\0\0\0" + value.encode("utf-8")))
-    chunks.append(chunk(b"IDAT", deflate(memoryview(rows).cast("B"))))
+    chunks.append(chunk(b"IDAT", deflate(rows.data.cast("B"))))
     chunks.append(chunk(b"IEND", b""))
     return b"\x89PNG\r\n\x1a\n" + b"".join(chunks)
 
