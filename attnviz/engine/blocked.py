@@ -90,7 +90,9 @@ def _softmax_rows(block: Array, scores: Array) -> None:
     np.multiply(block, reciprocal, out=block)
 
 
-def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False, base2: bool = False) -> Array | None:
+def _exp_rows(
+    block: Array, scores: Array | None = None, shifted: bool = False, base2: bool = False, shifting: bool = True
+) -> Array | None:
     """Each row of ``block`` becomes the exponentials of that row of ``scores`` (default: of itself, in place);
     returns (rows, 1) the reciprocals of their sums (0 for a row of nothing): the softmax is their product, which a
     pooled view and the output take after the n² values are reduced (a row's scale commutes with its maximum, its
@@ -100,7 +102,7 @@ def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False, 
     The softmax is shift-invariant: the rows are taken as they are unless a row's sum leaves UNSHIFTED_SUMS (an
     exponential overflowed, or the row's all vanished or nearly) — then ``shifted``, less each row's largest, which
     costs a pass over the block to find. From ``scores`` that is done here; in place the scores are gone: None, and
-    the caller scores the block again."""
+    the caller scores the block again (and without ``shifting``, always)."""
     source = block if scores is None else scores
     power = np.exp2 if base2 else np.exp
     if shifted:
@@ -113,19 +115,22 @@ def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False, 
     total = np.einsum("ij->i", block)[:, None]  # SIMD sums of each row: a third of sum(axis=1)'s time
     low, high = UNSHIFTED_SUMS
     if not shifted and not np.all((total >= low) & (total <= high)):
-        return None if scores is None else _exp_rows(block, scores, shifted=True, base2=base2)
+        return None if scores is None or not shifting else _exp_rows(block, scores, shifted=True, base2=base2)
     reciprocal: Array = np.where(total != 0, 1 / np.where(total != 0, total, 1), 0).astype(np.float32)
     return reciprocal
 
 
-def _exp_kept(block: Array, scores: Array) -> Array:
+def _exp_kept(block: Array, scores: Array) -> Array | None:
     """:func:`_exp_rows` of kept scores in bits, a few rows at a time while they are in cache, each chunk's scores
-    then put in the units the view shows (natural: the weights are the same either way); returns the reciprocals."""
+    then put in the units the view shows (natural: the weights are the same either way); returns the reciprocals,
+    or None where some row must be shifted: then the caller scores the block again and shifts it whole, as it does
+    a block whose scores are not kept, so that the weights are the same bits whatever is kept."""
     step = max(1, KEPT_CHUNK_BYTES // (4 * max(block.shape[1], 1)))
     reciprocal = np.empty((len(block), 1), dtype=np.float32)
     for a in range(0, len(block), step):
-        chunk = _exp_rows(block[a : a + step], scores[a : a + step], base2=True)
-        assert chunk is not None  # from scores kept apart: shifted when they must be
+        chunk = _exp_rows(block[a : a + step], scores[a : a + step], base2=True, shifting=False)
+        if chunk is None:
+            return None
         reciprocal[a : a + step] = chunk
         np.multiply(scores[a : a + step], np.float32(1 / LOG2E), out=scores[a : a + step])
     return reciprocal
@@ -249,9 +254,11 @@ def attend(
                     scores[kept, a:b, :lo] = -np.inf
                 # the weights: each row of part times these
                 reciprocal = _exp_rows(part, base2=True) if own else _exp_kept(part, logits)
-                if reciprocal is None:  # scores past exp's range, taken in place: scored again, to be shifted
+                if reciprocal is None:  # past exp's range (rare): scored again, as they were overwritten, and shifted
                     scored(logits, h, kept, a, b, lo, used)
-                    reciprocal = _exp_rows(part, shifted=True, base2=True)
+                    reciprocal = _exp_rows(part, None if own else logits, shifted=True, base2=True)
+                    if not own:
+                        np.multiply(logits, np.float32(1 / LOG2E), out=logits)
                 assert reciprocal is not None
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
