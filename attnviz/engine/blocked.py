@@ -29,6 +29,10 @@ from .view import Pool, SinkMode
 ROWS_PER_BLOCK = 256
 BLOCK_BYTES = 64 * 2**20  # one block of scores: long sequences get fewer rows per block
 UNSHIFTED_SUMS = (float(np.exp(-30.0)), float(np.exp(60.0)))  # rows whose exponentials sum within these: no shift
+LOG2E = float(np.log2(np.e))
+KEPT_CHUNK_BYTES = 2**19  # kept scores' rows taken at a time after their product: they stay in the core's cache
+"""Scores not kept are made in bits (the queries' scale times log2 e) and raised as powers of 2: float32 exp2 takes
+half of exp's time, and exp(s) = 2^(s log2 e) to float32 rounding, as the softmax is invariant to the base's scale."""
 
 
 @dataclass(frozen=True)
@@ -86,29 +90,49 @@ def _softmax_rows(block: Array, scores: Array) -> None:
     np.multiply(block, reciprocal, out=block)
 
 
-def _exp_rows(block: Array, scores: Array | None = None, shifted: bool = False) -> Array | None:
+def _exp_rows(
+    block: Array, scores: Array | None = None, shifted: bool = False, base2: bool = False, shifting: bool = True
+) -> Array | None:
     """Each row of ``block`` becomes the exponentials of that row of ``scores`` (default: of itself, in place);
     returns (rows, 1) the reciprocals of their sums (0 for a row of nothing): the softmax is their product, which a
     pooled view and the output take after the n² values are reduced (a row's scale commutes with its maximum, its
-    sum and its product with the values).
+    sum and its product with the values). ``base2``: the scores are in bits (times log2 e), and 2 to their power is
+    taken, the same exponentials at half of exp's time (see :data:`LOG2E`).
 
     The softmax is shift-invariant: the rows are taken as they are unless a row's sum leaves UNSHIFTED_SUMS (an
     exponential overflowed, or the row's all vanished or nearly) — then ``shifted``, less each row's largest, which
     costs a pass over the block to find. From ``scores`` that is done here; in place the scores are gone: None, and
-    the caller scores the block again."""
+    the caller scores the block again (and without ``shifting``, always)."""
     source = block if scores is None else scores
+    power = np.exp2 if base2 else np.exp
     if shifted:
         peak = source.max(axis=1, keepdims=True)
         np.subtract(source, np.where(np.isfinite(peak), peak, 0), out=block)
-        np.exp(block, out=block)
+        power(block, out=block)
     else:
         with np.errstate(over="ignore"):  # an overflow here is found from the sums, and shifted
-            np.exp(source, out=block)
+            power(source, out=block)
     total = np.einsum("ij->i", block)[:, None]  # SIMD sums of each row: a third of sum(axis=1)'s time
     low, high = UNSHIFTED_SUMS
     if not shifted and not np.all((total >= low) & (total <= high)):
-        return None if scores is None else _exp_rows(block, scores, shifted=True)
+        return None if scores is None or not shifting else _exp_rows(block, scores, shifted=True, base2=base2)
     reciprocal: Array = np.where(total != 0, 1 / np.where(total != 0, total, 1), 0).astype(np.float32)
+    return reciprocal
+
+
+def _exp_kept(block: Array, scores: Array) -> Array | None:
+    """:func:`_exp_rows` of kept scores in bits, a few rows at a time while they are in cache, each chunk's scores
+    then put in the units the view shows (natural: the weights are the same either way); returns the reciprocals,
+    or None where some row must be shifted: then the caller scores the block again and shifts it whole, as it does
+    a block whose scores are not kept, so that the weights are the same bits whatever is kept."""
+    step = max(1, KEPT_CHUNK_BYTES // (4 * max(block.shape[1], 1)))
+    reciprocal = np.empty((len(block), 1), dtype=np.float32)
+    for a in range(0, len(block), step):
+        chunk = _exp_rows(block[a : a + step], scores[a : a + step], base2=True, shifting=False)
+        if chunk is None:
+            return None
+        reciprocal[a : a + step] = chunk
+        np.multiply(scores[a : a + step], np.float32(1 / LOG2E), out=scores[a : a + step])
     return reciprocal
 
 
@@ -175,10 +199,10 @@ def attend(
     scores = np.empty((len(chosen), n, m), dtype=np.float32) if keep.scores and not pooled else None
     output = None if v is None else np.empty((heads, n, v.shape[-1]), dtype=np.float32)
     vv = None if v is None else np.asarray(v, dtype=np.float32)
+    keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # (g, d, m): OpenBLAS's kernels read kᵀ faster laid out so
     blocked_keys = None if key_mask is None else ~np.asarray(key_mask, dtype=bool)
     combine = np.maximum if keep.pool == "max" else np.add
     above = np.triu(np.ones((min(step, n), min(step, n)), dtype=bool), k=1)
-    ones = np.ones(step, dtype=np.float32)  # a block's column sums: a product with them
     lock = threading.Lock()
 
     def one_group(g: int, hidden: tuple[tuple[int, ...], ...] = ()) -> None:
@@ -190,14 +214,15 @@ def attend(
         column = np.zeros((len(chosen), m)) if columns is not None and not hidden else None
 
         def scored(logits: Array, h: int, kept: int | None, a: int, b: int, lo: int, used: int) -> None:
-            """Head h's scaled scores of queries a … b over keys lo … used, masked (and without the keys ``hidden``
-            from its kept map), into ``logits``."""
-            np.multiply(q[h, a:b], np.float32(scale), out=queries[: b - a])  # scaled a block at a time, in threads
-            np.matmul(queries[: b - a], k[h // group, lo:used].T, out=logits)
+            """Head h's scaled scores of queries a … b over keys lo … used in bits (times log2 e: :data:`LOG2E`),
+            masked (and without the keys ``hidden`` from its kept map), into ``logits``."""
+            bits = np.float32(scale * LOG2E) if softcap is None else np.float32(scale)
+            np.multiply(q[h, a:b], bits, out=queries[: b - a])  # scaled a block at a time, in threads
+            np.matmul(queries[: b - a], keys_t[h // group, :, lo:used], out=logits)
             if softcap is not None:
                 np.multiply(logits, np.float32(1 / softcap), out=logits)
                 np.tanh(logits, out=logits)
-                np.multiply(logits, np.float32(softcap), out=logits)
+                np.multiply(logits, np.float32(softcap * LOG2E), out=logits)
             if causal:  # only the block's diagonal square holds both allowed and masked keys
                 diagonal = logits[:, a - lo : used - lo]
                 np.copyto(diagonal, -np.inf, where=above[: b - a, : diagonal.shape[1]])
@@ -227,25 +252,30 @@ def attend(
                 if not own and scores is not None:
                     scores[kept, a:b, used:] = -np.inf
                     scores[kept, a:b, :lo] = -np.inf
-                reciprocal = _exp_rows(part, None if own else logits)  # the weights: each row of part times these
-                if reciprocal is None:  # scores past exp's range, taken in place: scored again, to be shifted
+                # the weights: each row of part times these
+                reciprocal = _exp_rows(part, base2=True) if own else _exp_kept(part, logits)
+                if reciprocal is None:  # past exp's range (rare): scored again, as they were overwritten, and shifted
                     scored(logits, h, kept, a, b, lo, used)
-                    reciprocal = _exp_rows(part, shifted=True)
+                    reciprocal = _exp_rows(part, None if own else logits, shifted=True, base2=True)
+                    if not own:
+                        np.multiply(logits, np.float32(1 / LOG2E), out=logits)
                 assert reciprocal is not None
                 if output is not None and vv is not None and not hidden:  # the same sums whatever is kept
                     np.matmul(part, vv[h // group, lo:used], out=output[h, a:b])
                     np.multiply(output[h, a:b], reciprocal, out=output[h, a:b])
                 if kept is None:
                     continue
+                if sums is not None:  # pooled: each row's scale taken after the reductions, no pass to normalise
+                    if column is not None:  # each key's weight from the block's other rows
+                        column[kept, lo:used] += reciprocal[:, 0] @ part
+                        own_rows = np.diagonal(full[:, a:used])  # its own rows' weights, taken out
+                        column[kept, a : a + len(own_rows)] -= own_rows * reciprocal[: len(own_rows), 0]
+                    _pool_into(sums[kept], full[:, :used], reciprocal, a, rows, cols, combine)
+                    continue
                 np.multiply(part, reciprocal, out=part)  # the weights
                 if direct:
                     continue
-                if column is not None:  # each key's weight from the block's other rows
-                    column[kept, lo:used] += ones[: b - a] @ part
-                    column[kept, a : max(a, min(b, used))] -= np.diagonal(full[:, a:used])  # its own rows' weights
-                if sums is not None:
-                    _pool_into(sums[kept], full[:, :used], a, rows, cols, combine)
-                elif weights is not None:
+                if weights is not None:
                     weights[0, a:b, :used] += full / len(chosen)
         if column is not None and columns is not None:
             fixed = np.rint(column * FIXED_POINT).astype(np.int64)
@@ -317,6 +347,7 @@ def attend_backward(
     return dq, dk, dv
 
 
+NARROW_BINS = 32  # keys a bin: below this, reducing along a row's bins first costs more than it saves
 FIXED_POINT = 2.0**32  # key sums added across threads as integers: the same bits in any order
 
 
@@ -364,16 +395,22 @@ def _groups(rows: np.ndarray, step: int) -> np.ndarray:
 
 
 def _pool_into(
-    target: Array, weights: Array, first: int, rows: np.ndarray, cols: np.ndarray, combine: np.ufunc
+    target: Array, exps: Array, reciprocal: Array, first: int, rows: np.ndarray, cols: np.ndarray, combine: np.ufunc
 ) -> None:
-    """Fold a block of weights (rows first…, keys from 0) into ``target`` (row bins, key bins) by max or sum: each row
-    bin's rows first, down the block's columns (a pass NumPy makes without holding the interpreter, so the threads'
-    blocks are pooled side by side), then that one row's bins of keys."""
-    last = first + weights.shape[0]
-    edges = cols[: np.searchsorted(cols[:-1], weights.shape[1])]
+    """Fold a block of weights (rows first…, keys from 0), each row of ``exps`` times its ``reciprocal``, into
+    ``target`` (row bins, key bins) by max or sum: each row's bins of keys first, along the rows (a pass NumPy makes
+    without holding the interpreter, so the threads' blocks are pooled side by side), then scaled — a row's largest
+    scaled is its scaled largest, to the bit — and folded down the row bin (where bins are narrow, the rows are scaled
+    and folded first, then their bins)."""
+    last = first + exps.shape[0]
+    edges = cols[: np.searchsorted(cols[:-1], exps.shape[1])]
     for row_bin in range(np.searchsorted(rows, first, "right") - 1, np.searchsorted(rows, last - 1, "right")):
         start, stop = max(rows[row_bin], first) - first, min(rows[row_bin + 1], last) - first
-        pooled = combine.reduceat(combine.reduce(weights[start:stop], axis=0), edges)
+        if exps.shape[1] >= NARROW_BINS * len(edges):
+            binned = combine.reduceat(exps[start:stop], edges, axis=1)
+            pooled = combine.reduce(np.multiply(binned, reciprocal[start:stop], out=binned), axis=0)
+        else:  # bins of a few keys each: the rows scaled first, then down their columns and along them once
+            pooled = combine.reduceat(combine.reduce(exps[start:stop] * reciprocal[start:stop], axis=0), edges)
         target[row_bin, : len(pooled)] = combine(target[row_bin, : len(pooled)], pooled)
 
 

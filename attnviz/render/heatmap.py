@@ -522,15 +522,17 @@ def grid_layout(att: Attention, style: FigureStyle, title_lines: int) -> GridLay
     shapes = [(math.ceil(count / cols), cols) for cols in range(1, count + 1)]
     choices = [(shape, outer) for shape in shapes for outer in ((True,) if count > 4 else (False, True))]
 
+    layouts = {
+        choice: arrange(att, style, title_lines, choice[0], box, fixed, outer_only=choice[1]) for choice in choices
+    }
+
     def merit(choice: tuple[tuple[int, int], bool]) -> tuple[float, int]:
         """The panel's side (labels on every panel worth a tenth more: each map reads on its own), then
         fewer empty slots."""
         (rows, cols), outer = choice
-        side = arrange(att, style, title_lines, (rows, cols), box, fixed, outer_only=outer).panel[0]
-        return round(side * (1.0 if outer else 1.1), 2), -(rows * cols - count)
+        return round(layouts[choice].panel[0] * (1.0 if outer else 1.1), 2), -(rows * cols - count)
 
-    shape, outer_only = max(choices, key=merit)
-    return arrange(att, style, title_lines, shape, box, fixed, outer_only=outer_only)
+    return layouts[max(choices, key=merit)]
 
 
 def arrange(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
@@ -17,6 +18,10 @@ from ..sources.text import graphemes
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _TAGS = "".join(map(chr, range(0xE0020, 0xE0080)))
 WHITE_SPACE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}
+PLAIN = re.compile("[ -~\u00a1-\u00ac\u00ae-\u00ff\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2423]*")
+"""Text of characters each shown as itself in one terminal cell, a grapheme of its own (printable ASCII and
+Latin-1, dashes, quotes and other punctuation, arrows, ␣): what a pooled map's bin labels ('0–4') and most tokens
+are made of, measured and cut without the per-character pass that the rest of Unicode needs."""
 
 
 def visible_token(token: str, limit: int | None = None) -> str:
@@ -28,6 +33,8 @@ def visible_token(token: str, limit: int | None = None) -> str:
     and a decoder's tokens include lone spaces and newlines that would otherwise be blank labels.
     """
     end = len(token) if limit is None else min(len(token), limit)
+    if token and token[:end].strip() and PLAIN.fullmatch(token, 0, end):
+        return token[:end]
     if token and token.isspace():  # a token that is only white space: a sign for each character
         return "".join(WHITE_SPACE.get(ch, f"\\u{ord(ch):04x}") for ch in token[:end])
     out = []
@@ -66,7 +73,7 @@ def _cluster_cells(cluster: str) -> int:
 
 def cell_len(text: str) -> int:
     """Terminal cells of ``text``, counted by grapheme (see :func:`graphemes`)."""
-    if text.isascii():
+    if text.isascii() or PLAIN.fullmatch(text):
         return len(text)
     return sum(_cluster_cells(g) for g in graphemes(text))
 
@@ -98,6 +105,8 @@ def abbreviate(token: str, width: int) -> str:
     text = shown_token(token, limit)
     if len(token) <= limit and cell_len(text) <= width:
         return text
+    if PLAIN.fullmatch(text):
+        return text[: max(width - 1, 0)].rstrip() + "…"
     kept, used = [], 0
     for cluster in graphemes(text):
         used += _cluster_cells(cluster)

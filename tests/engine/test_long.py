@@ -69,12 +69,13 @@ def test_grouped_keys_and_values_are_read_as_if_repeated_for_each_query_head(kee
 
 @pytest.mark.parametrize("pool", ["max", "mean"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_pooling_while_computing_equals_pooling_the_full_map(pool: str, causal: bool) -> None:
+@pytest.mark.parametrize("bins", [13, 40, 250], ids=["wide bins", "bins of about the narrow limit", "narrow bins"])
+def test_pooling_while_computing_equals_pooling_the_full_map(pool: str, causal: bool, bins: int) -> None:
     rng = np.random.default_rng(1)
     q, k = rng.normal(size=(3, 700, 8)), rng.normal(size=(3, 700, 8))
     _, full = attend(q, k, None, scale=0.5, causal=causal)
-    _, pooled = attend(q, k, None, scale=0.5, causal=causal, keep=Keep(bins=13, pool=pool))  # type: ignore[arg-type]
-    expected, rows, cols = pool_map(full.weights, 13, pool)  # type: ignore[arg-type]
+    _, pooled = attend(q, k, None, scale=0.5, causal=causal, keep=Keep(bins=bins, pool=pool))  # type: ignore[arg-type]
+    expected, rows, cols = pool_map(full.weights, bins, pool)  # type: ignore[arg-type]
     np.testing.assert_allclose(pooled.weights, expected, atol=1e-6)
     assert list(pooled.rows) == list(rows) and list(pooled.cols) == list(cols)
 
@@ -258,3 +259,29 @@ def test_only_a_command_changes_the_allocator(
     assert main(["--help"]) == 0 and calls == []
     assert main(["heatmap", "the cat sat", "--json"]) == 0 and len(calls) == 1
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+@pytest.mark.parametrize("window", [None, 90])
+@pytest.mark.parametrize(
+    "past", [(), (650,), tuple(range(700))], ids=["in exp's range", "a row past it", "every row"]
+)
+def test_the_weights_are_the_same_whether_the_scores_are_kept_or_not(
+    softcap: float | None, window: int | None, past: tuple[int, ...]
+) -> None:
+    """Scores are made in bits and raised as powers of 2 either way; rows whose exponentials leave their range are
+    shifted by the same blocks either way."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((h, 700, 16), dtype=np.float32) for h in (4, 2, 2))  # a block: chunks of rows
+    q[:, list(past)] *= 200
+    scale = 0.25
+    plain_out, plain = attend(q, k, v, scale=scale, causal=True, window=window, softcap=softcap)
+    kept_out, kept = attend(q, k, v, scale=scale, causal=True, window=window, softcap=softcap, keep=Keep(scores=True))
+    np.testing.assert_array_equal(plain.weights, kept.weights)
+    np.testing.assert_array_equal(plain_out, kept_out)
+    assert kept.scores is not None
+    logits = np.einsum("hnd,hmd->hnm", q.astype(np.float64), np.repeat(k, 2, axis=0).astype(np.float64)) * scale
+    if softcap is not None:
+        logits = softcap * np.tanh(logits / softcap)
+    seen = np.isfinite(kept.scores)
+    np.testing.assert_allclose(kept.scores[seen], logits[seen], rtol=1e-4, atol=1e-4)  # in the units a view shows
