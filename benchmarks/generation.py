@@ -85,14 +85,15 @@ def matrices(model: Any) -> tuple[list[str], str]:
 
 def floor(model: Any) -> Callable[[], None]:
     """A float32 framework's products for one token: every layer's matrices and the output matrix times a vector,
-    W dequantised by attnviz from the same file. The first layers up to HELD_BYTES (at least two; a whole model in
-    float32 would be 5 GB for the Llama-shaped one) are held, each layer of the pass using one of them in turn, so
-    that every product reads its matrix from memory as a whole model's would, never from a cache (held so, SmolLM2
-    took 0.014 s a token and the Qwen-shaped model 0.048 s; with every layer held, 0.015 and 0.045 s). Timed
-    between the generation's tokens (:class:`turns.Clock`), so that both see the machine at the same speed."""
+    W dequantised by attnviz from the same file. The first layers up to HELD_BYTES (at least one: the 8B's is
+    0.9 GB; the whole 1B-shaped model in float32 would be 5 GB, the 8B 30 GB) are held, each layer of the pass using
+    one of them in turn, so that every product reads its matrix from memory as a whole model's would, never from a
+    cache (held so, SmolLM2 took 0.014 s a token and the Qwen-shaped model 0.048 s; with every layer held, 0.015 and
+    0.045 s). Timed between the generation's tokens (:class:`turns.Clock`), so that both see the machine at the
+    same speed."""
     names, output = matrices(model)
     held: list[list[Any]] = []
-    while len(held) < model.layers and (len(held) < 2 or sum(w.nbytes for layer in held for w in layer) < HELD_BYTES):
+    while len(held) < model.layers and (not held or sum(w.nbytes for layer in held for w in layer) < HELD_BYTES):
         held.append([model.weights.tensor(f"blk.{len(held)}.{n}") for n in names])
     head = model.weights.tensor(output)
     rng = np.random.default_rng(0)
