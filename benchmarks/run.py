@@ -557,6 +557,12 @@ def main() -> None:
         from long_heads import long_heads
 
         ROWS.extend(long_heads())
+    from big_models import big_models, cpu_name
+
+    big, big_in_mib = big_models(quick)
+    ROWS.extend(big)
+    IN_MIB.update(big_in_mib)
+    print(f"{cpu_name()}, {os.cpu_count()} cores; NumPy {np.__version__}")
     print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")
     for case, ours, base, ratio, target, ok, note in ROWS:
         unit, verdict = "M" if case in IN_MIB else "s", "pass" if ok else "FAIL"

@@ -46,6 +46,9 @@ KNOWN = {
 
 UNPACKED_BLOCK_BYTES = 2**22  # float32 bytes of an unpacked matrix's rows a few inputs meet at a time: fewer calls
 MANY_INPUTS = 512  # from this many, GGUF.product dequantises the matrix whole and splits the inputs among the threads
+INPUTS_PER_MIB = 64  # beyond FEW_INPUTS, a MiB more of rows a block for each this many inputs (up to 16 MiB): each
+# block reads all the inputs again, and an 8B's ffn_down (14,336 wide) at 1,024 tokens took 2.4× the CPU in 1 MiB
+# blocks (18 rows) that it takes in 16 MiB blocks (the same bits)
 WHOLE_BYTES = 64 * 2**20  # … when the matrix in float32 is no larger (an output matrix of a large vocabulary is)
 
 
@@ -243,7 +246,7 @@ class GGUF:
                 release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
             return result
 
-        return by_rows(len(x), info.shape, block)
+        return by_rows(len(x), info.shape, block, many_inputs_block_bytes(len(x)))
 
     def use_kernels(self) -> str:
         """A generation's few inputs multiplied by the compiled kernels (:mod:`.kernels`) where they load, else by
@@ -317,6 +320,15 @@ class GGUF:
         row_bytes = width // per_block * block_bytes
         raw = np.frombuffer(self.data, dtype=np.uint8, count=height * row_bytes, offset=info.offset)
         return info, raw.reshape(height, row_bytes)
+
+
+def many_inputs_block_bytes(n: int) -> int:
+    """The float32 bytes of a matrix's rows :meth:`GGUF.product` dequantises at a time for n inputs: a MiB
+    (:data:`weights.ROW_BLOCK_BYTES`) for each INPUTS_PER_MIB of them, at least one and at most 16. The more inputs,
+    the more a block's product costs beside reading them all again for it."""
+    from .weights import ROW_BLOCK_BYTES
+
+    return ROW_BLOCK_BYTES * min(16, max(1, n // INPUTS_PER_MIB))
 
 
 def _is(value: object, kind: str) -> bool:

@@ -46,7 +46,9 @@ def times(x: np.ndarray, raw: np.ndarray, kind: int) -> np.ndarray:
     codes, scale, offset = decode(raw, kind, shifted=len(x) > FEW_INPUTS)  # (groups, group, blocks, rows)
     groups, group, blocks, rows = codes.shape
     if len(x) > FEW_INPUTS:
-        values = codes * scale[:, None] + (0 if offset is None else offset[:, None])
+        values = np.multiply(codes, scale[:, None], out=codes)  # in place: the block's codes are its own
+        if offset is not None:
+            values += offset[:, None]
         return np.asarray(x @ values.reshape(-1, rows), dtype=np.float32)
     by_group = x.reshape(len(x), blocks, groups, group).transpose(2, 1, 0, 3)  # (groups, blocks, n, group)
     sums = np.matmul(by_group, codes.transpose(0, 2, 1, 3))  # (groups, blocks, n, rows)
@@ -108,7 +110,7 @@ def in_planes_order(x: np.ndarray, kind: int) -> np.ndarray:
 def planes(raw: np.ndarray, kind: int) -> np.ndarray:
     """A quantised type's rows of raw bytes as float32 values (values per block, blocks per row, rows)."""
     codes, scale, offset = decode(raw, kind)
-    values: np.ndarray = codes * scale[:, None]
+    values: np.ndarray = np.multiply(codes, scale[:, None], out=codes)
     if offset is not None:
         values += offset[:, None]
     return values.reshape(-1, *codes.shape[2:])

@@ -25,7 +25,15 @@ TINY = {
                                  vocabulary=270),
     "llama": dataclasses.replace(bm.LLAMA, name="tiny-llama", layers=2, hidden=256, heads=4, kv_heads=2, ffn=512,
                                  vocabulary=270),
+    "untied": dataclasses.replace(bm.LLAMA_8B, name="tiny-untied", layers=2, hidden=256, heads=4, kv_heads=2,
+                                  ffn=512, vocabulary=270),
 }  # fmt: skip
+# sha256 of every tensor's bytes in the file's order, as the recipe drew them before the writer streamed them (each
+# tensor whole, in one draw): the same bytes on every machine, however the writer cuts them
+DRAWN = {
+    "qwen2": "270c442988896daac46b9932634b14a5a3259a159c256631c73ffa73fa1fc3fd",
+    "llama": "181f7988ad809f12be42fb791f2b5862c577c74fadc72aeced4177e19d8b9721",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +63,35 @@ def test_values_are_centred_and_of_the_recipes_size(written: dict[str, Path], ar
         assert abs(values.mean()) <= sigma * (0.5 / 9.23 + slack)
         assert abs(values.std() / sigma - 1) <= slack
     assert kinds == ({"Q5_0", "Q8_0", "Q4_K", "Q6_K"} if architecture == "qwen2" else {"Q4_K", "Q6_K"})
+
+
+@pytest.mark.parametrize("piece_blocks", [1, 3, 64, 2**15])
+@pytest.mark.parametrize("architecture", list(DRAWN))
+def test_the_bytes_do_not_depend_on_the_pieces_they_are_written_in(
+    architecture: str, piece_blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tensor's generator gives the same stream cut in pieces of any number of blocks: the files are the bytes
+    they were when each tensor was drawn whole, and the 8B's 4.6 GiB are written within a few MiB."""
+    import hashlib
+
+    monkeypatch.setattr(bm, "PIECE_BLOCKS", piece_blocks)
+    recipe, digest = TINY[architecture], hashlib.sha256()
+    for name, (kind, shape) in bm.tensors(recipe).items():
+        for piece in bm.pieces(recipe, name, kind, shape):
+            assert piece.nbytes <= max(4 * math.prod(shape), piece_blocks * bm.BLOCK.get(kind, (1, 4))[1])
+            digest.update(piece.tobytes())
+    assert digest.hexdigest() == DRAWN[architecture]
+
+
+def test_an_untied_model_has_its_own_output_matrix_in_more_bits(written: dict[str, Path]) -> None:
+    """Llama 3.1 8B as Q4_K_M stores it: the embeddings Q4_K, output.weight Q6_K, and attnviz reads it as the
+    model's output matrix."""
+    from attnviz.models import load_model
+
+    kinds = {t.name: t.tensor_type.name for t in gguf.GGUFReader(written["untied"]).tensors}
+    assert kinds["token_embd.weight"] == "Q4_K" and kinds["output.weight"] == "Q6_K"
+    assert "output.weight" not in bm.tensors(TINY["llama"])
+    assert load_model(None, model_file=written["untied"]).output_matrix() == "output.weight"
 
 
 @pytest.mark.parametrize("layers", [16, 24, 28])

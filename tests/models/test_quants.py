@@ -137,6 +137,36 @@ def test_a_long_texts_product_dequantises_the_matrix_whole_and_gives_back_its_pa
             assert len(released) > 1
 
 
+@pytest.mark.parametrize("inputs", [1, 4, 9, 40])
+def test_more_inputs_take_larger_blocks_of_rows_for_the_same_product(tmp_path, monkeypatch, inputs: int) -> None:
+    """Each block of a matrix's rows reads all the inputs again: the more inputs, the larger the blocks (a
+    ROW_BLOCK_BYTES for each INPUTS_PER_MIB of them, up to 16), the product the same to float32 rounding and every
+    row's bytes released once."""
+    from tiny_gguf import write_gguf
+
+    from attnviz.models import gguf, weights
+    from attnviz.models.gguf import GGUF, many_inputs_block_bytes
+
+    tensors = {f"t{kind}": (kind, (37, 2 * BLOCKS[kind][0]), blocks(kind, 37, 2, kind).tobytes()) for kind in QUANTISED}
+    write_gguf(tmp_path / "types.gguf", {"general.architecture": "llama"}, tensors)
+    model = GGUF(tmp_path / "types.gguf")
+    monkeypatch.setattr(gguf, "INPUTS_PER_MIB", 2)
+    monkeypatch.setattr(gguf, "WHOLE_BYTES", 0)  # never whole: a block of rows at a time
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * 64)
+    released: list[bytes] = []
+    monkeypatch.setattr(weights, "release", lambda mapped, at, length: released.append(mapped[at : at + length]))
+    assert many_inputs_block_bytes(inputs) == 4 * 64 * min(16, max(1, inputs // 2))
+    for name, (kind, shape, stored) in tensors.items():
+        released.clear()
+        x = np.random.default_rng(kind).standard_normal((inputs, shape[1])).astype(np.float32)
+        matrix = dequantise(np.frombuffer(stored, np.uint8).reshape(37, -1), kind).astype(np.float64)
+        scale = (np.abs(x) @ np.abs(matrix).T).max()
+        np.testing.assert_allclose(model.product(x, name), x @ matrix.T, rtol=0, atol=1e-6 * scale)
+        assert b"".join(sorted(released, key=stored.find)) == stored
+        step = max(1, many_inputs_block_bytes(inputs) // (4 * shape[1]))
+        assert len(released) == -(-37 // step)
+
+
 @pytest.mark.parametrize("source", ["gguf", "folder", "folder, stored in × out"])
 def test_a_product_gives_back_the_pages_of_each_block_of_rows(tmp_path, monkeypatch, source: str) -> None:
     """GGUF files and safetensors folders alike: after each block of rows, its bytes of the file are released
