@@ -107,8 +107,7 @@ def ablate(
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
     encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
     if target is not None:
-        target_id(model, target)  # one token, or refused before the weights are made resident
-    model.resident()  # every ablation reads the layers after its own again
+        target_id(model, target)  # one token, or refused before any layer runs
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared
     from ..progress import bar
