@@ -202,7 +202,7 @@ def measured_copies(model: Decoder, lasts: list[Array], ids: tuple[int, ...], ch
     its last token."""
     hidden = model.shape.hidden
     if chosen is None:
-        h = np.concatenate([last[:, :-1].reshape(-1, hidden) for last in lasts])
+        h = np.concatenate([last[:, :-1] for last in lasts]).reshape(-1, hidden)
         lasts.clear()
         copies = len(h) // (len(ids) - 1)
         picks = np.tile(np.asarray(ids[1:]), copies)

@@ -35,6 +35,7 @@ cores runs a batch at a time."""
 
 UNKNOWN_BUDGET = 2**31  # the memory budget where the machine does not say (resources.memory_budget)
 TOKENS_BLOCK_BYTES = 2**23  # float32 bytes of W_U's rows (tokens) dequantised at a time for every row of a wave
+SCORES_BYTES = 2**25  # float32 bytes of the next-token scores a thread makes at a time (rows × that block's tokens)
 
 
 @dataclass(frozen=True)
@@ -123,23 +124,23 @@ def run_on(
 
 
 def picked_log_probabilities_of(model: Decoder, h: Array, picks: Array) -> Array:
-    """log softmax of the next-token scores of each row of the last layer's output ``h`` (r, hidden) at its token
-    ``picks[row]`` (r,), in float64. W_U is read a block of its rows (tokens) at a time, once for all of ``h``:
-    each row's log-sum-exp runs on from block to block (:func:`attnviz.analysis.lens.read_rows` reads it so), the
-    exponentials in float32, summed in float64; the rows go through each block of tokens a part at a time within
-    :data:`BATCH_BYTES`, side by side on the cores."""
+    """log softmax of the next-token scores of each row of the last layer's output ``h`` (r, hidden, float32) at its
+    token ``picks[row]`` (r,), in float64; ``h`` is normed in place (the caller's to lose: a wave's rows are held
+    once). W_U is read a block of its rows (tokens) at a time, once for all of ``h``: each row's log-sum-exp runs on
+    from block to block (:func:`attnviz.analysis.lens.read_rows` reads it so), the exponentials in float32, summed
+    in float64; the rows go through each block of tokens a part at a time within :data:`SCORES_BYTES`, side by side
+    on the cores."""
     name, cap = model.output_matrix(), model.output_softcap()
     vocabulary, hidden = model.weights.shape(name)
     r = len(h)
-    normed = np.empty((r, hidden), dtype=np.float32)
     tokens_step = max(1, TOKENS_BLOCK_BYTES // (4 * hidden))
-    rows_step = max(1, BATCH_BYTES // (4 * min(tokens_step, vocabulary)))
+    rows_step = max(1, SCORES_BYTES // (4 * min(tokens_step, vocabulary)))
     parts = range(0, r, rows_step)
     peak, total, picked = np.full(r, -np.inf), np.zeros(r), np.zeros(r)
     with one_blas_thread(), overflow_checked():
 
         def norm(a: int) -> None:
-            normed[a : a + rows_step] = model.final_norm(h[a : a + rows_step])
+            h[a : a + rows_step] = model.final_norm(h[a : a + rows_step])
 
         run_all(norm, parts)
         for first in range(0, vocabulary, tokens_step):
@@ -148,7 +149,7 @@ def picked_log_probabilities_of(model: Decoder, h: Array, picks: Array) -> Array
 
             def one(a: int, first: int = first, last: int = last, block: Array = block) -> None:
                 b = min(r, a + rows_step)
-                scores = product(normed[a:b], block)  # (rows, tokens first … last)
+                scores = product(h[a:b], block)  # (rows, tokens first … last)
                 scores = scores if cap is None else soft_cap(scores, cap)
                 here = picks[a:b]
                 inside = (here >= first) & (here < last)
