@@ -113,13 +113,13 @@ def ablate(
     from ..progress import bar
 
     method: Method = "mean" if mean else "zero"
-    result = attribution(model, layer.text, method, target) if estimate else None
-    comparison = None
-    if result is None or compare:
+    exact = None
+    if compare or not estimate:  # before the estimate, on the weights as ablate alone reads them: the same Δ
         with bar("head", f"{printable(model.name)}: ablating") as progress:
             exact = run_ablation(model, layer.text, method, target, progress=progress)
-        comparison = None if result is None else compared(exact, result)
-        result = result or exact
+    result = attribution(model, layer.text, method, target) if estimate else exact
+    assert result is not None
+    comparison = None if exact is None or result is exact else compared(exact, result)
     source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
     name = shown_name(model, encoding)
     from ..render import schema
