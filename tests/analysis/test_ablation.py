@@ -39,10 +39,8 @@ def sample(delta: np.ndarray) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """Its own SmolLM2, not the shared one: ablation keeps the weights dequantised (resident) from here on."""
-    model = load_model("smollm2")
-    model.resident()
-    return model
+    """SmolLM2 as the command loads it: its weights read from the file (the ablation holds a layer at a time)."""
+    return load_model("smollm2")
 
 
 @needs_smollm2
