@@ -1,13 +1,14 @@
 """Copies of one text that part at a layer (a head ablated, patched, a key removed), run on through the layers after
 it, layer by layer: what the exact ablation, activation patching and key importance share.
 
-Each batch of copies parts at its own layer and reruns every layer after it: heads × layers / 2 layers of a
-copy for every head of a model, the least an exact ablation of each can cost (the layers before a head's run once,
-in the forward pass whose inputs it starts from). The batches go through the model together, a layer at a time:
-each layer's tensors are dequantised once (:mod:`attnviz.models.held`) and every batch that has parted by then
-passes through it, side by side on the cores; the weights are read from the file as the forward pass reads them,
-never the whole model in float32. What is held is every pending batch's rows (copies·n, hidden): as many batches
-go together (a wave) as :func:`wave_bytes` allows, and each wave reads the layers from its first batch's on.
+Each batch of copies parts at its own layer and reruns every layer after it: heads × L(L + 1)/2 layers of a
+copy for every head of a model of L layers, the least an exact ablation of each can cost (the layers before a
+head's run once, in the forward pass whose inputs it starts from). The batches go through the model together, a
+layer at a time: each layer's tensors are dequantised once (:mod:`attnviz.models.held`) and every batch that has
+parted by then passes through it, side by side on the cores; the weights are read from the file as the forward
+pass reads them, never the whole model in float32. What is held is every pending batch's rows (copies·n, hidden):
+as many batches go together (a wave) as :func:`wave_bytes` allows, and each wave reads the layers from its first
+batch's on.
 
 The next-token scores of every copy of a wave are read the same way: W_U a block of tokens at a time, once for
 all of the wave's rows (:func:`picked_log_probabilities_of`), never every row's scores over the whole vocabulary.

@@ -1,10 +1,10 @@
 """One layer's tensors dequantised once and kept while many copies of a text go through it, the rest read as the
 forward pass reads them: what the exact ablation, patching and key importance run on instead of the whole model
-in float32 (:class:`.decoder.Resident`: 7.6 GB for a 1B GGUF of 0.8 GB).
+in float32 (:class:`.decoder.Resident`: 5.4 GB for the 1B-shaped GGUF of 0.8 GB that the benchmark writes).
 
 Those rerun the layers after an edited head for every batch of heads; reading each of a layer's matrices from the
 file again for every batch could cost more than its products. Run layer by layer instead (every pending batch
-through a layer before the next), each layer's matrices are dequantised once (:func:`attnviz.analysis.rerun`);
+through a layer before the next), each layer's matrices are dequantised once (:mod:`attnviz.analysis.rerun`);
 the memory they take is one layer's in float32."""
 
 from __future__ import annotations
