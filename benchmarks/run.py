@@ -240,16 +240,21 @@ def smollm2_text(tokens: int, what: str) -> tuple[Any, str, tuple[int, ...], flo
 def ablation(tokens: int) -> None:
     """SmolLM2's 270 heads zero-ablated one at a time on a text, against one forward pass of it with its loss: what
     each head would cost run from the start (270×). The layers before a head's run once; from its layer's output
-    projection on, the 9 heads of a layer run as one batch of 9 copies of the text (products of 900 rows, not 100,
-    next-token scores in blocks of ~680 rows), a batch per core: ≈167 passes' work on 100 tokens, done faster than
-    167 passes. The note says the process's CPU time too: on a shared machine the wall time is its load's."""
+    projection on, the 9 heads of a layer run as one batch of 9 copies of the text (products of 900 rows, not 100),
+    every batch through a layer before the next, side by side on the cores (each layer's matrices dequantised once
+    from the file for all of them: the model as loaded, never held whole in float32), the next-token scores of every
+    copy read together a block of W_U at a time: ≈167 passes' work on 100 tokens, done faster than 167 passes. The
+    baseline's forward pass runs on the model held in float32 (the fastest pass there is). The note says the
+    process's CPU time too: on a shared machine the wall time is its load's."""
 
     found = smollm2_text(tokens, "the ablation")
     if found is None:
         return
     from attnviz.analysis.ablation import ablate
+    from attnviz.models import load_model
 
-    model, text, ids, base = found
+    _, text, ids, base = found
+    model = load_model("smollm2")  # as the command loads it: its weights read from the file
     cpu = time.process_time()
     ours = best(lambda: ablate(model, text), repeats=1)
     cpu = time.process_time() - cpu

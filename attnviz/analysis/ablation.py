@@ -3,11 +3,14 @@ attention to one key removed, each measured by the change in the model's next-to
 
 Zero ablation sets a head's output to zero before the output projection (what transformers' o_proj would be
 given with that head's slice zeroed); mean ablation replaces it by its mean over the text's positions. The
-layers before the ablated one run once: each ablation runs only its own layer and those after it. Pure NumPy.
+layers before the ablated one run once: each ablation runs only its own layer and those after it (heads × layers
+/ 2 layers of the text for every head of a model), the weights read from the file a layer at a time for all the
+heads that rerun it (:mod:`.rerun`), never the whole model in float32. Pure NumPy.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterable
@@ -17,9 +20,10 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from ..engine.core import Array, soft_cap, softmax
-from ..engine.threads import one_blas_thread, run_all
+from ..engine.threads import one_blas_thread
 from ..errors import AttnvizError, UsageError
 from ..models.parts import overflow_checked, shared_heads
+from .rerun import Branch, copies_per_batch, picked_log_probabilities_of, run_on
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -110,11 +114,8 @@ def ablate(
     only: Iterable[tuple[int, int]] | None = None, progress: Steps | None = None,
 ) -> Ablation:  # fmt: skip
     """Each head of ``model`` removed in turn on ``text`` (``method``: zero or mean ablation); ``only`` (layer, head)
-    pairs: those alone (the others' Δ NaN); ``progress`` after each batch of heads.
-
-    One pass of the whole text keeps each layer's input and heads' outputs; then the heads of a layer, edited
-    one per copy of its outputs, run on from its output projection as one batch (:meth:`Decoder.through_copies`,
-    as many copies as :data:`BATCH_BYTES` holds), the batches side by side on the cores."""
+    pairs: those alone (the others' Δ NaN); ``progress`` as each batch of heads goes through a layer (:func:`replaced`
+    says how they run)."""
     encoding = model.encode(text)
     ids = encoding.ids
     if target is None and len(ids) < 2:
@@ -142,23 +143,20 @@ def replaced(
     ``label`` names the edit in an error ("without": ablation). ``only``: those heads alone (the others NaN).
 
     One pass of the whole text keeps each layer's input and heads' outputs; then the heads of a layer, edited
-    one per copy of its outputs, run on from its output projection as one batch (:meth:`Decoder.through_copies`,
-    as many copies as :data:`BATCH_BYTES` holds), the batches side by side on the cores."""
-    model.resident()  # every batch reads the layers after its own again, and the output matrix
-    inputs: list[Array] = []
-    outputs: list[Array] = []
+    one per copy of its outputs, run on from its output projection as one batch (as many copies as
+    :data:`.rerun.BATCH_BYTES` holds), every batch through the layers after its own a layer at a time
+    (:func:`.rerun.run_on`: each layer's matrices read from the file once for all of them)."""
+    inputs: dict[int, Array] = {}
+    outputs: dict[int, Array] = {}
 
     def keep(layer: int, x: Array, output: Array) -> None:
-        inputs.append(x)
-        outputs.append(output)
+        inputs[layer], outputs[layer] = x, output
 
     every = [(layer, head) for layer in range(model.layers) for head in range(model.heads)]
     chosen_heads = every if only is None else sorted(set(only))
-    batches = head_batches(chosen_heads, copies_per_batch(model, len(ids)))
+    n = len(ids)
+    batches = head_batches(chosen_heads, copies_per_batch(model, n))
     delta = np.full((model.layers, model.heads), np.nan)
-    done = [0, 0]
-    work = sum(model.layers - layer for layer, _ in chosen_heads)  # layers each copy runs again
-    counted = threading.Lock()
     with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         if chosen is None:
             baseline = next_token_loss(model, model.through(model.embed(np.asarray(ids)), seen=keep), ids)
@@ -167,61 +165,60 @@ def replaced(
             baseline = float(picked_log_probabilities(model.logits(last), np.asarray([chosen]))[0])
         baseline = finite(baseline, model, ids)
 
-        def one(batch: tuple[int, tuple[int, ...]]) -> None:
-            layer, heads = batch
-            copies = np.repeat(outputs[layer][None], len(heads), axis=0)
-            for c, head in enumerate(heads):
-                copies[c, head] = replacement(layer, head, outputs[layer])
-            attended = copies.transpose(0, 2, 1, 3).reshape(len(heads), len(ids), -1)
-            last = model.through_copies(inputs[layer], layer, attended, last_only=chosen is not None)
-            if chosen is None:
-                measured = -copies_log_probabilities(model, last[:, :-1], np.asarray(ids[1:])).mean(axis=1)
-            else:
-                measured = copies_log_probabilities(model, last, np.asarray([chosen]))[:, 0]
-            for c, head in enumerate(heads):
-                edited = finite(float(measured[c]), model, ids, f"{label} layer {layer}'s head {head}")
-                delta[layer, head] = edited - baseline
-            if progress is not None:
-                with counted:
-                    done[0] += len(heads)
-                    done[1] += len(heads) * (model.layers - layer)
-                    progress(done[0], len(chosen_heads), work=(done[1], work))
+    def attended(layer: int, heads: tuple[int, ...]) -> Array:
+        copies = np.repeat(outputs[layer][None], len(heads), axis=0)
+        for c, head in enumerate(heads):
+            copies[c, head] = replacement(layer, head, outputs[layer])
+        return copies.transpose(0, 2, 1, 3).reshape(len(heads) * n, -1)
 
-        run_all(one, batches)
+    branches = [Branch(layer, len(heads), functools.partial(attended, layer, heads)) for layer, heads in batches]
+    done = [0, 0]  # heads measured, layers of a copy run
+    work = sum(model.layers - layer for layer, _ in chosen_heads)
+    counted = threading.Lock()
+
+    def advance(copies: int) -> None:
+        if progress is not None:
+            with counted:
+                done[1] += copies
+                progress(done[0], len(chosen_heads), work=(done[1], work))
+
+    def measure(wave: list[int], lasts: list[Array]) -> None:
+        measured = measured_copies(model, lasts, ids, chosen)
+        heads = [(batches[i][0], head) for i in wave for head in batches[i][1]]
+        for (layer, head), value in zip(heads, measured, strict=True):
+            edited = finite(float(value), model, ids, f"{label} layer {layer}'s head {head}")
+            delta[layer, head] = edited - baseline
+        done[0] += len(heads)
+        if progress is not None:
+            progress(done[0], len(chosen_heads), work=(done[1], work))
+
+    run_on(model, inputs, branches, chosen is not None, measure, advance)
     return baseline, delta
 
 
-BATCH_BYTES = 2**27
-"""What one batch of ablations may hold of its widest rows (a feed-forward's, the next-token scores): each of the
-cores runs a batch at a time."""
-
-
-def copies_per_batch(model: Decoder, tokens: int) -> int:
-    """How many copies of a text of ``tokens`` go through the layers as one batch: a few of its feed-forward's
-    widest rows per copy (the widest of a layer's tensors), within :data:`BATCH_BYTES`."""
-    widest = max(max(model.weights.shape(name)) for name in model.expected() if name.startswith("blk.0."))
-    return max(1, BATCH_BYTES // (4 * 4 * tokens * widest))
+def measured_copies(model: Decoder, lasts: list[Array], ids: tuple[int, ...], chosen: int | None) -> Array:
+    """The measure of each copy from its last layer's output (``lasts``: batches of (copies, n, hidden), or of
+    (copies, 1, hidden) with a target, emptied as they are read): its next-token loss, or log p(``chosen``) after
+    its last token."""
+    hidden = model.shape.hidden
+    if chosen is None:
+        h = np.concatenate([last[:, :-1] for last in lasts]).reshape(-1, hidden)
+        lasts.clear()
+        copies = len(h) // (len(ids) - 1)
+        picks = np.tile(np.asarray(ids[1:]), copies)
+        result: Array = -picked_log_probabilities_of(model, h, picks).reshape(copies, -1).mean(axis=1)
+        return result
+    h = np.concatenate([last[:, -1] for last in lasts])
+    lasts.clear()
+    return picked_log_probabilities_of(model, h, np.full(len(h), chosen))
 
 
 def head_batches(heads: list[tuple[int, int]], size: int) -> list[tuple[int, tuple[int, ...]]]:
-    """``heads`` (layer, head) as batches of at most ``size`` heads of one layer, the earliest layers (the most
-    work) first, so the cores finish together."""
+    """``heads`` (layer, head) as batches of at most ``size`` heads of one layer, the earliest layers first."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
     return [(layer, tuple(hs[i : i + size])) for layer, hs in sorted(by_layer.items()) for i in range(0, len(hs), size)]
-
-
-def copies_log_probabilities(model: Decoder, last: Array, picks: Array) -> Array:
-    """The log-probability of ``picks[i]`` after position i of each copy, from the copies' last layer's output
-    (copies, n, hidden): (copies, n), the next-token scores made a block of rows within :data:`BATCH_BYTES`."""
-    copies, n, hidden = last.shape
-    rows = last.reshape(copies * n, hidden)
-    picked = np.tile(picks, copies)
-    step = max(1, BATCH_BYTES // (4 * model.weights.shape("token_embd.weight")[0]))
-    parts = [picked_log_probabilities(model.logits(rows[a : a + step]), picked[a : a + step])
-             for a in range(0, len(rows), step)]  # fmt: skip
-    return np.concatenate(parts).reshape(copies, n)
 
 
 def strongest(result: Ablation, count: int) -> list[tuple[int, int, float]]:
@@ -249,14 +246,16 @@ class Importance:
 
 def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tuple[int, ...]) -> Importance:
     """The change in the next-token loss at ``query`` when its attention to each key is removed in ``heads``. The
-    tokens after the query change nothing at it (the model is causal): every pass runs the text up to the query."""
+    tokens after the query change nothing at it (the model is causal): every pass runs the text up to the query,
+    the layers before ``layer`` once, a copy for each key removed from ``layer`` on (:func:`.rerun.run_on`)."""
     encoding = model.encode(text)
     ids, n = encoding.ids, len(encoding.ids)
-    inputs: list[Array] = []
+    inputs: dict[int, Array] = {}
+    outputs: dict[int, Array] = {}
 
     def keep(index: int, x: Array, output: Array) -> None:
         if index == layer:
-            inputs.append(x)
+            inputs[index], outputs[index] = x, output
 
     with one_blas_thread(), overflow_checked():  # each measure is checked by finite()
         last = model.through(model.embed(np.asarray(ids[: query + 1])), seen=keep)
@@ -264,7 +263,7 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         given = query < n - 1
         chosen = ids[query + 1] if given else int(np.argmax(logp[: model.spelled()]))
         baseline = finite(float(-logp[chosen]), model, ids)
-        q, k, v = model.attention_inputs(inputs[0], layer)
+        q, k, v = model.attention_inputs(inputs[layer], layer)
         k, v = shared_heads(k, v, model.heads)
         dots = np.einsum("hd,hmd->hm", q[:, query].astype(np.float64), k[:, : query + 1].astype(np.float64))
         cap = model.softcap(layer)
@@ -273,24 +272,31 @@ def key_importance(model: Decoder, text: str, layer: int, query: int, heads: tup
         keys = np.arange(query + 1)
         allowed = keys > query - window if window is not None else np.ones(query + 1, dtype=bool)
         scores = np.where(allowed, scores, -np.inf)
-        delta = np.full(n, np.nan)
-        open_keys = [int(j) for j in keys[allowed]] if allowed.sum() > 1 else []
+    delta = np.full(n, np.nan)
+    open_keys = [int(j) for j in keys[allowed]] if allowed.sum() > 1 else []
+    picked = list(heads)
 
-        def one(j: int) -> None:
+    def attended(removed: tuple[int, ...]) -> Array:
+        """The layer's heads' outputs, one copy per key removed: the query's row of ``heads`` without it."""
+        copies = np.repeat(outputs[layer][None], len(removed), axis=0)
+        for c, j in enumerate(removed):
             without = scores.copy()
             without[:, j] = -np.inf
-            rows = np.einsum("hm,hmd->hd", softmax(without), v[:, : query + 1].astype(np.float64)).astype(np.float32)
+            rows = np.einsum("hm,hmd->hd", softmax(without), v[:, : query + 1].astype(np.float64))
+            copies[c][picked, query] = rows[picked].astype(np.float32)
+        return copies.transpose(0, 2, 1, 3).reshape(len(removed) * (query + 1), -1)
 
-            def edit(output: Array) -> Array:
-                edited = output.copy()
-                edited[list(heads), query] = rows[list(heads)]
-                return edited
+    size = copies_per_batch(model, query + 1)
+    batches = [tuple(open_keys[i : i + size]) for i in range(0, len(open_keys), size)]
+    branches = [Branch(layer, len(keys), functools.partial(attended, keys)) for keys in batches]
 
-            ablated = model.through(inputs[0], layer, {layer: edit})
-            logits = model.logits(ablated[-1:])
-            removed = float(-picked_log_probabilities(logits, np.asarray([chosen]))[0])
-            delta[j] = finite(removed, model, ids, f"without query {query}'s attention to key {j}") - baseline
+    def measure(wave: list[int], lasts: list[Array]) -> None:
+        removed = [j for i in wave for j in batches[i]]
+        measured = measured_copies(model, lasts, ids[: query + 1], chosen)
+        for j, value in zip(removed, measured, strict=True):
+            loss = finite(-float(value), model, ids, f"without query {query}'s attention to key {j}")
+            delta[j] = loss - baseline
 
-        if open_keys:
-            run_all(one, open_keys)
+    if branches:
+        run_on(model, inputs, branches, True, measure)
     return Importance(layer, query, heads, token_text(model, chosen), chosen, given, baseline, delta)

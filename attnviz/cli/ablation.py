@@ -107,20 +107,19 @@ def ablate(
     most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
     encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
     if target is not None:
-        target_id(model, target)  # one token, or refused before the weights are made resident
-    model.resident()  # every ablation reads the layers after its own again
+        target_id(model, target)  # one token, or refused before any layer runs
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared
     from ..progress import bar
 
     method: Method = "mean" if mean else "zero"
-    result = attribution(model, layer.text, method, target) if estimate else None
-    comparison = None
-    if result is None or compare:
+    exact = None
+    if compare or not estimate:  # before the estimate, on the weights as ablate alone reads them: the same Δ
         with bar("head", f"{printable(model.name)}: ablating") as progress:
             exact = run_ablation(model, layer.text, method, target, progress=progress)
-        comparison = None if result is None else compared(exact, result)
-        result = result or exact
+    result = attribution(model, layer.text, method, target) if estimate else exact
+    assert result is not None
+    comparison = None if exact is None or result is exact else compared(exact, result)
     source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
     name = shown_name(model, encoding)
     from ..render import schema

@@ -242,7 +242,6 @@ def explain(
         if importance:
             from ..analysis.ablation import key_importance
 
-            model.resident()  # each key removed runs the layers from --layer on again
             heads = tuple(range(model.heads)) if all_heads else (head,)
             measured = key_importance(model, layer.text, chosen, query, heads)
     else:

@@ -225,7 +225,7 @@ class Decoder:
         return product(np.asarray(grad, dtype=np.float32), self.weights.tensor(name + ".weight"))
 
     def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
-        """Queries or keys (heads, n, d) rotated by position; inside :meth:`through_copies`, n rows of copies of one
+        """Queries or keys (heads, n, d) rotated by position; inside :meth:`copies_layer`, n rows of copies of one
         text, each rotated from its own first position."""
         rope = self.shape.ropes[layer]
         length = COPY_LENGTH.get()
@@ -541,46 +541,40 @@ class Decoder:
             self.finite(x, self.layers - 1)
         return x
 
-    def through_copies(self, x: Array, first: int, attended: Array, last_only: bool = False) -> Array:
-        """The last layer's output (copies, n, hidden) of copies of one text that part at layer ``first``: ``x``
-        (n, hidden) is that layer's input, the same for all, ``attended`` (copies, n, heads·d) each copy's heads'
-        outputs there, joined (edited: what :func:`attnviz.analysis.ablation.ablate` runs). Nothing before the output
-        projection of layer ``first`` runs again. The copies go through each layer as one batch of copies·n rows,
-        whose products are faster than one copy's at a time (a row's sums may round otherwise than one copy's alone
-        would: where a row falls in BLAS's blocks changes their order), the queries and keys too, each copy rotated
-        from its own first position (:data:`COPY_LENGTH`); each copy's queries attend to its own keys alone.
-        ``last_only``: of the last layer, only each copy's last row (all next-token scores of one position need)."""
-        copies, n = attended.shape[:2]
+    def copies_layer(self, rows: Array, layer: int, copies: int, attended: Array | None = None,
+                     last_only: bool = False) -> Array:  # fmt: skip
+        """Layer ``layer``'s output (copies·n, hidden) of copies of one text, ``rows`` its input (copies·n, hidden,
+        each copy's n rows together): copies that part at this layer are given ``attended`` (copies·n, heads·d), each
+        copy's heads' outputs, edited (what :func:`attnviz.analysis.ablation.ablate` runs on), and nothing before the
+        output projection runs; else the heads' outputs are made from ``rows``, the queries and keys of all copies
+        together, each copy rotated from its own first position (:data:`COPY_LENGTH`), each copy's queries attending
+        to its own keys alone. The copies go through the layer as one batch of copies·n rows, whose products are
+        faster than one copy's at a time (a row's sums may round otherwise than one copy's alone would: where a row
+        falls in BLAS's blocks changes their order). ``last_only``: of the last layer, only each copy's last row (all
+        next-token scores of one position need)."""
+        n = len(rows) // copies
         h, d = self.heads, self.shape.d_head
 
         def by_copy(heads: Array) -> Array:
             """(heads, copies·n, d) as (copies·heads, n, d): each copy's queries see that copy's keys alone."""
             return heads.reshape(len(heads), copies, n, d).transpose(1, 0, 2, 3).reshape(-1, n, d)
 
-        length = COPY_LENGTH.set(n)
-        try:
-            with one_blas_thread(), overflow_checked():
-                rows = np.tile(x, (copies, 1))
-                for layer in range(first, self.layers):
-                    if layer > first:
-                        self.finite(rows, layer - 1)
-                        q, k, v = self.attention_inputs(rows, layer)
-                        output, _ = attend(by_copy(q), by_copy(k), by_copy(v), scale=self.scale(layer),
-                                           causal=True, window=self.windows[layer], softcap=self.softcap(layer),
-                                           keep=NOTHING)  # fmt: skip
-                        assert output is not None
-                        self.finite(output, layer)
-                        heads = output.reshape(copies, h, n, d).transpose(0, 2, 1, 3).reshape(copies * n, h * d)
-                    else:
-                        heads = attended.reshape(copies * n, -1)
-                    if last_only and layer == self.layers - 1:
-                        ends = np.arange(1, copies + 1) * n - 1
-                        rows, heads = rows[ends], heads[ends]
-                    rows = self.after(rows, heads, layer)
-                self.finite(rows, self.layers - 1)
-        finally:
-            COPY_LENGTH.reset(length)
-        return rows.reshape(copies, -1, rows.shape[-1])
+        if attended is None:
+            self.finite(rows, layer - 1)
+            length = COPY_LENGTH.set(n)
+            try:
+                q, k, v = self.attention_inputs(rows, layer)
+            finally:
+                COPY_LENGTH.reset(length)
+            output, _ = attend(by_copy(q), by_copy(k), by_copy(v), scale=self.scale(layer), causal=True,
+                               window=self.windows[layer], softcap=self.softcap(layer), keep=NOTHING)  # fmt: skip
+            assert output is not None
+            self.finite(output, layer)
+            attended = output.reshape(copies, h, n, d).transpose(0, 2, 1, 3).reshape(copies * n, h * d)
+        if last_only and layer == self.layers - 1:
+            ends = np.arange(1, copies + 1) * n - 1
+            rows, attended = rows[ends], attended[ends]
+        return self.after(rows, attended, layer)
 
 
 @dataclass
@@ -609,7 +603,7 @@ REMEMBERED: contextvars.ContextVar[Remembered | None] = contextvars.ContextVar("
 """The products :meth:`Decoder.linear` keeps for a backward pass (:mod:`attnviz.analysis.gradients`), or None: none."""
 
 COPY_LENGTH: contextvars.ContextVar[int | None] = contextvars.ContextVar("attnviz_copy_length", default=None)
-"""The length of each copy of a text inside :meth:`Decoder.through_copies` (rotary positions restart at each)."""
+"""The length of each copy of a text inside :meth:`Decoder.copies_layer` (rotary positions restart at each)."""
 
 
 def joined(output: Array) -> Array:
