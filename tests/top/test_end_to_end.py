@@ -133,6 +133,14 @@ def test_only_the_command_that_runs_reads_its_options(argv: list[str]) -> None:
     assert ("SIDE" not in groups and "RANDOM_LAYER" not in groups) if argv[0] != "--help" else groups == []
 
 
+@pytest.mark.parametrize("argv", [["heatmap", "a", "b", "--json"], ["heatmap", "a\u0301", "b", "--json"]])
+def test_json_output_loads_no_unicode_database(argv: list[str]) -> None:
+    """unicodedata is a shared library of its own; printable text (even with combining marks) never needs it."""
+    code = "import sys; from attnviz.cli import main; main(sys.argv[1:]); print('unicodedata' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr
+
+
 def test_json_output_does_not_import_matplotlib() -> None:
     code = (
         "import sys; from attnviz.cli import main; main(['heatmap', 'a', 'b', '--json']); "
