@@ -47,7 +47,9 @@ def versions() -> dict[str, str]:
     except ImportError:
         return found
     features = llama_cpp.llama_print_system_info().decode(errors="replace").split("|")
-    found["llama.cpp features"] = ",".join(f.split("=")[0].strip() for f in features if f.strip().endswith("= 1"))
+    found["llama.cpp features"] = ",".join(
+        f.split("=")[0].split(":")[-1].strip() for f in features if f.strip().endswith("= 1")
+    )
     return found
 
 
