@@ -69,17 +69,24 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py
 
-# attnviz beside transformers (float32, 2 threads) on the same weights and ids, in the same run. torch and
-# transformers live in a scratch environment of their own, never a dependency of attnviz; pip takes torch 2.13.0's
-# CPU build where it lies on the disk.
+# attnviz beside transformers (float32, 2 threads) and llama.cpp (the quantised blocks, 2 threads) on the same
+# weights and ids, in the same run. torch, transformers and llama-cpp-python live in a scratch environment of their
+# own, never a dependency of attnviz; pip takes torch 2.13.0's CPU build where it lies on the disk. llama-cpp-python
+# is compiled from source for this CPU (a C++ compiler; pip brings cmake where there is none; a quarter of an hour
+# on two cores), once: pip keeps the wheel it built in its cache, and a second make bench-peers finds the stamp.
 PEERS := build/peers-venv
+LLAMA_CPP := llama-cpp-python==0.3.36
 $(PEERS)/.installed:
 	$(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0
 	$(PEERS)/bin/python -m pip install --quiet transformers==5.24.0 accelerate 'gguf>=0.10' numpy
 	touch $@
 
-bench-peers: $(VENV)/.installed-bench $(PEERS)/.installed
+$(PEERS)/.installed-llama-cpp: | $(PEERS)/.installed
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PEERS)/bin/python -m pip install --quiet $(LLAMA_CPP)
+	touch $@
+
+bench-peers: $(VENV)/.installed-bench $(PEERS)/.installed $(PEERS)/.installed-llama-cpp
 	$(BIN)/python benchmarks/peers.py --peer $(PEERS)/bin/python
 
 clean:

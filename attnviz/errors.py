@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import unicodedata
 
 HANGING_INDENT = "  "  # a folded message's lines after its first: the next message starts at the margin
 
@@ -47,6 +46,8 @@ def printable(text: str, keep: str = "") -> str:
     """
     if text.isprintable():
         return text
+    import unicodedata  # a shared library of its own: loaded where a character is looked up
+
     hidden = ("Cc", "Cf", "Cs", "Zl", "Zp")
     return "".join(
         c.encode("unicode_escape").decode() if c not in keep and unicodedata.category(c) in hidden else c for c in text

@@ -8,6 +8,11 @@ attnviz) on this same file with ``--transformers CASE.json``: a fresh process th
 ``from_pretrained(folder, gguf_file=name)`` (dequantised to float32), runs the case with 2 threads, and prints its
 times and its peak resident memory (ru_maxrss) as JSON.
 
+llama.cpp (llama-cpp-python, built from source in the same venv) generates too, in a run of its own taking turns
+with attnviz's tokens (``llamacpp.py``): the same GGUF, ids, threads and greedy choice, read from the quantised
+blocks as they are stored — the physical limit of a generation on this CPU. The first line names the CPU and the
+versions of torch, transformers and llama-cpp-python.
+
 Rows: generate's steady-state seconds per token (the time of 45 new tokens minus 5, over 40; greedy; transformers
 with SDPA and its cache) on SmolLM2 and the benchmark models; every layer's and head's attention, attnviz's whole
 ``heatmap --all-layers`` command (its pooled figure) against transformers' forward pass of the same ids with SDPA
@@ -18,6 +23,7 @@ at 2,543 and 8,000 tokens and the Qwen-shaped model at the same text's tokens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -132,40 +138,143 @@ def show(row: Row) -> Row:
 
 
 def generation_rows(python: str, quick: bool) -> list[Row]:
-    """generate's steady state on each model, attnviz in-process and transformers in the peer's process taking
-    turns a token each (:mod:`turns`), with the float32 floor's token (generation.floor) between attnviz's: three
-    times measured at the machine's same speed. The peak memory of each in a fresh process (attnviz's generate
-    command, --new 5)."""
-    from generation import PROMPT, models
+    """generate's steady state on each model, attnviz in-process and a peer in its own process taking turns a token
+    each (:mod:`turns`): transformers, with the float32 floor's token (generation.floor) between attnviz's (three
+    times measured at the machine's same speed); then llama.cpp (:mod:`llamacpp`) in a run of its own. The peak
+    memory of each in a fresh process (attnviz's generate command, --new 5)."""
+    from generation import PROMPT
     from real_lengths import command_peak
 
     rows: list[Row] = []
-    for name, args in models(quick):
+    for name, args in generation_models(quick):
         model = load(args)
         ids = list(model.encode(PROMPT).ids)
         folder, file = where(args)
         case = {"label": f"generate {name}", "task": "generate", "folder": folder, "file": file,
                 "attention": "sdpa", "ids": ids, "new": 45, "first": 5}  # fmt: skip
-        ours, base, mine, theirs = in_turns(python, case, model)
         _, peak = command_peak([sys.executable, "-m", "attnviz", "generate", *args, PROMPT, "--new", "5", "--json"])
         label = f"generate: {name}, tokens 5→45, s/token"
-        if theirs is None:
-            rows.append(show((label, ours, None, f"attnviz's peak {mib(peak)}; {ours / base:.2f}× the floor")))
-            continue
-        same = next((k for k, (a, b) in enumerate(zip(mine, theirs["ids"], strict=False)) if a != b), len(mine))
-        note = f"{1 / ours:.1f} vs {1 / theirs['seconds']:.1f} tokens/s; same greedy ids for {same} of 45; "
-        note += f"peak {mib(peak)} vs {mib(theirs['peak'])}; × the float32 floor: "
-        note += f"{ours / base:.2f} vs {theirs['seconds'] / base:.2f}"
-        rows.append(show((label, ours, theirs["seconds"], note)))
+        need = float32_bytes(model)
+        if 1.2 * need > available():
+            print(f"(not running transformers on {name}: its float32 weights are {need / 2**30:.1f} GiB, past the "
+                  "machine's free memory)")  # fmt: skip
+            rows.append(show((label, steady_alone(model), None, f"attnviz alone; its peak {mib(peak)}")))
+        else:
+            ours, base, mine, theirs = in_turns([python, __file__, "--transformers"], case, model)
+            if theirs is None:
+                rows.append(show((label, ours, None, f"attnviz's peak {mib(peak)}; {ours / base:.2f}× the floor")))
+            else:
+                note = f"{1 / ours:.1f} vs {1 / theirs['seconds']:.1f} tokens/s; same greedy ids for "
+                note += f"{same(mine, theirs)} of 45; peak {mib(peak)} vs {mib(theirs['peak'])}; × the float32 "
+                note += f"floor: {ours / base:.2f} vs {theirs['seconds'] / base:.2f}"
+                rows.append(show((label, ours, theirs["seconds"], note)))
+        rows += llama_cpp_rows(python, name, case, model)
         del model
     return rows
 
 
-def in_turns(python: str, case: dict[str, Any], model: Any) -> tuple[float, float, list[int], dict[str, Any] | None]:
-    """attnviz's generation of ``case`` and transformers' in the peer's process, a token each in turn, with the
-    floor's token after each of attnviz's: (attnviz's seconds a token, the floor's, attnviz's ids, the peer's
-    result: None, said, where it fails — attnviz is then measured alone)."""
-    from generation import floor, steady
+LLAMA_CPP_TARGETS = ("llama-3.2-1b-shaped", "llama-3.1-8b-shaped")  # attnviz's tokens/s ≥ half llama.cpp's (issue 51)
+
+
+def llama_cpp_rows(python: str, name: str, case: dict[str, Any], model: Any) -> list[Row]:
+    """attnviz and llama.cpp taking turns on ``case`` (a run of its own: attnviz generates again, so both are timed
+    at the machine's same speed): their seconds a token, and where ``name`` has a target, whether attnviz's
+    tokens/s are at least half llama.cpp's."""
+    if not llama_cpp_in(python):
+        return []
+    ours, _, mine, theirs = in_turns([python, str(LLAMACPP)], case | {"label": f"llama.cpp {name}"}, model, False)
+    label = "  llama.cpp: same GGUF, ids and threads"
+    if theirs is None:
+        return [show((label, ours, None, "llama.cpp failed"))]
+    note = f"{1 / ours:.1f} vs {1 / theirs['seconds']:.1f} tokens/s; same greedy ids for {same(mine, theirs)} of "
+    note += f"45; llama.cpp's peak {mib(theirs['peak'])} (the file mapped); load {theirs['load']:.1f} s"
+    rows = [show((label, ours, theirs["seconds"], note))]
+    if name in LLAMA_CPP_TARGETS:
+        ratio = ours / theirs["seconds"]
+        note = f"target ≤ 2× (attnviz's tokens/s ≥ 50% of llama.cpp's; now {1 / ratio:.0%}): "
+        rows.append(show((f"  target: {name} vs llama.cpp", ours, theirs["seconds"], note + verdict(ratio <= 2))))
+    return rows
+
+
+def verdict(ok: bool) -> str:
+    return "pass" if ok else "FAIL"
+
+
+def steady_alone(model: Any) -> float:
+    """attnviz's seconds a token, measured alone (no peer can hold the model)."""
+    from generation import steady
+
+    return steady(model, 45, 5)[0]
+
+
+def generation_models(quick: bool) -> list[tuple[str, list[str]]]:
+    """generation.models', and in the full run the 8B-shaped model where bench_models has its recipe (said where
+    it has not)."""
+    import bench_models
+    from generation import models
+
+    found = models(quick)
+    recipe = getattr(bench_models, "LLAMA_8B", None)
+    if quick:
+        return found
+    if recipe is None:
+        print("(skipping generate on the 8B-shaped model: benchmarks/bench_models.py has no LLAMA_8B recipe)")
+        return found
+    path = bench_models.bench_model(recipe)
+    return found if path is None else [*found, (recipe.name, ["--model-file", str(path)])]
+
+
+def same(mine: list[int], theirs: dict[str, Any]) -> int:
+    """How many of the first greedy ids two generations share."""
+    return next((k for k, (a, b) in enumerate(zip(mine, theirs["ids"], strict=False)) if a != b), len(mine))
+
+
+def float32_bytes(model: Any) -> int:
+    """The model's weights widened to float32, as transformers holds them."""
+    import math
+
+    from attnviz.models.gguf import GGUF
+
+    return 4 * sum(math.prod(info.shape) for info in GGUF(model.weights.path).tensors.values())
+
+
+LLAMACPP = Path(__file__).resolve().with_name("llamacpp.py")
+
+
+def llama_cpp_in(python: str) -> bool:
+    """Whether the peers' venv has llama-cpp-python; said in one line where it has not."""
+    done = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True, text=True)
+    if done.returncode:
+        print("(skipping llama.cpp: llama-cpp-python is not in the peers' venv; make bench-peers builds it)")
+    return done.returncode == 0
+
+
+def versions(python: str) -> str:
+    """The machine's CPU and the versions measured: attnviz's NumPy, the peers' torch, transformers and
+    llama-cpp-python, and the CPU features llama.cpp was built for."""
+    import platform
+
+    import numpy as np
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    done = subprocess.run([python, str(LLAMACPP), "--versions"], capture_output=True, text=True)
+    peers = json.loads(done.stdout) if done.returncode == 0 else {}
+    said = "; ".join(f"{k} {v}" for k, v in peers.items())
+    return f"CPU: {cpu}, {os.cpu_count()} cores, {THREADS} threads each; numpy {np.__version__}; {said}"
+
+
+def in_turns(
+    peer: list[str], case: dict[str, Any], model: Any, floor: bool = True
+) -> tuple[float, float, list[int], dict[str, Any] | None]:
+    """attnviz's generation of ``case`` and the peer's (``peer`` and the case's file: transformers or llama.cpp) in
+    its own process, a token each in turn, with the floor's token after each of attnviz's (unless not ``floor``):
+    (attnviz's seconds a token, the floor's (nan without), attnviz's ids, the peer's result: None, said, where it
+    fails — attnviz is then measured alone)."""
+    from generation import floor as floor_of
+    from generation import steady
 
     new, first = case["new"], case["first"]
     with tempfile.TemporaryDirectory() as folder:
@@ -174,13 +283,13 @@ def in_turns(python: str, case: dict[str, Any], model: Any) -> tuple[float, floa
         to_peer, from_peer = os.pipe(), os.pipe()
         with open(said, "w") as out:
             process = subprocess.Popen(
-                [python, __file__, "--transformers", str(spec), "--baton", f"{to_peer[0]},{from_peer[1]}"],
+                [*peer, str(spec), "--baton", f"{to_peer[0]},{from_peer[1]}"],
                 pass_fds=(to_peer[0], from_peer[1]), stdout=out, stderr=subprocess.STDOUT, env=os.environ | QUIET,
             )  # fmt: skip
         os.close(to_peer[0])
         os.close(from_peer[1])
         baton = Baton(from_peer[0], to_peer[1])
-        clock = Clock(new, baton, between=floor(model))
+        clock = Clock(new, baton, between=floor_of(model) if floor else None)
         try:
             baton.take()  # the peer has loaded its model
             ours, mine = steady(model, new, first, clock)
@@ -193,10 +302,11 @@ def in_turns(python: str, case: dict[str, Any], model: Any) -> tuple[float, floa
             os.close(from_peer[0])
         process.wait()
         lines = said.read_text().strip().splitlines() or ["?"]
+    base = clock.between_steady(first) if floor else float("nan")
     if process.returncode:
-        print(f"(transformers failed on {case['label']}: {lines[-1]})")
-        return ours, clock.between_steady(first), mine, None
-    return ours, clock.between_steady(first), mine, json.loads(lines[-1])
+        print(f"(the peer failed on {case['label']}: {lines[-1]})")
+        return ours, base, mine, None
+    return ours, base, mine, json.loads(lines[-1])
 
 
 def where(args: list[str]) -> tuple[str, str]:
@@ -304,6 +414,7 @@ def main() -> None:
         return
     if options.peer is None:
         parser.error("--peer PYTHON is needed (make bench-peers builds build/peers-venv)")
+    print(versions(options.peer), flush=True)
     print(HEADER, flush=True)
     rows = [] if options.only == "heads" else generation_rows(options.peer, options.quick)
     rows += [] if options.only == "generate" else every_head_rows(options.peer, options.quick)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
 import typer
 
@@ -569,27 +569,39 @@ def figure_options(
 
 
 class OptionGroup:
-    """Options declared once, by a build function's parameters, for every command that takes them."""
+    """Options declared once, by a build function's parameters, for every command that takes them.
+
+    The parameters are read (their annotations evaluated) when a command that takes the group is built, not when
+    the group is declared: ``attnviz --help`` lists every command and builds none (start-up is a target)."""
 
     def __init__(
         self,
         build: Callable[..., Any],
         *,
         hidden: tuple[str, ...] = (),
-        signature: inspect.Signature | None = None,
+        base: OptionGroup | None = None,
         **defaults: Any,
     ) -> None:
-        self.build, self.hidden = build, hidden
-        self.signature = signature or inspect.signature(build, eval_str=True)  # evaluated once per build function
-        self.parameters = [
-            p.replace(default=defaults[p.name]) if p.name in defaults else p
+        self.build, self.hidden, self.base, self.defaults = build, hidden, base, defaults
+
+    @cached_property
+    def signature(self) -> inspect.Signature:
+        """The build function's signature, evaluated once for the group and all its variants."""
+        if self.base is not None:
+            return self.base.signature
+        return inspect.signature(self.build, eval_str=True)
+
+    @cached_property
+    def parameters(self) -> list[inspect.Parameter]:
+        return [
+            p.replace(default=self.defaults[p.name]) if p.name in self.defaults else p
             for p in self.signature.parameters.values()
-            if p.name not in hidden
+            if p.name not in self.hidden
         ]
 
     def variant(self, *, hidden: tuple[str, ...] = (), **defaults: Any) -> OptionGroup:
         """The same group with other defaults, or some options left out (they keep their defaults)."""
-        return OptionGroup(self.build, hidden=self.hidden + hidden, signature=self.signature, **defaults)
+        return OptionGroup(self.build, hidden=self.hidden + hidden, base=self.base or self, **defaults)
 
     def take(self, values: dict[str, Any]) -> Any:
         """Build the group's object from its options, removing them from ``values``."""
@@ -604,37 +616,59 @@ RANDOM_LAYER = LAYER.variant(
 FIGURE = OptionGroup(figure_options)
 
 
-def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], Callable[..., R]]:
-    """Replace each parameter named in ``groups`` by that group's options, for Typer to read; and give the
-    command -q/--quiet (:data:`Quiet`: -q means --quiet in every command) unless it declares its own ``quiet``,
-    which then silences the progress bar too."""
+class GroupedCommand(Generic[R]):
+    """A command whose option groups' parameters stand in its signature in their place (what Typer reads), each
+    group built from its options when the command runs; and -q/--quiet (:data:`Quiet`: -q means --quiet in every
+    command) unless the command declares its own ``quiet``, which then silences the progress bar too.
 
-    def decorate(command: Callable[..., R]) -> Callable[..., R]:
-        signature = inspect.signature(command, eval_str=True)
+    The signature is made when Typer first asks for it, as the command is built to run or to show its own help:
+    importing a module of commands evaluates none of their annotations, and ``attnviz --help`` builds no command."""
+
+    def __init__(self, command: Callable[..., R], groups: dict[str, OptionGroup]) -> None:
+        functools.update_wrapper(self, command, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
+        self.command, self.option_groups = command, groups  # option_groups: for checking a batch plan's entries
+
+    @cached_property
+    def own_signature(self) -> inspect.Signature:
+        return inspect.signature(self.command, eval_str=True)
+
+    @cached_property
+    def __signature__(self) -> inspect.Signature:
         parameters: list[inspect.Parameter] = []
-        for p in signature.parameters.values():
-            parameters.extend(groups[p.name].parameters if p.name in groups else [p])
-        own = "quiet" in signature.parameters
-        if not own:
-            kind = inspect.Parameter.KEYWORD_ONLY
-            parameters.append(inspect.Parameter("quiet", kind, default=False, annotation=Quiet))
+        for p in self.own_signature.parameters.values():
+            parameters.extend(self.option_groups[p.name].parameters if p.name in self.option_groups else [p])
+        if not self.own_quiet:
+            parameters.append(
+                inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Quiet)
+            )
+        return self.own_signature.replace(parameters=parameters)
 
-        @functools.wraps(command)
-        def wrapper(**values: Any) -> R:
-            from ..progress import quiet
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        signature = self.__signature__
+        return {p.name: p.annotation for p in signature.parameters.values()} | {"return": signature.return_annotation}
 
-            silenced = values["quiet"] if own else values.pop("quiet")
-            for name, group in groups.items():
-                values[name] = group.take(values)
-                if isinstance(values[name], FigureRequest):
-                    values[name].check(command.__name__)
-            with quiet(silenced):
-                return command(**values)
+    @property
+    def own_quiet(self) -> bool:
+        return "quiet" in self.own_signature.parameters
 
-        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        wrapper.option_groups = groups  # type: ignore[attr-defined]  # for checking a batch plan's entries
-        wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": signature.return_annotation}
-        return wrapper
+    def __call__(self, **values: Any) -> R:
+        from ..progress import quiet
+
+        silenced = values["quiet"] if self.own_quiet else values.pop("quiet")
+        for name, group in self.option_groups.items():
+            values[name] = group.take(values)
+            if isinstance(values[name], FigureRequest):
+                values[name].check(self.command.__name__)
+        with quiet(silenced):
+            return self.command(**values)
+
+
+def with_options(**groups: OptionGroup) -> Callable[[Callable[..., R]], GroupedCommand[R]]:
+    """Replace each parameter named in ``groups`` by that group's options, for Typer to read (a GroupedCommand)."""
+
+    def decorate(command: Callable[..., R]) -> GroupedCommand[R]:
+        return GroupedCommand(command, groups)
 
     return decorate
 

@@ -16,7 +16,6 @@ import os
 import stat
 import struct
 import sys
-import unicodedata
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -223,6 +222,8 @@ def _covered_code_points() -> frozenset[int]:
 
 def missing_glyphs(texts: Iterable[str]) -> list[str]:
     """The characters of ``texts`` that no font here can draw (they would show as boxes)."""
+    import unicodedata
+
     covered = _covered_code_points()
     distinct = dict.fromkeys(ch for text in texts for ch in dict.fromkeys(text))  # each character once, in order
     return [

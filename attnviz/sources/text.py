@@ -6,7 +6,6 @@ taken token for token, so tokens may hold spaces or be empty. Nothing here touch
 
 from __future__ import annotations
 
-import unicodedata
 from pathlib import Path
 
 from ..errors import AttnvizError, UsageError, printable
@@ -109,6 +108,8 @@ def graphemes(text: str) -> list[str]:
     The parts of UAX #29 that tokens need; labels are cut between these, never inside one. Cut by slicing at
     their starts, in time linear in the text (a letter with a million marks is one, found in a pass).
     """
+    import unicodedata
+
     clusters: list[str] = []
     start = 0
     for k in range(1, len(text)):

@@ -113,6 +113,34 @@ def test_dash_o_writes_an_image_to_a_pipe_and_refuses_a_terminal() -> None:
     assert tty.returncode == 2
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["heatmap", "a", "b", "--json"], ["mask", "a", "b", "--json"]])
+def test_only_the_command_that_runs_reads_its_options(argv: list[str]) -> None:
+    """Start-up is a target (make bench): --help lists every command and builds none; a command builds itself, not
+    the other commands of its module. Building one evaluates its annotations and its option groups' (a twentieth of
+    --help's instructions when every command was built on import)."""
+    code = (
+        "import json, sys; from attnviz.cli import entry, main, options; main(sys.argv[1:]); "
+        "grouped = [i.callback for i in entry.app.registered_commands "
+        "if isinstance(i.callback, options.GroupedCommand)]; "
+        "groups = {n: vars(getattr(options, n)) for n in ('LAYER', 'FIGURE', 'RANDOM_LAYER', 'SIDE')}; "
+        "print(json.dumps([len(grouped), [c.__name__ for c in grouped if '__signature__' in vars(c)], "
+        "sorted(n for n, d in groups.items() if 'signature' in d or '__signature__' in d)]), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    grouped, built, groups = json.loads(done.stderr.strip().splitlines()[-1])
+    assert grouped >= (15 if argv[0] == "--help" else 1)  # registered: every view's command, or the module's
+    assert built == argv[:1] if argv[0] != "--help" else built == [], done.stderr
+    assert ("SIDE" not in groups and "RANDOM_LAYER" not in groups) if argv[0] != "--help" else groups == []
+
+
+@pytest.mark.parametrize("argv", [["heatmap", "a", "b", "--json"], ["heatmap", "a\u0301", "b", "--json"]])
+def test_json_output_loads_no_unicode_database(argv: list[str]) -> None:
+    """unicodedata is a shared library of its own; printable text (even with combining marks) never needs it."""
+    code = "import sys; from attnviz.cli import main; main(sys.argv[1:]); print('unicodedata' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr
+
+
 def test_json_output_does_not_import_matplotlib() -> None:
     code = (
         "import sys; from attnviz.cli import main; main(['heatmap', 'a', 'b', '--json']); "
