@@ -158,8 +158,10 @@ def backward(
     of the last token. ``kept``: bytes the caller holds beside it, counted against the budget. A NaN or infinite
     gradient is refused naming the layer it came out of; a length whose backward exceeds the memory budget, saying
     what it would need."""
-    segment = segment_within(model, len(ids), memory_budget(), kept)
-    memory = Remembered(REMEMBER_BYTES)
+    budget = memory_budget()
+    segment = segment_within(model, len(ids), budget, kept)
+    left = None if budget is None else budget - needed_bytes(model, len(ids), segment, kept)
+    memory = Remembered(REMEMBER_BYTES if left is None else max(0, min(REMEMBER_BYTES, left)))
     token = REMEMBERED.set(memory)
     try:
         with one_blas_thread(), overflow_checked():

@@ -67,6 +67,13 @@ def target_word(model: Any, token: int) -> str | None:
         return None
 
 
+@pytest.fixture(autouse=True)
+def _roomy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory budget of its own: the machine's free memory decides how many layers a backward keeps (never its
+    gradients, which the segments test below checks), and a machine busy with other work must not refuse these."""
+    monkeypatch.setenv("ATTNVIZ_MEMORY", "8G")
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {}
@@ -336,7 +343,6 @@ def test_the_backward_keeps_what_the_budget_allows_and_runs_the_rest_again_with_
         assert g.last_rows is not None
         return g.input_grad, np.stack([given[i] for i in range(model.layers)]), g.last_rows
 
-    monkeypatch.delenv("ATTNVIZ_MEMORY", raising=False)
     whole = run()
     seen: list[int] = []
     chosen = gradients.segment_within
