@@ -557,6 +557,9 @@ def main() -> None:
         from long_heads import long_heads
 
         ROWS.extend(long_heads())
+    from long_gradients import long_gradients
+
+    ROWS.extend(long_gradients(quick))
     print(f"{'case':<52} {'attnviz':>9} {'baseline':>9} {'ratio':>7}  {'target':<12} {'':4} note")
     for case, ours, base, ratio, target, ok, note in ROWS:
         unit, verdict = "M" if case in IN_MIB else "s", "pass" if ok else "FAIL"
