@@ -103,13 +103,14 @@ def ablate(
     if not isinstance(loaded, Decoder):
         raise UsageError(f"ablate measures a decoder's next-token loss; {printable(loaded.name)} is an encoder")
     model = loaded.limited(layer.max_tokens)
-    exact = not estimate or compare
-    encoding = taken(model, layer.text, ABLATE_TOKENS if exact else None, "ablate" if exact else "ablate --estimate")
+    exactly = not estimate or compare  # each head's layers run again: at most ABLATE_TOKENS
+    command = "ablate" if exactly else "ablate --estimate"
+    encoding = taken(model, layer.text, ABLATE_TOKENS if exactly else None, command)
     if estimate:
         within_memory(model, encoding, "ablate --estimate")
     if target is not None:
         target_id(model, target)  # one token, or refused before the weights are made resident
-    if exact:
+    if exactly:
         model.resident()  # every ablation reads the layers after its own again
     from ..analysis.ablation import Method
     from ..analysis.attribution import attribution, compared
