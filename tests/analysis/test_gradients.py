@@ -353,3 +353,24 @@ def test_the_backward_keeps_what_the_budget_allows_and_runs_the_rest_again_with_
             np.testing.assert_array_equal(ours, theirs)
         assert seen[-1] >= segment
     assert min(seen) < model.layers
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gemma3"])
+def test_the_saliency_and_the_heads_beside_it_come_from_one_pass_as_the_views_make_them(
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """saliency_and_heads: the saliency's scores, attribution's zero-ablation estimates and each head's attention of
+    the last token (Gemma's sliding windows and soft-caps among them) as the forward of every view keeps it."""
+    from attnviz.analysis.attribution import saliency_and_heads
+    from attnviz.engine.blocked import Keep
+
+    model, z = case(name, loaded, tmp_path_factory)
+    text = str(z["text"])
+    result, beside = saliency_and_heads(model, text)
+    np.testing.assert_array_equal(result.scores, saliency(model, text).scores)
+    np.testing.assert_array_equal(beside.delta, attribution(model, text).delta)
+    rows: dict[int, np.ndarray] = {}
+    encoding = model.encode(text)
+    model.run(encoding, lambda layer, kept: rows.__setitem__(layer, kept.weights[:, -1]),
+              {layer: Keep() for layer in range(model.layers)})  # fmt: skip
+    np.testing.assert_allclose(beside.last_rows, np.stack([rows[i] for i in range(model.layers)]), rtol=0, atol=1e-6)
