@@ -562,6 +562,9 @@ def main() -> None:
         from long_heads import long_heads
 
         ROWS.extend(long_heads())
+    from long_gradients import long_gradients
+
+    ROWS.extend(long_gradients(quick))
     from big_models import big_models, cpu_name
 
     big, big_in_mib = big_models(quick)

@@ -19,6 +19,7 @@ Saliency of each input token t, e its first layer's input (after any embedding s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -27,7 +28,7 @@ import numpy as np
 from ..engine.core import Array
 from ..errors import UsageError, quoted
 from .ablation import Ablation, Method, finite, picked_log_probabilities, replaced, target_id, token_text
-from .gradients import backward
+from .gradients import Gradients, backward
 
 
 def plural(count: int, noun: str) -> str:
@@ -44,13 +45,28 @@ ATTRIBUTION_PATCHING = "attribution patching"
 
 
 def estimated(z: Array, z_grad: Array, replacement: Array | Method) -> Array:
-    """Σ_t Σ_d (z′ − z) ∂L/∂z of every head (layers, heads), from the heads' outputs and their gradients
-    (layers, heads, n, d); z′ zero, the mean over positions, or given (layers, heads, n, d)."""
+    """Σ_t Σ_d (z′ − z) ∂L/∂z of every head, from the heads' outputs and their gradients (…, heads, n, d): of one
+    layer (heads,) or of every layer (layers, heads); z′ zero, the mean over positions, or given as z is."""
     z, z_grad = z.astype(np.float64), z_grad.astype(np.float64)
     if isinstance(replacement, str):
-        replacement = np.zeros_like(z) if replacement == "zero" else z.mean(axis=2, keepdims=True)
-    result: Array = ((replacement - z) * z_grad).sum(axis=(2, 3))
+        replacement = np.zeros_like(z) if replacement == "zero" else z.mean(axis=-2, keepdims=True)
+    result: Array = ((replacement - z) * z_grad).sum(axis=(-2, -1))
     return result
+
+
+def estimates(
+    model: Decoder, ids: tuple[int, ...], target: int | None, replacement: Callable[[int], Array] | Method,
+    last_rows: bool = False, kept: int = 0,
+) -> tuple[Gradients, Array]:  # fmt: skip
+    """One backward pass of the text ``ids`` and every head's Σ (z′ − z)·∂L/∂z (layers, heads), each layer's made as
+    its backward gives its z and ∂L/∂z (which are not kept); z′ zero, the mean, or ``replacement(layer)``."""
+    delta = np.zeros((model.layers, model.heads))
+
+    def summed(layer: int, z: Array, z_grad: Array) -> None:
+        delta[layer] = estimated(z, z_grad, replacement if isinstance(replacement, str) else replacement(layer))
+
+    g = backward(model, model.embed(np.asarray(ids)), ids, target, summed, last_rows, kept)
+    return g, delta
 
 
 def measured_ids(model: Decoder, text: str, target: str | None) -> tuple[tuple[str, ...], tuple[int, ...], int | None]:
@@ -65,10 +81,9 @@ def attribution(model: Decoder, text: str, method: Method = "zero", target: str 
     """Every head's ablation (zero or mean) estimated by attribution patching: an :class:`Ablation` whose
     ``estimate`` says so."""
     tokens, ids, chosen = measured_ids(model, text, target)
-    g = backward(model, model.embed(np.asarray(ids)), ids, chosen)
+    g, delta = estimates(model, ids, chosen, method)
     shown = None if chosen is None else token_text(model, chosen)
     value = finite(g.value, model, ids)
-    delta = estimated(g.z, g.z_grad, method)
     return Ablation(tokens, ids, method, value, delta, shown, chosen, model.kv_heads, ATTRIBUTION_PATCHING)
 
 
@@ -131,7 +146,38 @@ def saliency(
     """Each token's saliency for the measure (``method``; ``steps`` of integrated gradients)."""
     tokens, ids, chosen = measured_ids(model, text, target)
     e = model.embed(np.asarray(ids))
-    g = backward(model, e, ids, chosen)
+    return saliency_of(model, tokens, ids, chosen, method, steps, progress, backward(model, e, ids, chosen))
+
+
+@dataclass(frozen=True)
+class HeadsBeside:
+    """What the saliency figure shows beside the scores, from the same backward pass: every head's zero ablation
+    estimated (``delta``, layers × heads; attribution patching) and its attention of the last token (layers × heads
+    × n)."""
+
+    delta: Array
+    last_rows: Array
+
+
+def saliency_and_heads(
+    model: Decoder, text: str, method: Saliency_Method = "input-x-gradient", target: str | None = None,
+    steps: int = 32, progress: Steps | None = None,
+) -> tuple[Saliency, HeadsBeside]:  # fmt: skip
+    """:func:`saliency`, and from its backward pass each head's estimated ablation and attention of the last token:
+    one pass where the saliency and :func:`attribution` would take two."""
+    tokens, ids, chosen = measured_ids(model, text, target)
+    g, delta = estimates(model, ids, chosen, "zero", last_rows=True)
+    assert g.last_rows is not None
+    result = saliency_of(model, tokens, ids, chosen, method, steps, progress, g)
+    return result, HeadsBeside(delta, g.last_rows)
+
+
+def saliency_of(
+    model: Decoder, tokens: tuple[str, ...], ids: tuple[int, ...], chosen: int | None, method: Saliency_Method,
+    steps: int, progress: Steps | None, g: Gradients,
+) -> Saliency:  # fmt: skip
+    """The saliency from the backward pass at the input ``g`` (and, for integrated gradients, ``steps`` more)."""
+    e = g.inputs
     value = finite(g.value, model, ids)
     if method == "input-x-gradient":
         scores = (e.astype(np.float64) * g.input_grad).sum(axis=1)
@@ -199,8 +245,8 @@ def patch(
     clean_value = finite(float(picked_log_probabilities(model.logits(last[-1:]), np.asarray([chosen]))[0]), model,
                          clean_ids)  # fmt: skip
     if estimate:
-        g = backward(model, model.embed(np.asarray(ids)), ids, chosen)
-        corrupt_value, delta = finite(g.value, model, ids), estimated(g.z, g.z_grad, np.stack(outputs))
+        g, delta = estimates(model, ids, chosen, outputs.__getitem__, kept=sum(o.nbytes for o in outputs))
+        corrupt_value = finite(g.value, model, ids)
     else:
 
         def cleaned(layer: int, head: int, corrupt_outputs: Array) -> Array:

@@ -12,7 +12,7 @@ from ..errors import UsageError, printable
 from . import options as opt
 from . import output
 from .entry import app
-from .limits import cut_source, shown_name, taken
+from .limits import cut_source, shown_name, taken, within_memory
 from .output import emit, one_output, views
 
 ABLATE_LAYER = opt.LAYER.variant(
@@ -20,7 +20,6 @@ ABLATE_LAYER = opt.LAYER.variant(
             "chars", "pair", "layer", "from_file", "tokens_file"),
 )  # fmt: skip
 ABLATE_TOKENS = 512  # each of a model's heads runs the layers after its own: a few hundred tokens take minutes
-GRADIENT_TOKENS = 1024  # one forward and one backward pass, keeping each layer's input and heads' outputs
 
 
 @app.command()
@@ -104,8 +103,11 @@ def ablate(
     if not isinstance(loaded, Decoder):
         raise UsageError(f"ablate measures a decoder's next-token loss; {printable(loaded.name)} is an encoder")
     model = loaded.limited(layer.max_tokens)
-    most = ABLATE_TOKENS if not estimate or compare else GRADIENT_TOKENS
-    encoding = taken(model, layer.text, most, "ablate --estimate" if most == GRADIENT_TOKENS else "ablate")
+    exactly = not estimate or compare  # each head's layers run again: at most ABLATE_TOKENS
+    command = "ablate" if exactly else "ablate --estimate"
+    encoding = taken(model, layer.text, ABLATE_TOKENS if exactly else None, command)
+    if estimate:
+        within_memory(model, encoding, "ablate --estimate")
     if target is not None:
         target_id(model, target)  # one token, or refused before any layer runs
     from ..analysis.ablation import Method

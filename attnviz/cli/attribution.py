@@ -12,13 +12,12 @@ import typer
 from .._version import __version__
 from ..errors import UsageError, out_of_range, printable, quoted
 from . import options as opt
-from .ablation import ABLATE_LAYER, ABLATE_TOKENS, GRADIENT_TOKENS
+from .ablation import ABLATE_LAYER, ABLATE_TOKENS
 from .entry import app
-from .limits import cut_source, shown_name, taken
+from .limits import cut_source, shown_name, taken, within_memory
 from .output import emit, one_output, views, write_page
 
 if TYPE_CHECKING:
-    from ..engine.core import Array
     from ..models.decoder import Decoder
 
 SALIENCY_LAYER = opt.LAYER.variant(hidden=tuple(h for h in ABLATE_LAYER.hidden if h != "layer"))
@@ -100,8 +99,7 @@ def saliency(
 
       attnviz saliency --model smollm2 --file doc.txt --method gradient-norm
     """
-    from ..analysis.attribution import SALIENCY_METHODS, attribution
-    from ..analysis.attribution import saliency as run_saliency
+    from ..analysis.attribution import SALIENCY_METHODS, saliency_and_heads
 
     one_output(figure.output, as_json, False)
     if method not in SALIENCY_METHODS:
@@ -111,7 +109,8 @@ def saliency(
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
     model = decoder(layer.model, layer.model_dir, layer.model_file, "saliency", layer.max_tokens)
-    encoding = taken(model, layer.text, GRADIENT_TOKENS, "saliency")
+    encoding = taken(model, layer.text, None, "saliency")
+    within_memory(model, encoding, "saliency")
     ids, name = encoding.ids, shown_name(model, encoding)
     for option, value, count, noun in (("--layer", layer.layer, model.layers, "layer"),
                                        ("--head", head, model.heads, "head")):  # fmt: skip
@@ -120,16 +119,16 @@ def saliency(
     from ..progress import bar
 
     with bar("step", f"{printable(model.name)}: integrating") as progress:
-        result = run_saliency(model, layer.text, method, target, steps, progress)
+        result, beside = saliency_and_heads(model, layer.text, method, target, steps, progress)
     shown_layer, shown_head = layer.layer, head
     if shown_layer is None or shown_head is None:
-        delta = abs(attribution(model, layer.text, "zero", target).delta)
+        delta = abs(beside.delta)
         if shown_layer is not None:
             delta[[i for i in range(model.layers) if i != shown_layer]] = -1
         if shown_head is not None:
             delta[:, [h for h in range(model.heads) if h != shown_head]] = -1
         shown_layer, shown_head = (int(i) for i in divmod(int(delta.argmax()), model.heads))
-    row = last_row(model, ids, shown_layer, shown_head)
+    row = beside.last_rows[shown_layer, shown_head]
     from ..render import schema
     from ..sources.model import model_source
 
@@ -156,17 +155,6 @@ def saliency(
         documents=lambda: [schema.saliency_document(result, source, (shown_layer, shown_head, row.tolist()))],
         show=lambda color, width: views.attribution.render_saliency(result, name, color=color, width=width),
     )
-
-
-def last_row(model: Decoder, ids: tuple[int, ...], layer: int, head: int) -> Array:
-    """Head ``head`` of layer ``layer``: the last token's attention to each token (the forward every view runs)."""
-    from ..engine.blocked import Keep
-    from ..models import Encoding
-
-    rows: list[Array] = []
-    model.run(Encoding(("",) * len(ids), ids, (0,) * len(ids)),
-              lambda i, kept: rows.append(kept.weights[0, -1]), {layer: Keep(heads=(head,))})  # fmt: skip
-    return rows[0]
 
 
 @app.command()
@@ -219,9 +207,11 @@ def patch(
         missing = [n for n, v in (("--clean", clean), ("--corrupt", corrupt), ("--target", target)) if v is None]
         raise UsageError(f"patch needs --clean, --corrupt and --target; {' and '.join(missing)} missing")
     net = decoder(model, model_dir, model_file, "patch", max_tokens)
-    most = GRADIENT_TOKENS if estimate else ABLATE_TOKENS
+    most = None if estimate else ABLATE_TOKENS
     taken(net, clean, most, "patch" + (" --estimate" if estimate else ""))
     encoding = taken(net, corrupt, most, "patch" + (" --estimate" if estimate else ""))
+    if estimate:  # the clean run's heads' outputs are kept beside the backward pass
+        within_memory(net, encoding, "patch --estimate", 4 * net.heads * net.shape.d_head * net.layers)
     name = shown_name(net, encoding)
     from ..progress import bar
 

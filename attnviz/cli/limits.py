@@ -12,18 +12,19 @@ if TYPE_CHECKING:
     from ..models.decoder import Decoder
 
 
-def taken(model: Decoder, text: str, most: int, command: str) -> Encoding:
+def taken(model: Decoder, text: str, most: int | None, command: str) -> Encoding:
     """The text's tokens as ``command`` runs them (with --max-tokens, its first so many), or one line of why not
-    naming the --max-tokens that would run: more tokens than the model takes, or than ``command`` takes."""
+    naming the --max-tokens that would run: more tokens than the model takes, or than ``command`` takes (``most``;
+    None: as many as the model)."""
     from ..models import TooLong
 
     try:
         encoding = model.encode(text)
     except TooLong as long:
-        runs = min(long.longest, most)
+        runs = long.longest if most is None else min(long.longest, most)
         raise AttnvizError(f"{long}; --max-tokens {runs} runs the first {runs}") from None
     count = len(encoding.ids)
-    if count > most:
+    if most is not None and count > most:
         given = (
             f"the text is {count:,}" if model.max_tokens is None else f"--max-tokens {model.max_tokens} keeps {count:,}"
         )
@@ -44,3 +45,19 @@ def shown_name(model: Decoder, encoding: Encoding) -> str:
 def cut_source(source: dict[str, Any], encoding: Encoding) -> dict[str, Any]:
     """A JSON document's source, with how many tokens --max-tokens kept of how many, as the attention views'."""
     return source | ({"max_tokens": {"kept": len(encoding.ids), "tokens": encoding.total}} if encoding.total else {})
+
+
+def within_memory(model: Decoder, encoding: Encoding, command: str, kept_per_token: int = 0) -> None:
+    """Refuse in one line, before the model runs, a text whose backward pass (ablate --estimate, saliency, patch
+    --estimate) would need more than the memory budget: what it needs, and the --max-tokens that fits."""
+    from ..analysis.gradients import most_tokens, needed_bytes, too_long
+    from ..resources import memory_budget
+
+    budget, n = memory_budget(), len(encoding.ids)
+    if budget is None:
+        return
+    needed = needed_bytes(model, n, None, kept_per_token * n)
+    if needed > budget:
+        runs = most_tokens(model, budget, kept_per_token)
+        hint = f": --max-tokens {runs} runs the first {runs}" if runs >= 2 else ""
+        raise AttnvizError(f"{command}: {too_long(n, needed, budget)}{hint}")

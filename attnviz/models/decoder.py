@@ -22,7 +22,7 @@ from .model import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
 from .stream import LayerParts, PartsConsumer, Record
 from .tokenizers.pipeline import Tokenizer
-from .weights import Tensors, rows
+from .weights import Tensors, backward_product, rows
 
 if TYPE_CHECKING:
     from ..progress import Steps
@@ -221,8 +221,9 @@ class Decoder:
         return out
 
     def linear_backward(self, grad: Array, name: str) -> Array:
-        """∂/∂x of :meth:`linear` given ∂/∂ its output: grad W."""
-        return product(np.asarray(grad, dtype=np.float32), self.weights.tensor(name + ".weight"))
+        """∂/∂x of :meth:`linear` given ∂/∂ its output: grad W, W read from the file for this product alone
+        (:func:`.weights.backward_product`)."""
+        return backward_product(self.weights, grad, name + ".weight")
 
     def rotate(self, x: Array, layer: int, start: int = 0) -> Array:
         """Queries or keys (heads, n, d) rotated by position; inside :meth:`copies_layer`, n rows of copies of one
@@ -277,8 +278,7 @@ class Decoder:
 
     def logits_backward(self, x: Array, logits: Array, grad: Array) -> Array:
         """∂/∂x of :meth:`logits` given ∂/∂ the scores ``logits`` it gave."""
-        head = "output.weight" if "output.weight" in self.weights else "token_embd.weight"
-        return self.final_norm_backward(x, product(np.asarray(grad, dtype=np.float32), self.weights.tensor(head)))
+        return self.final_norm_backward(x, backward_product(self.weights, grad, self.output_matrix()))
 
     def resident(self) -> None:
         """Keep every tensor dequantised once, for a command that runs the layers again and again over a whole
@@ -511,10 +511,13 @@ class Decoder:
         )  # fmt: skip
         return output, kept, v
 
-    def heads_backward(self, x: Array, layer: int, grad: Array) -> Array:
+    def heads_backward(
+        self, x: Array, layer: int, grad: Array, inputs: tuple[Array, Array, Array] | None = None
+    ) -> Array:
         """∂/∂x of :meth:`heads_outputs` given ∂/∂ the heads' outputs (heads, n, d): the queries, keys and values
-        made again from ``x``, the attention's gradient taken a block of rows at a time."""
-        q, k, v = self.attention_inputs(x, layer)
+        made again from ``x`` (or ``inputs``, where the caller made them), the attention's gradient taken a block of
+        rows at a time."""
+        q, k, v = self.attention_inputs(x, layer) if inputs is None else inputs
         kv = k.shape[0]
         k, v = shared_heads(k, v, self.heads)
         dq, dk, dv = attend_backward(q, k, v, grad, scale=self.scale(layer), window=self.windows[layer],
@@ -522,6 +525,16 @@ class Decoder:
         return self.attention_inputs_backward(
             x, layer, dq, shared_heads_backward(dk, kv), shared_heads_backward(dv, kv)
         )
+
+    def last_attention(self, q: Array, k: Array, layer: int) -> Array:
+        """Each head's attention of the last query over every key (heads, n), from layer ``layer``'s queries
+        (heads, n, d) and keys (kv heads, n, d) of a whole text: the keys its window (if any) lets it see."""
+        n, window = q.shape[1], self.windows[layer]
+        seen = None if window is None else np.arange(n) > n - 1 - window
+        _, kept = attend(q[:, -1:], k, None, scale=self.scale(layer), key_mask=seen, softcap=self.softcap(layer),
+                         keep=Keep())  # fmt: skip
+        last: Array = kept.weights[:, 0]
+        return last
 
     def through(
         self, x: Array, first: int = 0, edits: Mapping[int, HeadsEdit] | None = None,

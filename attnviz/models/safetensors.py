@@ -49,7 +49,7 @@ class Stored:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.array.shape)
 
-    def float32(self, rows: np.ndarray | slice | tuple[slice, ...] | None = None) -> np.ndarray:
+    def float32(self, rows: np.ndarray | slice | tuple[slice | np.ndarray, ...] | None = None) -> np.ndarray:
         raw = self.array if rows is None else self.array[rows]
         if self.dtype == "BF16":
             return (raw.astype(np.uint32) << 16).view(np.float32)

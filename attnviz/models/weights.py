@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..engine.threads import run_blocks
+from ..engine.threads import product, run_blocks
 from ..errors import AttnvizError, printable, quoted
 from ..files import parse_json, read_file
 from .metadata import MAX_TENSORS
@@ -84,6 +84,29 @@ def by_rows(
             one(start)
     else:
         run_blocks(one, range(0, height, step))
+    return out
+
+
+GRADIENT_BLOCK_BYTES = 64 * 2**20  # float32 bytes of a matrix's rows a gradient's product dequantises at a time
+
+
+def backward_product(weights: Tensors, grad: np.ndarray, name: str) -> np.ndarray:
+    """grad W (n, in) for the matrix ``name`` (out × in) given ``grad`` (n, out), ∂/∂x of the product x Wᵀ: W read
+    from the file for this product only, GRADIENT_BLOCK_BYTES of its rows dequantised at a time, each block's share
+    of the sum added and dropped. A backward pass's memory is a block of a matrix, never the model in float32 (nor a
+    128,256-row output matrix of width 2,048: 1 GiB). A smaller matrix is one product, its rows split among the
+    threads (:func:`threads.product`)."""
+    grad = np.asarray(grad, dtype=np.float32)
+    shape = weights.shape(name)
+    height, width = shape[0], math.prod(shape[1:])
+    step = max(1, GRADIENT_BLOCK_BYTES // (4 * max(width, 1)))
+    if step >= height:
+        whole: np.ndarray = product(grad, weights.tensor(name).reshape(height, width))
+        return whole
+    out = np.zeros((len(grad), width), dtype=np.float32)
+    for start in range(0, height, step):
+        rows = np.arange(start, min(height, start + step))
+        out += product(np.ascontiguousarray(grad[:, rows[0] : rows[-1] + 1]), weights.tensor(name, rows=rows))
     return out
 
 
@@ -173,9 +196,10 @@ class FolderTensors:
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         if name not in self.stored:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
-        values = self.stored[name].float32(rows)
-        if self.transposed(name):
-            values = values.T
+        if self.transposed(name):  # stored in × out: the rows asked for are its columns
+            values = self.stored[name].float32(None if rows is None else (slice(None), rows)).T
+        else:
+            values = self.stored[name].float32(rows)
         return self.adjust(name, values) if self.adjust is not None else values
 
     def product(self, x: np.ndarray, name: str) -> np.ndarray:

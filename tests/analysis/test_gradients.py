@@ -68,6 +68,13 @@ def target_word(model: Any, token: int) -> str | None:
         return None
 
 
+@pytest.fixture(autouse=True)
+def _roomy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory budget of its own: the machine's free memory decides how many layers a backward keeps (never its
+    gradients, which the segments test below checks), and a machine busy with other work must not refuse these."""
+    monkeypatch.setenv("ATTNVIZ_MEMORY", "8G")
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {}
@@ -88,14 +95,21 @@ def test_the_gradients_at_each_head_and_at_the_input_are_torchs(
 ) -> None:
     model, z = case(name, loaded, tmp_path_factory)
     ids = tuple(z["ids"].tolist())
-    g = backward(model, model.embed(np.asarray(ids)), ids, None if measure == "loss" else int(z["target"]))
+    given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def heads(layer: int, outputs: np.ndarray, grad: np.ndarray) -> None:
+        given[layer] = outputs.copy(), grad.copy()
+
+    g = backward(model, model.embed(np.asarray(ids)), ids, None if measure == "loss" else int(z["target"]), heads)
+    assert list(given) == list(reversed(range(model.layers)))  # each layer's, from the last, as its backward makes it
+    outputs, grads = (np.stack([given[layer][i] for layer in range(model.layers)]) for i in (0, 1))
     assert abs(g.value - float(z[f"{measure}:value"])) <= BOUND * max(1.0, abs(float(z[f"{measure}:value"])))
     expected = z[f"{measure}:z_grad"]
-    ours = g.z_grad if expected.shape == g.z_grad.shape else g.z_grad[[0, -1]]  # SmolLM2's: first and last layers
+    ours = grads if expected.shape == grads.shape else grads[[0, -1]]  # SmolLM2's: first and last layers
     assert relative(ours, expected) <= BOUND
     assert relative(g.input_grad, z[f"{measure}:e_grad"]) <= BOUND
     for method in ("zero", "mean"):
-        assert relative(estimated(g.z, g.z_grad, method), z[f"{measure}:{method}"]) <= BOUND
+        assert relative(estimated(outputs, grads, method), z[f"{measure}:{method}"]) <= BOUND
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma3", "gpt2", "gemma2", "smollm2"])
@@ -342,10 +356,78 @@ def test_mistakes_get_one_line(cli, tmp_path: Path, args: list[str], message: st
     assert run.code == 2 and message in run.err and len(run.err.strip().splitlines()) == 1, run.err
 
 
-def test_a_text_past_the_cap_is_refused(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tiny = str(write_tiny_llama(tmp_path / "tiny.gguf"))
-    monkeypatch.setattr("attnviz.cli.ablation.GRADIENT_TOKENS", 3)
-    monkeypatch.setattr("attnviz.cli.attribution.GRADIENT_TOKENS", 3)
+@pytest.mark.parametrize("fits", [1, 40, 700])
+def test_a_text_whose_backward_exceeds_the_memory_budget_is_refused_saying_what_it_needs(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fits: int
+) -> None:
+    """No fixed cap: the gradient views run what the budget (ATTNVIZ_MEMORY here: what ``fits`` tokens need) holds,
+    and refuse a longer text in one line with what it would need and the --max-tokens that fits, which then runs."""
+    from attnviz.analysis.gradients import most_tokens, needed_bytes
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf", meta_changes={"llama.context_length": 4096})
+    model = load_model(None, None, path)
+    limit = needed_bytes(model, fits)
+    monkeypatch.setenv("ATTNVIZ_MEMORY", str(limit))
+    text = "the cat sat on the mat " + " ".join(f"w{i}" for i in range(330))
+    n = len(model.encode(text).ids)
+    most = most_tokens(model, limit)
+    assert fits <= most < n and needed_bytes(model, most) <= limit < needed_bytes(model, most + 1)
     for args in (["ablate", "--estimate"], ["saliency"]):
-        run = cli(*args, "--model-file", tiny, "the cat sat on the mat")
-        assert run.code == 2 and "takes at most 3 tokens; the text is 11" in run.err, run.err
+        run = cli(*args, "--model-file", str(path), text)
+        assert run.code == 1 and len(run.err.strip().splitlines()) == 1, run.err
+        assert f"the gradient of {n:,} tokens needs about" in run.err and "more than the budget of" in run.err
+        assert (f"--max-tokens {most} runs the first {most}" in run.err) == (most >= 2), run.err
+        if most >= 2:
+            assert cli(*args, "--model-file", str(path), text, "--max-tokens", str(most), "--json").code == 0
+    with pytest.raises(AttnvizError, match="more than the budget"):
+        attribution(model, text)
+
+
+def test_the_backward_keeps_what_the_budget_allows_and_runs_the_rest_again_with_the_same_gradients(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Budgets from every layer kept down to the least: the segments of layers kept at once shrink, the layers
+    before the last segment run forward twice, and the gradients (input, each head's) stay the same bits."""
+    import attnviz.analysis.gradients as gradients
+
+    model = load_model(None, None, write_tiny_llama(tmp_path / "tiny.gguf", layers=5))
+    ids = tuple(model.encode("the cat sat on the mat and the dog sat on the log").ids)
+    e, n = model.embed(np.asarray(ids)), len(ids)
+
+    def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        given: dict[int, np.ndarray] = {}
+        g = backward(model, e, ids, None, lambda layer, z, dz: given.__setitem__(layer, dz.copy()), last_rows=True)
+        assert g.last_rows is not None
+        return g.input_grad, np.stack([given[i] for i in range(model.layers)]), g.last_rows
+
+    whole = run()
+    seen: list[int] = []
+    chosen = gradients.segment_within
+    monkeypatch.setattr(gradients, "segment_within", lambda *a: seen.append(chosen(*a)) or seen[-1])
+    for segment in range(model.layers, 0, -1):
+        monkeypatch.setenv("ATTNVIZ_MEMORY", str(gradients.needed_bytes(model, n, segment)))
+        for ours, theirs in zip(run(), whole, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+        assert seen[-1] >= segment
+    assert min(seen) < model.layers
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gemma3"])
+def test_the_saliency_and_the_heads_beside_it_come_from_one_pass_as_the_views_make_them(
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """saliency_and_heads: the saliency's scores, attribution's zero-ablation estimates and each head's attention of
+    the last token (Gemma's sliding windows and soft-caps among them) as the forward of every view keeps it."""
+    from attnviz.analysis.attribution import saliency_and_heads
+    from attnviz.engine.blocked import Keep
+
+    model, z = case(name, loaded, tmp_path_factory)
+    text = str(z["text"])
+    result, beside = saliency_and_heads(model, text)
+    np.testing.assert_array_equal(result.scores, saliency(model, text).scores)
+    np.testing.assert_array_equal(beside.delta, attribution(model, text).delta)
+    rows: dict[int, np.ndarray] = {}
+    encoding = model.encode(text)
+    model.run(encoding, lambda layer, kept: rows.__setitem__(layer, kept.weights[:, -1]),
+              {layer: Keep() for layer in range(model.layers)})  # fmt: skip
+    np.testing.assert_allclose(beside.last_rows, np.stack([rows[i] for i in range(model.layers)]), rtol=0, atol=1e-6)

@@ -116,18 +116,18 @@ def test_a_wrong_combination_is_refused_before_the_model(
 
 @pytest.mark.parametrize("target", [" cat sat", "", "  the cat"])
 @pytest.mark.parametrize("options", [[], ["--estimate"], ["--mean", "--json"]])
-def test_a_target_of_other_than_one_token_is_refused_before_the_weights_are_made_resident(
+def test_a_target_of_other_than_one_token_is_refused_before_any_layer_runs(
     cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, options: list[str]
 ) -> None:
-    """Once the model is loaded, what needs only its tokenizer is refused before what costs: ablate's resident
-    weights (every tensor dequantised)."""
+    """Once the model is loaded, what needs only its tokenizer is refused before what costs: the first layer's input,
+    which every ablation and estimate begins with."""
     from attnviz.models.decoder import Decoder
 
-    def refused(self: Decoder) -> None:
-        raise AssertionError("the weights were made resident before --target was checked")
+    def refused(self: Decoder, ids: object, start: int = 0) -> None:
+        raise AssertionError("the model ran before --target was checked")
 
     model = write_tiny_llama(tmp_path / "m.gguf")
-    monkeypatch.setattr(Decoder, "resident", refused)
+    monkeypatch.setattr(Decoder, "embed", refused)
     run = cli("ablate", "--model-file", str(model), *TEXT, "--target", target, *options)
     assert run.code == 2 and "--target must be one token" in run.err, run.err
 

@@ -195,3 +195,36 @@ def test_a_product_gives_back_the_pages_of_each_block_of_rows(tmp_path, monkeypa
     np.testing.assert_allclose(tensors.product(x, "w"), x @ matrix.T, rtol=1e-5, atol=1e-5)
     assert len(released) == (1 if "in × out" in source else 13)
     assert b"".join(released) == (matrix.T.tobytes() if "in × out" in source else matrix.tobytes())
+
+
+@pytest.mark.parametrize("source", ["gguf", "gguf q8_0", "folder", "folder, stored in × out"])
+@pytest.mark.parametrize("rows_a_block", [1, 5, 37, 64])
+def test_a_gradients_product_reads_the_matrix_a_block_of_rows_at_a_time(
+    tmp_path, monkeypatch, source: str, rows_a_block: int
+) -> None:
+    """grad W (the backward of x Wᵀ) from blocks of the stored rows that need not divide the matrix, each
+    dequantised alone and dropped, is the product with the whole dequantised matrix, from every kind of file (a
+    matrix stored in × out too: its rows asked for are the stored columns)."""
+    from tiny_bert import write_safetensors
+    from tiny_gguf import F32, write_gguf
+
+    from attnviz.models import weights
+    from attnviz.models.gguf import GGUF
+
+    matrix = np.random.default_rng(0).standard_normal((37, 64)).astype(np.float32)
+    if source.startswith("gguf"):
+        kind = 8 if "q8_0" in source else F32
+        data = blocks(kind, 37, 2, 3).tobytes() if kind == 8 else matrix.tobytes()
+        write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"}, {"w": (kind, (37, 64), data)})
+        tensors: weights.Tensors = GGUF(tmp_path / "m.gguf")
+    else:
+        stored = matrix.T.copy() if "in × out" in source else matrix
+        write_safetensors(tmp_path / "model.safetensors", {"norm": np.ones(5, np.float32), "w": stored})
+        tensors = weights.FolderTensors(tmp_path, lambda name: name, lambda name: "in × out" in source)
+    whole = tensors.tensor("w").astype(np.float64)
+    assert whole.shape == (37, 64)
+    np.testing.assert_array_equal(tensors.tensor("w", rows=np.arange(3, 9)), whole[3:9].astype(np.float32))
+    monkeypatch.setattr(weights, "GRADIENT_BLOCK_BYTES", 4 * 64 * rows_a_block)
+    grad = np.random.default_rng(1).standard_normal((6, 37)).astype(np.float32)
+    scale = (np.abs(grad) @ np.abs(whole)).max()
+    np.testing.assert_allclose(weights.backward_product(tensors, grad, "w"), grad @ whole, rtol=0, atol=1e-6 * scale)
