@@ -263,9 +263,7 @@ def test_only_a_command_changes_the_allocator(
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
 @pytest.mark.parametrize("window", [None, 90])
-@pytest.mark.parametrize(
-    "past", [(), (650,), tuple(range(700))], ids=["in exp's range", "a row past it", "every row"]
-)
+@pytest.mark.parametrize("past", [(), (650,), tuple(range(700))], ids=["in exp's range", "a row past it", "every row"])
 def test_the_weights_are_the_same_whether_the_scores_are_kept_or_not(
     softcap: float | None, window: int | None, past: tuple[int, ...]
 ) -> None:
