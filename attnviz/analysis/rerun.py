@@ -16,7 +16,8 @@ all of the wave's rows (:func:`picked_log_probabilities_of`), never every row's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..engine.core import Array, soft_cap
 from ..engine.threads import one_blas_thread, product, run_all
-from ..models.held import layer_by_layer, layer_tensors
+from ..models.held import Held
 from ..models.parts import overflow_checked
 
 if TYPE_CHECKING:
@@ -164,3 +165,23 @@ def picked_log_probabilities_of(model: Decoder, h: Array, picks: Array) -> Array
             run_all(one, parts)
     result: Array = picked - peak - np.log(total)
     return result
+
+
+def layer_tensors(model: Decoder, layer: int) -> list[str]:
+    """The tensors layer ``layer`` reads that the file holds."""
+    prefix = f"blk.{layer}."
+    return sorted(name for name in model.reads() if name.startswith(prefix) and name in model.weights)
+
+
+@contextmanager
+def layer_by_layer(model: Decoder) -> Iterator[Held]:
+    """``model``'s weights as :class:`Held` inside (its own weights again after): the caller holds a layer's
+    tensors while it runs that layer (:func:`layer_tensors`)."""
+    inner = model.weights
+    held = Held(inner)
+    model.weights = held
+    try:
+        yield held
+    finally:
+        held.hold(())
+        model.weights = inner

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..engine.blocked import NOTHING, Keep, Kept, attend, attend_backward, attend_query
 from ..engine.core import Array
-from ..engine.threads import one_blas_thread, product
+from ..engine.threads import one_blas_thread
 from ..errors import AttnvizError, UsageError
+from .held import Resident
 from .model import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
 from .stream import LayerParts, PartsConsumer, Record
@@ -51,40 +52,6 @@ class Cache:
         self.keys[layer][:, self.length : end] = k
         self.values[layer][:, self.length : end] = v
         return self.keys[layer][:, :end], self.values[layer][:, :end]
-
-
-class Resident:
-    """Tensors dequantised once and kept (float32), for a command that runs the layers over a whole text again
-    and again (ablation: hundreds of passes); its memory is the model in float32."""
-
-    def __init__(self, weights: Tensors) -> None:
-        self.inner, self.path = weights, weights.path
-        self.kept: dict[str, Array] = {}
-        self.mapped_between_passes = True
-
-    def stored_bytes(self) -> int:
-        return self.inner.stored_bytes()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.inner
-
-    def names(self) -> list[str]:
-        return self.inner.names()
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.inner.shape(name)
-
-    def stored_name(self, name: str) -> str:
-        return self.inner.stored_name(name)
-
-    def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-        if name not in self.kept:
-            self.kept[name] = self.inner.tensor(name)
-        kept: Array = self.kept[name] if rows is None else self.kept[name][rows]
-        return kept
-
-    def product(self, x: np.ndarray, name: str) -> np.ndarray:
-        return product(np.asarray(x, dtype=np.float32), self.tensor(name).T)
 
 
 @dataclass(frozen=True)
@@ -281,8 +248,8 @@ class Decoder:
         return self.final_norm_backward(x, backward_product(self.weights, grad, self.output_matrix()))
 
     def resident(self) -> None:
-        """Keep every tensor dequantised once, for a command that runs the layers again and again over a whole
-        text (ablation); generation reads the stored matrices a block at a time instead (:meth:`Tensors.product`)."""
+        """Keep every tensor dequantised once (:class:`.held.Resident`: the model in float32). No command does: the
+        ablations hold a layer at a time (:mod:`.held`), generation reads the stored blocks."""
         if not isinstance(self.weights, Resident):
             self.weights = Resident(self.weights)
 

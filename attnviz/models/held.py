@@ -1,6 +1,6 @@
 """One layer's tensors dequantised once and kept while many copies of a text go through it, the rest read as the
 forward pass reads them: what the exact ablation, patching and key importance run on instead of the whole model
-in float32 (:class:`.decoder.Resident`: 5.4 GB for the 1B-shaped GGUF of 0.8 GB that the benchmark writes).
+in float32 (:class:`Resident`: 5.4 GB for the 1B-shaped GGUF of 0.8 GB that the benchmark writes).
 
 Those rerun the layers after an edited head for every batch of heads; reading each of a layer's matrices from the
 file again for every batch could cost more than its products. Run layer by layer instead (every pending batch
@@ -9,18 +9,13 @@ the memory they take is one layer's in float32."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..engine.threads import product
 from .weights import Tensors
-
-if TYPE_CHECKING:
-    from .decoder import Decoder
 
 
 class Held:
@@ -74,6 +69,21 @@ class Held:
         return product(np.asarray(x, dtype=np.float32), kept.T)
 
 
+class Resident(Held):
+    """Every tensor dequantised on its first read and kept (float32): the whole model in float32. No command runs
+    on it (they hold a layer at a time: :func:`attnviz.analysis.rerun.layer_by_layer`); tests and the bench's
+    baseline do, to edit a weight in place or to time a forward pass without reading the file."""
+
+    def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        if name not in self.kept:
+            self.kept[name] = self.inner.tensor(name)
+        return super().tensor(name, rows)
+
+    def product(self, x: np.ndarray, name: str) -> np.ndarray:
+        self.tensor(name)
+        return super().product(x, name)
+
+
 def dequantised(weights: Tensors, name: str) -> np.ndarray:
     """Tensor ``name`` in float32; a GGUF's matrix a block of rows at a time among the threads (each block's
     temporaries a block's, its pages let go once read: :meth:`.gguf.GGUF.dequantised`)."""
@@ -83,23 +93,3 @@ def dequantised(weights: Tensors, name: str) -> np.ndarray:
         info, raw = weights.raw(name)
         return weights.dequantised(info, raw)
     return np.asarray(weights.tensor(name), dtype=np.float32)
-
-
-def layer_tensors(model: Decoder, layer: int) -> list[str]:
-    """The tensors layer ``layer`` reads that the file holds."""
-    prefix = f"blk.{layer}."
-    return sorted(name for name in model.reads() if name.startswith(prefix) and name in model.weights)
-
-
-@contextmanager
-def layer_by_layer(model: Decoder) -> Iterator[Held]:
-    """``model``'s weights as :class:`Held` inside (its own weights again after): the caller holds a layer's
-    tensors while it runs that layer (:func:`layer_tensors`)."""
-    inner = model.weights
-    held = Held(inner)
-    model.weights = held
-    try:
-        yield held
-    finally:
-        held.hold(())
-        model.weights = inner
