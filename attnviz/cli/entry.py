@@ -159,9 +159,54 @@ def _flag_help(make: Any) -> Any:
         option = make(ctx)
         if option is not None:
             option.metavar = ""
+            defer_coercion(option)
         return option
 
     return help_option
+
+
+def defer_coercion(param: Any) -> None:
+    """``param``'s coercion built only for a value that needs it (:class:`DeferredCoercion`); where typer has no
+    coercion of its own to defer (another version), nothing changes."""
+    if getattr(param, "_runtime_param", False) is None:  # typer's coercion, built on first use
+        param._runtime_param = DeferredCoercion()
+
+
+class DeferredCoercion:
+    """Typer's coercion of one option's value (a pydantic TypeAdapter, a tenth of a millisecond to a millisecond to
+    build, and pydantic itself to import: a quarter of heatmap --json's start-up), built only for a value it could
+    change. typer builds one for each of a command's options (heatmap has 46) before the command runs, given or not;
+    what needs none is passed through as typer's coercion would return it: an option left unset (None: None, or ()
+    when it takes many values), its default (its declared value: tests/cli/test_coercion.py holds every command's
+    defaults to what typer's coercion makes of them), and text for a text option (str, or a list of str: the same
+    text, a list). Start-up is a target (benchmarks/run.py)."""
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if value is param.default:
+            return value
+        annotation, info = param.type_descriptor.annotation, param.type_descriptor.parameter_info
+        if info.parser is None and (param.nargs == 1 and not param.multiple) and annotation is str and _text(value):
+            return value
+        if info.parser is None and annotation == list[str] and isinstance(value, tuple | list):
+            if all(_text(item) for item in value):
+                return list(value)
+        from typer._coercion import build_runtime_param
+
+        param._runtime_param = build_runtime_param(param.type_descriptor)
+        return param._runtime_param.coerce(value, param=param, ctx=ctx)
+
+
+def _text(value: Any) -> bool:
+    """A str that typer's coercion to str returns as it is: one that is UTF-8 (main refuses other arguments)."""
+    if type(value) is not str:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -201,6 +246,7 @@ def _main(argv: list[str] | None) -> int:
         for param in sub.params:
             if getattr(param, "is_flag", False):
                 param.metavar = ""  # an on/off flag takes no value: no "<bool>" beside it
+            defer_coercion(param)
         sub.get_help_option = _flag_help(sub.get_help_option)
     try:
         result = command.main(args=argv, prog_name="attnviz", standalone_mode=False)
