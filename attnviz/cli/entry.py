@@ -184,7 +184,7 @@ class DeferredCoercion:
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
         if value is None:
             return () if param.multiple or param.nargs == -1 else None
-        if value is param.default:
+        if value is param.default and isinstance(value, str | int | float):  # immutable: shared safely
             return value
         annotation, info = param.type_descriptor.annotation, param.type_descriptor.parameter_info
         if info.parser is None and (param.nargs == 1 and not param.multiple) and annotation is str and _text(value):
