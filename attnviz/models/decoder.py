@@ -415,6 +415,8 @@ class Decoder:
             last = self.layers - 1 if record is not None else max(keep)
             for layer in range(last + 1):
                 asked = keep.get(layer, NOTHING)
+                if record is not None and record.routes and record.weights and asked == NOTHING:
+                    asked = Keep()
                 values: Array | None = None
                 attending: Attending | None = None
                 output: Array | None = None
@@ -469,15 +471,15 @@ class Decoder:
 
     def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept, Array, Attending]:
         """The heads' outputs (None without ``values``), the kept weights, the values (kv heads, n, d), and the
-        queries and keys as scored (what makes any block of the weights again)."""
+        queries and keys as scored (what makes any block of the weights again, or holds them where ``keep`` kept them
+        whole)."""
         self.finite(x, layer - 1)
         q, k, v = self.attention_inputs(x, layer)
-        attending = Attending(q, k, self.scale(layer), self.windows[layer], self.softcap(layer))
-        output, kept = attend(
-            q, k, v if values else None, scale=attending.scale, causal=True, window=attending.window,
-            softcap=attending.softcap, keep=keep,
-        )  # fmt: skip
-        return output, kept, v, attending
+        scale, window, softcap = self.scale(layer), self.windows[layer], self.softcap(layer)
+        output, kept = attend(q, k, v if values else None, scale=scale, causal=True, window=window, softcap=softcap,
+                              keep=keep)  # fmt: skip
+        held = kept.weights if keep == Keep() else None  # every head's, whole
+        return output, kept, v, Attending(q, k, scale, window, softcap, held)
 
     def heads_backward(
         self, x: Array, layer: int, grad: Array, inputs: tuple[Array, Array, Array] | None = None

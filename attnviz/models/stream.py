@@ -21,28 +21,35 @@ class Record:
     ``heads``: each head's output z (heads, n, d) before the output projection, and that projection's output (what
     logit attribution splits by head). ``routes``: the values (kv heads, n, d) and the queries and keys
     (:class:`Attending`) too, what the routes split by head and key: the weights made again a block of rows at a
-    time, never (heads, n, n).
+    time, never (heads, n, n) — unless ``weights`` asks to keep the pass's (a short text's, where that costs less
+    than making them twice).
     """
 
     heads: bool = False
     routes: bool = False
+    weights: bool = False
 
 
 @dataclass(frozen=True)
 class Attending:
     """A layer's causal attention as its forward pass scored it: the queries (heads, n, d) and keys (kv heads, n, d)
     after their positions and norms, the scale, the window and the soft-cap. Any block of its weights is made again
-    from these (:meth:`weights`), so the routes never hold every head's (n, n) map."""
+    from these (:meth:`weights`), so the routes need not hold every head's (n, n) map; ``held``: the pass's own, where
+    :class:`Record` kept them."""
 
     queries: Array
     keys: Array
     scale: float
     window: int | None = None
     softcap: float | None = None
+    held: Array | None = None
 
     def weights(self, head: int, start: int, stop: int) -> Array:
         """Head ``head``'s weights of queries start … stop − 1 over every key (rows, n; 0 after each query), made as one
         block of rows: where that is one of :func:`~attnviz.engine.blocked.causal_blocks`, the forward pass's bits."""
+        if self.held is not None:
+            rows: Array = self.held[head, start:stop]
+            return rows
         kv = head // (len(self.queries) // len(self.keys))
         _, kept = attend(self.queries[head : head + 1, start:stop], self.keys[kv : kv + 1], None, scale=self.scale,
                          causal=True, window=self.window, softcap=self.softcap, first=start)  # fmt: skip

@@ -267,10 +267,12 @@ def long_tiny(tmp_path: Path) -> Any:
     return load_model(None, None, write_tiny_llama(tmp_path / "long.gguf", meta_changes={"llama.context_length": 4096}))
 
 
-def test_past_the_dense_length_the_routes_hold_no_n_by_n_map(tmp_path: Path) -> None:
-    """Past DENSE_TOKENS the routes hold their streams, each head's v·W_O and a block of queries' work, all linear in
-    n, so at 2n they peak at most twice n's. One (n, n) float32 map held (a layer's shares, a head's weights) would
-    add 4(2n)² − 2·4n² = 8n² bytes to that difference; they held one per layer and one per head, (2 + 4) · 8n²."""
+def test_past_the_dense_length_the_routes_hold_no_n_by_n_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past DENSE_TOKENS, and with the weights made again (past HELD_BYTES), the routes hold their streams, each
+    head's v·W_O and a block of queries' work, all linear in n, so at 2n they peak at most twice n's. One (n, n)
+    float32 map held (a layer's shares, a head's weights) would add 4(2n)² − 2·4n² = 8n² bytes to that difference;
+    they held one per layer and one per head, (2 + 4) · 8n²."""
+    monkeypatch.setattr(flow_module, "HELD_BYTES", 0)
     model = long_tiny(tmp_path)
     text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
     n = 1024
@@ -314,3 +316,22 @@ def test_shares_kept_above_the_threshold_draw_the_graph_every_share_draws(
             assert routes_into(kept, position, at).edges == routes_into(whole, position, at).edges
     with pytest.raises(UsageError, match="run them again"):
         routes_into(kept, None, threshold / 2)
+
+
+def test_weights_held_or_made_again_in_any_blocks_give_the_same_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short text's weights are kept from the forward pass, a long one's made again block by block: the same bits,
+    whether the routes' blocks of queries fall within the pass's blocks of rows or across them (100 against 256)."""
+    model = long_tiny(tmp_path)
+    text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
+    held = routes(model, text, max_tokens=600)
+    assert 4 * model.heads * 600**2 <= flow_module.HELD_BYTES
+    monkeypatch.setattr(flow_module, "HELD_BYTES", 0)
+    monkeypatch.setattr(flow_module, "BLOCK_BYTES", 4 * 600 * 100)
+    made = routes(model, text, max_tokens=600)
+    assert (held.exact, held.parts, held.above) == (made.exact, made.parts, made.above)
+    for ours, theirs in zip(made.layers, held.layers, strict=True):
+        np.testing.assert_array_equal(ours.matrix(), theirs.matrix())
+        np.testing.assert_array_equal(ours.residual, theirs.residual)
+        np.testing.assert_array_equal(ours.ffn, theirs.ffn)
