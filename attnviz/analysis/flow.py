@@ -216,8 +216,7 @@ class AttentionBlock:
             if attention is not None:
                 attention[start:stop, :stop] = rows
             else:
-                wide = rows.astype(np.float64)  # compared as the graph compares them
-                chosen = (wide > above) | ~np.isfinite(wide)
+                chosen = ~(rows <= np.float64(above))  # compared in float64, as the graph compares them; NaN kept
                 query, key = np.nonzero(chosen)
                 kept.append((chosen.sum(axis=1), key.astype(np.int32), rows[query, key]))
             residual[start:stop] = resid / total
