@@ -13,6 +13,12 @@ the hidden dimensions is a matrix product, a block of queries at a time; the sec
 |w| there. It is at most g_i(θ) = Σ_d max(0, θ − |w_id|) for θ the largest |p_d| of the part, so a pair whose bound
 is within :data:`TOLERANCE` · ‖w_i‖₁ takes the product alone (its share off by at most twice that over the sum), and
 the rest — the keys a head attends to strongly — are summed exactly.
+
+Hold no (n, n) either: a head's weights are made again from its queries and keys a block of rows at a time, as the
+forward pass made them (the same bits), and past :data:`DENSE_TOKENS` tokens a layer keeps only the attention shares
+above the threshold the graph is drawn at (:class:`SharesAbove`: fewer than 1 / threshold a query, as a query's
+shares sum to at most 1). What is held is then linear in n: the layer's streams, each head's v·W_O (n, hidden) and
+one block of rows' work.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..engine.blocked import causal_blocks
 from ..engine.core import Array
 from ..engine.threads import product, run_all
 from ..errors import UsageError
@@ -34,6 +41,13 @@ if TYPE_CHECKING:
     from ..progress import Steps
 
 FLOOR = 1e-5  # the LLM Transparency Tool's EPS: no part's share is below it
+DEFAULT_THRESHOLD = 0.04  # the LLM Transparency Tool's: the graph keeps the parts whose share is above it
+HELD_BYTES = 2**26
+"""A layer's weights (heads × n × n float32) up to this size are kept from the forward pass rather than made again:
+a short text's are cheaper to hold than to make twice (a tenth of the routes' time)."""
+DENSE_TOKENS = 512
+"""Up to this many tokens a layer keeps every attention share, (n, n) (what documents and pages show and redraw at
+any threshold); past it, only those above the routes' threshold."""
 LEVELS = (1, 2, 4, 8, 16, 32)
 """How many of a query's dimensions nearest 0 a part is checked on, by how many of them its largest |p_d| passes
 (see the module's notes): past the last, every dimension."""
@@ -46,27 +60,64 @@ the keys after each query's own (half of them, were the whole text one block).""
 
 
 @dataclass(frozen=True)
-class LayerShares:
-    """One layer's shares: ``attention`` (n, n; query × key, summed over heads; 0 above the diagonal), ``residual``
-    (n,) resid_pre's in the attention block, ``ffn`` (n,) the feed-forward's in its block; ``heads`` (heads, n, n)
-    each head's, where asked."""
+class SharesAbove:
+    """A layer's attention shares (query × key, summed over heads) above ``threshold`` alone, by query: query i's keys
+    are ``keys[starts[i] : starts[i + 1]]`` (ascending) and their shares ``shares`` (float32, as a dense matrix holds
+    them; a share that is not finite is kept too, for the check that refuses it)."""
 
-    attention: Array
+    threshold: float
+    starts: np.ndarray  # (n + 1,)
+    keys: np.ndarray
+    shares: Array
+
+    def row(self, i: int) -> tuple[np.ndarray, Array]:
+        """Query i's keys and their shares."""
+        first, last = self.starts[i], self.starts[i + 1]
+        return self.keys[first:last], self.shares[first:last]
+
+    def dense(self) -> Array:
+        """The (n, n) matrix, 0 where a share was not kept."""
+        n = len(self.starts) - 1
+        matrix = np.zeros((n, n), np.float32)
+        matrix[np.repeat(np.arange(n), np.diff(self.starts)), self.keys] = self.shares
+        return matrix
+
+
+@dataclass(frozen=True)
+class LayerShares:
+    """One layer's shares: ``attention`` (n, n; query × key, summed over heads; 0 above the diagonal), or past
+    :data:`DENSE_TOKENS` tokens only those above a threshold (:class:`SharesAbove`), ``residual`` (n,) resid_pre's in
+    the attention block, ``ffn`` (n,) the feed-forward's in its block; ``heads`` (heads, n, n) each head's, where
+    asked."""
+
+    attention: Array | SharesAbove
     residual: Array
     ffn: Array
     heads: Array | None = None
 
+    def attention_row(self, i: int) -> tuple[np.ndarray, Array]:
+        """Query i's keys (every one up to i, or those kept) and their attention shares."""
+        if isinstance(self.attention, SharesAbove):
+            return self.attention.row(i)
+        return np.arange(i + 1), self.attention[i, : i + 1]
+
+    def matrix(self) -> Array:
+        """The attention shares (n, n), 0 where none was kept."""
+        return self.attention.dense() if isinstance(self.attention, SharesAbove) else self.attention
+
 
 @dataclass(frozen=True)
 class Flow:
-    """The routes of a text: each layer's :class:`LayerShares`, and how many (query, key, head) parts were summed
-    exactly (``exact``) of ``parts``."""
+    """The routes of a text: each layer's :class:`LayerShares`, how many (query, key, head) parts were summed
+    exactly (``exact``) of ``parts``, and the threshold its attention shares were kept above (``above``; 0: every
+    one)."""
 
     tokens: tuple[str, ...]
     ids: tuple[int, ...]
     layers: tuple[LayerShares, ...]
     exact: int
     parts: int
+    above: float = 0.0
 
 
 def proximity(whole: Array, part: Array) -> Array:
@@ -95,14 +146,18 @@ def nearest_zero(size: Array) -> np.ndarray:
 
 class AttentionBlock:
     """One layer's attention parts, made a block of queries at a time: each head's v·W_O (n, hidden), the
-    post-norm's fixed factor f_i (rows, hidden; 1 without one) and the bias each (head, key) part carries."""
+    post-norm's fixed factor f_i (rows, hidden; 1 without one), the bias each (head, key) part carries, and each
+    head's weights, made again from its queries and keys in the forward pass's blocks of rows (the last one made
+    kept: a block of queries here is at most one of those, or straddles two)."""
 
     def __init__(self, model: Decoder, parts: LayerParts) -> None:
-        assert parts.values is not None and parts.weights is not None and parts.z is not None
+        assert parts.values is not None and parts.attending is not None and parts.z is not None
         assert parts.projected is not None
-        self.parts, self.model = parts, model
+        self.parts, self.model, self.attending = parts, model, parts.attending
         heads, n, d = parts.z.shape
         self.heads, self.n = heads, n
+        self.blocks = causal_blocks(n)
+        self.made: list[tuple[int, Array]] = [(-1, np.zeros((0, 0), np.float32))] * heads  # each head's last block
         _, values = shared_heads(parts.values, parts.values, heads)
         name = f"blk.{parts.layer}.attn_output"
         matrix = model.weights.tensor(name + ".weight")  # (hidden, heads·d)
@@ -118,11 +173,37 @@ class AttentionBlock:
         seen = np.arange(1, n + 1, dtype=np.float32)[:, None]  # the keys each query sees
         self.bias = None if bias is None else (bias[None] * self.factor / (heads * seen)).astype(np.float32)
 
-    def shares(self, per_head: bool) -> tuple[Array, Array, Array | None, int]:
-        """Every query's attention shares (n, n), resid_pre's (n,), each head's (heads, n, n) where asked, and how
-        many parts were summed exactly."""
+    def weights(self, h: int, start: int, stop: int) -> Array:
+        """Head h's weights of queries start … stop − 1 over keys 0 … stop − 1 (rows, stop), as the forward pass made
+        them."""
+        first = int(np.searchsorted(self.blocks, start, "right")) - 1
+        last = int(np.searchsorted(self.blocks, stop, "left"))
+        if last - first == 1:  # within one block: its rows, no copy
+            a, made = self.block_weights(h, first)
+            return made[start - a : stop - a, :stop]
+        out = np.zeros((stop - start, stop), np.float32)
+        for index in range(first, last):
+            a, made = self.block_weights(h, index)
+            lo, hi = max(a, start), min(a + len(made), stop)
+            out[lo - start : hi - start] = made[lo - a : hi - a, :stop]
+        return out
+
+    def block_weights(self, h: int, index: int) -> tuple[int, Array]:
+        """Head h's weights of the forward pass's block of rows ``index`` (rows, its last row + 1), and its first row:
+        made again unless it was the last one made."""
+        if self.made[h][0] != index:
+            start, stop = int(self.blocks[index]), int(self.blocks[index + 1])
+            self.made[h] = (index, self.attending.weights(h, start, stop))
+        return int(self.blocks[index]), self.made[h][1]
+
+    def shares(
+        self, per_head: bool, above: float | None = None
+    ) -> tuple[Array | SharesAbove, Array, Array | None, int]:
+        """Every query's attention shares (n, n), or with ``above`` those above it (:class:`SharesAbove`),
+        resid_pre's (n,), each head's (heads, n, n) where asked, and how many parts were summed exactly."""
         n, heads = self.n, self.heads
-        attention = np.zeros((n, n), np.float32)
+        attention = np.zeros((n, n), np.float32) if above is None else None
+        kept: list[tuple[np.ndarray, np.ndarray, Array]] = []  # each block's counts a query, keys and shares
         residual = np.zeros(n, np.float32)
         each = np.zeros((heads, n, n), np.float32) if per_head else None
         exact = 0
@@ -131,12 +212,23 @@ class AttentionBlock:
             stop = min(n, start + step)
             nums, resid, counted = self.block(start, stop)
             total = nums.sum(axis=(0, 2), dtype=np.float64) + resid  # (rows,)
-            attention[start:stop, :stop] = nums.sum(axis=0, dtype=np.float64) / total[:, None]
+            rows = (nums.sum(axis=0, dtype=np.float64) / total[:, None]).astype(np.float32)
+            if attention is not None:
+                attention[start:stop, :stop] = rows
+            else:
+                chosen = ~(rows <= np.float64(above))  # compared in float64, as the graph compares them; NaN kept
+                query, key = np.nonzero(chosen)
+                kept.append((chosen.sum(axis=1), key.astype(np.int32), rows[query, key]))
             residual[start:stop] = resid / total
             if each is not None:
                 each[:, start:stop, :stop] = nums / total[None, :, None]
             exact += counted
-        return attention, residual, each, exact
+        if attention is not None:
+            return attention, residual, each, exact
+        assert above is not None
+        counts, keys, values = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        return SharesAbove(above, starts, keys, values), residual, each, exact
 
     def block(self, start: int, stop: int) -> tuple[Array, Array, int]:
         """Queries start … stop − 1: each part's floored proximity (heads, rows, stop; 0 for keys after the query) and
@@ -164,15 +256,17 @@ class AttentionBlock:
     def head_block(self, h: int, start: int, stop: int, near: Nearest, seen: np.ndarray, out: Array) -> int:
         """Head h's floored proximities of queries start … stop − 1 into ``out`` (rows, stop), and how many of its
         parts were summed over every dimension."""
-        assert self.parts.weights is not None
-        a = self.parts.weights[h, start:stop, :stop]  # (rows, keys)
+        a = self.weights(h, start, stop)  # (rows, keys)
         written = self.written[h][:stop]
         num = product(near.signed, written.T)  # Σ_d σp, as a · this + the bias's
         num *= a
-        num += near.bias_term[:, None]
+        if near.bias is not None:  # (without one, and without a post-norm, the passes below add 0 and scale by 1)
+            num += near.bias_term[:, None]
         largest = a * self.peaks[h][None, :stop]  # ≥ every |p_d|
-        largest *= near.factor_peak[:, None]
-        largest += near.bias_peak[:, None]
+        if near.scaled:
+            largest *= near.factor_peak[:, None]
+        if near.bias is not None:
+            largest += near.bias_peak[:, None]
         candidate = largest > near.ordered[:, :1]  # elsewhere no σp − |w| is positive: Σ_d σp is all
         candidate &= seen
         q, k = np.nonzero(candidate)
@@ -200,6 +294,7 @@ class Nearest:
                  ordered: Array) -> None:  # fmt: skip
         self.whole, self.sign, self.factor, self.bias = whole, sign, factor, bias
         self.nearest, self.ordered = nearest, ordered
+        self.scaled = factor.shape[1] > 1  # a post-norm's factor, else 1
         rows, kept = ordered.shape
         self.beyond = ordered[:, -1] if whole.shape[1] > SMALLEST else np.full(rows, np.inf)
         self.steps = ordered[:, [count for count in LEVELS if count < kept]]  # a count passes a level where |w| < reach
@@ -219,7 +314,8 @@ class Nearest:
         for first in range(0, len(q), PAIRS_AT_ONCE):
             i, j = q[first : first + PAIRS_AT_ONCE], k[first : first + PAIRS_AT_ONCE]
             part = a[i, j][:, None].astype(np.float32) * written[j]
-            part *= self.factor[i]
+            if self.scaled:
+                part *= self.factor[i]
             if self.bias is not None:
                 part += self.bias[i]
             np.subtract(self.whole[i], part, out=part)
@@ -246,30 +342,66 @@ class Nearest:
 
 
 def routes(
-    model: object, text: str, per_head: bool = False, progress: Steps | None = None, max_tokens: int | None = None
+    model: object,
+    text: str,
+    per_head: bool = False,
+    progress: Steps | None = None,
+    max_tokens: int | None = None,
+    threshold: float | None = None,
 ) -> Flow:
     """Every layer's shares of ``text`` on ``model`` (a decoder): attention's by query and key (and by head with
     ``per_head``), resid_pre's, and the feed-forward's.
+
+    Args:
+        threshold: the least threshold the graph will be drawn at: past :data:`DENSE_TOKENS` tokens only the
+            attention shares above it are kept (default :data:`DEFAULT_THRESHOLD`; 0 keeps every one), up to it
+            every share whatever it is.
 
     Returns:
         A :class:`Flow`: each block's shares sum to 1 for every position.
     """
     decoder = decoder_of(model, "the routes")
+    if threshold is not None:
+        threshold_checked(threshold)
     encoding = decoder.encode(text, first=max_tokens)
+    n = len(encoding.ids)
+    above = kept_above(n, threshold)
     layers: list[LayerShares] = []
     counts = [0, 0]
 
     def take(parts: LayerParts) -> None:
-        attention, residual, each, exact = AttentionBlock(decoder, parts).shares(per_head)
+        attention, residual, each, exact = AttentionBlock(decoder, parts).shares(per_head, above or None)
         ffn = ffn_shares(parts).astype(np.float32)
-        shares_finite(decoder, parts.layer, attention, residual, ffn)
+        shares = attention.shares if isinstance(attention, SharesAbove) else attention
+        shares_finite(decoder, parts.layer, shares, residual, ffn)
         layers.append(LayerShares(attention, residual, ffn, each))
-        n = len(parts.resid_pre)
         counts[0] += exact
         counts[1] += decoder.heads * n * (n + 1) // 2
 
-    each_layer(decoder, encoding.ids, Record(routes=True), take, progress)
-    return Flow(encoding.tokens, encoding.ids, tuple(layers), counts[0], counts[1])
+    held = 4 * decoder.heads * n * n <= HELD_BYTES
+    each_layer(decoder, encoding.ids, Record(routes=True, weights=held), take, progress)
+    return Flow(encoding.tokens, encoding.ids, tuple(layers), counts[0], counts[1], above)
+
+
+def kept_above(n: int, threshold: float | None) -> float:
+    """The attention shares the routes of ``n`` tokens keep are those above this (0: every one)."""
+    if n <= DENSE_TOKENS:
+        return 0.0
+    return DEFAULT_THRESHOLD if threshold is None else threshold
+
+
+def held_bytes(n: int, layers: int, heads: int, per_head: bool, threshold: float | None) -> int:
+    """At most what the routes of ``n`` tokens keep of their shares (the work of a layer besides is linear in n)."""
+    above = kept_above(n, threshold)
+    attention = 4 * n * n if above == 0 else 8 * n * min(n, int(1 / above))  # a key and a share each
+    return layers * (attention + (4 * heads * n * n if per_head else 0) + 8 * n)
+
+
+def threshold_checked(threshold: float) -> float:
+    """``threshold``, or the one line of why it is no share."""
+    if not 0 <= threshold < 1:
+        raise UsageError(f"--threshold is a share, at least 0 and below 1; got {threshold:g}")
+    return threshold
 
 
 @dataclass(frozen=True)
@@ -287,7 +419,7 @@ class Edge:
     weight: float
 
 
-def route_graph(flow: Flow, position: int, threshold: float = 0.04) -> list[Edge]:
+def route_graph(flow: Flow, position: int, threshold: float = DEFAULT_THRESHOLD) -> list[Edge]:
     """The routes into the last layer's output at ``position``, followed back block by block: of each block a kept
     node's stream came from, the parts whose share is above ``threshold``, renormalised to sum to 1 (the LLM
     Transparency Tool's graph). Nodes: ("pre", k, i) the stream entering layer k (k = L: the last output) and
@@ -315,7 +447,8 @@ def route_graph(flow: Flow, position: int, threshold: float = 0.04) -> list[Edge
         elif stage == "mid":
             shares = flow.layers[layer]
             parts = [("residual", i, float(shares.residual[i]), ("pre", layer, i))]
-            parts += [("attention", j, float(shares.attention[i, j]), ("pre", layer, j)) for j in range(i + 1)]
+            keys, values = (column.tolist() for column in shares.attention_row(i))
+            parts += [("attention", j, share, ("pre", layer, j)) for j, share in zip(keys, values, strict=True)]
             keep(parts, layer, i)
     return sorted(edges, key=lambda e: (-e.layer, e.target, e.kind, e.source))
 
@@ -334,14 +467,16 @@ class Routes:
     flow: Flow | None = None
 
 
-def routes_into(flow: Flow, position: int | None = None, threshold: float = 0.04) -> Routes:
+def routes_into(flow: Flow, position: int | None = None, threshold: float = DEFAULT_THRESHOLD) -> Routes:
     """The route graph of ``flow`` into ``position`` (default the last; negative counts from the end)."""
     n = len(flow.tokens)
     at = n - 1 if position is None else position
     if not -n <= at < n:
         raise UsageError(f"--position {position} is outside the text's {n} tokens (0 … {n - 1})")
-    if not 0 <= threshold < 1:
-        raise UsageError(f"--threshold is a share, at least 0 and below 1; got {threshold:g}")
+    if threshold_checked(threshold) < flow.above:
+        raise UsageError(f"--threshold {threshold:g} is below {flow.above:g}: these routes of {n:,} tokens kept only "
+                         f"the attention shares above it (past {DENSE_TOKENS} tokens, those above the threshold they "
+                         "were run with); run them again with the lower threshold")  # fmt: skip
     at %= n
     return Routes(flow.tokens, at, threshold, len(flow.layers), tuple(route_graph(flow, at, threshold)), flow)
 
@@ -350,13 +485,13 @@ def brute_force(model: Decoder, parts: LayerParts) -> tuple[Array, Array]:
     """The attention block's shares (heads, n, n) and resid_pre's (n,) as the definition reads, every part made:
     for tests, on short texts."""
     block = AttentionBlock(model, parts)
-    assert parts.weights is not None
     n, heads = block.n, block.heads
     nums = np.zeros((heads, n, n))
     whole = parts.resid_mid
+    weights = [block.weights(h, 0, n) for h in range(heads)]
     for i in range(n):
         for h in range(heads):
-            p = parts.weights[h, i, : i + 1, None] * block.written[h][: i + 1] * block.factor[i]
+            p = weights[h][i, : i + 1, None] * block.written[h][: i + 1] * block.factor[i]
             if block.bias is not None:
                 p = p + block.bias[i]
             nums[h, i, : i + 1] = np.maximum(FLOOR, proximity(whole[i], p))

@@ -279,18 +279,19 @@ def flow(
             routes = routes_into(routes.flow, at, routes.threshold if threshold is None else threshold)
     else:
         model = decoder_for(layer, "the routes")
+        from ..analysis.flow import held_bytes
         from ..analysis.flow import routes as run_routes
         from ..progress import bar
         from ..resources import ensure_fits
 
         n = len(model.encode(layer.text, first=layer.max_tokens).ids)
-        hint = "give fewer tokens (--max-tokens), or leave out --per-head"
-        ensure_fits(4 * model.layers * n * n * (1 + (model.heads if per_head else 0)), f"the shares of {n:,} tokens",
-                    hint)  # fmt: skip
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         routes_into(_probe(n), position, threshold)  # the options checked before the run
+        per_head = per_head and n <= documents.FULL_MATRICES  # each head's shares are shown nowhere else
+        hint = "give fewer tokens (--max-tokens), a higher --threshold, or leave out --per-head"
+        ensure_fits(held_bytes(n, model.layers, model.heads, per_head, threshold), f"the shares of {n:,} tokens", hint)
         with bar("layer", f"{printable(model.name)}: following the routes") as progress:
-            shares = run_routes(model, layer.text, per_head, progress, layer.max_tokens)
+            shares = run_routes(model, layer.text, per_head, progress, layer.max_tokens, threshold)
         routes = routes_into(shares, position, threshold)
         name, source = model.name, source_of(model, layer.text, shares.ids)
     view = {"position": routes.position, "threshold": routes.threshold}

@@ -167,6 +167,7 @@ def attend(
     key_mask: BoolArray | None = None,
     keep: Keep | None = None,
     softcap: float | None = None,
+    first: int = 0,
 ) -> tuple[Array | None, Kept]:
     """softmax(q kᵀ · scale) v for (h, n, d) arrays in float32, keeping of the weights what ``keep`` says.
 
@@ -176,11 +177,14 @@ def attend(
     ``window`` (with ``causal``): query i sees only the keys i − window + 1 … i (a sliding-window layer).
     ``softcap`` (Gemma 2's logit soft-capping): each scaled score s becomes softcap · tanh(s / softcap) before
     the mask, so no score leaves (−softcap, softcap); the kept scores are the capped ones.
-    ``key_mask`` (m,) is True for keys that may be attended to (False: padding). Returns the
+    ``key_mask`` (m,) is True for keys that may be attended to (False: padding). ``first`` (with ``causal``, unpooled):
+    the queries are positions first … first + n − 1 of the keys, a block of a text's rows made again (see
+    :func:`causal_blocks`; given every key, as the pass read them, for its bits). Returns the
     output (h, n, d_v) — None without ``v`` — and the kept weights. Threads share the work by
     groups of rows (a bin, when pooling), so nothing two threads write overlaps.
     """
     keep = keep or Keep()
+    assert first == 0 or (causal and keep.bins is None), "a block of rows is made again causal and unpooled"
     q, k = np.asarray(q, dtype=np.float32), np.asarray(k, dtype=np.float32)
     heads, n, _ = q.shape
     m, group = k.shape[1], heads // k.shape[0]
@@ -189,7 +193,7 @@ def attend(
     pooled = keep.bins is not None
     rows = bin_edges(n, keep.bins) if keep.bins is not None else np.arange(n + 1)
     cols = bin_edges(m, keep.bins) if keep.bins is not None else np.arange(m + 1)
-    step = max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(m, 1))))
+    step = _block_rows(m)
     groups = _groups(rows, step) if pooled else np.unique(np.append(np.arange(0, n, step), n))
     shown = 1 if keep.mean else len(chosen)
     sums = np.zeros((len(chosen), len(rows) - 1, len(cols) - 1), dtype=np.float32) if pooled else None
@@ -224,10 +228,10 @@ def attend(
                 np.tanh(logits, out=logits)
                 np.multiply(logits, np.float32(softcap * LOG2E), out=logits)
             if causal:  # only the block's diagonal square holds both allowed and masked keys
-                diagonal = logits[:, a - lo : used - lo]
+                diagonal = logits[:, a + first - lo : used - lo]
                 np.copyto(diagonal, -np.inf, where=above[: b - a, : diagonal.shape[1]])
-            if window is not None and b - 1 - window >= lo:  # some row of the block has keys behind its window
-                behind = np.arange(lo, used)[None, :] <= np.arange(a, b)[:, None] - window
+            if window is not None and b + first - 1 - window >= lo:  # some row of the block has keys behind its window
+                behind = np.arange(lo, used)[None, :] <= np.arange(a + first, b + first)[:, None] - window
                 logits[behind] = -np.inf
             if blocked_keys is not None:
                 logits[:, blocked_keys[lo:used]] = -np.inf
@@ -237,8 +241,8 @@ def attend(
         for h in chosen if hidden else range(heads):
             kept = index.get(h)
             for a, b in pairwise(_even(start, stop, step)):
-                used = min(m, b) if causal else m  # keys after the block's last query are all masked
-                lo = max(0, a - window + 1) if window is not None and causal else 0  # keys before: behind every window
+                used = min(m, b + first) if causal else m  # keys after the block's last query are all masked
+                lo = max(0, a + first - window + 1) if window is not None and causal else 0  # behind every window
                 if direct and kept is not None and weights is not None:
                     full = weights[kept, a:b, :used]
                     weights[kept, a:b, used:] = 0
@@ -303,6 +307,17 @@ def attend(
         weights = sums.mean(axis=0, keepdims=True) if keep.mean else sums
     assert weights is not None
     return output, Kept(weights=weights, scores=scores, rows=rows, cols=cols, key_mass=key_mass, hidden=hidden)
+
+
+def _block_rows(keys: int) -> int:
+    """How many query rows :func:`attend` scores at once over ``keys`` keys."""
+    return max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // (4 * max(keys, 1))))
+
+
+def causal_blocks(n: int) -> np.ndarray:
+    """The edges of the blocks of rows :func:`attend` makes a causal, unpooled (n, n) map in: a block's rows made
+    again on their own (``first`` its start, every key) are the same bits as they were made."""
+    return np.unique(np.append(np.arange(0, n, _block_rows(n)), n))
 
 
 def attend_backward(

@@ -21,7 +21,7 @@ from ..errors import AttnvizError, UsageError
 from .held import Resident
 from .model import Consumer, Encoding, damaged, fitted
 from .parts import Rope, overflow_checked, rms_norm, rms_norm_backward, shared_heads, shared_heads_backward
-from .stream import LayerParts, PartsConsumer, Record
+from .stream import Attending, LayerParts, PartsConsumer, Record
 from .tokenizers.pipeline import Tokenizer
 from .weights import Tensors, backward_product, rows
 
@@ -415,14 +415,15 @@ class Decoder:
             last = self.layers - 1 if record is not None else max(keep)
             for layer in range(last + 1):
                 asked = keep.get(layer, NOTHING)
-                if record is not None and record.routes and asked == NOTHING:
+                if record is not None and record.routes and record.weights and asked == NOTHING:
                     asked = Keep()
                 values: Array | None = None
+                attending: Attending | None = None
                 output: Array | None = None
                 if layer == last and record is None and asked.heads != ():  # its heads' outputs, which no layer reads
                     kept = self.heads_weights(x, layer, asked)
                 else:
-                    output, kept, values = self._attended(x, layer, asked, values=True)
+                    output, kept, values, attending = self._attended(x, layer, asked, values=True)
                     assert output is not None
                     self.finite(output, layer)
                 self.finite(kept.weights, layer)
@@ -432,10 +433,10 @@ class Decoder:
                     progress(layer + 1, last + 1)
                 if record is not None and take is not None:
                     assert output is not None
-                    parts = self.parts(x, output, layer, record, values, kept)
+                    parts = self.parts(x, output, layer, record, values, attending)
                     take(parts)
                     x = parts.resid_post
-                    del parts, kept  # this layer's weights (the routes': heads × n × n) gone before the next's
+                    del parts, kept  # this layer's parts gone before the next's
                 elif layer < last:
                     assert output is not None
                     x = self.after(x, joined(output), layer)
@@ -443,7 +444,7 @@ class Decoder:
                 self.finite(x, self.layers - 1)
 
     def parts(
-        self, x: Array, output: Array, layer: int, record: Record, values: Array | None, kept: Kept
+        self, x: Array, output: Array, layer: int, record: Record, values: Array | None, attending: Attending | None
     ) -> LayerParts:
         """Layer ``layer``'s residual parts from its input ``x`` and its heads' outputs (heads, n, d), as
         :meth:`after` sums them: what ``record`` asks for beside them."""
@@ -453,13 +454,13 @@ class Decoder:
         extra = record.heads or record.routes
         return LayerParts(
             layer, x, attn_out, mlp_out, projected if extra else None, output if extra else None,
-            values if record.routes else None, kept.weights if record.routes else None,
+            values if record.routes else None, attending if record.routes else None,
         )  # fmt: skip
 
     def heads_outputs(self, x: Array, layer: int, keep: Keep = NOTHING) -> tuple[Array, Kept]:
         """Layer ``layer``'s heads' outputs (heads, n, d) for its input ``x``, a whole text (causal, from position 0),
         and what ``keep`` says of its weights."""
-        output, kept, _ = self._attended(x, layer, keep, values=True)
+        output, kept, _, _ = self._attended(x, layer, keep, values=True)
         assert output is not None
         self.finite(output, layer)  # what a layer that keeps nothing is checked by
         return output, kept
@@ -468,15 +469,17 @@ class Decoder:
         """What ``keep`` says of layer ``layer``'s weights, without its heads' outputs (which no later layer reads)."""
         return self._attended(x, layer, keep, values=False)[1]
 
-    def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept, Array]:
-        """The heads' outputs (None without ``values``), the kept weights, and the values (kv heads, n, d)."""
+    def _attended(self, x: Array, layer: int, keep: Keep, values: bool) -> tuple[Array | None, Kept, Array, Attending]:
+        """The heads' outputs (None without ``values``), the kept weights, the values (kv heads, n, d), and the
+        queries and keys as scored (what makes any block of the weights again, or holds them where ``keep`` kept them
+        whole)."""
         self.finite(x, layer - 1)
         q, k, v = self.attention_inputs(x, layer)
-        output, kept = attend(
-            q, k, v if values else None, scale=self.scale(layer), causal=True, window=self.windows[layer],
-            softcap=self.softcap(layer), keep=keep,
-        )  # fmt: skip
-        return output, kept, v
+        scale, window, softcap = self.scale(layer), self.windows[layer], self.softcap(layer)
+        output, kept = attend(q, k, v if values else None, scale=scale, causal=True, window=window, softcap=softcap,
+                              keep=keep)  # fmt: skip
+        held = kept.weights if keep == Keep() else None  # every head's, whole
+        return output, kept, v, Attending(q, k, scale, window, softcap, held)
 
     def heads_backward(
         self, x: Array, layer: int, grad: Array, inputs: tuple[Array, Array, Array] | None = None

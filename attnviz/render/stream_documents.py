@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 
 from ..analysis.dla import LogitAttribution, largest
-from ..analysis.flow import Edge, Flow, LayerShares, Routes
+from ..analysis.flow import DENSE_TOKENS, Edge, Flow, LayerShares, Routes
 from ..analysis.lens import TOP, Lens, LensRows
 from ..errors import AttnvizError
 from ..resources import ensure_fits
 from ..sources.documents import nested_array
 from .schema import BYTES_PER_NUMBER, DLA_SCHEMA, FLOW_SCHEMA, LENS_SCHEMA
 
-FULL_MATRICES = 512
+FULL_MATRICES = DENSE_TOKENS  # as many as the routes keep every share of
 DECIMALS = 6
 
 
@@ -86,7 +86,7 @@ def flow_document(routes: Routes, source: dict[str, Any]) -> dict[str, Any]:
     n, heads = len(flow.tokens), flow.layers[0].heads
     numbers = len(flow.layers) * n * (n + 1) // 2 * (1 + (0 if heads is None else len(heads)))
     ensure_fits(numbers * BYTES_PER_NUMBER, "a flow document", "leave out --per-head, or give fewer tokens")
-    doc["attention"] = [_triangle(layer.attention) for layer in flow.layers]
+    doc["attention"] = [_triangle(layer.matrix()) for layer in flow.layers]
     doc["residual"] = [np.round(layer.residual.astype(np.float64), DECIMALS).tolist() for layer in flow.layers]
     doc["ffn"] = [np.round(layer.ffn.astype(np.float64), DECIMALS).tolist() for layer in flow.layers]
     if heads is not None:

@@ -1,13 +1,15 @@
 """The residual stream's views on every family's tiny checkpoint (the gradient cases' checkpoints and texts:
 fixtures/make_gradient_cases.py) and on SmolLM2: direct logit attribution's parts sum to the logit, the lens's
 last row is the model's own next-token log-probabilities, the routes' shares sum to 1 in every block, the fast
-routes equal the definition summed part by part in one block of queries or many, and the routes of a text cut
-into blocks of queries stay within the memory of a block."""
+routes equal the definition summed part by part in one block of queries or many, the routes of a text cut
+into blocks of queries stay within the memory of a block, and past 512 tokens they hold nothing n × n: each head's
+weights made again as the forward pass made them, and only the shares above the threshold, which draw the same graph."""
 
 from __future__ import annotations
 
 import importlib.util
 import tracemalloc
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,15 +18,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES, SAMPLES
+from tiny_gguf import write_tiny_llama
 
 import attnviz.analysis.flow as flow_module
+import attnviz.engine.blocked as blocked
 from attnviz.analysis.ablation import picked_log_probabilities, token_text
 from attnviz.analysis.dla import direct_logit_attribution
-from attnviz.analysis.flow import FLOOR, AttentionBlock, brute_force, proximity, route_graph, routes, routes_into
+from attnviz.analysis.flow import (
+    DEFAULT_THRESHOLD,
+    FLOOR,
+    AttentionBlock,
+    SharesAbove,
+    brute_force,
+    proximity,
+    route_graph,
+    routes,
+    routes_into,
+)
 from attnviz.analysis.lens import logit_lens
 from attnviz.analysis.residual import each_layer
+from attnviz.engine.blocked import attend
 from attnviz.errors import UsageError
-from attnviz.models.stream import LayerParts, Record
+from attnviz.models import load_model
+from attnviz.models.stream import Attending, LayerParts, Record
 
 spec = importlib.util.spec_from_file_location("test_gradients", FIXTURES.parent / "analysis" / "test_gradients.py")
 assert spec is not None and spec.loader is not None
@@ -126,16 +142,19 @@ class Tensors(dict[str, np.ndarray]):
 
 @st.composite
 def attention_blocks(draw: st.DrawFn) -> tuple[Any, LayerParts]:
-    """A layer's parts of random sizes and values: keen and flat attention, a post-norm or none, a bias or none, a
-    residual of large and of tiny coordinates (the cases the fast sum must tell apart)."""
+    """A layer's parts of random sizes and values: keen and flat attention (of grouped keys, a window, a soft-cap or
+    none), a post-norm or none, a bias or none, a residual of large and of tiny coordinates (the cases the fast sum
+    must tell apart)."""
     n, heads, d = draw(st.integers(1, 9)), draw(st.integers(1, 3)), draw(st.sampled_from([2, 4]))
     hidden = draw(st.sampled_from([8, 40, 70]))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     keen = draw(st.sampled_from([0.1, 1.0, 8.0]))
-    scores = rng.normal(size=(heads, n, n)) * keen + np.triu(np.full((n, n), -np.inf), 1)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    weights = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float32)
+    kv = draw(st.sampled_from([g for g in (1, heads) if heads % g == 0]))
+    queries = (rng.normal(size=(heads, n, d)) * keen).astype(np.float32)
+    keys = rng.normal(size=(kv, n, d)).astype(np.float32)
+    attending = Attending(queries, keys, 1.0, draw(st.sampled_from([None, 1, 3])), draw(st.sampled_from([None, 2.0])))
+    weights = np.stack([attending.weights(h, 0, n) for h in range(heads)])
     values = rng.normal(size=(heads, n, d)).astype(np.float32)
     z = np.einsum("hij,hjd->hid", weights, values).astype(np.float32)
     matrix = rng.normal(size=(hidden, heads * d)).astype(np.float32)
@@ -155,7 +174,7 @@ def attention_blocks(draw: st.DrawFn) -> tuple[Any, LayerParts]:
     else:
         attn_out = projected
     parts = LayerParts(0, resid_pre, attn_out.astype(np.float32), np.zeros_like(resid_pre),
-                       projected.astype(np.float32), z, values, weights)  # fmt: skip
+                       projected.astype(np.float32), z, values, attending)  # fmt: skip
     return model, parts
 
 
@@ -166,14 +185,14 @@ def test_the_fast_shares_equal_every_part_summed_whatever_the_block(block: tuple
     fast = AttentionBlock(model, parts)
     attention, residual, each, _ = fast.shares(per_head=True)
     heads, resid = brute_force(model, parts)
-    assert each is not None and parts.weights is not None
+    assert each is not None
     # Σ_d σ_d p_d in float32 is within (hidden + 2) roundings of Σ_d |p_d| (a product's sum, its sign and bias
     # terms); a share divides it by the query's total, which the floored resid_pre share bounds from below.
     hidden = parts.resid_mid.shape[-1]
     total = np.maximum(FLOOR, proximity(parts.resid_mid, parts.resid_pre)) / resid
     size = np.zeros((fast.heads, fast.n, fast.n))
     for h in range(fast.heads):
-        p = parts.weights[h][:, :, None] * fast.written[h][None] * fast.factor[:, None]
+        p = fast.weights(h, 0, fast.n)[:, :, None] * fast.written[h][None] * fast.factor[:, None]
         if fast.bias is not None:
             p = p + fast.bias[:, None]
         size[h] = np.abs(p).sum(axis=-1)
@@ -217,3 +236,103 @@ def test_the_routes_of_a_text_cut_into_blocks_hold_no_tensor_of_every_part(
     assert len(flow.ids) == n and peak <= n * n * model.shape.hidden * 4, peak
     for layer in (flow.layers[0], flow.layers[-1]):
         assert np.abs(layer.attention.sum(axis=1) + layer.residual - 1).max() <= 1e-5
+
+
+@settings(max_examples=60, deadline=None)
+@given(attention_blocks(), st.integers(1, 4), st.data())
+def test_a_heads_weights_of_any_block_of_queries_are_the_forward_passes(
+    block: tuple[Any, LayerParts], rows: int, data: st.DataObject
+) -> None:
+    """The routes' blocks of queries need not be the forward pass's blocks of rows (of ``rows`` here): a block within
+    one of them, or across two or more, is each head's weights as the pass made them, to the bit."""
+    model, parts = block
+    assert parts.attending is not None
+    n = len(parts.resid_pre)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(blocked, "ROWS_PER_BLOCK", rows)
+        fast = AttentionBlock(model, parts)
+        for h in range(fast.heads):
+            q, k = (
+                parts.attending.queries[h : h + 1],
+                parts.attending.keys[h // (fast.heads // len(parts.attending.keys))],
+            )
+            _, whole = attend(q, k[None], None, scale=parts.attending.scale, causal=True,
+                              window=parts.attending.window, softcap=parts.attending.softcap)  # fmt: skip
+            start = data.draw(st.integers(0, n - 1))
+            stop = data.draw(st.integers(start + 1, n))
+            np.testing.assert_array_equal(fast.weights(h, start, stop), whole.weights[0, start:stop, :stop])
+
+
+def long_tiny(tmp_path: Path) -> Any:
+    """A tiny Llama (2 layers, 4 heads, width 32, bytes for tokens) that takes 4,096 tokens."""
+    return load_model(None, None, write_tiny_llama(tmp_path / "long.gguf", meta_changes={"llama.context_length": 4096}))
+
+
+def test_past_the_dense_length_the_routes_hold_no_n_by_n_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past DENSE_TOKENS, and with the weights made again (past HELD_BYTES), the routes hold their streams, each
+    head's v·W_O and a block of queries' work, all linear in n, so at 2n they peak at most twice n's. One (n, n)
+    float32 map held (a layer's shares, a head's weights) would add 4(2n)² − 2·4n² = 8n² bytes to that difference;
+    they held one per layer and one per head, (2 + 4) · 8n²."""
+    monkeypatch.setattr(flow_module, "HELD_BYTES", 0)
+    model = long_tiny(tmp_path)
+    text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
+    n = 1024
+    assert n > flow_module.DENSE_TOKENS and len(model.encode(text, first=2 * n).ids) == 2 * n
+    peaks = []
+    for length in (n, 2 * n):
+        tracemalloc.start()
+        try:
+            flow = routes(model, text, max_tokens=length)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert isinstance(flow.layers[0].attention, SharesAbove) and flow.above == DEFAULT_THRESHOLD
+        peaks.append(peak)
+    assert peaks[1] - 2 * peaks[0] < 8 * n * n, peaks
+
+
+@pytest.mark.parametrize("threshold", [0.02, 0.04, 0.15])
+def test_shares_kept_above_the_threshold_draw_the_graph_every_share_draws(
+    threshold: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long text's layers keep the attention shares above the threshold alone: the same route graph, into any
+    position, at that threshold and above, as every share gives; below it, one line saying to run them again."""
+    model = long_tiny(tmp_path)
+    text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
+    monkeypatch.setattr(flow_module, "DENSE_TOKENS", 10**6)
+    whole = routes(model, text, max_tokens=700)
+    monkeypatch.setattr(flow_module, "DENSE_TOKENS", 100)
+    kept = routes(model, text, max_tokens=700, threshold=threshold)
+    assert kept.above == threshold and whole.above == 0
+    for ours, theirs in zip(kept.layers, whole.layers, strict=True):
+        assert isinstance(ours.attention, SharesAbove) and isinstance(theirs.attention, np.ndarray)
+        np.testing.assert_array_equal(
+            ours.matrix(), np.where(theirs.attention > np.float64(threshold), theirs.attention, 0)
+        )
+        np.testing.assert_array_equal(ours.residual, theirs.residual)
+        np.testing.assert_array_equal(ours.ffn, theirs.ffn)
+    assert (kept.exact, kept.parts) == (whole.exact, whole.parts)
+    for position in (699, 350, -1):
+        for at in (threshold, threshold * 2):
+            assert routes_into(kept, position, at).edges == routes_into(whole, position, at).edges
+    with pytest.raises(UsageError, match="run them again"):
+        routes_into(kept, None, threshold / 2)
+
+
+def test_weights_held_or_made_again_in_any_blocks_give_the_same_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short text's weights are kept from the forward pass, a long one's made again block by block: the same bits,
+    whether the routes' blocks of queries fall within the pass's blocks of rows or across them (100 against 256)."""
+    model = long_tiny(tmp_path)
+    text = (SAMPLES / "document.txt").read_text(encoding="utf-8")
+    held = routes(model, text, max_tokens=600)
+    assert 4 * model.heads * 600**2 <= flow_module.HELD_BYTES
+    monkeypatch.setattr(flow_module, "HELD_BYTES", 0)
+    monkeypatch.setattr(flow_module, "BLOCK_BYTES", 4 * 600 * 100)
+    made = routes(model, text, max_tokens=600)
+    assert (held.exact, held.parts, held.above) == (made.exact, made.parts, made.above)
+    for ours, theirs in zip(made.layers, held.layers, strict=True):
+        np.testing.assert_array_equal(ours.matrix(), theirs.matrix())
+        np.testing.assert_array_equal(ours.residual, theirs.residual)
+        np.testing.assert_array_equal(ours.ffn, theirs.ffn)

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from paths import SHARED_FIXTURES
+from paths import REPO, SHARED_FIXTURES
+from tiny_gguf import write_tiny_llama
 
 TINY = SHARED_FIXTURES / "hf-tiny"
 TEXT = "The cat sat on the mat and the dog sat on the rug"
@@ -89,3 +90,28 @@ def test_a_page_is_one_offline_file(cli, tmp_path: Path, command: str) -> None:
     assert run.code == 0, run.err
     page = out.read_text(encoding="utf-8")
     assert "Content-Security-Policy" in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+@pytest.mark.parametrize("threshold", [None, "0.1"])
+def test_flow_of_a_long_text_draws_the_graph_every_share_draws(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threshold: str | None
+) -> None:
+    """Past 512 tokens the command keeps only the shares above its --threshold (and, with --per-head, no head's, which
+    nothing shows past 512 tokens): the same edges as every share gives."""
+    import attnviz.analysis.flow as flow_module
+    from attnviz.models import load_model
+
+    path = write_tiny_llama(tmp_path / "long.gguf", meta_changes={"llama.context_length": 4096})
+    text = tmp_path / "long.txt"
+    text.write_text((REPO / "samples" / "document.txt").read_text(encoding="utf-8"))
+    chosen = [] if threshold is None else ["--threshold", threshold]
+    run = cli("flow", "--model-file", str(path), "--file", str(text), "--max-tokens", "600", *chosen, "--per-head",
+              "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    monkeypatch.setattr(flow_module, "DENSE_TOKENS", 10**6)
+    every = flow_module.routes(load_model(None, None, path), text.read_text(), max_tokens=600)
+    at = flow_module.DEFAULT_THRESHOLD if threshold is None else float(threshold)
+    edges = json.loads(run.out)["edges"]
+    assert edges and [(e["layer"], e["kind"], e["from"], e["to"]) for e in edges] == [
+        (e.layer, e.kind, e.source, e.target) for e in flow_module.routes_into(every, None, at).edges
+    ]

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnviz.engine.blocked import Keep, attend, bin_edges, pool_map
+import attnviz.engine.blocked as blocked
+from attnviz.engine.blocked import Keep, attend, bin_edges, causal_blocks, pool_map
 from attnviz.engine.core import causal_mask, scaled_dot_product_attention
 from attnviz.engine.view import Pooled
 from attnviz.render.figure import FigureStyle, figure_context
@@ -49,6 +50,35 @@ def test_the_engine_matches_the_textbook_core(
     np.testing.assert_allclose(kept.scores, ref_s[chosen], rtol=1e-5, atol=2e-5)  # -inf where masked, on both sides
     if causal:
         assert (kept.weights[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    rows=st.integers(1, 9),
+    window=st.sampled_from([None, 1, 5]),
+    softcap=st.sampled_from([None, 2.0]),
+    spread=st.sampled_from([1.0, 40.0]),
+    seed=st.integers(0, 99),
+)
+def test_a_block_of_rows_made_again_is_the_bits_the_whole_pass_made(
+    n: int, rows: int, window: int | None, softcap: float | None, spread: float, seed: int
+) -> None:
+    """The routes make a head's weights again a block of the pass's rows at a time (``first``: the queries' first
+    position): the same bits as the pass made, behind a window, soft-capped, or past exp's range (scored again and
+    shifted)."""
+    rng = np.random.default_rng(seed)
+    q, k = (rng.standard_normal((h, n, 8), dtype=np.float32) for h in (4, 2))
+    q *= np.float32(spread)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(blocked, "ROWS_PER_BLOCK", rows)
+        _, whole = attend(q, k, None, scale=0.35, causal=True, window=window, softcap=softcap, keep=Keep())
+        edges = causal_blocks(n)
+        assert edges[0] == 0 and edges[-1] == n and np.all(np.diff(edges) <= rows)
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            _, again = attend(q[:, a:b], k, None, scale=0.35, causal=True, window=window, softcap=softcap,
+                              first=int(a))  # fmt: skip
+            np.testing.assert_array_equal(again.weights, whole.weights[:, a:b])
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,7 @@ def flow_entry(routes: Routes, model: str) -> dict[str, Any]:
     }
     if routes.flow is not None and len(routes.tokens) <= 512:
         entry["attention"] = [[np.round(row[: i + 1].astype(np.float64), 5).tolist() for i, row in
-                               enumerate(layer.attention)] for layer in routes.flow.layers]  # fmt: skip
+                               enumerate(layer.matrix())] for layer in routes.flow.layers]  # fmt: skip
         entry["residual"] = [np.round(layer.residual.astype(np.float64), 5).tolist() for layer in routes.flow.layers]
         entry["ffn"] = [np.round(layer.ffn.astype(np.float64), 5).tolist() for layer in routes.flow.layers]
     return entry
