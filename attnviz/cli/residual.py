@@ -260,7 +260,7 @@ def flow(
 
       attnviz flow --from routes.json --threshold 0.1 -o routes.png
     """
-    from ..analysis.flow import routes_into
+    from ..analysis.routes import routes_into
     from ..render import stream_documents as documents
 
     one_output(figure.output, as_json, False)

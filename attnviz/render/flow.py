@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.flow import Routes
+from ..analysis.routes import Routes
 from .ablation import token_quoted
 from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
 from .heatmap import wrapped_title

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis.dla import LogitAttribution, largest
-from ..analysis.flow import DENSE_TOKENS, Edge, Flow, LayerShares, Routes
+from ..analysis.flow import DENSE_TOKENS, Flow, LayerShares
 from ..analysis.lens import TOP, Lens, LensRows
+from ..analysis.routes import Edge, Routes
 from ..errors import AttnvizError
 from ..resources import ensure_fits
 from ..sources.documents import nested_array

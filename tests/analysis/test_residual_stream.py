@@ -29,14 +29,12 @@ from attnviz.analysis.flow import (
     FLOOR,
     AttentionBlock,
     SharesAbove,
-    brute_force,
     proximity,
-    route_graph,
     routes,
-    routes_into,
 )
 from attnviz.analysis.lens import logit_lens
 from attnviz.analysis.residual import each_layer
+from attnviz.analysis.routes import route_graph, routes_into
 from attnviz.engine.blocked import attend
 from attnviz.errors import UsageError
 from attnviz.models import load_model
@@ -52,6 +50,24 @@ NAMES = sorted(gradients.cases.CASES)
 @pytest.fixture(scope="module")
 def loaded() -> dict[str, Any]:
     return {}
+
+
+def brute_force(model: Any, parts: LayerParts) -> tuple[np.ndarray, np.ndarray]:
+    """The attention block's shares (heads, n, n) and resid_pre's (n,) as the definition reads, every part made."""
+    block = AttentionBlock(model, parts)
+    n, heads = block.n, block.heads
+    nums = np.zeros((heads, n, n))
+    whole = parts.resid_mid
+    weights = [block.weights(h, 0, n) for h in range(heads)]
+    for i in range(n):
+        for h in range(heads):
+            p = weights[h][i, : i + 1, None] * block.written[h][: i + 1] * block.factor[i]
+            if block.bias is not None:
+                p = p + block.bias[i]
+            nums[h, i, : i + 1] = np.maximum(FLOOR, proximity(whole[i], p))
+    resid = np.maximum(FLOOR, proximity(whole, parts.resid_pre))
+    total = nums.sum(axis=(0, 2)) + resid
+    return nums / total[None, :, None], resid / total
 
 
 def model_text(name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str]:

@@ -99,6 +99,7 @@ def test_flow_of_a_long_text_draws_the_graph_every_share_draws(
     """Past 512 tokens the command keeps only the shares above its --threshold (and, with --per-head, no head's, which
     nothing shows past 512 tokens): the same edges as every share gives."""
     import attnviz.analysis.flow as flow_module
+    import attnviz.analysis.routes as routes_module
     from attnviz.models import load_model
 
     path = write_tiny_llama(tmp_path / "long.gguf", meta_changes={"llama.context_length": 4096})
@@ -113,5 +114,5 @@ def test_flow_of_a_long_text_draws_the_graph_every_share_draws(
     at = flow_module.DEFAULT_THRESHOLD if threshold is None else float(threshold)
     edges = json.loads(run.out)["edges"]
     assert edges and [(e["layer"], e["kind"], e["from"], e["to"]) for e in edges] == [
-        (e.layer, e.kind, e.source, e.target) for e in flow_module.routes_into(every, None, at).edges
+        (e.layer, e.kind, e.source, e.target) for e in routes_module.routes_into(every, None, at).edges
     ]

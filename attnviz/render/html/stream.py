@@ -12,8 +12,8 @@ from .grid import hex_colour, signed
 
 if TYPE_CHECKING:
     from ...analysis.dla import LogitAttribution
-    from ...analysis.flow import Routes
     from ...analysis.lens import Lens
+    from ...analysis.routes import Routes
     from ..figure import FigureStyle
 
 LENS_POSITIONS = 64  # the last positions a lens page shows (the JSON has every one)

@@ -1,6 +1,6 @@
 """The pages of lens, dla and flow in a real browser (chromium through selenium): offline, no console error and no
 request, hostile tokens shown as text; the flow page's threshold and its nodes change the graph it draws, as
-attnviz.analysis.flow.route_graph computes it."""
+attnviz.analysis.routes.route_graph computes it."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def lines(browser: Any) -> int:
 
 
 def test_the_threshold_and_a_node_choose_the_routes(browser: Any, pages: dict[str, Path]) -> None:
-    from attnviz.analysis.flow import Flow, LayerShares, routes_into
+    from attnviz.analysis.flow import Flow, LayerShares
+    from attnviz.analysis.routes import routes_into
 
     opened(browser, pages["flow"])
     data = json.loads(browser.execute_script("return document.getElementById('attnviz-data').textContent"))["flow"]
