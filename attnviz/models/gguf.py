@@ -70,7 +70,6 @@ class GGUF:
         self.compact_scales = False  # their scales kept as the file keeps them, to fit more of them (see unpacked.py)
         self.unpacked: dict[str, Unpacked] = {}
         self.compiled = False  # a few inputs' products by the compiled kernels (see kernels.py)
-        self.compiled_kinds: set[int] = set()  # the types whose kernel is ready
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
             if self.size < 24:
@@ -259,13 +258,10 @@ class GGUF:
     def compiled_product(self, x: np.ndarray, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
         """x Wᵀ by the kernel of the matrix's type, a block of rows at a time (:func:`weights.by_rows`): the stored
         blocks read as they lie, no float32 copy of any part of W."""
-        from .kernels import BLOCK_BYTES, compile_for, inputs_sums, times_rows
+        from .kernels import BLOCK_BYTES, inputs_sums, times_rows
         from .weights import by_rows, release
 
         x = np.ascontiguousarray(x)
-        if info.kind not in self.compiled_kinds:
-            compile_for(info.kind, raw, x)
-            self.compiled_kinds.add(info.kind)
         product = times_rows(info.kind, x, inputs_sums(x, info.kind), info.shape[-1])
 
         def block(start: int, stop: int) -> np.ndarray:

@@ -1,7 +1,7 @@
-"""The compiled kernels of a generation step (attnviz/models/compiled.py, through kernels.py): each block type's
-dequantised values are NumPy's bit for bit, its products within float32 rounding of the exact product (as NumPy's
-are), generation writes the same tokens with them as without, and without numba everything runs on NumPy with one
-line in --verbose saying so."""
+"""The compiled kernels of a generation step (attnviz/models/blocks.c, built by native.py, called by kernels.py):
+each block type's dequantised values are NumPy's bit for bit, its products within float32 rounding of the exact
+product (as NumPy's are), generation writes the same tokens with them as without, the library is built once and
+kept, and without a C compiler everything runs on NumPy with one line in --verbose saying so."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from attnviz.engine.blocked import Keep
 from attnviz.models import kernels, load_model
 from attnviz.models.quants import BLOCKS, TYPE_NAMES, decode, dequantise, in_planes_order, times
 
-numba = pytest.importorskip("numba", reason="the compiled kernels need numba (pip install 'attnviz[fast]')")
+if not kernels.load()[0]:
+    pytest.skip(f"the compiled kernels cannot be built here: {kernels.note()}", allow_module_level=True)
 
 FLOAT_KINDS = [1, 30]  # F16, BF16
 KINDS = [*FLOAT_KINDS, *QUANTISED]
@@ -146,21 +147,21 @@ def test_smollm2_writes_the_same_tokens_with_the_kernels(monkeypatch) -> None:
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
-def test_without_numba_everything_runs_on_numpy_with_one_line_in_verbose(cli, tmp_path: Path, monkeypatch) -> None:
-    """numba's import failing (as where it is not installed): the kernels are off, the same tokens are written by
-    NumPy, and --verbose says so in one line; without --verbose nothing is said."""
+def test_without_a_compiler_everything_runs_on_numpy_with_one_line_in_verbose(cli, tmp_path: Path, monkeypatch) -> None:
+    """No C compiler (and nothing built yet): the kernels are off, the same tokens are written by NumPy, and
+    --verbose says so in one line; without --verbose nothing is said."""
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     ids, _ = _written(path, monkeypatch, True)
     monkeypatch.delenv("ATTNVIZ_KERNELS")
-    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    monkeypatch.setitem(sys.modules, "attnviz.models.compiled", None)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(kernels, "_loaded", [])
     model = load_model(None, model_file=path)
     assert generate(model, "the cat sat", 6, 1, Keep()).ids == ids
     assert not model.weights.compiled
     run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
     assert run.code == 0 and run.err.count("\n") == 1, run.err
-    assert "NumPy" in run.err and "numba" in run.err
+    assert "NumPy" in run.err and "no C compiler" in run.err
     quiet = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json")
     assert quiet.code == 0 and quiet.err == ""
 
@@ -169,12 +170,37 @@ def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypat
     monkeypatch.delenv("ATTNVIZ_KERNELS", raising=False)
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
-    said = f"attnviz: products: compiled kernels on the stored blocks (numba {numba.__version__})\n"
-    assert run.code == 0 and run.err == said
+    assert run.code == 0 and run.err == f"attnviz: {kernels.note()}\n"
+    assert "compiled kernels on the stored blocks (C, built by " in run.err
 
 
-def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
-    """A pass over a text (heatmap of a GGUF) does not pay numba's import; a generation does."""
+def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None:
+    """A first load builds it into the cache folder; a second finds it there and runs no compiler; an unwritable
+    cache folder builds it for the process alone, leaving nothing behind."""
+    from attnviz.models import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    native.load()
+    built = list((tmp_path / "cache" / "attnviz").iterdir())
+    assert [p.name for p in built] == [native.library_name(native.compiler())]
+    monkeypatch.setattr(native, "build", lambda cc, target: pytest.fail("built again"))
+    library, _ = native.load()
+    assert library.attnviz_times is not None
+    monkeypatch.undo()
+    blocked = tmp_path / "read-only"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    library, _ = native.load()
+    out = np.empty((1, 1), dtype=np.float32)
+    x = np.ones((1, 32), dtype=np.float32)
+    raw = blocks(8, 1, 1, 0)
+    code = library.attnviz_times(8, raw.ctypes.data, raw.shape[1], 1, x.ctypes.data, x.ctypes.data, 1, 32, 1,
+                                 kernels._halves().ctypes.data, out.ctypes.data, 1)  # fmt: skip
+    assert code == 0 and np.isclose(out[0, 0], dequantise(raw, 8).sum(), rtol=1e-5)
+
+
+def test_only_a_generation_loads_the_kernels(tmp_path: Path) -> None:
+    """A pass over a text (heatmap of a GGUF) does not load the kernels; a generation does."""
     import subprocess
 
     from paths import REPO
@@ -184,7 +210,7 @@ def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
         code = (
             "import sys; from attnviz.cli import main; "
             f"main([{command!r}, '--model-file', {str(path)!r}, 'the cat', '--json'])\n"
-            "print('numba' in sys.modules, file=sys.stderr)"
+            "print('attnviz.models.native' in sys.modules, file=sys.stderr)"
         )
         env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
         env.pop("ATTNVIZ_KERNELS", None)
