@@ -76,6 +76,15 @@ def _halves() -> np.ndarray:
     return _HALVES
 
 
+_HALVES_ADDRESS: list[int] = []
+
+
+def _halves_address() -> int:
+    if not _HALVES_ADDRESS:
+        _HALVES_ADDRESS.append(_address(_halves()))
+    return _HALVES_ADDRESS[0]
+
+
 def _address(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
@@ -92,29 +101,43 @@ def dequantise(raw: np.ndarray, kind: int, width: int) -> np.ndarray:
     return out
 
 
-def inputs_sums(x: np.ndarray, kind: int) -> np.ndarray:
-    """Each group's sum of the inputs (n, groups of a row) that its offset meets (float32; no offsets: zeros)."""
-    if kind not in SUM_GROUP:
-        return np.zeros((len(x), 1), dtype=np.float32)
-    return np.ascontiguousarray(x.reshape(len(x), -1, SUM_GROUP[kind]).sum(axis=-1, dtype=np.float32))
+def rows_product(kind: int, x: np.ndarray, height: int) -> tuple[np.ndarray, Callable[[int, int, int, int], None]]:
+    """The product x Wᵀ (n, height) of a matrix W stored in bytes of ``kind``, for a few float32 inputs ``x`` (n,
+    width), and the function that fills its columns ``start`` … ``stop`` from those rows of W, given the address of
+    the first of them and the bytes of a row: any block of rows on any thread (the GIL released for each call),
+    each row summed by one call in one order whatever the blocks.
+
+    The inputs, their groups' sums and the product lie in one array, whose address is asked once (NumPy takes some
+    microseconds to give one, and a SmolLM2 token makes 211 products)."""
+    n, width = x.shape
+    groups = width // SUM_GROUP[kind] if kind in SUM_GROUP else 0
+    held = np.empty(n * (width + groups + height), dtype=np.float32)
+    inputs = held[: n * width].reshape(n, width)
+    inputs[...] = x
+    sums = held[n * width : n * (width + groups)].reshape(n, groups)
+    if groups:
+        np.sum(inputs.reshape(n, groups, -1), axis=-1, dtype=np.float32, out=sums)
+    out = held[n * (width + groups) :].reshape(n, height)
+    times, halves_at = _library().attnviz_times, _halves_address()
+    inputs_at = _address(held)
+    sums_at, out_at = inputs_at + 4 * n * width, inputs_at + 4 * n * (width + groups)
+
+    def rows(address: int, row_bytes: int, start: int, stop: int, kept: np.ndarray = held) -> None:
+        """(``kept``: the array whose addresses the kernel reads, alive as long as this function)"""
+        times(kind, address, row_bytes, stop - start, inputs_at, sums_at, n, width, groups, halves_at,
+              out_at + 4 * start, height)  # fmt: skip
+
+    return out, rows
 
 
-def times_rows(kind: int, x: np.ndarray, sums: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The product x Wᵀ (n, rows) of rows of W as stored in bytes of ``kind``, for a few float32 inputs ``x`` (n,
-    width, C-contiguous) and their groups' sums (:func:`inputs_sums`); a block of rows may run on any thread (the
-    GIL released for each call)."""
-    times = _library().attnviz_times
-    halves = _halves()
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    n, groups = len(x), sums.shape[1]
-    inputs, inputs_sums_at, halves_at = _address(x), _address(sums), _address(halves)
+def times_rows(kind: int, x: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
+    """x Wᵀ (n, rows) for the rows ``raw`` of W (C-contiguous bytes) that the returned function is given: the
+    product of :func:`rows_product` on arrays (the tests' way in)."""
 
-    def product(raw: np.ndarray, held: tuple[np.ndarray, ...] = (x, sums, halves)) -> np.ndarray:
-        """(``held``: the arrays whose addresses the kernel reads, alive as long as this function)"""
-        out = np.empty((n, raw.shape[0]), dtype=np.float32)
+    def product(raw: np.ndarray) -> np.ndarray:
+        out, rows = rows_product(kind, x, raw.shape[0])
         if raw.shape[0]:
-            times(kind, _address(raw), raw.strides[0], raw.shape[0], inputs, inputs_sums_at, n, width, groups,
-                  halves_at, _address(out), raw.shape[0])  # fmt: skip
+            rows(_address(raw), raw.strides[0], 0, raw.shape[0])
         return out
 
     return product
