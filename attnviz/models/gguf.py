@@ -23,6 +23,8 @@ from ..files import open_regular
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 from .quants import BLOCKS, FEW_INPUTS, READ, TYPE_NAMES, dequantise, in_planes_order, times
 
+KINDS = frozenset({1, 30, 2, 3, 6, 7, 8, 12, 13, 14})  # the types of blocks.c's kernels (kernels.py)
+
 if TYPE_CHECKING:
     from .unpacked import Unpacked
 
@@ -219,11 +221,12 @@ class GGUF:
         A long text's inputs (MANY_INPUTS or more) outweigh the matrix: it is dequantised whole (up to WHOLE_BYTES of
         float32), a block of rows at a time, and the inputs are split among the threads (:func:`threads.product`):
         one pass over the inputs, not one for every block of the matrix's rows."""
+        info = self.tensors.get(name)
+        if info is not None and len(x) <= FEW_INPUTS and self.compiled and len(info.shape) == 2 and info.kind in KINDS:
+            return self.compiled_product(np.asarray(x, dtype=np.float32), info)
         info, raw = self.raw(name)
         from .weights import by_rows, release
 
-        if len(x) <= FEW_INPUTS and self.compiled and len(info.shape) == 2 and info.kind != 0:
-            return self.compiled_product(np.asarray(x, dtype=np.float32), info, raw)
         if len(x) <= FEW_INPUTS and name in self.to_unpack:
             if name not in self.unpacked:
                 from .unpacked import unpack
@@ -256,15 +259,16 @@ class GGUF:
         self.compiled, line = load()
         return line
 
-    def compiled_product(self, x: np.ndarray, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
+    def compiled_product(self, x: np.ndarray, info: TensorInfo) -> np.ndarray:
         """x Wᵀ by the kernel of the matrix's type, read where the file lies mapped: the stored blocks as they are,
         no float32 copy of any part of W. One call where the product is small (:data:`weights.SHARED_WORK`), else
         blocks of rows (:data:`kernels.BLOCK_BYTES` of them as float32) shared among the threads."""
         from .kernels import BLOCK_BYTES, rows_product
         from .weights import SHARED_WORK, release
 
-        height, row_bytes = raw.shape
-        width = info.shape[-1]
+        height, width = info.shape
+        per_block, block_bytes = BLOCKS[info.kind]
+        row_bytes = width // per_block * block_bytes
         out, rows = rows_product(info.kind, x, height)
         first = self.address() + info.offset
         step = height if len(x) * height * width < SHARED_WORK else max(1, BLOCK_BYTES // (4 * width))

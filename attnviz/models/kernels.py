@@ -22,7 +22,6 @@ import numpy as np
 
 from .quants import TYPE_NAMES, widened
 
-KINDS = frozenset({1, 30, 2, 3, 6, 7, 8, 12, 13, 14})  # F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K
 # values of a row whose inputs' sum each group's offset meets (blocks.c): Q4_0's and Q5_0's codes less 8 and 16,
 # Q4_1's, Q5_1's, Q4_K's and Q5_K's offsets, Q6_K's codes less 32; Q8_0, F16, BF16: none
 SUM_GROUP = {2: 32, 3: 32, 6: 32, 7: 32, 12: 32, 13: 32, 14: 16}
