@@ -88,7 +88,7 @@ static inline u8x16 bytes_at(const uint8_t *p) {
  * vector conversion of bytes one lane at a time, a tenth of the speed), the compiler's conversion elsewhere. */
 static inline f32x16 floats(i32x16 v) { return __builtin_convertvector(v, f32x16); }
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -138,9 +138,9 @@ static inline f32x16 nibbles_dot(const uint8_t *q, const float *x) {
 
 /* Q5_0's and Q5_1's: the nibbles with their fifth bits (bit i of qh for value i) as 16. */
 static inline f32x16 fifths_dot(const uint8_t *q, uint32_t qh, const float *x) {
-    i32x16 packed = widened(q), bits = (i32x16){0} + (int32_t)qh;
-    i32x16 low = (packed & 15) | (((bits >> LANE) & 1) << 4);
-    i32x16 high = (packed >> 4) | (((bits >> (LANE + 16)) & 1) << 4);
+    i32x16 packed = widened(q), low_bits = (i32x16){0} + (int32_t)(qh & 0xFFFFu), high_bits = (i32x16){0} + (int32_t)(qh >> 16);
+    i32x16 low = (packed & 15) | (((low_bits >> LANE) & 1) << 4);
+    i32x16 high = (packed >> 4) | (((high_bits >> LANE) & 1) << 4);
     return floats(low) * floats_at(x) + floats(high) * floats_at(x + 16);
 }
 
@@ -317,12 +317,28 @@ static inline float half_bits(uint32_t h) {
     return value;
 }
 
-static inline f32x16 halves_widened(u16x16 stored) {
+/* 16 float16 values as float32: the CPU's conversion where it has one (exact; a NaN stays a NaN), else bits. */
+static inline f32x16 halves_widened(const uint8_t *p) {
+#if defined(__AVX512F__)
+    __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    f32x16 v;
+    memcpy(&v, &wide, sizeof v);
+    return v;
+#elif defined(__F16C__)
+    __m256 halves[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+    f32x16 v;
+    memcpy(&v, halves, sizeof v);
+    return v;
+#else
+    u16x16 stored;
+    memcpy(&stored, p, sizeof stored);
     u32x16 h = __builtin_convertvector(stored, u32x16);
     u32x16 magnitude = (h & 0x7FFFu) << 13, special = (u32x16)((h & 0x7C00u) == 0x7C00u);
     f32x16 scaled = (f32x16)magnitude * 0x1p112f;
     u32x16 bits = ((u32x16)scaled & ~special) | ((magnitude | 0x7F800000u) & special);
     return (f32x16)(bits | ((h & 0x8000u) << 16));
+#endif
 }
 
 static inline float bfloat_bits(uint32_t h) {
@@ -332,7 +348,11 @@ static inline float bfloat_bits(uint32_t h) {
     return value;
 }
 
-static inline f32x16 bfloats_widened(u16x16 stored) { return (f32x16)(__builtin_convertvector(stored, u32x16) << 16); }
+static inline f32x16 bfloats_widened(const uint8_t *p) {
+    u16x16 stored;
+    memcpy(&stored, p, sizeof stored);
+    return (f32x16)(__builtin_convertvector(stored, u32x16) << 16);
+}
 
 #define FLOAT_ROW(WIDEN, CONVERT)                                                        \
     (void)sums;                                                                          \
@@ -340,9 +360,7 @@ static inline f32x16 bfloats_widened(u16x16 stored) { return (f32x16)(__builtin_
     float rest = 0.0f;                                                                   \
     long whole = in->width / LANES * LANES;                                              \
     for (long i = 0; i < whole; i += LANES) {                                            \
-        u16x16 stored;                                                                   \
-        memcpy(&stored, row + 2 * i, sizeof stored);                                     \
-        acc += WIDEN(stored) * floats_at(x + i);                                         \
+        acc += WIDEN(row + 2 * i) * floats_at(x + i);                                    \
     }                                                                                    \
     for (long i = whole; i < in->width; i++)                                             \
         rest += CONVERT((uint32_t)row[2 * i] | ((uint32_t)row[2 * i + 1] << 8)) * x[i]; \
