@@ -3,11 +3,11 @@ only by :mod:`.kernels`, only when a generation asks for them.
 
 Built once for this CPU (``-march=native``: its widest vectors) and kept in the user's cache folder
 ($XDG_CACHE_HOME/attnviz, else ~/.cache/attnviz) under a name made of the source's hash, the compiler's identity
-(path, size, time) and the CPU's flags: a changed source, compiler or machine builds anew, anything else loads what
-is there (a few milliseconds). The library is written under a temporary name and renamed into place, so two
-processes building at once never load half a file; where the cache folder cannot be written, it is built in a
-temporary folder for this process alone. Where there is no compiler, or the build fails, there are no kernels:
-NumPy multiplies (:mod:`.kernels` says so).
+(path, size, time) and the CPU's flags: a changed source, compiler or machine builds anew (removing the others),
+anything else loads what is there (a few milliseconds). The library is written under a temporary name and renamed
+into place, so two processes building at once never load half a file; where the cache folder cannot be written,
+it is built in a temporary folder for this process alone. Where there is no compiler, or the build fails, there
+are no kernels: NumPy multiplies (:mod:`.kernels` says so).
 
 ctypes releases the GIL for each call, so attnviz's threads share a matrix's rows (:func:`.weights.by_rows`).
 """
@@ -100,7 +100,19 @@ def load() -> tuple[ctypes.CDLL, str]:
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
+        _forget_others(folder, name)
     return _declared(ctypes.CDLL(str(path))), cc
+
+
+def _forget_others(folder: Path, kept: str) -> None:
+    """Libraries of other sources, compilers or CPUs left by earlier versions: one is kept, not one per upgrade (a
+    process that loaded one keeps its copy in memory)."""
+    for old in folder.glob("blocks-*.so"):
+        if old.name != kept:
+            try:
+                old.unlink()
+            except OSError:
+                pass
 
 
 def _load_once(cc: str, name: str) -> tuple[ctypes.CDLL, str]:

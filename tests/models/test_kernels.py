@@ -180,11 +180,13 @@ def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypat
 
 @needs_kernels
 def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None:
-    """A first load builds it into the cache folder; a second finds it there and runs no compiler; an unwritable
-    cache folder builds it for the process alone, leaving nothing behind."""
+    """A first load builds it into the cache folder (where an older source's library goes); a second finds it there
+    and runs no compiler; an unwritable cache folder builds it for the process alone, leaving nothing behind."""
     from attnviz.models import native
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "attnviz").mkdir(parents=True)
+    (tmp_path / "cache" / "attnviz" / "blocks-of-an-older-source.so").write_bytes(b"")
     native.load()
     built = list((tmp_path / "cache" / "attnviz").iterdir())
     assert [p.name for p in built] == [native.library_name(native.compiler())]
