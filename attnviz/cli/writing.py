@@ -100,9 +100,10 @@ def generate(
     Speed and memory: no float32 copy of the model is made. While the file fits ATTNVIZ_MEMORY
     (bytes, or 500M, 2G; default: a quarter of the available memory) it stays in memory between
     steps; beyond the budget, each step reads the stored blocks again a block of rows at a time.
-    With numba installed (pip install 'attnviz[fast]') a GGUF's blocks are multiplied by compiled
-    kernels as they are stored; without it, by NumPy, the matrices whose products gain most having
-    their codes unpacked while the process stays within 1.35× the file. --verbose says which.
+    Where there is a C compiler a GGUF's blocks are multiplied as they are stored by compiled
+    kernels (built at the first generate, kept in ~/.cache/attnviz); without one, by NumPy, the
+    matrices whose products gain most having their codes unpacked while the process stays within
+    1.35× the file. --verbose says which.
 
     [bold]Examples[/bold]
 

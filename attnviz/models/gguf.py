@@ -23,6 +23,8 @@ from ..files import open_regular
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
 from .quants import BLOCKS, FEW_INPUTS, READ, TYPE_NAMES, dequantise, in_planes_order, times
 
+KINDS = frozenset({1, 30, 2, 3, 6, 7, 8, 12, 13, 14})  # the types of blocks.c's kernels (kernels.py)
+
 if TYPE_CHECKING:
     from .unpacked import Unpacked
 
@@ -70,7 +72,7 @@ class GGUF:
         self.compact_scales = False  # their scales kept as the file keeps them, to fit more of them (see unpacked.py)
         self.unpacked: dict[str, Unpacked] = {}
         self.compiled = False  # a few inputs' products by the compiled kernels (see kernels.py)
-        self.compiled_kinds: set[int] = set()  # the types whose kernel is ready
+        self.mapped_at: int | None = None
         with open_regular(path, MAX_FILE_BYTES, "a GGUF file") as handle:
             self.size = handle.seek(0, 2)
             if self.size < 24:
@@ -219,11 +221,12 @@ class GGUF:
         A long text's inputs (MANY_INPUTS or more) outweigh the matrix: it is dequantised whole (up to WHOLE_BYTES of
         float32), a block of rows at a time, and the inputs are split among the threads (:func:`threads.product`):
         one pass over the inputs, not one for every block of the matrix's rows."""
+        info = self.tensors.get(name)
+        if info is not None and len(x) <= FEW_INPUTS and self.compiled and len(info.shape) == 2 and info.kind in KINDS:
+            return self.compiled_product(np.asarray(x, dtype=np.float32), info)
         info, raw = self.raw(name)
         from .weights import by_rows, release
 
-        if len(x) <= FEW_INPUTS and self.compiled and len(info.shape) == 2 and info.kind != 0:
-            return self.compiled_product(np.asarray(x, dtype=np.float32), info, raw)
         if len(x) <= FEW_INPUTS and name in self.to_unpack:
             if name not in self.unpacked:
                 from .unpacked import unpack
@@ -256,25 +259,37 @@ class GGUF:
         self.compiled, line = load()
         return line
 
-    def compiled_product(self, x: np.ndarray, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
-        """x Wᵀ by the kernel of the matrix's type, a block of rows at a time (:func:`weights.by_rows`): the stored
-        blocks read as they lie, no float32 copy of any part of W."""
-        from .kernels import BLOCK_BYTES, compile_for, inputs_sums, times_rows
-        from .weights import by_rows, release
+    def compiled_product(self, x: np.ndarray, info: TensorInfo) -> np.ndarray:
+        """x Wᵀ by the kernel of the matrix's type, read where the file lies mapped: the stored blocks as they are,
+        no float32 copy of any part of W. One call where the product is small (:data:`weights.SHARED_WORK`), else
+        blocks of rows (:data:`kernels.BLOCK_BYTES` of them as float32) shared among the threads."""
+        from .kernels import BLOCK_BYTES, rows_product
+        from .weights import SHARED_WORK, release
 
-        x = np.ascontiguousarray(x)
-        if info.kind not in self.compiled_kinds:
-            compile_for(info.kind, raw, x)
-            self.compiled_kinds.add(info.kind)
-        product = times_rows(info.kind, x, inputs_sums(x, info.kind), info.shape[-1])
+        height, width = info.shape
+        per_block, block_bytes = BLOCKS[info.kind]
+        row_bytes = width // per_block * block_bytes
+        out, rows = rows_product(info.kind, x, height)
+        first = self.address() + info.offset
+        step = height if len(x) * height * width < SHARED_WORK else max(1, BLOCK_BYTES // (4 * width))
 
-        def block(start: int, stop: int) -> np.ndarray:
-            result = product(raw[start:stop])
+        def block(start: int) -> None:
+            stop = min(height, start + step)
+            rows(first + start * row_bytes, row_bytes, start, stop)
             if not self.mapped_between_passes:
-                release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
-            return result
+                release(self.data, info.offset + start * row_bytes, (stop - start) * row_bytes)
 
-        return by_rows(len(x), info.shape, block, BLOCK_BYTES)
+        if step >= height:
+            block(0)
+        else:
+            run_blocks(block, range(0, height, step))
+        return out
+
+    def address(self) -> int:
+        """Where the file's first byte lies mapped in this process's memory."""
+        if self.mapped_at is None:
+            self.mapped_at = int(np.frombuffer(self.data, dtype=np.uint8, count=1).__array_interface__["data"][0])
+        return self.mapped_at
 
     def dequantised(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
         """The matrix of ``raw`` rows in float32, dequantised a block of rows at a time among the threads (each block's

