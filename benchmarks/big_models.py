@@ -112,16 +112,18 @@ def last_head(path: Path, recipe: Recipe, tokens: int = 1024) -> Row:
     return (case, seconds, floor, ratio, "≤ 1.3×", ratio <= 1.3, note)
 
 
-def limited(command: list[str], address_space: int, timeout: float) -> tuple[int, float, str]:
-    """Exit status, peak resident bytes and the last line of stderr of ``command`` run in a child whose address
-    space is at most ``address_space`` bytes (-1: it took longer than ``timeout`` seconds and was stopped)."""
+def limited(command: list[str], address_space: int, timeout: float) -> tuple[int, float, float, str]:
+    """Exit status, peak resident bytes, CPU seconds (user and system) and the last line of stderr of ``command``
+    run in a child whose address space is at most ``address_space`` bytes (-1: it took longer than ``timeout``
+    seconds and was stopped)."""
     measure = (
         "import resource, subprocess, sys; limit = int(sys.argv[1]); "
         "cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); "
         "done = subprocess.run(sys.argv[3:], capture_output=True, text=True, preexec_fn=cap, "
         "timeout=float(sys.argv[2])); "
         "lines = done.stderr.strip().splitlines() or ['']; "
-        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(lines[-1][:200])"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(done.returncode, u.ru_maxrss, u.ru_utime + u.ru_stime); print(lines[-1][:200])"
     )
     try:
         out = subprocess.run(
@@ -129,12 +131,12 @@ def limited(command: list[str], address_space: int, timeout: float) -> tuple[int
             capture_output=True, text=True, timeout=timeout + 60,
         ).stdout  # fmt: skip
     except subprocess.TimeoutExpired:
-        return -1, float("nan"), f"stopped after {timeout:.0f} s"
+        return -1, float("nan"), float("nan"), f"stopped after {timeout:.0f} s"
     first, _, last = out.partition("\n")
     if not first.strip():  # the measuring child itself stopped: the timeout
-        return -1, float("nan"), f"stopped after {timeout:.0f} s"
-    status, kib = first.split()
-    return int(status), int(kib) * 1024.0, last.strip()
+        return -1, float("nan"), float("nan"), f"stopped after {timeout:.0f} s"
+    status, kib, cpu = first.split()
+    return int(status), int(kib) * 1024.0, float(cpu), last.strip()
 
 
 def estimate_memory(path: Path, recipe: Recipe, tokens: int = 512) -> Row:
@@ -148,14 +150,14 @@ def estimate_memory(path: Path, recipe: Recipe, tokens: int = 512) -> Row:
         source.write_text(text, encoding="utf-8")
         command = [sys.executable, "-m", "attnviz", "ablate", "--estimate", "--model-file", str(path),
                    "--file", str(source), "--json"]  # fmt: skip
-        status, peak, said = limited(command, budget + SLACK, ESTIMATE_TIMEOUT)
+        status, peak, cpu, said = limited(command, budget + SLACK, ESTIMATE_TIMEOUT)
     case = f"{recipe.name.removesuffix('-shaped')}: ablate --estimate, {n} tokens (MiB)"
     if status != 0:
         why = said if status == -1 else f"exit {status}: {said or 'no message'}"
         note = f"did not finish within {(budget + SLACK) / 2**30:.1f} GiB of address space: {why}"
         return (case, float("nan"), budget / 2**20, float("nan"), "≤ file + 2 GiB", False, note)
     return (case, peak / 2**20, budget / 2**20, peak / budget, "≤ file + 2 GiB", peak <= budget,
-            "baseline: the file's size + 2 GiB")  # fmt: skip
+            f"baseline: the file's size + 2 GiB; {cpu:.0f} s of CPU")  # fmt: skip
 
 
 def big_models(quick: bool) -> tuple[list[Row], set[str]]:

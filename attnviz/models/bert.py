@@ -187,6 +187,11 @@ class Renamed:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")
         return self.stored.tensor(self.names_[name], rows)
 
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        if name not in self.names_:
+            raise AttnvizError(f"{self.path}: no tensor {name!r}")
+        return self.stored.float_rows(self.names_[name], start, stop)
+
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         if name not in self.names_:
             raise AttnvizError(f"{self.path}: no tensor {name!r}")

@@ -214,6 +214,15 @@ class GGUF:
         values = dequantise(raw, info.kind)
         return values.reshape((*info.shape[:-1], width) if rows is None else (len(raw), width))
 
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        from .weights import release
+
+        info, raw = self.raw(name)
+        values = dequantise(raw[start:stop], info.kind).reshape(stop - start, -1)
+        if not self.mapped_between_passes:
+            release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
+        return values
+
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         """x Wᵀ for the matrix ``name``, dequantised a block of rows at a time (see :func:`weights.by_rows`); each
         block's pages of the file leave this process's memory once it is used (they stay in the system's cache).

@@ -62,6 +62,10 @@ class Held:
             return self.inner.tensor(name, rows)
         return kept if rows is None else kept[rows]
 
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        kept = self.kept.get(name)
+        return self.inner.float_rows(name, start, stop) if kept is None else kept[start:stop]
+
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         kept = self.kept.get(name)
         if kept is None:
@@ -78,6 +82,10 @@ class Resident(Held):
         if name not in self.kept:
             self.kept[name] = self.inner.tensor(name)
         return super().tensor(name, rows)
+
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        self.tensor(name)
+        return super().float_rows(name, start, stop)
 
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         self.tensor(name)

@@ -57,6 +57,11 @@ class Tensors(Protocol):
         and dequantised a block of rows at a time (:func:`by_rows`), never whole in float32."""
         ...
 
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start … stop − 1 of the matrix ``name`` in float32, their stored pages let go of once read (unless
+        they stay mapped between passes), as a product's blocks are: what a backward pass reads a block at a time."""
+        ...
+
 
 ROW_BLOCK_BYTES = 2**20  # float32 bytes of the rows of a matrix dequantised at a time: a block stays in cache
 SHARED_WORK = 2**22  # multiply-adds below which a product runs on the caller's thread alone (about a millisecond)
@@ -101,12 +106,12 @@ def backward_product(weights: Tensors, grad: np.ndarray, name: str) -> np.ndarra
     height, width = shape[0], math.prod(shape[1:])
     step = max(1, GRADIENT_BLOCK_BYTES // (4 * max(width, 1)))
     if step >= height:
-        whole: np.ndarray = product(grad, weights.tensor(name).reshape(height, width))
+        whole: np.ndarray = product(grad, weights.float_rows(name, 0, height).reshape(height, width))
         return whole
     out = np.zeros((len(grad), width), dtype=np.float32)
     for start in range(0, height, step):
-        rows = np.arange(start, min(height, start + step))
-        out += product(np.ascontiguousarray(grad[:, rows[0] : rows[-1] + 1]), weights.tensor(name, rows=rows))
+        stop = min(height, start + step)
+        out += product(np.ascontiguousarray(grad[:, start:stop]), weights.float_rows(name, start, stop))
     return out
 
 
@@ -201,6 +206,16 @@ class FolderTensors:
         else:
             values = self.stored[name].float32(rows)
         return self.adjust(name, values) if self.adjust is not None else values
+
+    def float_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        values = self.tensor(name, rows=np.arange(start, stop))
+        stored = self.stored[name]
+        if stored.mapped is not None and not self.mapped_between_passes:
+            row_bytes = stored.array.strides[0] if stored.array.ndim else 0
+            whole = self.transposed(name)  # stored in × out: the rows asked for are columns of every stored row
+            first, length = (0, stored.array.nbytes) if whole else (start * row_bytes, (stop - start) * row_bytes)
+            release(stored.mapped, stored.offset + first, length)
+        return values
 
     def product(self, x: np.ndarray, name: str) -> np.ndarray:
         if name not in self.stored:

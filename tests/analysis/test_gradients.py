@@ -431,3 +431,59 @@ def test_the_saliency_and_the_heads_beside_it_come_from_one_pass_as_the_views_ma
     model.run(encoding, lambda layer, kept: rows.__setitem__(layer, kept.weights[:, -1]),
               {layer: Keep() for layer in range(model.layers)})  # fmt: skip
     np.testing.assert_allclose(beside.last_rows, np.stack([rows[i] for i in range(model.layers)]), rtol=0, atol=1e-6)
+
+
+class _Scores:
+    """A stand-in for a decoder's head of next-token scores: an output matrix of ``vocabulary`` rows."""
+
+    def __init__(self, vocabulary: int, width: int) -> None:
+        self.matrix = np.random.default_rng(vocabulary).standard_normal((vocabulary, width), dtype=np.float32)
+        self.weights = self
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.matrix.shape
+
+    def output_matrix(self) -> str:
+        return "output.weight"
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x @ self.matrix.T, dtype=np.float32)
+
+    def logits_backward(self, x: np.ndarray, logits: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        return np.asarray(grad @ self.matrix, dtype=np.float32)
+
+
+@pytest.mark.parametrize(("vocabulary", "n", "rows"), [(20_000, 64, 16), (50_000, 40, 7), (128_256, 9, 2)])
+def test_the_measures_gradient_holds_two_blocks_of_next_token_scores(
+    monkeypatch: pytest.MonkeyPatch, vocabulary: int, n: int, rows: int
+) -> None:
+    """The scores of a block of rows and their exponentials, never a third block beside them (a large vocabulary's
+    block is LOGIT_BYTES: 128 MiB of an 8B's at 512 tokens); the loss and its gradient as the exponentials of a
+    copy give them."""
+    import tracemalloc
+
+    import attnviz.analysis.gradients as gradients
+
+    monkeypatch.setattr(gradients, "LOGIT_BYTES", 4 * vocabulary * rows)
+    head = _Scores(vocabulary, 8)
+    last = np.random.default_rng(n).standard_normal((n, 8), dtype=np.float32)
+    ids = tuple(int(i) for i in np.random.default_rng(rows).integers(0, vocabulary, n))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        value, grad = gradients.measure_backward(head, last, ids, None)  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    block = 4 * vocabulary * rows
+    assert peak < 2.5 * block, (peak, block)
+    logits = (last[:-1] @ head.matrix.T).astype(np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    assert value == pytest.approx(-log_p[np.arange(n - 1), ids[1:]].mean(), rel=1e-5)
+    p = np.exp(log_p)
+    p[np.arange(n - 1), ids[1:]] -= 1
+    expected = np.zeros_like(last, dtype=np.float64)
+    expected[:-1] = p @ head.matrix / (n - 1)
+    np.testing.assert_allclose(grad, expected, atol=1e-6 * np.abs(expected).max())

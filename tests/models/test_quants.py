@@ -204,7 +204,8 @@ def test_a_gradients_product_reads_the_matrix_a_block_of_rows_at_a_time(
 ) -> None:
     """grad W (the backward of x Wᵀ) from blocks of the stored rows that need not divide the matrix, each
     dequantised alone and dropped, is the product with the whole dequantised matrix, from every kind of file (a
-    matrix stored in × out too: its rows asked for are the stored columns)."""
+    matrix stored in × out too: its rows asked for are the stored columns); each block's bytes of the file are
+    given back once read, as a forward product's are (a backward of every layer kept none of the file resident)."""
     from tiny_bert import write_safetensors
     from tiny_gguf import F32, write_gguf
 
@@ -225,6 +226,17 @@ def test_a_gradients_product_reads_the_matrix_a_block_of_rows_at_a_time(
     assert whole.shape == (37, 64)
     np.testing.assert_array_equal(tensors.tensor("w", rows=np.arange(3, 9)), whole[3:9].astype(np.float32))
     monkeypatch.setattr(weights, "GRADIENT_BLOCK_BYTES", 4 * 64 * rows_a_block)
+    released: list[bytes] = []
+    monkeypatch.setattr(
+        weights, "release", lambda mapped, start, length: released.append(mapped[start : start + length])
+    )
     grad = np.random.default_rng(1).standard_normal((6, 37)).astype(np.float32)
     scale = (np.abs(grad) @ np.abs(whole)).max()
     np.testing.assert_allclose(weights.backward_product(tensors, grad, "w"), grad @ whole, rtol=0, atol=1e-6 * scale)
+    blocks_read = -(-37 // rows_a_block)
+    assert len(released) == blocks_read
+    stored_bytes = data if source.startswith("gguf") else stored.tobytes()
+    if "in × out" in source:  # every block reads a column of every stored row: the whole tensor given back each time
+        assert released == [stored_bytes] * blocks_read
+    else:
+        assert b"".join(released) == stored_bytes
