@@ -29,9 +29,14 @@ class PixelImage(AxesImage):
         if placed is None:
             return super().make_image(renderer, magnification, unsampled)
         left, bottom = placed
+        from matplotlib.colors import Normalize
         from matplotlib.transforms import Affine2D
 
-        colours = self.to_rgba(data, bytes=True, norm=True)  # masked cells take the colour map's (clear) "bad"
+        norm = self.norm
+        if type(norm) is Normalize and (norm.vmin, norm.vmax) == (0.0, 1.0):  # it would give the values back
+            colours = self.cmap(data, bytes=True)  # masked cells take the colour map's (clear) "bad"
+        else:
+            colours = self.to_rgba(data, bytes=True, norm=True)
         if self.origin == "upper":  # Agg takes the rows from the bottom up
             colours = colours[::-1]
         return colours, left, bottom, Affine2D().translate(left, bottom)
