@@ -26,7 +26,7 @@ class PixelImage(AxesImage):
     def make_image(self, renderer: RendererBase, magnification: float = 1.0, unsampled: bool = False) -> Any:
         data = self.get_array()
         placed = None if unsampled or data is None else self._pixel_box(magnification)
-        if placed is None:
+        if placed is None or data is None:
             return super().make_image(renderer, magnification, unsampled)
         left, bottom = placed
         from matplotlib.colors import Normalize

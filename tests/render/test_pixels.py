@@ -24,12 +24,13 @@ def drawn(rows: int, cols: int, side: tuple[float, float], masked: bool, direct:
     image = show_matrix(ax, data, colormap("viridis"), 0.0, 1.0, zorder=1)
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
-    used = []
-    if not direct:
-        image._pixel_box = lambda magnification: None  # type: ignore[method-assign]
-    else:
-        box = PixelImage._pixel_box
-        image._pixel_box = lambda magnification: used.append(box(image, magnification)) or used[-1]  # type: ignore[method-assign]
+    used: list[tuple[float, float] | None] = []
+
+    def placed(magnification: float) -> tuple[float, float] | None:
+        used.append(PixelImage._pixel_box(image, magnification) if direct else None)
+        return used[-1]
+
+    image._pixel_box = placed  # type: ignore[method-assign]
     canvas = FigureCanvasAgg(fig)
     canvas.draw()  # type: ignore[no-untyped-call]
     return np.asarray(canvas.buffer_rgba()).copy(), bool(used and used[-1] is not None)  # type: ignore[no-untyped-call]
