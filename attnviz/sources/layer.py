@@ -347,7 +347,8 @@ def self_attention(tokens: list[str] | tuple[str, ...], config: LayerConfig | No
         config: sizes, seed, embedding scheme, scale and masks (defaults: :class:`LayerConfig`).
 
     Returns:
-        An :class:`Attention` with weights and scores (heads, n, n), output (n, d_model) and masks.
+        An :class:`Attention` with weights and scores (heads, n, n), output (n, d_model) and masks. A long
+        sequence's scores are made when first read.
     """
     return prepare(tokens, config or LayerConfig())[1]
 
