@@ -276,9 +276,8 @@ class ScoresLater(Later):
     def __call__(self) -> Array:
         from ..engine.blocked import Keep, attend
 
-        _, kept = attend(
-            self.q, self.k, None, scale=self.scale, causal=self.causal, key_mask=self.key_mask, keep=Keep(scores=True)
-        )
+        keep = Keep(mean=True, scores=True)  # the weights again as one (n, m) mean, not another (heads, n, m)
+        _, kept = attend(self.q, self.k, None, scale=self.scale, causal=self.causal, key_mask=self.key_mask, keep=keep)
         assert kept.scores is not None
         return kept.scores
 
