@@ -3,13 +3,46 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from ..errors import UsageError, out_of_range
 from .core import Array, BoolArray
 from .view import View
+
+
+class Later:
+    """A value made when it is first read, not before: an :class:`Attention`'s scores, which a long layer's engine
+    would otherwise write, (heads, n, n) more, for a caller who rarely reads them (see :class:`Deferred`)."""
+
+    def __call__(self) -> Array:
+        raise NotImplementedError
+
+
+class Deferred:
+    """A field of :class:`Attention` that may be given as a :class:`Later`: made on its first read and kept, so
+    that every reader (``replace``, equality, the views) sees the array."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> None: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> Array | None: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> Array | None:
+        if instance is None:
+            return None  # the field's default
+        value = instance.__dict__.get(self.slot)
+        if isinstance(value, Later):
+            value = instance.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, instance: object, value: Array | Later | None) -> None:
+        instance.__dict__[self.slot] = value
 
 
 @dataclass(frozen=True)
@@ -25,7 +58,8 @@ class Attention:
         head_labels: a name for each of the ``heads`` matrices ("head 0", "mean of 4 heads").
         config: a JSON-ready description of how the weights were made.
         view: how the map is shown: pooled or not, its sinks found and hidden, its colour scale once chosen.
-        scores: (heads, n, m) pre-softmax scores, -inf where masked, if known.
+        scores: (heads, n, m) pre-softmax scores, -inf where masked, if known (given as a :class:`Later`, made when
+            first read).
         output: (n, d_model) output of the layer, if known.
         mask: (n, m) True where a query may attend to a key; None when nothing is masked.
         padding: n flags, True for padding tokens.
@@ -37,7 +71,7 @@ class Attention:
     weights: Array
     head_labels: tuple[str, ...]
     config: dict[str, Any] = field(default_factory=dict)
-    scores: Array | None = None
+    scores: Deferred = Deferred()  # Array | None once read
     output: Array | None = None
     mask: BoolArray | None = None
     padding: tuple[bool, ...] = ()

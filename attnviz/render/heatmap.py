@@ -36,6 +36,7 @@ from .figure import (
 )
 from .labels import abbreviate, describe_parts, wrap_parts
 from .outlines import Anchor, draw_texts, drawn_texts, text_path
+from .pixels import show_matrix
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -386,16 +387,7 @@ def draw_matrix(
     n, m = values.shape
     if not allowed.all():
         hatch_masked(ax, n, m, style)
-    image = ax.imshow(
-        masked(values, allowed),
-        cmap=cmap,
-        vmin=vmin,
-        vmax=vmax,
-        interpolation="nearest",
-        interpolation_stage="data",
-        aspect="equal",
-        zorder=1,
-    )
+    image = show_matrix(ax, masked(values, allowed), cmap, vmin, vmax, zorder=1)
     ax.set_xlim(-0.5, m - 0.5)
     ax.set_ylim(n - 0.5, -0.5)
     return image

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine.attention import Attention
+from ..engine.attention import Attention, Later
 from ..engine.core import Array, BoolArray, causal_mask, multi_head_attention, padding_mask
 from ..engine.threads import one_blas_thread
 from ..engine.view import Pool, Pooled, SinkMode, View
@@ -200,6 +200,7 @@ def prepare(
     layer = build_layer(config, tokens, keys, dtype=np.float64 if exact else np.float32)
     mask = combined_mask(n, m, causal=config.causal, key_padding=np.array(key_padding))
     described = {**config.describe(), "dtype": "float64" if exact else "float32"}
+    scores: Array | Later
     if not exact:
         output, weights, scores = _engine(layer, config, key_padding)
     else:
@@ -247,20 +248,38 @@ def _projections32(layer: Layer) -> tuple[Array, Array, Array]:
         return project(layer.x, layer.w_q), project(layer.context, layer.w_k), project(layer.context, layer.w_v)
 
 
-def _engine(layer: Layer, config: LayerConfig, key_padding: tuple[bool, ...]) -> tuple[Array, Array, Array]:
+def _engine(layer: Layer, config: LayerConfig, key_padding: tuple[bool, ...]) -> tuple[Array, Array, ScoresLater]:
     """The same layer through the blocked float32 engine: long inputs at the speed of their matrix products."""
     from ..engine.blocked import Keep, attend
     from ..engine.threads import product
 
     q, k, v = _projections32(layer)
     key_mask = ~np.array(key_padding) if any(key_padding) else None
-    heads, kept = attend(
-        q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=Keep(scores=True)
-    )
-    assert heads is not None and kept.scores is not None
+    heads, kept = attend(q, k, v, scale=config.scale_value, causal=config.causal, key_mask=key_mask, keep=Keep())
+    assert heads is not None
     with one_blas_thread():  # (n, h·d_v) @ (h·d_v, d_model)
         output = product(np.concatenate(list(heads), axis=-1), layer.w_o.astype(np.float32))
-    return output, kept.weights, kept.scores
+    return output, kept.weights, ScoresLater(q, k, config.scale_value, config.causal, key_mask)
+
+
+@dataclass(frozen=True, eq=False)
+class ScoresLater(Later):
+    """A long layer's scores, made by the engine that made its weights when they are first read: (heads, n, m)
+    more to write, which most callers never read, would take as long as the weights."""
+
+    q: Array
+    k: Array
+    scale: float
+    causal: bool
+    key_mask: BoolArray | None
+
+    def __call__(self) -> Array:
+        from ..engine.blocked import Keep, attend
+
+        keep = Keep(mean=True, scores=True)  # the weights again as one (n, m) mean, not another (heads, n, m)
+        _, kept = attend(self.q, self.k, None, scale=self.scale, causal=self.causal, key_mask=self.key_mask, keep=keep)
+        assert kept.scores is not None
+        return kept.scores
 
 
 @dataclass(frozen=True)
@@ -327,7 +346,8 @@ def self_attention(tokens: list[str] | tuple[str, ...], config: LayerConfig | No
         config: sizes, seed, embedding scheme, scale and masks (defaults: :class:`LayerConfig`).
 
     Returns:
-        An :class:`Attention` with weights and scores (heads, n, n), output (n, d_model) and masks.
+        An :class:`Attention` with weights and scores (heads, n, n), output (n, d_model) and masks. A long
+        sequence's scores are made when first read.
     """
     return prepare(tokens, config or LayerConfig())[1]
 

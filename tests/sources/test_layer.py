@@ -167,3 +167,40 @@ def test_no_tokens_and_short_pad_are_refused() -> None:
 def test_a_request_too_large_for_memory_is_refused_before_allocating() -> None:
     with pytest.raises(AttnvizError, match=r"needs about .* of memory"):
         self_attention(["x"] * 2_000_000, LayerConfig(heads=1, d_model=1))
+
+
+@pytest.mark.parametrize(
+    ("n", "causal", "pad_to", "scale"),
+    [(600, False, None, "sqrt"), (700, True, None, "sqrt"), (540, False, 600, "sqrt"), (520, True, None, 40.0)],
+)
+def test_long_layer_scores_are_made_when_read_and_are_the_engines(
+    n: int, causal: bool, pad_to: int | None, scale: str | float
+) -> None:
+    """A long layer's scores are not written with its weights but made on their first read, by the engine that
+    made the weights (the same bits as if it had kept them), -inf where masked, and their softmax is the weights."""
+    from attnviz.engine.attention import Later
+    from attnviz.engine.blocked import Keep, attend
+    from attnviz.sources.layer import _projections32, build_layer
+
+    tokens = [f"w{i % 97}" for i in range(n)]
+    config = LayerConfig(heads=3, d_model=48, causal=causal, pad_to=pad_to, scale=scale)  # 40: past exp's range
+    att = self_attention(tokens, config)
+    assert isinstance(att.__dict__["_scores"], Later)  # nothing (heads, n, n) written until asked for
+    scores = att.scores
+    assert scores is not None and att.scores is scores  # made once, then kept
+    assert not isinstance(att.__dict__["_scores"], Later)
+
+    layer = build_layer(config, att.tokens, dtype=np.float32)
+    q, k, _ = _projections32(layer)
+    padding = np.array(att.padding)
+    _, kept = attend(
+        q, k, None, scale=config.scale_value, causal=causal,
+        key_mask=~padding if padding.any() else None, keep=Keep(scores=True),
+    )  # fmt: skip
+    assert kept.scores is not None
+    np.testing.assert_array_equal(scores, kept.scores)
+    allowed = np.ones((len(att.tokens),) * 2, dtype=bool) if att.mask is None else att.mask
+    assert np.isneginf(scores[:, ~allowed]).all() and np.isfinite(scores[:, allowed]).all()
+    shifted = np.exp(scores.astype(np.float64) - scores.max(axis=-1, keepdims=True))
+    rounding = 2e-7 * np.abs(scores[:, allowed]).max()  # a float32 score's rounding, raised by exp
+    np.testing.assert_allclose(att.weights, shifted / shifted.sum(axis=-1, keepdims=True), atol=2e-6 + rounding)
