@@ -11,6 +11,7 @@ other orders; measured, they differ by at most 2e-5 of it (SmolLM2's 30 layers),
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -114,9 +115,10 @@ def test_the_gradients_at_each_head_and_at_the_input_are_torchs(
 
 @pytest.mark.parametrize("name", ["llama", "gemma3", "gpt2", "gemma2", "smollm2"])
 def test_attribution_patching_and_saliency_through_the_api_are_torchs(
-    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    name: str, loaded: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, z = case(name, loaded, tmp_path_factory)
+    one_backward_each(monkeypatch)
     text = str(z["text"])
     word = target_word(model, int(z["target"]))
     for measure, target in (("loss", None), ("log_prob", word)):
@@ -138,11 +140,13 @@ def test_attribution_patching_and_saliency_through_the_api_are_torchs(
 def path_magnitude(model: Any, text: str, target: str | None, steps: int) -> float:
     """The largest token's Σ_d mean_k |e · ∂L/∂e(α_k e)|: the size of the terms integrated gradients sums, which
     near α = 0 are far larger than at e (a norm's gradient grows as its input shrinks: 240× on SmolLM2), their
-    rounding with them; the sum's error is bounded relative to its terms, not to its result."""
+    rounding with them; the sum's error is bounded relative to its terms, not to its result. The passes are integrated
+    gradients' own (:func:`one_backward_each` gives them again)."""
     ids = model.encode(text).ids
     e = model.embed(np.asarray(ids))
     chosen = None if target is None else target_id(model, target)
-    terms = sum(np.abs(e * backward(model, e * np.float32((k + 0.5) / steps), ids, chosen).input_grad)
+    passed = attribution_module.backward
+    terms = sum(np.abs(e * passed(model, e * np.float32((k + 0.5) / steps), ids, chosen).input_grad)
                 for k in range(steps))  # fmt: skip
     return float((terms / steps).sum(axis=1).max())
 
@@ -151,15 +155,27 @@ LONG = GRADIENTS / "long"
 
 
 def one_backward_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    """attribution() and saliency() of the same text and measure share one backward pass (each would make the same
-    again): the long cases' time is their backward passes."""
-    made: dict[tuple[Any, ...], Any] = {}
+    """attribution() (zero and mean) and saliency() of the same text and measure share one backward pass (each would
+    make the same again): the long cases' time is their backward passes. The first pass's calls of each layer's heads'
+    outputs and gradients are kept and given again, in the same order, to the callback of each later call."""
+    made: dict[tuple[Any, ...], tuple[Any, list[tuple[Any, ...]]]] = {}
 
-    def kept(model: Any, *args: Any) -> Any:
-        key = tuple(a.tobytes() if isinstance(a, np.ndarray) else a for a in args)
+    def kept(model: Any, *args: Any, **named: Any) -> Any:
+        bound = inspect.signature(backward).bind(model, *args, **named)
+        bound.apply_defaults()
+        heads = bound.arguments.pop("heads")
+        key = tuple(a.tobytes() if isinstance(a, np.ndarray) else a for n, a in bound.arguments.items() if n != "model")
         if key not in made:
-            made[key] = backward(model, *args)
-        return made[key]
+            calls: list[tuple[Any, ...]] = []
+
+            def recorded(*given: Any) -> None:
+                calls.append(tuple(a.copy() if isinstance(a, np.ndarray) else a for a in given))
+
+            made[key] = backward(**bound.arguments, heads=recorded), calls
+        g, calls = made[key]
+        for given in calls if heads is not None else ():
+            heads(*given)
+        return g
 
     monkeypatch.setattr(attribution_module, "backward", kept)
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from paths import REPO
@@ -190,12 +191,35 @@ def test_results_do_not_depend_on_the_number_of_blas_threads(tmp_path) -> None:
     assert outputs[0] == outputs[1] == outputs[2]
 
 
+def fed_once_read(fifo: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    """``text`` written into the FIFO ``fifo`` once ``process`` opens it to read (``--file``): from then on the
+    command is past its start-up, in its own work, however busy the machine (a fixed wait may end while a loaded
+    machine is still importing, where Ctrl-C is Python's traceback, not attnviz's)."""
+    import errno
+    import time
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+        assert process.poll() is None, "the command ended before it read its text"
+        assert time.monotonic() < deadline, "the command never read its text"
+        time.sleep(0.01)
+    os.set_blocking(descriptor, True)
+    with open(descriptor, "w", encoding="utf-8") as pipe:
+        pipe.write(text)
+
+
 def test_ctrl_c_dies_by_sigint_quietly_and_leaves_no_partial_file(tmp_path) -> None:
     import signal
     import time
 
     tokens = tmp_path / "long.txt"
-    tokens.write_text(" ".join(f"w{i % 300}" for i in range(150_000)))  # tens of seconds of work
+    os.mkfifo(tokens)
     out = tmp_path / "out.png"
     process = subprocess.Popen(
         ATTNVIZ + ["heatmap", "--file", str(tokens), "-o", str(out)],
@@ -204,7 +228,8 @@ def test_ctrl_c_dies_by_sigint_quietly_and_leaves_no_partial_file(tmp_path) -> N
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+        fed_once_read(tokens, " ".join(f"w{i % 300}" for i in range(150_000)), process)  # tens of seconds of work
+        time.sleep(0.5)
         assert process.poll() is None, "the command finished before it could be interrupted: give it more work"
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)
@@ -218,18 +243,19 @@ def test_ctrl_c_dies_by_sigint_quietly_and_leaves_no_partial_file(tmp_path) -> N
 
 
 def test_ctrl_c_stops_a_shell_loop(tmp_path) -> None:
-    """bash goes on to the next command of a loop unless the child died by the signal itself."""
-    import os
+    """bash goes on to the next command of a loop unless the child died by the signal itself (the next would wait
+    for a writer of the FIFO that never comes, and the test fail by its time limit)."""
     import signal
     import time
 
     tokens = tmp_path / "long.txt"
-    tokens.write_text(" ".join(f"w{i % 300}" for i in range(150_000)))
+    os.mkfifo(tokens)
     command = " ".join(ATTNVIZ + ["heatmap", "--file", str(tokens)])
     script = f"for i in 1 2 3; do {command} -o {tmp_path}/f$i.png; done; echo finished"
     process = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdout=subprocess.PIPE, start_new_session=True)
     try:
-        time.sleep(2.5)
+        fed_once_read(tokens, " ".join(f"w{i % 300}" for i in range(150_000)), process)
+        time.sleep(0.5)
         assert process.poll() is None
         os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to the whole foreground group
         out, _ = process.communicate(timeout=120)

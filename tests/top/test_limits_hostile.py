@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from capped import TIMEOUT, assert_refused, attnviz, snapshot
+from capped import TIMEOUT, assert_refused, attnviz, attnviz_forked, snapshot
 from deflated import DeflatedOnce
 from tiny_bert import write_tiny_bert
 from tiny_gguf import write_tiny_llama
@@ -238,7 +238,7 @@ def test_refused_within_limits(tmp_path: Path, name: str) -> None:
     args = REFUSED[name](folder)
     before = snapshot(folder)
     started = time.monotonic()
-    err = assert_refused(attnviz(*args, cwd=folder), lines=19 if args[0] == "batch" else 1)
+    err = assert_refused(attnviz_forked(*args, cwd=folder), lines=19 if args[0] == "batch" else 1)
     assert time.monotonic() - started < TIMEOUT
     assert snapshot(folder) == before, err  # nothing written, nothing replaced
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

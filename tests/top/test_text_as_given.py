@@ -108,9 +108,8 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
     writer = threading.Thread(target=fill, daemon=True)
     writer.start()
     yield path
-    if writer.is_alive():  # nobody read it: open it once so the writer ends
-        with open(path, "rb"):
-            pass
+    if writer.is_alive():  # nobody read it: open it once so the writer ends (without waiting for a writer: this
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # one may be ending after its read, none to come)
     writer.join(5)
 
 
