@@ -46,7 +46,8 @@ class Attending:
 
     def weights(self, head: int, start: int, stop: int) -> Array:
         """Head ``head``'s weights of queries start … stop − 1 over every key (rows, n; 0 after each query), made as one
-        block of rows: where that is one of :func:`~attnviz.engine.blocked.causal_blocks`, the forward pass's bits."""
+        block of rows: where that is one of :func:`~attnviz.engine.blocked.causal_blocks`, the forward pass's weights to
+        float32 rounding (one head's product, where the pass may have run a group's at once)."""
         if self.held is not None:
             rows: Array = self.held[head, start:stop]
             return rows
