@@ -15,10 +15,10 @@ is within :data:`TOLERANCE` · ‖w_i‖₁ takes the product alone (its share o
 the rest — the keys a head attends to strongly — are summed exactly.
 
 Hold no (n, n) either: a head's weights are made again from its queries and keys a block of rows at a time, as the
-forward pass made them (its weights, to float32 rounding), and past :data:`DENSE_TOKENS` tokens a layer keeps only the attention shares
-above the threshold the graph is drawn at (:class:`SharesAbove`: fewer than 1 / threshold a query, as a query's
-shares sum to at most 1). What is held is then linear in n: the layer's streams, each head's v·W_O (n, hidden) and
-one block of rows' work.
+forward pass made them (its weights, to float32 rounding), and past :data:`DENSE_TOKENS` tokens a layer keeps only
+the attention shares above the threshold the graph is drawn at (:class:`SharesAbove`: fewer than 1 / threshold a
+query, as a query's shares sum to at most 1). What is held is then linear in n: the layer's streams, each head's
+v·W_O (n, hidden) and one block of rows' work.
 """
 
 from __future__ import annotations

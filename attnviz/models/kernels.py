@@ -8,8 +8,10 @@ file's 4.5–8.5 bits a weight and nothing else, so the weights take no memory b
 dequantised values are NumPy's bit for bit and their products within float32 rounding of NumPy's
 (tests/models/test_kernels.py); which one ran is the line :func:`note` gives (``generate --verbose``).
 
-The kernels are loaded only here, only when a generation asks (:meth:`.gguf.GGUF.use_kernels`): no other command
-pays for them. ``ATTNVIZ_KERNELS=0`` turns them off (the NumPy path, as where there is no C compiler).
+The kernels are loaded only here, only when a generation asks (:meth:`.gguf.GGUF.use_kernels`) or a long text's
+products dequantise a matrix whole (:meth:`.gguf.GGUF.dequantised`, by :func:`dequantise`: the same bits as
+NumPy's, in a fifth of its time): a short text's pass does not pay for them. ``ATTNVIZ_KERNELS=0`` turns them off
+(the NumPy path, as where there is no C compiler).
 """
 
 from __future__ import annotations
@@ -88,11 +90,15 @@ def _address(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def dequantise(raw: np.ndarray, kind: int, width: int) -> np.ndarray:
+def dequantise(raw: np.ndarray, kind: int, width: int, out: np.ndarray | None = None) -> np.ndarray:
     """The rows ``raw`` of ``kind`` as float32 (rows, width), by the compiled decoding: :func:`.quants.dequantise`'s
-    values, bit for bit (a NaN stays a NaN; its payload is the machine's)."""
+    values, bit for bit (a NaN stays a NaN; its payload is the machine's); written into ``out`` where given (C-
+    contiguous rows)."""
     raw = np.ascontiguousarray(raw)
-    out = np.empty((raw.shape[0], width), dtype=np.float32)
+    if out is None:
+        out = np.empty((raw.shape[0], width), dtype=np.float32)
+    if out.shape != (raw.shape[0], width) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous float32 (rows, width)")
     halves = _halves()
     if _library().attnviz_dequantise(kind, _address(raw), raw.shape[1], raw.shape[0], width, _address(halves),
                                      _address(out)):  # fmt: skip

@@ -1,5 +1,5 @@
 """The kernels of blocks.c built with the machine's C compiler at their first use and loaded with ctypes. Imported
-only by :mod:`.kernels`, only when a generation asks for them.
+only by :mod:`.kernels`, only when a generation or a long text's whole matrices ask for them.
 
 Built once for this CPU (``-march=native``: its widest vectors) and kept in the user's cache folder
 ($XDG_CACHE_HOME/attnviz, else ~/.cache/attnviz) under a name made of the source's hash, the compiler's identity

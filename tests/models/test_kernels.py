@@ -207,7 +207,8 @@ def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None
 
 
 def test_only_a_generation_loads_the_kernels(tmp_path: Path) -> None:
-    """A pass over a text (heatmap of a GGUF) does not load the kernels; a generation does."""
+    """A pass over a short text (heatmap of a GGUF) does not load the kernels; a generation does (and a text of
+    gguf.MANY_INPUTS tokens or more, whose matrices are dequantised whole: tested above)."""
     import subprocess
 
     from paths import REPO
@@ -223,3 +224,35 @@ def test_only_a_generation_loads_the_kernels(tmp_path: Path) -> None:
         env.pop("ATTNVIZ_KERNELS", None)
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
         assert run.stderr.strip().splitlines()[-1] == str(imported), run.stderr
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
+def test_a_long_texts_matrices_dequantised_whole_are_numpys_bits(tmp_path: Path, monkeypatch, kind: int) -> None:
+    """A long text's products dequantise a matrix whole (gguf.MANY_INPUTS inputs or more): by the compiled decoding
+    where it loads, written in place block by block among the threads, the same product bit for bit as NumPy's."""
+    from attnviz.models import gguf, weights
+    from attnviz.models.gguf import GGUF
+
+    width = 2 * max(BLOCKS[kind][0], 256)
+    write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"},
+               {"w": (kind, (301, width), blocks(kind, 301, width // BLOCKS[kind][0], kind).tobytes()
+                      if kind not in FLOAT_KINDS else float_rows(kind, 301, width, 0).tobytes())})  # fmt: skip
+    x = np.random.default_rng(kind).standard_normal((gguf.MANY_INPUTS, width)).astype(np.float32)
+    monkeypatch.setattr(weights, "ROW_BLOCK_BYTES", 4 * width * 7)  # 43 blocks of 7 rows
+    products = []
+    for switch in ("0", "1"):
+        monkeypatch.setenv("ATTNVIZ_KERNELS", switch)
+        products.append(GGUF(tmp_path / "m.gguf").product(x, "w"))
+    assert products[0].tobytes() == products[1].tobytes()
+    want = x.astype(np.float64) @ dequantise(GGUF(tmp_path / "m.gguf").raw("w")[1], kind).astype(np.float64).T
+    np.testing.assert_allclose(products[1], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("kind", [2, 12, 14, 1], ids=lambda k: TYPE_NAMES[k])
+@pytest.mark.parametrize("n", [17, 64, 130])
+def test_many_inputs_are_put_in_planes_order_alike_on_any_threads(kind: int, n: int) -> None:
+    from attnviz.models.gguf import inputs_in_planes_order
+
+    x = np.random.default_rng(n).standard_normal((n, 4 * max(BLOCKS[kind][0], 32))).astype(np.float32)
+    assert inputs_in_planes_order(x, kind).tobytes() == in_planes_order(x, kind).tobytes()
