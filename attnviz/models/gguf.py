@@ -21,7 +21,7 @@ from ..engine.threads import product, run_blocks
 from ..errors import AttnvizError, printable, quoted
 from ..files import open_regular
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
-from .quants import BLOCKS, FEW_INPUTS, READ, TYPE_NAMES, dequantise, in_planes_order, times
+from .quants import BLOCKS, FEW_INPUTS, FLOATS, READ, TYPE_NAMES, dequantise, in_planes_order, planes_of, times
 
 KINDS = frozenset({1, 30, 2, 3, 6, 7, 8, 12, 13, 14})  # the types of blocks.c's kernels (kernels.py)
 
@@ -360,16 +360,14 @@ class GGUF:
 def inputs_in_planes_order(x: np.ndarray, kind: int) -> np.ndarray:
     """:func:`.quants.in_planes_order` of float32 inputs, the rows of many shared among the threads: a strided copy,
     which one thread made while the other waited (a twentieth of an 8B's 1,024 tokens)."""
-    if kind not in BLOCKS or BLOCKS[kind][0] == 1 or len(x) <= FEW_INPUTS:
+    if kind in FLOATS or len(x) <= FEW_INPUTS:
         return in_planes_order(x, kind)
     per_block, n = BLOCKS[kind][0], len(x)
     out = np.empty(x.shape, dtype=np.float32)
 
     def rows(start: int) -> None:
         stop = min(n, start + PLANES_ROWS)
-        out[start:stop].reshape(stop - start, per_block, -1)[...] = (
-            x[start:stop].reshape(stop - start, -1, per_block).transpose(0, 2, 1)
-        )
+        out[start:stop].reshape(stop - start, per_block, -1)[...] = planes_of(x[start:stop], per_block)
 
     run_blocks(rows, range(0, n, PLANES_ROWS))
     return out

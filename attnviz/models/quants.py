@@ -103,8 +103,12 @@ def in_planes_order(x: np.ndarray, kind: int) -> np.ndarray:
     else in the order of :func:`planes` (value in block, then block)."""
     if kind in FLOATS or len(x) <= FEW_INPUTS:
         return np.ascontiguousarray(x, dtype=np.float32)
-    per_block = BLOCKS[kind][0]
-    return np.ascontiguousarray(x.reshape(len(x), -1, per_block).transpose(0, 2, 1).reshape(len(x), -1))
+    return np.ascontiguousarray(planes_of(x, BLOCKS[kind][0]).reshape(len(x), -1))
+
+
+def planes_of(x: np.ndarray, per_block: int) -> np.ndarray:
+    """Inputs (n, width) seen as (n, values per block, blocks): :func:`in_planes_order`'s order, not yet copied."""
+    return x.reshape(len(x), -1, per_block).transpose(0, 2, 1)
 
 
 def planes(raw: np.ndarray, kind: int) -> np.ndarray:
