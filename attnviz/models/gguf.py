@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.threads import product, run_blocks
+from ..engine.threads import BLOCK_THREADS, cores, product, run_blocks
 from ..errors import AttnvizError, printable, quoted
 from ..files import open_regular
 from .metadata import COUNT_KEYS, MAX_ELEMENTS, MAX_FILE_BYTES, MAX_TENSORS
@@ -270,28 +270,25 @@ class GGUF:
 
     def compiled_product(self, x: np.ndarray, info: TensorInfo) -> np.ndarray:
         """x Wᵀ by the kernel of the matrix's type, read where the file lies mapped: the stored blocks as they are,
-        no float32 copy of any part of W. One call where the product is small (:data:`weights.SHARED_WORK`), else
-        blocks of rows (:data:`kernels.BLOCK_BYTES` of them as float32) shared among the threads."""
-        from .kernels import BLOCK_BYTES, rows_product
-        from .weights import SHARED_WORK, release
+        no float32 copy of any part of W. The rows are shared among the kernels' own threads (one per core, at most
+        BLOCK_THREADS), unless the product is small (:data:`kernels.SHARED_WEIGHTS`): in one call where the file
+        stays mapped between passes, else a block of rows (:data:`kernels.BLOCK_BYTES` of them as float32) at a
+        time, each block's pages released once it is read."""
+        from .kernels import BLOCK_BYTES, SHARED_WEIGHTS, rows_product
+        from .weights import release
 
         height, width = info.shape
         per_block, block_bytes = BLOCKS[info.kind]
         row_bytes = width // per_block * block_bytes
         out, rows = rows_product(info.kind, x, height)
         first = self.address() + info.offset
-        step = height if len(x) * height * width < SHARED_WORK else max(1, BLOCK_BYTES // (4 * width))
-
-        def block(start: int) -> None:
+        threads = 1 if len(x) * height * width < SHARED_WEIGHTS else min(cores(), BLOCK_THREADS)
+        step = height if self.mapped_between_passes else max(1, BLOCK_BYTES // (4 * width))
+        for start in range(0, height, step):
             stop = min(height, start + step)
-            rows(first + start * row_bytes, row_bytes, start, stop)
+            rows(first + start * row_bytes, row_bytes, start, stop, threads)
             if not self.mapped_between_passes:
                 release(self.data, info.offset + start * row_bytes, (stop - start) * row_bytes)
-
-        if step >= height:
-            block(0)
-        else:
-            run_blocks(block, range(0, height, step))
         return out
 
     def address(self) -> int:

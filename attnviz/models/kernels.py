@@ -28,7 +28,8 @@ from .quants import TYPE_NAMES, widened
 # Q4_1's, Q5_1's, Q4_K's and Q5_K's offsets, Q6_K's codes less 32; Q8_0, F16, BF16: none
 SUM_GROUP = {2: 32, 3: 32, 6: 32, 7: 32, 12: 32, 13: 32, 14: 16}
 SWITCH = "ATTNVIZ_KERNELS"
-BLOCK_BYTES = 2**22  # float32 bytes of the rows (as by_rows counts them) a kernel's call takes: fewer, longer calls
+BLOCK_BYTES = 2**22  # float32 bytes of the rows a kernel's call takes where the file is not kept mapped between passes
+SHARED_WEIGHTS = 2**18  # weights (times inputs) from which a product's rows are shared among the kernels' threads
 
 _loaded: list[tuple[ctypes.CDLL | None, str]] = []
 
@@ -106,11 +107,11 @@ def dequantise(raw: np.ndarray, kind: int, width: int, out: np.ndarray | None = 
     return out
 
 
-def rows_product(kind: int, x: np.ndarray, height: int) -> tuple[np.ndarray, Callable[[int, int, int, int], None]]:
+def rows_product(kind: int, x: np.ndarray, height: int) -> tuple[np.ndarray, Callable[[int, int, int, int, int], None]]:
     """The product x Wᵀ (n, height) of a matrix W stored in bytes of ``kind``, for a few float32 inputs ``x`` (n,
     width), and the function that fills its columns ``start`` … ``stop`` from those rows of W, given the address of
-    the first of them and the bytes of a row: any block of rows on any thread (the GIL released for each call),
-    each row summed by one call in one order whatever the blocks.
+    the first of them, the bytes of a row and the threads to share them among (blocks.c's own, kept between calls;
+    the GIL released): each row summed by one call in one order whatever the blocks and threads.
 
     The inputs, their groups' sums and the product lie in one array, whose address is asked once (NumPy takes some
     microseconds to give one, and a SmolLM2 token makes 211 products)."""
@@ -127,22 +128,22 @@ def rows_product(kind: int, x: np.ndarray, height: int) -> tuple[np.ndarray, Cal
     inputs_at = _address(held)
     sums_at, out_at = inputs_at + 4 * n * width, inputs_at + 4 * n * (width + groups)
 
-    def rows(address: int, row_bytes: int, start: int, stop: int, kept: np.ndarray = held) -> None:
+    def rows(address: int, row_bytes: int, start: int, stop: int, threads: int, kept: np.ndarray = held) -> None:
         """(``kept``: the array whose addresses the kernel reads, alive as long as this function)"""
         times(kind, address, row_bytes, stop - start, inputs_at, sums_at, n, width, groups, halves_at,
-              out_at + 4 * start, height)  # fmt: skip
+              out_at + 4 * start, height, threads)  # fmt: skip
 
     return out, rows
 
 
-def times_rows(kind: int, x: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
+def times_rows(kind: int, x: np.ndarray, width: int, threads: int = 1) -> Callable[[np.ndarray], np.ndarray]:
     """x Wᵀ (n, rows) for the rows ``raw`` of W (C-contiguous bytes) that the returned function is given: the
     product of :func:`rows_product` on arrays (the tests' way in)."""
 
     def product(raw: np.ndarray) -> np.ndarray:
         out, rows = rows_product(kind, x, raw.shape[0])
         if raw.shape[0]:
-            rows(_address(raw), raw.strides[0], 0, raw.shape[0])
+            rows(_address(raw), raw.strides[0], 0, raw.shape[0], threads)
         return out
 
     return product

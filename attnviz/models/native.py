@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("blocks.c")
-FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=fast")
+FLAGS = ("-O3", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
 NATIVE = "-march=native"  # this CPU's vectors; a compiler that refuses it builds without
 COMPILE_SECONDS = 120
 
@@ -126,7 +126,7 @@ def _load_once(cc: str, name: str) -> tuple[ctypes.CDLL, str]:
 def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
     pointer, size = ctypes.c_void_p, ctypes.c_long
     library.attnviz_times.argtypes = [ctypes.c_int, pointer, size, size, pointer, pointer, size, size, size,
-                                      pointer, pointer, size]  # fmt: skip
+                                      pointer, pointer, size, ctypes.c_int]  # fmt: skip
     library.attnviz_times.restype = ctypes.c_int
     library.attnviz_dequantise.argtypes = [ctypes.c_int, pointer, size, size, size, pointer, pointer]
     library.attnviz_dequantise.restype = ctypes.c_int

@@ -91,9 +91,11 @@ def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n:
 @needs_kernels
 @pytest.mark.parametrize("kind", QUANTISED, ids=lambda k: TYPE_NAMES[k])
 def test_a_files_compiled_product_is_the_same_whatever_the_threads(tmp_path: Path, monkeypatch, kind: int) -> None:
-    """Through the file: blocks of rows on one thread or shared among several give the same bits (each row is
-    summed by one call, in one order), within float32 rounding of NumPy's product of the same blocks."""
-    from attnviz.models import gguf, weights
+    """Through the file: all rows in one call or a block of rows at a time (the file not kept mapped), on one
+    thread or shared among the kernels' threads, give the same bits (each row is summed by one call, in one order),
+    within float32 rounding of NumPy's product of the same blocks."""
+    from attnviz.engine import threads
+    from attnviz.models import gguf
     from attnviz.models.gguf import GGUF
 
     width = 2 * BLOCKS[kind][0]
@@ -103,15 +105,70 @@ def test_a_files_compiled_product_is_the_same_whatever_the_threads(tmp_path: Pat
     stored = GGUF(tmp_path / "m.gguf").product(x, "w")
     monkeypatch.setattr(kernels, "BLOCK_BYTES", 4 * width * 7)  # 43 blocks of 7 rows
     runs = []
-    for shared in (0, 2**62):
-        monkeypatch.setattr(weights, "SHARED_WORK", shared)
+    for shared, cores, mapped in ((2**62, 4, True), (0, 2, True), (0, 4, True), (0, 3, False), (2**62, 1, False)):
+        monkeypatch.setattr(kernels, "SHARED_WEIGHTS", shared)
+        monkeypatch.setattr(gguf, "cores", lambda cores=cores: cores)
         file = GGUF(tmp_path / "m.gguf")
+        file.mapped_between_passes = mapped
         assert "compiled kernels" in file.use_kernels() and file.compiled
         runs.append(file.product(x, "w"))
         assert not file.unpacked
-    assert runs[0].tobytes() == runs[1].tobytes()
+    assert threads.BLOCK_THREADS >= 2
+    assert all(run.tobytes() == runs[0].tobytes() for run in runs)
     np.testing.assert_allclose(runs[0], stored, rtol=0, atol=1e-5 * (np.abs(stored).max() + 1))
     assert gguf.FEW_INPUTS >= 1
+
+
+@needs_kernels
+def test_products_from_several_threads_at_once_are_each_their_own(tmp_path: Path) -> None:
+    """The kernels' helpers serve one product at a time; a product asked meanwhile from another thread (a notebook's
+    or an analysis's) takes its rows on its own thread: every product is right, none waits forever."""
+    import threading
+
+    width, rows = 512, 300
+    raw = blocks(12, rows, width // 256, 3)
+    inputs = [np.random.default_rng(k).standard_normal((1, width)).astype(np.float32) for k in range(6)]
+    alone = [kernels.times_rows(12, x, width, threads=1)(raw) for x in inputs]
+    got: dict[int, list[np.ndarray]] = {}
+
+    def many(k: int) -> None:
+        got[k] = [kernels.times_rows(12, inputs[k], width, threads=2)(raw) for _ in range(200)]
+
+    started = [threading.Thread(target=many, args=(k,)) for k in range(len(inputs))]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in started)
+    for k, want in enumerate(alone):
+        assert all(product.tobytes() == want.tobytes() for product in got[k])
+
+
+@needs_kernels
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_multiplies_on_threads_of_its_own(tmp_path: Path) -> None:
+    """A batch's workers are forked after the parent's first products: the child has none of the parent's helper
+    threads, starts its own and gets the parent's bits."""
+    import os
+
+    width, rows = 512, 300
+    raw = blocks(14, rows, width // 256, 5)
+    x = np.random.default_rng(5).standard_normal((1, width)).astype(np.float32)
+    want = kernels.times_rows(14, x, width, threads=2)(raw)
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's own process)
+        try:
+            os.close(reading)
+            same = kernels.times_rows(14, x, width, threads=2)(raw).tobytes() == want.tobytes()
+            os.write(writing, b"same" if same else b"different")
+        finally:
+            os._exit(0)
+    os.close(writing)
+    said = os.read(reading, 16)
+    os.close(reading)
+    os.waitpid(child, 0)
+    assert said == b"same"
 
 
 def _written(
@@ -202,7 +259,7 @@ def test_the_library_is_built_once_and_kept(tmp_path: Path, monkeypatch) -> None
     x = np.ones((1, 32), dtype=np.float32)
     raw = blocks(8, 1, 1, 0)
     code = library.attnviz_times(8, raw.ctypes.data, raw.shape[1], 1, x.ctypes.data, x.ctypes.data, 1, 32, 1,
-                                 kernels._halves().ctypes.data, out.ctypes.data, 1)  # fmt: skip
+                                 kernels._halves().ctypes.data, out.ctypes.data, 1, 1)  # fmt: skip
     assert code == 0 and np.isclose(out[0, 0], dequantise(raw, 8).sum(), rtol=1e-5)
 
 
