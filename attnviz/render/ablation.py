@@ -213,17 +213,17 @@ def render_importance_figure(
     label = style.scaled(0.6)
     labels = [f"{j} {abbreviate(t, 12)}" for j, t in enumerate(tokens[:keys])]
 
+    weights = e.weights[:keys]
+    delta = np.nan_to_num(importance.delta[:keys])
+    panels: list[Axes] = []
+
     def build(step: int) -> tuple[Figure, Axes]:
+        """laid out without the bars (the panels' limits are set, so the bars do not move the layout): a long
+        text's bars are made once, on the layout kept, not once for every layout tried"""
         fig = new_figure(style, max(0.6, min(PAGE, 0.09 * keys)))
         weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
-        rows = np.arange(keys)
-        weights = e.weights[:keys]
-        delta = np.nan_to_num(importance.delta[:keys])
-        thin = 0.8 if keys <= 200 else 1.0
-        weight_ax.barh(rows, weights, color=style.colours["text"], height=thin)
+        panels[:] = [weight_ax, delta_ax]
         weight_ax.set_xlim(0, max(float(weights.max()), 1e-9) * 1.05)
-        colours = np.where(delta > 0, "#b2182b", "#2166ac")
-        delta_ax.barh(rows, delta, color=colours, height=thin)
         delta_ax.axvline(0, color=style.colours["text"], linewidth=0.8)
         limit = float(np.abs(delta).max()) or 1.0
         delta_ax.set_xlim(-limit * 1.05, limit * 1.05)
@@ -246,7 +246,11 @@ def render_importance_figure(
         freeze_layout(fig)
         return fig, weight_ax
 
-    return labelled_rows(build, labels, label)
+    fig = labelled_rows(build, labels, label)
+    thin = 0.8 if keys <= 200 else 1.0
+    panels[0].barh(np.arange(keys), weights, color=style.colours["text"], height=thin)
+    panels[1].barh(np.arange(keys), delta, color=np.where(delta > 0, "#b2182b", "#2166ac"), height=thin)
+    return fig
 
 
 PAGE = 1.3  # the tallest a figure of a bar per key grows, to its width: a page

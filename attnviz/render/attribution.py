@@ -122,10 +122,22 @@ def render_saliency_figure(
         said = step
     assert fig is not None and axes is not None
     text_ax, weight_ax, score_ax = axes
+    _saliency_bars(result, row, weight_ax, score_ax, style)
     weight_ax.set_yticks(range(0, n, said), labels[::said], fontsize=label)
     drawn = draw_shaded_text(text_ax, result.tokens, colours, text_size)
     text_ax.set_title(_text_title(drawn, n), fontsize=style.scaled(0.8), loc="left")
     return fig
+
+
+def _saliency_bars(result: Saliency, row: np.ndarray, weight_ax: Any, score_ax: Any, style: FigureStyle) -> None:
+    """A bar per token, drawn once the layout is kept (the panels' limits are set before it, so the bars do not
+    move it): a long text's thousands of bars are made once, not once for every layout tried."""
+    n = len(result.tokens)
+    rows = np.arange(n)
+    thin = 0.8 if n <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
+    weight_ax.barh(rows, row, color=style.colours["text"], height=thin)
+    colours = np.where(result.scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
+    score_ax.barh(rows, result.scores, color=colours, height=thin)
 
 
 def _text_title(drawn: int, n: int) -> str:
@@ -145,7 +157,8 @@ def _saliency_layout(
     step: int,
 ) -> tuple[Figure, tuple[Any, Any, Any]]:
     """The figure laid out (the layout kept): a panel for the text, and under it the attention and the scores, a bar
-    per token; its heading saying that every ``step``-th token is labelled. Labels and text are placed after."""
+    per token; its heading saying that every ``step``-th token is labelled. Bars, labels and text are placed
+    after."""
     from .bars import freeze_layout
     from .figure import text_extent
     from .heatmap import labelled
@@ -159,13 +172,8 @@ def _saliency_layout(
     text_ax.set_title(_text_title(0, n), fontsize=style.scaled(0.8), loc="left")  # as long as it will be
     weight_ax = fig.add_subplot(grid[1, 0])
     score_ax = fig.add_subplot(grid[1, 1], sharey=weight_ax)
-    rows = np.arange(n)
-    thin = 0.8 if n <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
-    weight_ax.barh(rows, row, color=style.colours["text"], height=thin)
     weight_ax.set_xlim(0, max(float(row.max()), 1e-9) * 1.05)
     scores = result.scores
-    colours = np.where(scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
-    score_ax.barh(rows, scores, color=colours, height=thin)
     limit = float(np.abs(scores).max()) or 1.0
     score_ax.set_xlim(-limit * 1.05 if signed(result) else 0, limit * 1.05)
     if signed(result):
