@@ -284,7 +284,7 @@ def llama3_rope() -> None:
     """A Llama-3-shaped GGUF (its RoPE scaling as rope_freqs.weight) costs what the same file without it costs."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from tiny_gguf import write_tiny_llama
 
     with tempfile.TemporaryDirectory() as scratch:
