@@ -312,7 +312,7 @@ static float row_q6_k(const uint8_t *row, const float *x, const float *sums, con
             u8x32 ql0 = bytes32_at(blk + 64 * h), ql1 = bytes32_at(blk + 64 * h + 32), qh = bytes32_at(blk + 128 + 32 * h);
             /* qh's two bits of each quarter moved to bits 4–5 by shifts of 16-bit lanes, masked (x86 has no shift of bytes) */
             u16x16 qh16 = (u16x16)qh;
-            u8x32 fifth = {0}, top = fifth + (uint8_t)0x30;
+            u8x32 none = {0}, top = none + (uint8_t)0x30;
             u8x32 quarters[4] = {(ql0 & 15) | ((u8x32)(qh16 << 4) & top), (ql1 & 15) | ((u8x32)(qh16 << 2) & top),
                                  (ql0 >> 4) | (qh & top), (ql1 >> 4) | ((u8x32)(qh16 >> 2) & top)};
             uint8_t codes[128];
@@ -525,8 +525,8 @@ static int helpers_started(int wanted) {
 }
 
 /* out[t, r] (row stride out_stride) = x[t] · row r of the rows raw (row_bytes apart), for t < n, r < rows: each row
- * read once for every input, on ``threads`` threads (the caller's among them; one caller at a time). Returns 0, or -1
- * for a type this file does not know. */
+ * read once for every input, on ``threads`` threads (the caller's among them; a second caller while the helpers
+ * serve a first takes its rows alone). Returns 0, or -1 for a type this file does not know. */
 int attnviz_times(int kind, const uint8_t *raw, long row_bytes, long rows, const float *x, const float *sums,
                   long n, long width, long groups, const float *halves, float *out, long out_stride, int threads) {
     RowFunction row = row_function(kind);

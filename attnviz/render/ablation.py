@@ -205,7 +205,7 @@ def render_importance_figure(
 ) -> Figure:
     """Each key's attention weight beside the change in loss when the query's attention to it is removed: a page at
     most, its keys labelled every k-th as the drawn panel holds them (every key where they fit)."""
-    from .bars import freeze_layout, labelled_rows
+    from .bars import bars_beside_weights, freeze_layout, labelled_rows
     from .figure import text_extent
     from .heatmap import labelled
 
@@ -218,8 +218,7 @@ def render_importance_figure(
     panels: list[Axes] = []
 
     def build(step: int) -> tuple[Figure, Axes]:
-        """laid out without the bars (the panels' limits are set, so the bars do not move the layout): a long
-        text's bars are made once, on the layout kept, not once for every layout tried"""
+        """laid out without the bars (:func:`.bars.bars_beside_weights` draws them on the layout kept)"""
         fig = new_figure(style, max(0.6, min(PAGE, 0.09 * keys)))
         weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
         panels[:] = [weight_ax, delta_ax]
@@ -247,9 +246,8 @@ def render_importance_figure(
         return fig, weight_ax
 
     fig = labelled_rows(build, labels, label)
-    thin = 0.8 if keys <= 200 else 1.0
-    panels[0].barh(np.arange(keys), weights, color=style.colours["text"], height=thin)
-    panels[1].barh(np.arange(keys), delta, color=np.where(delta > 0, "#b2182b", "#2166ac"), height=thin)
+    signs = np.where(delta > 0, "#b2182b", "#2166ac")
+    bars_beside_weights(panels[0], panels[1], weights, delta, signs, style.colours["text"])
     return fig
 
 

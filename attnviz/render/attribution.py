@@ -91,6 +91,7 @@ def render_saliency_figure(
     """The text shaded by each token's score (as the terminal shows it); under it, one head's attention of the last
     token to each token (``row``) beside each token's saliency: attention and attribution side by side. A long text
     gets a page: its tokens labelled every k-th as the drawn panels hold them, its text as many lines as fit."""
+    from .bars import bars_beside_weights
     from .figure import lines_height, text_extent, tick_step
     from .shaded import LINE_PITCH, draw_shaded_text, shade_rgb
 
@@ -122,22 +123,12 @@ def render_saliency_figure(
         said = step
     assert fig is not None and axes is not None
     text_ax, weight_ax, score_ax = axes
-    _saliency_bars(result, row, weight_ax, score_ax, style)
+    signs = np.where(result.scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
+    bars_beside_weights(weight_ax, score_ax, row, result.scores, signs, style.colours["text"])
     weight_ax.set_yticks(range(0, n, said), labels[::said], fontsize=label)
     drawn = draw_shaded_text(text_ax, result.tokens, colours, text_size)
     text_ax.set_title(_text_title(drawn, n), fontsize=style.scaled(0.8), loc="left")
     return fig
-
-
-def _saliency_bars(result: Saliency, row: np.ndarray, weight_ax: Any, score_ax: Any, style: FigureStyle) -> None:
-    """A bar per token, drawn once the layout is kept (the panels' limits are set before it, so the bars do not
-    move it): a long text's thousands of bars are made once, not once for every layout tried."""
-    n = len(result.tokens)
-    rows = np.arange(n)
-    thin = 0.8 if n <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
-    weight_ax.barh(rows, row, color=style.colours["text"], height=thin)
-    colours = np.where(result.scores >= 0, "#b2182b", "#2166ac") if signed(result) else style.colours["text"]
-    score_ax.barh(rows, result.scores, color=colours, height=thin)
 
 
 def _text_title(drawn: int, n: int) -> str:
