@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 MAGIC = b"GGUF"
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+LENGTH = struct.Struct("<Q")  # a string's length
 STRING, ARRAY = 8, 9
 INTEGERS = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
 KIND_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32", 6: "float32", 7: "bool",
@@ -166,8 +167,27 @@ class GGUF:
             self.strings += count
             if self.strings > MAX_STRINGS:
                 raise self.error(f"more than {MAX_STRINGS:,} strings in the metadata; no vocabulary has as many")
-            return [self.string() for _ in range(count)]
+            return self.string_array(count)
         raise self.error(f"metadata value type {kind} is not a GGUF type")
+
+    def string_array(self, count: int) -> list[str]:
+        """``count`` strings in a row: :meth:`string` unrolled (a vocabulary holds up to 262,144 of them, read at
+        every load)."""
+        data, pos, size, length = self.data, self.pos, self.size, LENGTH.unpack_from
+        strings = []
+        for _ in range(count):
+            if size - pos < 8:
+                self.pos = pos
+                self.take(8)  # its error
+            (n,) = length(data, pos)
+            pos += 8
+            if n > size - pos:
+                self.pos = pos
+                self.take(n)  # its error
+            strings.append(data[pos : pos + n].decode("utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return strings
 
     def tensor_info(self) -> tuple[str, tuple[int, ...], int, int]:
         name = self.string()

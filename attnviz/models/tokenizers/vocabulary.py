@@ -43,7 +43,7 @@ INERT_TOKENIZER_KEYS = frozenset({
 
 
 def _strings(value: object) -> TypeGuard[list[str]]:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, list) and set(map(type, value)) <= {str}
 
 
 def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
@@ -59,6 +59,7 @@ def from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
 
 
 def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
+    import numpy as np
 
     settings = Settings(meta, printable(str(path)), "tokenizer.ggml.", "metadata ")
     kind = settings.get("model")
@@ -86,8 +87,8 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         if _said(settings.get(key)):  # llama.cpp reads them for T5's and BERT's vocabularies only
             raise _unrun(path, key, f"a {kind} vocabulary")
     pre = _pre_type(settings, path) if kind == "gpt2" else None
-    vocab = {t: i for i, t in enumerate(tokens)}
-    special = [i for i, t in enumerate(tokens) if kinds[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t]
+    vocab = dict(zip(tokens, range(len(tokens))))  # a token written twice keeps its last id
+    special = [i for i in np.flatnonzero(np.isin(kinds, (CONTROL, USER_DEFINED, UNKNOWN))).tolist() if tokens[i]]
     added = _stripping(meta, tokens, special, str(settings.get("pre", "")))
     add_bos = settings.get("add_bos_token", kind == "llama" or (pre is not None and pre.add_bos))
     add_eos = settings.get("add_eos_token", False)
