@@ -228,6 +228,8 @@ class GGUF:
     def tensor(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The tensor ``name`` as float32 (only ``rows`` of a matrix, if given, e.g. embeddings of the input)."""
         info, raw = self.raw(name)
+        if rows is None and len(info.shape) == 2:
+            return self.dequantised(info, raw)
         width = info.shape[-1] if info.shape else 1
         if rows is not None:
             raw = raw[rows]
@@ -238,6 +240,8 @@ class GGUF:
         from .weights import release
 
         info, raw = self.raw(name)
+        if len(info.shape) == 2:
+            return self.dequantised(info, raw, start, stop)
         values = dequantise(raw[start:stop], info.kind).reshape(stop - start, -1)
         if not self.mapped_between_passes:
             release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
@@ -317,34 +321,36 @@ class GGUF:
             self.mapped_at = int(np.frombuffer(self.data, dtype=np.uint8, count=1).__array_interface__["data"][0])
         return self.mapped_at
 
-    def dequantised(self, info: TensorInfo, raw: np.ndarray) -> np.ndarray:
-        """The matrix of ``raw`` rows in float32, dequantised a block of rows at a time among the threads (each block's
-        temporary arrays are a block's, not the matrix's), each block's pages released once it is read (unless they
-        stay mapped between passes).
+    def dequantised(self, info: TensorInfo, raw: np.ndarray, first: int = 0, end: int | None = None) -> np.ndarray:
+        """Rows ``first`` … ``end`` (all by default) of the matrix of ``raw`` rows in float32, dequantised a block of
+        rows at a time among the threads (each block's temporary arrays are a block's, not the matrix's), each
+        block's pages released once it is read (unless they stay mapped between passes).
 
         By the compiled decoding where it loads (:mod:`.kernels`: the same bits, written in place, in a twentieth of
         NumPy's time for Q4_K and a third for Q6_K, whose planes of bytes and values NumPy must gather and turn back
-        into rows): a long text's products dequantise every matrix of the model whole, and an 8B's 1,024 tokens spent
-        a tenth of their time there."""
+        into rows): a long text's products dequantise every matrix of the model whole (an 8B's 1,024 tokens spent a
+        tenth of their time there), and a backward pass every matrix a block at a time (:func:`.weights.
+        backward_product`)."""
         from .kernels import dequantise as compiled
         from .kernels import load
         from .weights import ROW_BLOCK_BYTES, release
 
-        height, width = raw.shape[0], math.prod(info.shape[1:])
+        end = raw.shape[0] if end is None else end
+        width = math.prod(info.shape[1:])
         step = max(1, ROW_BLOCK_BYTES // (4 * max(width, 1)))
-        matrix = np.empty((height, width), dtype=np.float32)
+        matrix = np.empty((end - first, width), dtype=np.float32)
         by_kernel = len(info.shape) == 2 and info.kind in KINDS and load()[0]
 
         def block(start: int) -> None:
-            stop = min(height, start + step)
+            stop = min(end, start + step)
             if by_kernel:
-                compiled(raw[start:stop], info.kind, width, out=matrix[start:stop])
+                compiled(raw[start:stop], info.kind, width, out=matrix[start - first : stop - first])
             else:
-                matrix[start:stop] = dequantise(raw[start:stop], info.kind)
+                matrix[start - first : stop - first] = dequantise(raw[start:stop], info.kind)
             if not self.mapped_between_passes:
                 release(self.data, info.offset + start * raw.shape[1], (stop - start) * raw.shape[1])
 
-        run_blocks(block, range(0, height, step))
+        run_blocks(block, range(first, end, step))
         return matrix
 
     def unpack_within(self, names: set[str], allowance: int) -> None:
