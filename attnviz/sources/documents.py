@@ -352,6 +352,22 @@ def hidden_as_zero(weights: np.ndarray, hidden: list[Any], where: str) -> np.nda
     return np.where(blank, 0.0, weights)
 
 
+def _of_kinds(value: Any, kinds: tuple[type, ...]) -> bool:
+    """True where ``value`` is a list of one shape at most eight deep whose every leaf is of ``kinds``, found by
+    NumPy's own walk (a document's millions of weights: a fifth of the time of a walk in Python); False where it
+    may be anything else, for :func:`nested_array`'s walk that says what is wrong."""
+    first, depth = value, 0
+    while isinstance(first, list) and first and depth <= 8:
+        first, depth = first[0], depth + 1
+    if not isinstance(value, list) or depth > 8:
+        return False
+    try:
+        leaves = np.array(value, dtype=object)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return leaves.ndim <= 8 and set(map(type, leaves.flat)) <= set(kinds)
+
+
 def nested_array(value: Any, name: str, where: str, dtype: type, *, nulls: bool = False) -> np.ndarray:
     """Nested JSON lists (at most eight deep) as an array: numbers (never strings, booleans or null) or,
     for ``bool``, true/false values only; with ``nulls``, null too, as NaN (a hidden key's weight)."""
@@ -362,7 +378,7 @@ def nested_array(value: Any, name: str, where: str, dtype: type, *, nulls: bool 
             return depth < 8 and all(ok(x, depth + 1) for x in v)
         return type(v) in kinds
 
-    if not isinstance(value, list) or not ok(value, 0):
+    if not _of_kinds(value, kinds) and (not isinstance(value, list) or not ok(value, 0)):
         what = "true/false values" if dtype is bool else "numbers (strings, booleans and null are not numbers)"
         what = "numbers or null" if nulls else what
         raise AttnvizError(f"{where}: '{name}' is not a nested list of {what}")
