@@ -77,7 +77,7 @@ def opened(browser: Any, page: Path) -> Any:
 
     browser.get_log("browser")  # what an earlier page said is not this one's
     browser.get(page.as_uri())
-    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return document.body.dataset.ready") == "yes")
+    WebDriverWait(browser, 10, poll_frequency=0.02).until(lambda d: d.execute_script("return document.body.dataset.ready") == "yes")
     return browser
 
 
@@ -100,7 +100,7 @@ def shown(browser: Any) -> str:
 def wait_for(browser: Any, condition: Any) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(browser, 10).until(lambda d: condition())
+    WebDriverWait(browser, 10, poll_frequency=0.02).until(lambda d: condition())
 
 
 LAYOUT = (SUPPORT / "page_layout.js").read_text(encoding="utf-8")  # returns the problems found

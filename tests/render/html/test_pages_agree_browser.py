@@ -209,7 +209,7 @@ def test_a_hidden_sink_is_drawn_and_said_as_the_figure_and_the_json_say(
     layer = page_data(browser)["parts"][0]["layers"][0]
     start = page_data(browser)["start"]
     head, step = int(start["head"]), 1 if int(start["head"]) + 1 < len(layer["maps"]) else -1
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT if step == 1 else Keys.ARROW_LEFT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT if step == 1 else Keys.ARROW_LEFT).perform()
     scales = layer["together"]["scales"] if start["together"] else layer["maps"][head + step]["scales"]
     assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[1]]
     if start["together"]:  # without --head: the same keys hidden from every head, as its figure hides them
@@ -230,7 +230,7 @@ def test_the_model_view_colours_every_map_in_its_figures_one_scale(browser: Any,
     scales = page_data(browser)["parts"][0]["model_scales"]
     for key in (None, Keys.ARROW_RIGHT, Keys.ARROW_DOWN, Keys.ARROW_DOWN):
         if key:
-            ActionChains(browser).send_keys(key).perform()
+            ActionChains(browser, duration=0).send_keys(key).perform()
         assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[1]]
     Select(browser.find_element("id", "choose-sinks")).select_by_value("show")
     assert text_of(browser, "legend-title") == "attention weight" + SCALE_NAMES[scales[0]]
@@ -276,7 +276,7 @@ def test_the_head_view_overlays_its_heads_in_their_colours(browser: Any, pages: 
     assert swatch(browser, heads[0]).get_attribute("aria-pressed") == "false"
     swatch(browser, other).click()  # drawn (again)
     assert set(drawn_heads(browser)) == {*heads[1:], other}
-    ActionChains(browser).double_click(swatch(browser, other)).perform()  # alone
+    ActionChains(browser, duration=0).double_click(swatch(browser, other)).perform()  # alone
     assert set(drawn_heads(browser)) == {other}
     assert browser.execute_script("return document.body.dataset.heads") == str(other)
     if browser.find_elements("id", "choose-part"):  # another kind of attention keeps the heads chosen

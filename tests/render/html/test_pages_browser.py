@@ -87,10 +87,10 @@ def test_the_arrow_keys_and_the_menus_change_the_map(browser: Any, pages: dict[s
 
     opened(browser, pages["model"])
     before, drawn = shown(browser), canvas(browser)
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     assert shown(browser) == "0/0/1" != before
     assert canvas(browser) != drawn
-    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_DOWN).perform()
     assert shown(browser) == "0/1/1"
     Select(browser.find_element("id", "choose-layer")).select_by_index(2)
     assert shown(browser) == "0/2/1"
@@ -128,7 +128,7 @@ def test_a_token_hovered_or_focused_shows_its_row(browser: Any, pages: dict[str,
     assert browser.find_element("id", "lines").get_attribute("data-links") != all_links
     assert browser.find_element("id", "readout").text.startswith("query 3 “on”: attends most to")
     browser.execute_script("arguments[0].focus()", token)
-    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.activeElement.dataset.index") == "4"
     assert browser.find_element("id", "readout").text.startswith("query 4 “the₄”")
     assert len([e for e in browser.find_elements("css selector", "text.number") if e.text]) == 5
@@ -211,12 +211,12 @@ def test_a_pooled_page_opens_on_its_first_map_at_every_token(browser: Any, pages
     count = "return document.querySelectorAll('[data-side=query]').length"
     assert "this map at every token (the others max-pooled into 256 × 256 bins)" in heading.text
     assert browser.execute_script(count) == 400
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     assert heading.text.startswith("400 tokens max-pooled into 256 × 256 bins")
     assert browser.execute_script(count) == 256
     token = browser.find_element("css selector", '[data-side="query"][data-index="100"]')
     ActionChains(browser, duration=0).move_to_element(token).perform()
     assert browser.find_element("id", "readout").text.startswith("query 100 “tokens 156–157: ")
-    ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_LEFT).perform()
     assert browser.execute_script(count) == 400
     assert problems(browser) == []

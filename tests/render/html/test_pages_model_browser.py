@@ -94,7 +94,7 @@ def test_each_part_draws_its_own_grid_in_any_order(watched: Any, tmp_path: Path,
         tiles[-1].click()  # the last layer's last head
         assert shown(watched) == f"{part}/{layers - 1}/{heads - 1}"
         assert watched.find_element("id", "map-title").text == f"{NAMES[part]} · layer {layers - 1} · head {heads - 1}"
-        ActionChains(watched).send_keys(Keys.ARROW_DOWN, Keys.ARROW_RIGHT).perform()  # past the end: stays
+        ActionChains(watched, duration=0).send_keys(Keys.ARROW_DOWN, Keys.ARROW_RIGHT).perform()  # past the end: stays
         assert shown(watched) == f"{part}/{layers - 1}/{heads - 1}"
         assert "chosen" in (tiles[-1].get_attribute("class") or "")
     assert errors(watched) == []
@@ -112,7 +112,7 @@ def test_the_head_view_switches_parts_of_any_depth(watched: Any, tmp_path: Path,
         Select(watched.find_element("id", "choose-layer")).select_by_index(layers - 1)
         assert len(watched.find_elements("css selector", ".head-swatch")) == heads  # a swatch per head of this part
         last = watched.find_element("css selector", f'.head-swatch[data-head="{heads - 1}"]')
-        ActionChains(watched).double_click(last).perform()  # the part's last head alone
+        ActionChains(watched, duration=0).double_click(last).perform()  # the part's last head alone
         assert shown(watched) == f"{part}/{layers - 1}/{heads - 1}"
         assert watched.execute_script("return document.body.dataset.heads") == str(heads - 1)
         queries = 7 if part == 0 else 5
@@ -177,7 +177,7 @@ def test_a_pooled_bin_of_one_token_is_named_as_one(watched: Any, tmp_path: Path)
     page = tmp_path / "page.html"
     assert main(["heatmap", "--file", str(words), "--causal", "--pool", "max", "-o", str(page)]) == 0
     opened(watched, page)
-    ActionChains(watched).send_keys(Keys.ARROW_RIGHT).perform()  # from the map at every token to a pooled one
+    ActionChains(watched, duration=0).send_keys(Keys.ARROW_RIGHT).perform()  # from the map at every token to a pooled one
     over = watched.find_element("id", "heatmap-over")
     size, cell = over.size, over.size["width"] / 256
     ActionChains(watched, duration=0).move_to_element_with_offset(

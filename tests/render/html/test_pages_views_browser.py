@@ -87,10 +87,10 @@ def test_a_heads_score_shows_on_hover_and_focus_and_a_click_opens_its_map(browse
     assert browser.find_element("id", "map-title").text == "layer 0 · head 2"
     assert browser.execute_script("return document.getElementById('heatmap').toDataURL()") != before
     assert "chosen" in cell.get_attribute("class")
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()  # focus on the cell: the arrows walk the grid
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()  # focus on the cell: the arrows walk the grid
     assert browser.execute_script("return document.activeElement.dataset.head") == "3"
     assert browser.find_element("id", "readout").text.startswith("layer 0 · head 3\n")
-    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ENTER).perform()
     assert shown(browser) == "0/0/3"
     assert problems(browser) == []
 
@@ -112,9 +112,9 @@ def test_an_ablated_heads_delta_shows_on_hover_with_the_measure_in_the_heading(
     assert (
         said.startswith("layer 0 · head 1\nΔ loss ") and said.splitlines()[1:] == data["grid"]["cells"][0][1]["about"]
     )
-    ActionChains(browser).send_keys(Keys.TAB).perform()  # from the page's start, Tab reaches the first head
+    ActionChains(browser, duration=0).send_keys(Keys.TAB).perform()  # from the page's start, Tab reaches the first head
     browser.execute_script("arguments[0].focus()", cells[0])
-    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.body.dataset.about") == "1/0"
     colours = {c.value_of_css_property("background-color") for c in cells}
     assert len(colours) > 1
@@ -150,7 +150,7 @@ def test_a_patched_heads_delta_shows_on_hover_coloured_as_the_figure(
     assert said[0] == f"layer {layers - 1} · head {heads - 1}" and said[1:] == grid["cells"][-1][-1]["about"]
     assert said[1].startswith("Δ log p('␣cat') ") and said[1].endswith("with this head's clean output")
     browser.execute_script("arguments[0].focus()", cells[0])
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     assert browser.execute_script("return document.body.dataset.about") == "0/1"
     drawn = [c.value_of_css_property("background-color") for c in cells]
     rgb = [tuple(int(v) for v in c[c.index("(") + 1 : c.index(")")].split(",")[:3]) for c in drawn]
@@ -210,7 +210,7 @@ def test_the_explain_page_changes_query_with_the_menu_and_the_arrows(browser: An
     weights = [float(before[3 * j + 2]) for j in range(3)]
     assert sum(weights) == pytest.approx(1.0, abs=3 * 0.005)
     assert browser.find_element("id", "heading").text.startswith("query 2 “sat” · head 0 · ")
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     assert browser.execute_script("return document.body.dataset.shown") == "3"
     after = browser.execute_script(numbers)
     assert after != before and after.count("masked") == 4
@@ -219,7 +219,7 @@ def test_the_explain_page_changes_query_with_the_menu_and_the_arrows(browser: An
     key = browser.find_element("css selector", '[data-key="0"]')
     browser.execute_script("arguments[0].focus()", key)
     assert browser.find_element("id", "readout").text.startswith("key 0 “the₀”: q·k_j ")
-    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_DOWN).perform()
     assert browser.execute_script("return document.activeElement.dataset.key") == "1"
     assert browser.find_element("id", "readout").text.endswith("masked")
     assert problems(browser) == []
@@ -240,15 +240,15 @@ def test_the_generate_page_steps_with_the_slider_and_the_arrows(browser: Any, pa
     assert browser.execute_script("return document.body.dataset.shown") == str(last)
     at_last = browser.execute_script(colours)
     assert None not in at_last and len(set(at_last)) > 1  # every token shown, coloured by its weight
-    ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_LEFT).perform()
     assert browser.execute_script("return document.body.dataset.shown") == str(last - 1)
     before = browser.execute_script(colours)
     assert before[-1] is None and before[:-1] != at_last[:-1]  # the last token not yet written; the row another
-    ActionChains(browser).send_keys(Keys.HOME).perform()
+    ActionChains(browser, duration=0).send_keys(Keys.HOME).perform()
     assert browser.execute_script(colours).count(None) == last - 1
     slider = browser.find_element("id", "choose-step")
     browser.execute_script("arguments[0].focus()", slider)
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()  # the slider's own keys
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()  # the slider's own keys
     assert browser.execute_script("return document.body.dataset.shown") == "2"
     query = browser.find_element("css selector", ".written-text .token.query")
     assert query.get_attribute("data-key") == str(prompt + 1)
