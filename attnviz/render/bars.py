@@ -22,6 +22,7 @@ BAR_VALUE = "bar value"  # a value's gid: 'bar value 7' is bar 7's, which the au
 VALUE_PAD = 3.0  # points between a bar's end and its value
 VALUE_GAP = 1.0  # points kept clear between values
 NEARER = 0.5  # points by which a value is nearer its own bar than any other
+THINNEST_BAR = 1.0  # points: the least thickness a bar is drawn with
 
 
 def freeze_layout(fig: Figure) -> None:
@@ -67,11 +68,22 @@ def bars_beside_weights(
 ) -> None:
     """A token's attention weight and its value (a score, a change in loss) as two bars on its row, drawn once the
     layout is kept: the panels' limits are set before it, so the bars never move it, and a long text's thousands of
-    bars (matplotlib takes about a millisecond for each) are made once, not once for every layout tried."""
-    rows = np.arange(len(weights))
-    thin = 0.8 if len(weights) <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
-    weight_ax.barh(rows, weights, color=text_colour, height=thin)
-    value_ax.barh(rows, values, color=colours, height=thin)
+    bars (matplotlib takes about a millisecond for each) are made once, not once for every layout tried.
+
+    Where a long text's rows are thinner than :data:`THINNEST_BAR`, each bar is drawn that thick (a bar a fraction
+    of a pixel tall is a faint line at best), and the first and last rows are moved clear of the panel's frame:
+    the attention sink, token 0, is often the longest bar, and its row lay under the frame's top edge."""
+    n, rows = len(weights), np.arange(len(weights))
+    thin = 0.8 if n <= 200 else 1.0  # a long text's bars touch: a profile, not a comb
+    frame, pad = weight_ax.spines["top"].get_linewidth(), 0.0
+    for _ in range(3):  # the rows' size in points with the padding they make (a few rows at most: it settles)
+        row_points = panel_points(weight_ax)[1] / (n + 2 * pad)
+        thick = max(thin, THINNEST_BAR / row_points)  # rows thinner than that: each bar overlaps its neighbours
+        pad = max(0.0, thick / 2 + frame / row_points - 0.5)  # a frame's width between the outer bars and the frame
+    weight_ax.set_ylim(n - 0.5 + pad, -0.5 - pad)  # the panels share their rows
+    thick = max(thin, THINNEST_BAR * (n + 2 * pad) / panel_points(weight_ax)[1])
+    weight_ax.barh(rows, weights, color=text_colour, height=thick)
+    value_ax.barh(rows, values, color=colours, height=thick)
 
 
 def write_values(
