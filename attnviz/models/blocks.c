@@ -240,6 +240,51 @@ static inline float lanes8_total(f32x8 v) {
 
 /* Q4_K and Q5_K: eight groups of 32 a block, each d·scale and −dmin·min (as quants.py makes them); a group's 32
  * bytes give its codes in their low nibbles (g even) or high ones (g odd), Q5_K's bit g of qh[i] above. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* AVX2's sixteen registers hold eight lanes each: a 16-lane vector takes two, and the row below, in 16 lanes, spilled
+ * its sums and codes to memory (twice AVX-512's time a weight). Here eight lanes, eight codes at a time. */
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+static inline i32x8 widened8(const uint8_t *p) {
+    i32x8 v;
+    __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    memcpy(&v, &wide, sizeof v);
+    return v;
+}
+
+static inline f32x8 floats8(i32x8 v) { return __builtin_convertvector(v, f32x8); }
+
+static inline float k_quant_row(const uint8_t *row, const float *x, const float *sums, const Inputs *in, long bytes,
+                                int fifths) {
+    f32x8 acc[4] = {{0}}, offsets = {0};
+    for (long b = 0; b < in->width / 256; b++) {
+        const uint8_t *blk = row + bytes * b, *qs = blk + (fifths ? 48 : 16);
+        const float *xb = x + 256 * b;
+        prefetch_ahead(blk, bytes);
+        float d = half_at(in->halves, blk), dmin = half_at(in->halves, blk + 2), scaled[16];
+        f32x16 factor = {d, d, d, d, d, d, d, d, dmin, dmin, dmin, dmin, dmin, dmin, dmin, dmin};
+        f32x16 scales_mins = factor * k4_scales_mins(blk + 4);
+        memcpy(scaled, &scales_mins, sizeof scaled);
+        for (int j = 0; j < 4; j++) {
+            const float *xg = xb + 64 * j;
+            f32x8 low = {0}, high = {0};
+            for (int k = 0; k < 4; k++) {
+                i32x8 q = widened8(qs + 32 * j + 8 * k), lo = q & 15, hi = q >> 4;
+                if (fifths) {
+                    i32x8 top = widened8(blk + 16 + 8 * k);
+                    lo |= ((top >> (2 * j)) & 1) << 4;
+                    hi |= ((top >> (2 * j + 1)) & 1) << 4;
+                }
+                low += floats8(lo) * floats8_at(xg + 8 * k);
+                high += floats8(hi) * floats8_at(xg + 32 + 8 * k);
+            }
+            acc[j] += scaled[2 * j] * low + scaled[2 * j + 1] * high;
+        }
+        offsets += floats8_at(scaled + 8) * floats8_at(sums + 8 * b);
+    }
+    return lanes8_total((acc[0] + acc[1]) + (acc[2] + acc[3])) - lanes8_total(offsets);
+}
+#else
 static inline float k_quant_row(const uint8_t *row, const float *x, const float *sums, const Inputs *in, long bytes,
                                 int fifths) {
     f32x16 acc[4] = {{0}};
@@ -271,6 +316,7 @@ static inline float k_quant_row(const uint8_t *row, const float *x, const float 
     }
     return lanes_total((acc[0] + acc[1]) + (acc[2] + acc[3])) - lanes8_total(offsets);
 }
+#endif
 
 static float row_q4_k(const uint8_t *row, const float *x, const float *sums, const Inputs *in) {
     return k_quant_row(row, x, sums, in, 144, 0);
@@ -290,14 +336,48 @@ static inline u8x32 bytes32_at(const uint8_t *p) {
     return v;
 }
 
-/* Sums kept apart (a multiply-add waits for the one before it on the same sum): eight in AVX-512's 32 registers; in
- * AVX2's 16, where a 16-lane vector takes two, eight spilled to memory (Q6_K took 0.13–0.18 ns a weight, two 0.10) */
+/* Sums kept apart (a multiply-add waits for the one before it on the same sum): eight in AVX-512's 32 registers;
+ * two elsewhere, where a 16-lane vector takes several registers and eight spilled to memory (AVX2 has rows of its
+ * own, in eight lanes, below) */
 #if defined(__AVX512F__)
 #define Q6_K_SUMS 8
 #else
 #define Q6_K_SUMS 2
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* As k_quant_row: eight lanes on AVX2, four sums. */
+static float row_q6_k(const uint8_t *row, const float *x, const float *sums, const Inputs *in) {
+    f32x8 acc[4] = {{0}}, offsets = {0};
+    for (long b = 0; b < in->width / 256; b++) {
+        const uint8_t *blk = row + 210 * b;
+        const float *xb = x + 256 * b;
+        prefetch_ahead(blk, 210);
+        float scaled[16];
+        f32x16 scales = half_at(in->halves, blk + 208) * floats(signed_widened(blk + 192));
+        memcpy(scaled, &scales, sizeof scaled);
+        offsets += floats8_at(scaled) * floats8_at(sums + 16 * b) + floats8_at(scaled + 8) * floats8_at(sums + 16 * b + 8);
+        for (int h = 0; h < 2; h++) {
+            u8x32 ql0 = bytes32_at(blk + 64 * h), ql1 = bytes32_at(blk + 64 * h + 32), qh = bytes32_at(blk + 128 + 32 * h);
+            u16x16 qh16 = (u16x16)qh;
+            u8x32 none = {0}, top = none + (uint8_t)0x30;
+            u8x32 quarters[4] = {(ql0 & 15) | ((u8x32)(qh16 << 4) & top), (ql1 & 15) | ((u8x32)(qh16 << 2) & top),
+                                 (ql0 >> 4) | (qh & top), (ql1 >> 4) | ((u8x32)(qh16 >> 2) & top)};
+            uint8_t codes[128];
+            memcpy(codes, quarters, sizeof codes);
+            for (int q = 0; q < 4; q++) {
+                const uint8_t *c = codes + 32 * q;
+                const float *xg = xb + 128 * h + 32 * q;
+                f32x8 group = floats8(widened8(c)) * floats8_at(xg) + floats8(widened8(c + 8)) * floats8_at(xg + 8);
+                f32x8 next = floats8(widened8(c + 16)) * floats8_at(xg + 16) + floats8(widened8(c + 24)) * floats8_at(xg + 24);
+                acc[(2 * q) % 4] += scaled[8 * h + 2 * q] * group;
+                acc[(2 * q + 1) % 4] += scaled[8 * h + 2 * q + 1] * next;
+            }
+        }
+    }
+    return lanes8_total((acc[0] + acc[1]) + (acc[2] + acc[3])) - 32.0f * lanes8_total(offsets);
+}
+#else
 static float row_q6_k(const uint8_t *row, const float *x, const float *sums, const Inputs *in) {
     f32x16 acc[8] = {{0}}, offsets = {0};
     for (long b = 0; b < in->width / 256; b++) {
@@ -329,6 +409,7 @@ static float row_q6_k(const uint8_t *row, const float *x, const float *sums, con
     f32x16 total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     return lanes_total(total) - 32.0f * lanes_total(offsets);
 }
+#endif
 
 /* float16 bits as float32, exactly (subnormals too; NaN stays NaN), without a table: vectorises. */
 static inline float half_bits(uint32_t h) {

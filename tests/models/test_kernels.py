@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,10 +47,38 @@ def magnitude(raw: np.ndarray, kind: int, x: np.ndarray) -> np.ndarray:
     return np.abs(x.astype(np.float64)) @ planes.transpose(2, 1, 0).reshape(rows, -1).T
 
 
+@pytest.fixture(scope="module")
+def avx2_built(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """blocks.c built for AVX2 alone (x86-64-v3): the rows it writes for AVX2's sixteen registers of eight lanes,
+    which a CPU with AVX-512 never runs as built for itself."""
+    import ctypes
+    import subprocess
+
+    from attnviz.models import native
+
+    if "avx2" not in native.cpu_flags().split():
+        pytest.skip("this CPU has no AVX2")
+    path = tmp_path_factory.mktemp("avx2") / "blocks.so"
+    built = subprocess.run([native.compiler(), *native.FLAGS, "-march=x86-64-v3", "-o", str(path), str(native.SOURCE)],
+                           capture_output=True)  # fmt: skip
+    if built.returncode:
+        pytest.skip(f"the compiler does not build for x86-64-v3: {built.stderr[:200]!r}")
+    return native._declared(ctypes.CDLL(str(path)))
+
+
+@pytest.fixture(params=["native", "x86-64-v3"])
+def built_for(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernels as built for this CPU, then as built for AVX2 alone."""
+    if request.param != "native":
+        library = request.getfixturevalue("avx2_built")
+        monkeypatch.setattr(kernels, "_library", lambda: library)
+    return str(request.param)
+
+
 @needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: int) -> None:
+def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: int, built_for: str) -> None:
     """Every byte random, scales too (infinities, NaN, subnormals and −0 among them): the same bits, but a NaN's
     payload, which IEEE leaves to the machine (x86 keeps one operand's: NumPy's and the kernel's may differ)."""
     per_block, block_bytes = BLOCKS[kind]
@@ -67,7 +96,7 @@ def test_the_kernels_dequantised_values_are_numpys_bit_for_bit(kind: int, seed: 
 @needs_kernels
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: TYPE_NAMES[k])
 @pytest.mark.parametrize(("rows", "n"), [(1, 1), (37, 1), (8, 3)])
-def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n: int) -> None:
+def test_the_kernels_product_is_within_float32_rounding(kind: int, rows: int, n: int, built_for: str) -> None:
     """Any order of a sum of m rounded terms is within γ_m = m·u/(1 − m·u) of its exact value, relative to the sum
     of the terms' sizes (:func:`magnitude`); m: the row's values and a few scalings. The kernel (rows in fours and
     the rest alone) and NumPy's few-input product are both within it of the exact product of NumPy's values."""
