@@ -138,6 +138,66 @@ static inline float lanes_total(f32x16 acc) {
 
 static const i32x16 LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
+typedef float f32x8 __attribute__((vector_size(32)));
+
+static inline f32x8 floats8_at(const float *p) {
+    f32x8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float lanes8_total(f32x8 v) {
+    float total = 0.0f;
+    for (int k = 0; k < 8; k++) total += v[k];
+    return total;
+}
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* AVX2's sixteen registers hold eight lanes each: a 16-lane vector takes two, and the rows in 16 lanes spilled their
+ * sums and codes to memory (twice AVX-512's time a weight). The rows below have eight-lane forms for AVX2. */
+#define EIGHT_LANES 1
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+static inline i32x8 widened8(const uint8_t *p) {
+    i32x8 v;
+    __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    memcpy(&v, &wide, sizeof v);
+    return v;
+}
+
+static inline i32x8 signed_widened8(const uint8_t *p) {
+    i32x8 v;
+    __m256i wide = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    memcpy(&v, &wide, sizeof v);
+    return v;
+}
+
+static inline f32x8 floats8(i32x8 v) { return __builtin_convertvector(v, f32x8); }
+
+static const i32x8 LANE8 = {0, 1, 2, 3, 4, 5, 6, 7};
+
+/* nibbles_dot, fifths_dot and Q8_0's in eight lanes: bytes 0–7, then 8–15 (and Q8_0's 16–31) */
+static inline f32x8 nibbles_dot8(const uint8_t *q, const float *x) {
+    i32x8 first = widened8(q), second = widened8(q + 8);
+    return (floats8(first & 15) * floats8_at(x) + floats8(second & 15) * floats8_at(x + 8)) +
+           (floats8(first >> 4) * floats8_at(x + 16) + floats8(second >> 4) * floats8_at(x + 24));
+}
+
+static inline f32x8 fifths_dot8(const uint8_t *q, uint32_t qh, const float *x) {
+    i32x8 first = widened8(q), second = widened8(q + 8), bits = (i32x8){0} + (int32_t)qh;
+    i32x8 low0 = (first & 15) | (((bits >> LANE8) & 1) << 4), low1 = (second & 15) | (((bits >> (LANE8 + 8)) & 1) << 4);
+    i32x8 high0 = (first >> 4) | (((bits >> (LANE8 + 16)) & 1) << 4);
+    i32x8 high1 = (second >> 4) | (((bits >> (LANE8 + 24)) & 1) << 4);
+    return (floats8(low0) * floats8_at(x) + floats8(low1) * floats8_at(x + 8)) +
+           (floats8(high0) * floats8_at(x + 16) + floats8(high1) * floats8_at(x + 24));
+}
+
+static inline f32x8 bytes_dot8(const uint8_t *q, const float *x) {
+    return (floats8(signed_widened8(q)) * floats8_at(x) + floats8(signed_widened8(q + 8)) * floats8_at(x + 8)) +
+           (floats8(signed_widened8(q + 16)) * floats8_at(x + 16) + floats8(signed_widened8(q + 24)) * floats8_at(x + 24));
+}
+#endif
+
 /* The 32 codes of a block of 32 (low nibbles, values 0–15; high, 16–31) times their inputs, summed in lanes. */
 static inline f32x16 nibbles_dot(const uint8_t *q, const float *x) {
     i32x16 packed = widened(q);
@@ -156,7 +216,7 @@ static inline f32x16 fifths_dot(const uint8_t *q, uint32_t qh, const float *x) {
  * on the same sum: one sum would leave the vector units idle), the rest one at a time. DOT(blk, xb): a block's
  * codes times its inputs in lanes; SCALE(blk): its scale; OFFSET(blk): the scale of its inputs' sum. */
 #define SMALL_BLOCKS_ROW(BYTES, DOT, SCALE, OFFSET)                                                 \
-    f32x16 acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};                                          \
+    ROW_LANES acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};                                       \
     float offsets = 0.0f;                                                                           \
     long blocks = in->width / 32, b = 0;                                                            \
     for (; b + 4 <= blocks; b += 4) {                                                               \
@@ -171,17 +231,29 @@ static inline f32x16 fifths_dot(const uint8_t *q, uint32_t qh, const float *x) {
     for (; b < blocks; b++) acc0 += SCALE(row + BYTES * b) * DOT(row + BYTES * b, x + 32 * b);      \
     if (in->offsets)                                                                                \
         for (b = 0; b < blocks; b++) offsets += OFFSET(row + BYTES * b) * sums[b];                  \
-    return lanes_total((acc0 + acc1) + (acc2 + acc3)) + offsets;
+    return ROW_TOTAL((acc0 + acc1) + (acc2 + acc3)) + offsets;
 
 #define D(blk) half_at(in->halves, (blk))
 #define M(blk) half_at(in->halves, (blk) + 2)
 #define LESS_8(blk) (-8.0f * D(blk)) /* Q4_0's codes less 8: −8·d times the block's inputs */
 #define LESS_16(blk) (-16.0f * D(blk))
+#ifdef EIGHT_LANES
+#define ROW_LANES f32x8
+#define ROW_TOTAL lanes8_total
+#define Q4_0_DOT(blk, xb) nibbles_dot8((blk) + 2, (xb))
+#define Q4_1_DOT(blk, xb) nibbles_dot8((blk) + 4, (xb))
+#define Q5_0_DOT(blk, xb) fifths_dot8((blk) + 6, le32((blk) + 2), (xb))
+#define Q5_1_DOT(blk, xb) fifths_dot8((blk) + 8, le32((blk) + 4), (xb))
+#define Q8_0_DOT(blk, xb) bytes_dot8((blk) + 2, (xb))
+#else
+#define ROW_LANES f32x16
+#define ROW_TOTAL lanes_total
 #define Q4_0_DOT(blk, xb) nibbles_dot((blk) + 2, (xb))
 #define Q4_1_DOT(blk, xb) nibbles_dot((blk) + 4, (xb))
 #define Q5_0_DOT(blk, xb) fifths_dot((blk) + 6, le32((blk) + 2), (xb))
 #define Q5_1_DOT(blk, xb) fifths_dot((blk) + 8, le32((blk) + 4), (xb))
 #define Q8_0_DOT(blk, xb) (floats(signed_widened((blk) + 2)) * floats_at(xb) + floats(signed_widened((blk) + 18)) * floats_at((xb) + 16))
+#endif
 #define NONE(blk) 0.0f
 
 static float row_q4_0(const uint8_t *row, const float *x, const float *sums, const Inputs *in) {
@@ -224,36 +296,9 @@ static inline f32x16 k4_scales_mins(const uint8_t *s) {
     return floats(widened(bytes));
 }
 
-typedef float f32x8 __attribute__((vector_size(32)));
-
-static inline f32x8 floats8_at(const float *p) {
-    f32x8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float lanes8_total(f32x8 v) {
-    float total = 0.0f;
-    for (int k = 0; k < 8; k++) total += v[k];
-    return total;
-}
-
 /* Q4_K and Q5_K: eight groups of 32 a block, each d·scale and −dmin·min (as quants.py makes them); a group's 32
  * bytes give its codes in their low nibbles (g even) or high ones (g odd), Q5_K's bit g of qh[i] above. */
-#if defined(__AVX2__) && !defined(__AVX512F__)
-/* AVX2's sixteen registers hold eight lanes each: a 16-lane vector takes two, and the row below, in 16 lanes, spilled
- * its sums and codes to memory (twice AVX-512's time a weight). Here eight lanes, eight codes at a time. */
-typedef int32_t i32x8 __attribute__((vector_size(32)));
-
-static inline i32x8 widened8(const uint8_t *p) {
-    i32x8 v;
-    __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    memcpy(&v, &wide, sizeof v);
-    return v;
-}
-
-static inline f32x8 floats8(i32x8 v) { return __builtin_convertvector(v, f32x8); }
-
+#ifdef EIGHT_LANES
 static inline float k_quant_row(const uint8_t *row, const float *x, const float *sums, const Inputs *in, long bytes,
                                 int fifths) {
     f32x8 acc[4] = {{0}}, offsets = {0};
@@ -345,8 +390,8 @@ static inline u8x32 bytes32_at(const uint8_t *p) {
 #define Q6_K_SUMS 2
 #endif
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
-/* As k_quant_row: eight lanes on AVX2, four sums. */
+#ifdef EIGHT_LANES
+/* As k_quant_row: eight lanes, four sums. */
 static float row_q6_k(const uint8_t *row, const float *x, const float *sums, const Inputs *in) {
     f32x8 acc[4] = {{0}}, offsets = {0};
     for (long b = 0; b < in->width / 256; b++) {
