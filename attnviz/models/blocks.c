@@ -381,6 +381,17 @@ static inline u8x32 bytes32_at(const uint8_t *p) {
     return v;
 }
 
+/* A half's 128 codes (0–63, not yet less 32) in order, made 32 bytes at a time: qh's two bits of each quarter moved to
+ * bits 4–5 by shifts of 16-bit lanes, masked (x86 has no shift of bytes) */
+static inline void q6_k_codes(const uint8_t *blk, int h, uint8_t codes[128]) {
+    u8x32 ql0 = bytes32_at(blk + 64 * h), ql1 = bytes32_at(blk + 64 * h + 32), qh = bytes32_at(blk + 128 + 32 * h);
+    u16x16 qh16 = (u16x16)qh;
+    u8x32 none = {0}, top = none + (uint8_t)0x30;
+    u8x32 quarters[4] = {(ql0 & 15) | ((u8x32)(qh16 << 4) & top), (ql1 & 15) | ((u8x32)(qh16 << 2) & top),
+                         (ql0 >> 4) | (qh & top), (ql1 >> 4) | ((u8x32)(qh16 >> 2) & top)};
+    memcpy(codes, quarters, 128);
+}
+
 /* Sums kept apart (a multiply-add waits for the one before it on the same sum): eight in AVX-512's 32 registers;
  * two elsewhere, where a 16-lane vector takes several registers and eight spilled to memory (AVX2 has rows of its
  * own, in eight lanes, below) */
@@ -403,13 +414,8 @@ static float row_q6_k(const uint8_t *row, const float *x, const float *sums, con
         memcpy(scaled, &scales, sizeof scaled);
         offsets += floats8_at(scaled) * floats8_at(sums + 16 * b) + floats8_at(scaled + 8) * floats8_at(sums + 16 * b + 8);
         for (int h = 0; h < 2; h++) {
-            u8x32 ql0 = bytes32_at(blk + 64 * h), ql1 = bytes32_at(blk + 64 * h + 32), qh = bytes32_at(blk + 128 + 32 * h);
-            u16x16 qh16 = (u16x16)qh;
-            u8x32 none = {0}, top = none + (uint8_t)0x30;
-            u8x32 quarters[4] = {(ql0 & 15) | ((u8x32)(qh16 << 4) & top), (ql1 & 15) | ((u8x32)(qh16 << 2) & top),
-                                 (ql0 >> 4) | (qh & top), (ql1 >> 4) | ((u8x32)(qh16 >> 2) & top)};
             uint8_t codes[128];
-            memcpy(codes, quarters, sizeof codes);
+            q6_k_codes(blk, h, codes);
             for (int q = 0; q < 4; q++) {
                 const uint8_t *c = codes + 32 * q;
                 const float *xg = xb + 128 * h + 32 * q;
@@ -434,14 +440,8 @@ static float row_q6_k(const uint8_t *row, const float *x, const float *sums, con
         memcpy(scaled, &scales, sizeof scaled);
         offsets += scales * floats_at(sums + 16 * b);
         for (int h = 0; h < 2; h++) {
-            u8x32 ql0 = bytes32_at(blk + 64 * h), ql1 = bytes32_at(blk + 64 * h + 32), qh = bytes32_at(blk + 128 + 32 * h);
-            /* qh's two bits of each quarter moved to bits 4–5 by shifts of 16-bit lanes, masked (x86 has no shift of bytes) */
-            u16x16 qh16 = (u16x16)qh;
-            u8x32 none = {0}, top = none + (uint8_t)0x30;
-            u8x32 quarters[4] = {(ql0 & 15) | ((u8x32)(qh16 << 4) & top), (ql1 & 15) | ((u8x32)(qh16 << 2) & top),
-                                 (ql0 >> 4) | (qh & top), (ql1 >> 4) | ((u8x32)(qh16 >> 2) & top)};
             uint8_t codes[128];
-            memcpy(codes, quarters, sizeof codes);
+            q6_k_codes(blk, h, codes);
             for (int q = 0; q < 4; q++) {
                 const float *xg = xb + 128 * h + 32 * q;
                 f32x16 group = floats(widened(codes + 32 * q)) * floats_at(xg);
