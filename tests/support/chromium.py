@@ -77,7 +77,8 @@ def opened(browser: Any, page: Path) -> Any:
 
     browser.get_log("browser")  # what an earlier page said is not this one's
     browser.get(page.as_uri())
-    WebDriverWait(browser, 10, poll_frequency=0.02).until(lambda d: d.execute_script("return document.body.dataset.ready") == "yes")
+    ready = "return document.body.dataset.ready"
+    WebDriverWait(browser, 10, poll_frequency=0.02).until(lambda d: d.execute_script(ready) == "yes")
     return browser
 
 

@@ -87,7 +87,7 @@ def _from_gguf(meta: dict[str, Any], path: Path) -> Tokenizer:
         if _said(settings.get(key)):  # llama.cpp reads them for T5's and BERT's vocabularies only
             raise _unrun(path, key, f"a {kind} vocabulary")
     pre = _pre_type(settings, path) if kind == "gpt2" else None
-    vocab = dict(zip(tokens, range(len(tokens))))  # a token written twice keeps its last id
+    vocab = dict(zip(tokens, range(len(tokens)), strict=True))  # a token written twice keeps its last id
     special = [i for i in np.flatnonzero(np.isin(kinds, (CONTROL, USER_DEFINED, UNKNOWN))).tolist() if tokens[i]]
     added = _stripping(meta, tokens, special, str(settings.get("pre", "")))
     add_bos = settings.get("add_bos_token", kind == "llama" or (pre is not None and pre.add_bos))

@@ -93,7 +93,8 @@ def settled(browser: Any, path: Path, painted: bool = False) -> dict[str, Any]:
             raise AssertionError(f"the frame never settled: {last}")
     finally:
         browser.switch_to.default_content()
-    height = browser.execute_script("return document.querySelector('iframe.attnviz-frame').getBoundingClientRect().height")
+    frame = "return document.querySelector('iframe.attnviz-frame').getBoundingClientRect().height"
+    height = browser.execute_script(frame)
     assert height == inside["view"], (height, inside)  # the frame's box is the viewport its page measured
     return {**inside, "frame": height, "unpainted": unpainted}
 

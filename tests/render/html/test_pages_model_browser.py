@@ -177,7 +177,8 @@ def test_a_pooled_bin_of_one_token_is_named_as_one(watched: Any, tmp_path: Path)
     page = tmp_path / "page.html"
     assert main(["heatmap", "--file", str(words), "--causal", "--pool", "max", "-o", str(page)]) == 0
     opened(watched, page)
-    ActionChains(watched, duration=0).send_keys(Keys.ARROW_RIGHT).perform()  # from the map at every token to a pooled one
+    # from the map at every token to a pooled one
+    ActionChains(watched, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     over = watched.find_element("id", "heatmap-over")
     size, cell = over.size, over.size["width"] / 256
     ActionChains(watched, duration=0).move_to_element_with_offset(

@@ -87,7 +87,8 @@ def test_a_heads_score_shows_on_hover_and_focus_and_a_click_opens_its_map(browse
     assert browser.find_element("id", "map-title").text == "layer 0 · head 2"
     assert browser.execute_script("return document.getElementById('heatmap').toDataURL()") != before
     assert "chosen" in cell.get_attribute("class")
-    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()  # focus on the cell: the arrows walk the grid
+    # focus on the cell: the arrows walk the grid
+    ActionChains(browser, duration=0).send_keys(Keys.ARROW_RIGHT).perform()
     assert browser.execute_script("return document.activeElement.dataset.head") == "3"
     assert browser.find_element("id", "readout").text.startswith("layer 0 · head 3\n")
     ActionChains(browser, duration=0).send_keys(Keys.ENTER).perform()
