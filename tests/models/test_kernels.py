@@ -48,29 +48,34 @@ def magnitude(raw: np.ndarray, kind: int, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def avx2_built(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """blocks.c built for AVX2 alone (x86-64-v3): the rows it writes for AVX2's sixteen registers of eight lanes,
-    which a CPU with AVX-512 never runs as built for itself."""
+def other_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """blocks.c built for AVX2 alone (x86-64-v3: the rows it writes for AVX2's sixteen registers of eight lanes)
+    and for x86-64's baseline (the compiler's own vectors, as where -march=native is refused): code that a CPU
+    with AVX-512 never runs as built for itself. A build this CPU cannot run, or the compiler cannot make, is left
+    out."""
     import ctypes
     import subprocess
 
     from attnviz.models import native
 
-    if "avx2" not in native.cpu_flags().split():
-        pytest.skip("this CPU has no AVX2")
-    path = tmp_path_factory.mktemp("avx2") / "blocks.so"
-    built = subprocess.run([native.compiler(), *native.FLAGS, "-march=x86-64-v3", "-o", str(path), str(native.SOURCE)],
-                           capture_output=True)  # fmt: skip
-    if built.returncode:
-        pytest.skip(f"the compiler does not build for x86-64-v3: {built.stderr[:200]!r}")
-    return native._declared(ctypes.CDLL(str(path)))
+    flags = set(native.cpu_flags().split())
+    built = {}
+    for target, needs in (("x86-64-v3", {"avx2", "fma", "f16c", "bmi2"}), ("x86-64", set())):
+        path = tmp_path_factory.mktemp(target) / "blocks.so"
+        made = subprocess.run([native.compiler(), *native.FLAGS, f"-march={target}", "-o", str(path),
+                               str(native.SOURCE)], capture_output=True)  # fmt: skip
+        if needs <= flags and made.returncode == 0:
+            built[target] = native._declared(ctypes.CDLL(str(path)))
+    return built
 
 
-@pytest.fixture(params=["native", "x86-64-v3"])
+@pytest.fixture(params=["native", "x86-64-v3", "x86-64"])
 def built_for(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The kernels as built for this CPU, then as built for AVX2 alone."""
+    """The kernels as built for this CPU, for AVX2 alone and for x86-64's baseline."""
     if request.param != "native":
-        library = request.getfixturevalue("avx2_built")
+        library = request.getfixturevalue("other_builds").get(request.param)
+        if library is None:
+            pytest.skip(f"no build for {request.param} that this CPU runs")
         monkeypatch.setattr(kernels, "_library", lambda: library)
     return str(request.param)
 
