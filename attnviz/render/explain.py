@@ -20,7 +20,7 @@ from rich.text import Text
 from ..analysis.explain import QueryExplanation
 from ..engine.attention import Attention
 from ..engine.core import Array
-from .bars import NEARER, VALUE_PAD, freeze_layout, label_rows, make_room, panel_points, write_values
+from .bars import BAR_VALUE, NEARER, VALUE_PAD, freeze_layout, label_rows, make_room, panel_points, write_values
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .literal import literal, plain_console
@@ -259,43 +259,74 @@ def render_explain_figure(e: QueryExplanation, style: FigureStyle = DEFAULT_STYL
     row = max(label * 1.15, (VALUE_PAD + NEARER + lines_height(1, style.scaled(0.7)) / 2) / (1 - BAR_HEIGHT / 2))
     free = style.size is None and style.preset != "slide"
     grown = 0.0
-    for _ in range(3):  # a page that can grow grows as tall as every key and value needs, measured
-        fig, axes = _explain_layout(e, style, att, 1, False, grown)
+    fig, axes = _explain_layout(e, style, att, grown)
+    for _ in range(2):  # a page that can grow grows as tall as every key and value needs, measured
         short = (m * row - panel_points(axes["K"])[1]) / 72
         if not free or short < 0.02 or fig.get_figheight() >= MOST_ASPECT * fig.get_figwidth():
             break
         grown += short / 0.9  # the band's share of the height it gains, about
+        fig.set_size_inches(style.figure_size(_explain_aspect(e, style, grown), wide=True))
+        _lay_out_again(fig)
+    keys = [abbreviate(t, 12) for t in att.keys]
     said = (1, False)  # what the heading says: every k-th key labelled; values left out
-    for attempt in range(3):  # laid out again until the heading says what the band it leaves holds
-        if attempt:
-            fig, axes = _explain_layout(e, style, att, *said, grown)
+    for _ in range(3):  # laid out again until the heading says what the band it leaves holds
         step = max(said[0], tick_step(m, panel_points(axes["K"])[1] / 72, label))
-        label_rows(axes["K"], [abbreviate(t, 12) for t in att.keys], label, step)
+        label_rows(axes["K"], keys, label, step)
+        before = {name: _value_axis(axes[name]) for name in bars}
         left_out = sum(_write_values(axes[name], *bar, style) for name, bar in bars.items()) > 0
         found = (step, said[1] or left_out)
         if found == said:
             break
         said = found
+        label_rows(axes["K"], keys, label, 1)  # as it was laid out: every key, room for the widest
+        for name, axis in before.items():
+            _restore_value_axis(axes[name], axis)
+        fig.suptitle(_explain_heading(e, style, att, *said), fontweight="bold")
+        _lay_out_again(fig)
     return fig
 
 
-def _explain_layout(
-    e: QueryExplanation, style: FigureStyle, att: Attention, step: int, left_out: bool, grown: float
-) -> tuple[Figure, Any]:
-    """The explain figure laid out (and the layout kept), its heading saying that every ``step``-th key is labelled
-    and whether some bars' values are ``left_out``; the keys' labels and the bars' values are placed on it after."""
-    from .heatmap import break_title, labelled, wrapped_title
+def _lay_out_again(fig: Figure) -> None:
+    """The figure's constrained layout made again (for a new height or heading), its artists kept as they are."""
+    fig.set_layout_engine("constrained")
+    freeze_layout(fig)
+
+
+def _value_axis(ax: Axes) -> tuple[Any, ...]:
+    """What writing values changes of a bar panel: its value axis's limits, autoscaling and ticks."""
+    return ax.get_xlim(), ax.get_autoscalex_on(), ax.xaxis.get_major_locator()
+
+
+def _restore_value_axis(ax: Axes, axis: tuple[Any, ...]) -> None:
+    """A bar panel as it was before its values were written (:func:`_value_axis`), their texts taken away."""
+    for text in [t for t in ax.texts if str(t.get_gid()).startswith(BAR_VALUE)]:
+        text.remove()
+    limits, autoscale, locator = axis
+    ax.set_xlim(limits)
+    ax.set_autoscalex_on(autoscale)
+    ax.xaxis.set_major_locator(locator)
+
+
+def _explain_aspect(e: QueryExplanation, style: FigureStyle, grown: float) -> float:
+    """The figure's proportion: where the page can grow (not a slide's, not a --size), enough for a row per key and
+    ``grown`` inches more."""
+    if style.size is not None or style.preset == "slide":
+        return 0.5
+    width = style.figure_size(0.5, wide=True)[0]
+    band = len(e.dots) * style.scaled(0.8) * KEY_ROWS / 72  # inches of the band that labels every key
+    overhead = (6 * style.font_size * 1.6 + 3 * 0.25 * 72) / 72  # heading, titles and the three strips
+    return min(MOST_ASPECT, max(0.45, (overhead + band) / width) + grown / width)
+
+
+def _explain_layout(e: QueryExplanation, style: FigureStyle, att: Attention, grown: float) -> tuple[Figure, Any]:
+    """The explain figure laid out (and the layout kept) with every key labelled, its heading saying so; the keys'
+    labels as the band holds them and the bars' values are placed on it after."""
+    from .heatmap import break_title
 
     m = len(e.dots)
     shown = min(len(e.q), FIGURE_COMPONENTS)
     keys = [abbreviate(t, 12) for t in att.keys]
-    label = style.scaled(0.8)
-    width = style.figure_size(0.5, wide=True)[0]
-    free = style.size is None and style.preset != "slide"
-    band = m * label * KEY_ROWS / 72  # inches of the band that labels every key
-    overhead = (6 * style.font_size * 1.6 + 3 * 0.25 * 72) / 72  # heading, titles and the three strips
-    aspect = min(MOST_ASPECT, max(0.45, (overhead + band) / width) + grown / width)
-    fig = new_figure(style, aspect if free else 0.5, wide=True)
+    fig = new_figure(style, _explain_aspect(e, style, grown), wide=True)
     mosaic: list[Any] = [
         ["q", ".", ".", ".", ".", "."],
         ["K", "dots", "scores", "weights", "V", "wv"],
@@ -307,7 +338,6 @@ def _explain_layout(
     axes = fig.subplot_mosaic(mosaic, width_ratios=ratios, height_ratios=[strip, 1, strip, strip], empty_sentinel=".")
     bar_width = fig.get_figwidth() * 72 * 0.85 * ratios[1] / sum(ratios)  # points a bar panel's title has, about
     limit = float(max(np.abs(e.q).max(), np.abs(e.keys).max(), np.abs(e.values).max(), 1e-9))
-    cut = [f"vectors: the first {shown} of {len(e.q)} components"] if shown < len(e.q) else []
     i = e.query
     own = "model" in att.config  # a decoder's own q, k and v: after its norms and rotary embedding
     q_is, k_is, v_is = ("$q$", "$k_j$", "$v_j$") if own else (f"$q = x_{{{i}}} W_Q$", "$k_j = {c}_j W_K$",
@@ -342,10 +372,21 @@ def _explain_layout(
     bar.ax.tick_params(labelsize=style.scaled(0.7))
     bar.outline.set_visible(False)
     axes["bar"].set_axis_off()
-    title = [f"query {i} '{abbreviate(att.tokens[i], 16)}'", f"head {e.head}", *describe_parts(att)]
-    if c == "c":
-        title.append("c_j: the input vector of key token j")
-    title += cut + (["values written beside the bars they fit"] if left_out else [])
-    fig.suptitle(wrapped_title(title + labelled(step, "keys"), width, style.font_size), fontweight="bold")
+    fig.suptitle(_explain_heading(e, style, att, 1, False), fontweight="bold")
     freeze_layout(fig)
     return fig, axes
+
+
+def _explain_heading(e: QueryExplanation, style: FigureStyle, att: Attention, step: int, left_out: bool) -> str:
+    """The heading: the query, the head, what the view is of, and that every ``step``-th key is labelled and whether
+    some bars' values are ``left_out``."""
+    from .heatmap import labelled, wrapped_title
+
+    title = [f"query {e.query} '{abbreviate(att.tokens[e.query], 16)}'", f"head {e.head}", *describe_parts(att)]
+    if att.key_tokens is not None:
+        title.append("c_j: the input vector of key token j")
+    shown = min(len(e.q), FIGURE_COMPONENTS)
+    title += [f"vectors: the first {shown} of {len(e.q)} components"] if shown < len(e.q) else []
+    title += ["values written beside the bars they fit"] if left_out else []
+    width = style.figure_size(0.5, wide=True)[0]
+    return wrapped_title(title + labelled(step, "keys"), width, style.font_size)
