@@ -140,15 +140,21 @@ def drawn_texts(fig: Figure, renderer: Any) -> list[Drawn]:
             if ax.axison and axis.get_visible():  # the ticks a draw shows: those inside the view
                 for tick in axis._update_ticks():
                     drawn_ticks.update(id(label) for label in (tick.label1, tick.label2) if label.get_visible())
+    texts = fig.findobj(lambda a: isinstance(a, Text))
+    panels = [panel for ax in fig.axes for panel in (ax, *ax.child_axes)]  # an inset's labels are tick labels too
+    labels = {  # matplotlib gives a tick label no axes: its panel, for the messages to name
+        id(label): panel for panel in panels for axis in (panel.xaxis, panel.yaxis) for label in axis.get_ticklabels()
+    }
     found: list[Drawn] = []
     artist: Any
-    for artist in fig.findobj(lambda a: isinstance(a, Text)):
+    for artist in texts:
         if not artist.get_visible() or not artist.get_text().strip() or not _shown(artist):
             continue
         if id(artist) in ticks and id(artist) not in drawn_ticks:
             continue
         x0, y0, x1, y1 = artist.get_window_extent(renderer).extents
-        found.append(Drawn(artist.get_text(), _role(artist), (x0, y0, x1, y1), artist.get_fontsize(), artist.axes))
+        role, panel = ("tick label", labels[id(artist)]) if id(artist) in labels else (_role(artist), artist.axes)
+        found.append(Drawn(artist.get_text(), role, (x0, y0, x1, y1), artist.get_fontsize(), panel))
     collection: Any
     for collection in fig.findobj(lambda a: hasattr(a, "labels") and hasattr(a, "get_paths")):
         if not collection.get_visible() or not _shown(collection):
@@ -174,13 +180,12 @@ def _shown(artist: Any) -> bool:
 
 
 def _role(artist: Any) -> str:
+    """What a text other than a tick's label is to its panel."""
     ax = artist.axes
     if ax is not None and artist is ax.title:
         return "title"
     if ax is not None and artist in (ax.xaxis.label, ax.yaxis.label):
         return "axis title"
-    if ax is not None and artist in ax.get_xticklabels() + ax.get_yticklabels():
-        return "tick label"
     return "text"
 
 
