@@ -121,6 +121,8 @@ def ablate(
             exact = run_ablation(model, layer.text, method, target, progress=progress)
     result = attribution(model, layer.text, method, target) if estimate else exact
     assert result is not None
+    if target is not None:
+        output.say_if_read_after_space(result.tokens, -1, "the target is read after")
     comparison = None if exact is None or result is exact else compared(exact, result)
     source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
     name = shown_name(model, encoding)

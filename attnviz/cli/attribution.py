@@ -15,7 +15,7 @@ from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS
 from .entry import app
 from .limits import cut_source, shown_name, taken, within_memory
-from .output import emit, one_output, views, write_page
+from .output import emit, one_output, say_if_read_after_space, views, write_page
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -120,6 +120,8 @@ def saliency(
 
     with bar("step", f"{printable(model.name)}: integrating") as progress:
         result, beside = saliency_and_heads(model, layer.text, method, target, steps, progress)
+    if target is not None:
+        say_if_read_after_space(result.tokens, -1, "the target is read after")
     shown_layer, shown_head = layer.layer, head
     if shown_layer is None or shown_head is None:
         delta = abs(beside.delta)

@@ -226,6 +226,25 @@ def audit_written(fig: Figure, figure: opt.FigureRequest) -> None:
             raise LayoutProblems(f"{plural(len(problems), 'layout problem')} in {figure.output} (see above)", problems)
 
 
+def say_if_read_after_space(tokens: Iterable[str], position: int, read: str, *, positioned: bool = False) -> None:
+    """A warning where a command reads its measure at the text's last token (``read``: 'the target is read after')
+    and that token is white space alone: most often a file's last line break, a token as any other
+    (docs/models.md), after which the model predicts something else than after the word before it.
+    ``positioned``: the command takes --position."""
+    tokens = list(tokens)
+    if not tokens or position % len(tokens) != len(tokens) - 1 or tokens[-1].strip() or not ANNOUNCE:
+        return
+    from ..render.labels import abbreviate
+
+    word = next((i for i in range(len(tokens) - 1, -1, -1) if tokens[i].strip()), None)
+    kind = "line break" if "\n" in tokens[-1] else "white space"
+    said = f"attnviz: warning: {read} the last token, '{abbreviate(tokens[-1], 12)}', the text's final {kind}"
+    if word is not None:
+        instead = f"--position {word} or " if positioned else ""
+        said += f"; for '{abbreviate(tokens[word], 24)}' before it, give {instead}the text without it"
+    say(said)
+
+
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:
     from ..render.schema import write_document
 

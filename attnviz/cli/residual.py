@@ -131,6 +131,8 @@ def lens(
 
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:
             result = logit_lens(model, layer.text, target, mid, progress, layer.max_tokens)
+        if target is not None:
+            output.say_if_read_after_space(result.tokens, -1, "the target is read after")
         name, source = model.name, source_of(model, layer.text, result.ids)
     if output.is_page(figure):  # the grid to explore: each cell's likeliest tokens on hover or focus
         from ..render import html
@@ -200,6 +202,7 @@ def dla(
 
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:
             result = direct_logit_attribution(model, layer.text, target, versus, position, progress, layer.max_tokens)
+        output.say_if_read_after_space(result.tokens, result.position, "the logits are read after", positioned=True)
         name, source = model.name, source_of(model, layer.text, result.ids)
     view = {"target": result.target, "versus": result.versus, "position": result.position}
     if output.is_page(figure):  # the map to explore: each part's logit on hover or focus
@@ -294,6 +297,7 @@ def flow(
             shares = run_routes(model, layer.text, per_head, progress, layer.max_tokens, threshold)
         routes = routes_into(shares, position, threshold)
         name, source = model.name, source_of(model, layer.text, shares.ids)
+        output.say_if_read_after_space(routes.tokens, routes.position, "the routes lead into", positioned=True)
     view = {"position": routes.position, "threshold": routes.threshold}
     if output.is_page(figure):  # the graph to explore: the reader's threshold, any node's routes
         from ..render import html

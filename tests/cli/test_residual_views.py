@@ -66,6 +66,31 @@ def test_a_users_error_is_one_line(cli, args: list[str], message: str) -> None:
     assert len(run.err.splitlines()) == 1 and message in run.err, run.err
 
 
+@pytest.mark.parametrize("family", ["llama-tiny", "gpt2-tiny"])
+@pytest.mark.parametrize("command", ["lens", "dla", "flow", "saliency", "ablate"])
+def test_a_measure_read_after_a_files_last_line_break_is_said(cli, tmp_path: Path, family: str, command: str) -> None:
+    """A file's last line break is a token as any other, after which a model predicts something else than after the
+    word before it: where the measure is read there, one warning says so and what to give instead; the output is
+    the same document as ever, and a text without the line break gets no warning."""
+    model = ["--model-dir", str(TINY / family)]
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT + "\n", encoding="utf-8")
+    positioned = command in ("dla", "flow")
+    target = [] if positioned else ["--target", " the"]
+    run = cli(command, *model, "--file", str(path), *target, "--json")
+    assert run.code == 0, run.err
+    tokens = json.loads(run.out)["tokens"]
+    assert tokens[-2:] == [" rug", "\n"]
+    [warning] = run.err.splitlines()
+    assert warning.startswith("attnviz: warning: ") and "last token, '↵', the text's final line break" in warning
+    instead = f"--position {len(tokens) - 2} or " if positioned else ""
+    assert warning.endswith(f"for '␣rug' before it, give {instead}the text without it")
+    if positioned:  # read at the word, as the warning says: no warning
+        assert cli(command, *model, "--file", str(path), "--position", "-2", "--json").err == ""
+    path.write_text(TEXT, encoding="utf-8")
+    assert cli(command, *model, "--file", str(path), *target, "--json").err == ""
+
+
 @pytest.mark.parametrize("command", ["lens", "dla"])
 def test_a_document_of_another_view_is_refused_by_its_schema(cli, tmp_path: Path, command: str) -> None:
     path = tmp_path / "doc.json"
