@@ -171,15 +171,6 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
     if is_page(figure):
         raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
     chosen = format_of(figure.output, figure.fmt)
-    from ..render.figure import missing_glyphs
-
-    boxes = missing_glyphs([*description.get("tokens", []), *description.get("key_tokens", [])])
-    if boxes and ANNOUNCE:
-        shown = " ".join(boxes[:8]) + (" …" if len(boxes) > 8 else "")
-        say(
-            f"attnviz: warning: no font here can draw {shown}; they show as boxes (install e.g. "
-            "fonts-noto-cjk or fonts-noto-color-emoji)"
-        )
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
             f"refusing to write {'an' if chosen == 'svg' else 'a'} {chosen.upper()} image to the terminal: redirect "
@@ -192,12 +183,30 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
         fig = build()
         if figure.style.size is not None and not figure.audit:
             refuse_cut(fig, figure.style.size)
+        say_missing_glyphs(fig, [*description.get("tokens", []), *description.get("key_tokens", [])])
         progress(0, 0, f"writing the {chosen.upper()}")
         data = figure_bytes(fig, chosen, description)
     write_output(data, figure.output)
     if figure.output != "-" and ANNOUNCE:
         say(f"wrote {figure.output}")
     audit_written(fig, figure)
+
+
+def say_missing_glyphs(fig: Figure, tokens: list[str]) -> None:
+    """A warning naming the characters of the tokens, or of any other text the figure draws (the logit lens's
+    predicted tokens), that no font here has: they show as boxes."""
+    from matplotlib.text import Text
+
+    from ..render.figure import missing_glyphs
+
+    drawn = [text.get_text() for text in fig.findobj(lambda a: isinstance(a, Text)) if isinstance(text, Text)]
+    boxes = missing_glyphs([*tokens, *drawn])
+    if boxes and ANNOUNCE:
+        shown = " ".join(boxes[:8]) + (" …" if len(boxes) > 8 else "")
+        say(
+            f"attnviz: warning: no font here can draw {shown}; they show as boxes (install e.g. "
+            "fonts-noto-cjk or fonts-noto-color-emoji)"
+        )
 
 
 def refuse_cut(fig: Figure, size: tuple[float, float]) -> None:

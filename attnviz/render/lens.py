@@ -15,12 +15,14 @@ from rich.text import Text
 
 from ..analysis.lens import Lens, LensRows
 from .ablation import token_quoted
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
+from .bars import freeze_layout, panel_points
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, text_extent, tick_step
 from .heatmap import wrapped_title
 from .labels import abbreviate, table_token
 from .literal import literal
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 CELL = 11  # a cell's width in the terminal: a token of 7 and its probability
@@ -57,7 +59,8 @@ def interleaved(result: Lens) -> LensRows:
 
 
 def lens_heading(result: Lens, model: str) -> list[str]:
-    parts = ["logit lens", model, f"{len(result.tokens)} tokens", f"{len(result.rows.log_prob) - 1} layers"]
+    n, layers = len(result.tokens), len(result.rows.log_prob) - 1
+    parts = ["logit lens", model, f"{n:,} token{'s' * (n != 1)}", f"{layers:,} layer{'s' * (layers != 1)}"]
     if result.target is not None:
         parts.append(f"target {token_quoted(result.target)} after the last token")
     return parts
@@ -111,17 +114,8 @@ def render_lens_figure(result: Lens, model: str, style: FigureStyle = DEFAULT_ST
     probs = rows.top_probs[:, shown, 0]
     image = ax.imshow(probs, cmap=colormap(style.cmap), vmin=0, vmax=1, aspect="auto", origin="lower",
                       interpolation="nearest")  # fmt: skip
-    cells = len(shown) * len(names)
-    size = style.scaled(0.55 if cells <= 400 else 0.45)
-    if cells <= 1200:
-        for k in range(len(names)):
-            for c, i in enumerate(shown):
-                word = abbreviate(result.words.get(int(rows.top_ids[k, i, 0]), "?"), 6)
-                shade = "black" if probs[k, c] > 0.55 else "white"
-                ax.text(c, k, word, ha="center", va="center", fontsize=size, color=shade)
-    step = max(1, len(names) // 16)
-    ax.set_yticks(range(0, len(names), step), names[::step])
-    ax.set_xticks(range(len(shown)), [abbreviate(result.tokens[i], 8) for i in shown], rotation=60, ha="right")
+    ax.set_yticks(range(len(names)), names)  # every row's name while laid out: room for the widest
+    ax.set_xticks(range(len(shown)), [f"{i} {abbreviate(result.tokens[i], 8)}" for i in shown], rotation=90)
     ax.tick_params(labelsize=style.scaled(0.6), length=0)
     ax.set_xlabel("position (its token)", fontsize=style.scaled(0.75))
     ax.set_ylabel("stream read at", fontsize=style.scaled(0.75))
@@ -130,12 +124,57 @@ def render_lens_figure(result: Lens, model: str, style: FigureStyle = DEFAULT_ST
     bar.ax.tick_params(labelsize=style.scaled(0.6))
     bar.outline.set_visible(False)
     if target:
-        side = fig.axes[1]
         assert rows.target_log_prob is not None
-        side.plot(rows.target_log_prob, range(len(names)), color=style.colours["text"], marker="o",
-                  markersize=style.scaled(0.15))  # fmt: skip
-        side.set_xlabel(f"log p({token_quoted(abbreviate(result.target or '', 10))})", fontsize=style.scaled(0.7))
-        side.tick_params(labelsize=style.scaled(0.6))
-    fig.suptitle(wrapped_title(lens_heading(result, model), fig.get_size_inches()[0], style.font_size),
-                 fontweight="bold")  # fmt: skip
+        _draw_target(fig.axes[1], rows.target_log_prob, result.target or "", style)
+    heading = lens_heading(result, model)
+    if len(shown) < n:
+        heading.append(f"positions {shown[0]:,}–{shown[-1]:,} of {n:,} (--json has every one)")
+    fig.suptitle(wrapped_title(heading, fig.get_size_inches()[0], style.font_size), fontweight="bold")
+    freeze_layout(fig)
+    step = tick_step(len(names), panel_points(ax)[1] / 72, style.scaled(0.6))
+    ax.set_yticks(range(0, len(names), step), names[::step])  # as many as the panel holds
+    _write_words(ax, result, rows, shown, style)
     return fig
+
+
+def _draw_target(side: Axes, log_prob: np.ndarray, target: str, style: FigureStyle) -> None:
+    """The target's log-probability up the rows. The embedding's (the first row) is often far below every layer's
+    (−124 where the layers' are −48 to 0): the scale is then the layers', and the embedding's point sits at its
+    left edge, its value written beside it, so that the rise through the layers is seen."""
+    rows = np.arange(len(log_prob))
+    side.plot(log_prob, rows, color=style.colours["text"], marker="o", markersize=style.font_size * 0.35,
+              clip_on=True)  # fmt: skip
+    layers = log_prob[1:]
+    low, high = float(layers.min()), float(max(layers.max(), 0.0))
+    span = max(high - low, 1.0)
+    if log_prob[0] < low - span:
+        side.set_xlim(low - 0.25 * span, high + 0.05 * span)
+        side.plot([low - 0.25 * span], [0], marker="<", color=style.colours["text"], clip_on=False,
+                  markersize=style.font_size * 0.5)  # fmt: skip
+        side.text(low - 0.2 * span, 0, f" {log_prob[0]:.0f}".replace("-", "−"), ha="left", va="center",
+                  fontsize=style.scaled(0.6), color=style.colours["text"])  # fmt: skip
+    side.set_xlabel(f"log p({token_quoted(abbreviate(target, 10))})", fontsize=style.scaled(0.7))
+    side.tick_params(labelsize=style.scaled(0.6))
+
+
+WORD_PAD = 1.5  # points kept clear on each side of a cell's word
+
+
+def _write_words(ax: Axes, result: Lens, rows: LensRows, shown: list[int], style: FigureStyle) -> None:
+    """Each cell's likeliest token, in the cell as laid out: shortened (…) to the cell's width, none where not even
+    its first character and the ellipsis fit at the preset's smallest text (the colour alone tells there)."""
+    probs = rows.top_probs[:, shown, 0]
+    width, height = panel_points(ax)
+    cell_w, cell_h = width / len(shown), height / len(probs)
+    size = min(style.scaled(0.55 if probs.size <= 400 else 0.45), cell_h)
+    if size < style.smallest or probs.size > 1200:
+        return
+    room = cell_w - 2 * WORD_PAD
+    for k in range(len(probs)):
+        for c, i in enumerate(shown):
+            token = result.words.get(int(rows.top_ids[k, i, 0]), "?")
+            word = next((w for w in (abbreviate(token, cells) for cells in range(6, 1, -1))
+                         if text_extent(w, size)[0] <= room), None)  # fmt: skip
+            if word is not None:
+                shade = "black" if probs[k, c] > 0.55 else "white"
+                ax.text(c, k, word, ha="center", va="center", fontsize=size, color=shade)

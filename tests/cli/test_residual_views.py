@@ -66,6 +66,28 @@ def test_a_users_error_is_one_line(cli, args: list[str], message: str) -> None:
     assert len(run.err.splitlines()) == 1 and message in run.err, run.err
 
 
+@pytest.mark.parametrize("preset", ["screen", "slide", "paper"])
+def test_a_long_lens_figure_says_which_positions_it_shows_and_its_words_fit_their_cells(preset: str) -> None:
+    """A figure shows the last FIGURE_POSITIONS positions: its heading says which, each position's label gives its
+    number, and each cell's word is shortened to the cell it is in (the audit holds them apart)."""
+    from attnviz.analysis.lens import logit_lens
+    from attnviz.models.load import load_model
+    from attnviz.render.audit import audit
+    from attnviz.render.figure import FigureStyle
+    from attnviz.render.lens import FIGURE_POSITIONS, render_lens_figure
+
+    model = load_model(None, model_dir=TINY / "llama-tiny")
+    result = logit_lens(model, " ".join([TEXT] * 4), target=" the")
+    n = len(result.tokens)
+    assert n > FIGURE_POSITIONS
+    fig = render_lens_figure(result, "llama-tiny", FigureStyle(preset=preset, dpi=72))
+    assert f"positions {n - FIGURE_POSITIONS}–{n - 1} of {n}" in fig.get_suptitle().replace("\n", " ")
+    ax = fig.axes[0]
+    assert [t.get_text().split()[0] for t in ax.get_xticklabels()] == [str(i) for i in range(n - FIGURE_POSITIONS, n)]
+    words = [t for t in ax.texts if t.get_text()]
+    assert words and audit(fig) == []
+
+
 @pytest.mark.parametrize("family", ["llama-tiny", "gpt2-tiny"])
 @pytest.mark.parametrize("command", ["lens", "dla", "flow", "saliency", "ablate"])
 def test_a_measure_read_after_a_files_last_line_break_is_said(cli, tmp_path: Path, family: str, command: str) -> None:
