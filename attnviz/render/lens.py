@@ -19,7 +19,7 @@ from .bars import freeze_layout, panel_points
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, text_extent, tick_step
 from .heatmap import wrapped_title
 from .labels import abbreviate, table_token
-from .literal import literal
+from .literal import literal, plain_console
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -72,32 +72,48 @@ def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool 
     yield literal(" · ".join(lens_heading(result, model)), style="dim")
     rows = interleaved(result) if mid else result.rows
     names = row_names(result, mid)
-    target = result.target is not None
-    room = max(1, (width - 6 - (14 if target else 0)) // (CELL + 1))
+    ranks, log_probs = rows.target_rank, rows.target_log_prob
+    said = []  # the target's rank and log-probability at each row
+    if result.target is not None and ranks is not None and log_probs is not None:
+        said = [f"{int(r)} {p:.2f}" for r, p in zip(ranks, log_probs, strict=True)]
+    target = bool(said)
+    header = f"rank {token_quoted(abbreviate(result.target or '', 6))}"
     n = len(result.tokens)
-    shown = list(range(max(0, n - room), n))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-    table.add_column("", justify="right", no_wrap=True)
-    for i in shown:
-        table.add_column(literal(f"{i} {table_token(result.tokens[i], CELL - 3)}"), justify="left", no_wrap=True,
-                         max_width=CELL)  # fmt: skip
-    if target:
-        table.add_column(literal(f"rank {token_quoted(abbreviate(result.target or '', 6))}"), justify="right")
-    for k, name in enumerate(names):
-        cells: list[RenderableType] = [Text(name, style="dim")]
+    table, shown = Table(), [0]
+    for room in range(max(1, (width - 6) // (CELL + 1)), 0, -1):  # the most positions whose table fits the width
+        shown = list(range(max(0, n - room), n))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+        table.add_column("", justify="right", no_wrap=True)
         for i in shown:
-            best, prob = int(rows.top_ids[k, i, 0]), float(rows.top_probs[k, i, 0])
-            shown_prob = f"{prob:.2f}".removeprefix("0") if prob < 0.995 else "1"
-            word = table_token(result.words.get(best, "?"), CELL - 1 - len(shown_prob))
-            style = ("bold" if prob >= 0.5 else "dim" if prob < 0.1 else "") if color else ""
-            cells.append(literal(f"{word} {shown_prob}", style=style))
-        if target and rows.target_rank is not None and rows.target_log_prob is not None:
-            cells.append(Text(f"{int(rows.target_rank[k])} {rows.target_log_prob[k]:.2f}"))
-        table.add_row(*cells)
+            table.add_column(literal(f"{i} {table_token(result.tokens[i], CELL - 3)}"), justify="left",
+                             no_wrap=True, max_width=CELL)  # fmt: skip
+        if target:
+            table.add_column(literal(header), justify="right", no_wrap=True)
+        for k, name in enumerate(names):
+            cells: list[RenderableType] = [Text(name, style="dim")]
+            for i in shown:
+                best, prob = int(rows.top_ids[k, i, 0]), float(rows.top_probs[k, i, 0])
+                shown_prob = f"{prob:.2f}".removeprefix("0") if prob < 0.995 else "1"
+                word = table_token(result.words.get(best, "?"), CELL - 1 - len(shown_prob))
+                style = ("bold" if prob >= 0.5 else "dim" if prob < 0.1 else "") if color else ""
+                cells.append(literal(f"{word} {shown_prob}", style=style))
+            if target:
+                cells.append(Text(said[k]))
+            table.add_row(*cells)
+        if _natural_width(table, width) <= width:
+            break
     yield Group(Text(""), table)
     left = "" if len(shown) == n else f"the last {len(shown)} of {n} positions; "
     yield Text(f"{left}each cell: the likeliest next token read from the stream at that row, and its probability; "
                "--json has every position", style="dim")  # fmt: skip
+
+
+def _natural_width(table: Table, width: int) -> int:
+    """The cells ``table`` takes where nothing makes it narrower (rich would shorten its cells to fit ``width``)."""
+    from rich.segment import Segment
+
+    wide = plain_console(width=4 * width + 80)
+    return max(Segment.get_line_length(line) for line in wide.render_lines(table, wide.options, pad=False))
 
 
 @styled

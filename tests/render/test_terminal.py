@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
+from bundled import needs
 from rich.console import Console
 from rich.text import Text
 
@@ -454,3 +456,18 @@ def test_saliency_explain_and_tokenize_show_the_same_tokens(cli, loads_once, tex
     explained = cli("explain", "--model", "smollm2", text, "--no-color", "--layer", "3").out
     keys = re.findall(r"(?m)^(\d+)\s+(\S+)\s+\[", explained)
     assert keys and all(re.sub("[₀-₉]+$", "", token) == expected[int(j)] for j, token in keys), keys
+
+
+@needs("gemma3")
+def test_a_lens_of_a_large_vocabulary_keeps_each_row_on_one_line(cli) -> None:
+    """Gemma 3's ranks run to six figures and its log-probabilities to −540: the target's column is as wide as what
+    it holds, and the positions shown are as many as leave it room, so no row wraps at 80 columns."""
+    from paths import SAMPLES
+    from rich.cells import cell_len
+
+    run = cli("lens", "--model", "gemma3", "--file", str(SAMPLES / "ioi.txt"), "--target", " Mary", "--no-color")
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    rows = [line for line in lines if re.match(r"\s*(emb|L\d+|out) ", line)]
+    assert len(rows) == 19 and all(cell_len(line) <= 80 for line in lines)  # emb, L1 … L17, out
+    assert all(re.fullmatch(r"\s*(emb|L\d+|out) .* \d+ -?\d+\.\d\d", line) for line in rows), rows
