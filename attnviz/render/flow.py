@@ -14,8 +14,9 @@ from rich.text import Text
 
 from ..analysis.routes import Routes
 from .ablation import token_quoted
-from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
-from .heatmap import wrapped_title
+from .bars import freeze_layout, panel_points
+from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled, tick_step
+from .heatmap import ordinal, wrapped_title
 from .labels import abbreviate, table_token
 from .literal import literal
 
@@ -93,18 +94,23 @@ def render_flow_figure(routes: Routes, model: str, style: FigureStyle = DEFAULT_
         ax.scatter(xs, ys, s=style.scaled(0.5), color=style.colours["text"], zorder=3, linewidths=0)
     ax.set_xlim(-0.5, len(used) - 0.5)
     ax.set_ylim(-0.3, layers + 0.3)
-    ax.set_xticks(range(len(used)), [f"{i} {abbreviate(routes.tokens[i], 10)}" for i in used], rotation=60,
-                  ha="right")  # fmt: skip
+    labels = [f"{i} {abbreviate(routes.tokens[i], 10)}" for i in used]
+    ax.set_xticks(range(len(used)), labels, rotation=90)  # upright: a label as wide as a line, whatever its length
     step = max(1, layers // 12)
     ax.set_yticks(range(0, layers + 1, step), [str(k) if k < layers else "out" for k in range(0, layers + 1, step)])
     ax.tick_params(labelsize=style.scaled(0.6), length=0)
     ax.set_ylabel("layer (the stream entering it)", fontsize=style.scaled(0.75))
-    ax.set_xlabel("position (only those a route passes through)" if len(used) < n else "position",
-                  fontsize=style.scaled(0.75))  # fmt: skip
+    xlabel = "position (only those a route passes through)" if len(used) < n else "position"
+    ax.set_xlabel(xlabel, fontsize=style.scaled(0.75))
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title("red: attention between positions; grey: within a position (residual, feed-forward); width: share",
                  fontsize=style.scaled(0.65))  # fmt: skip
     fig.suptitle(wrapped_title(flow_heading(routes, model), fig.get_size_inches()[0], style.font_size),
                  fontweight="bold")  # fmt: skip
+    freeze_layout(fig)
+    step = tick_step(len(used), panel_points(ax)[0] / 72, style.scaled(0.6))
+    if step > 1:  # more columns than upright labels fit: every k-th, and the axis says so
+        ax.set_xticks(range(0, len(used), step), labels[::step], rotation=90)
+        ax.set_xlabel(f"{xlabel}; every {ordinal(step)} labelled", fontsize=style.scaled(0.75))
     return fig
