@@ -59,6 +59,7 @@ def lens_grid(result: Lens, model: str, style: FigureStyle) -> dict[str, Any]:
     from ..lens import interleaved, lens_heading, row_names
 
     rows, names = interleaved(result), row_names(result, True)
+    target, ranks, log_probs = result.target, rows.target_rank, rows.target_log_prob
     n = len(result.tokens)
     shown = list(range(max(0, n - LENS_POSITIONS), n))
     cmap = colormap(style.cmap)
@@ -74,12 +75,21 @@ def lens_grid(result: Lens, model: str, style: FigureStyle) -> dict[str, Any]:
                 about.append(f"log p of the next token {result.tokens[i + 1]!r}: {rows.log_prob[k, i]:.3f}")
             out.append({"colour": hex_colour(cmap(float(probs[0]))), "text": shown_token(word(int(ids[0]), "?"), 6),
                         "about": about})  # fmt: skip
+        if target is not None and ranks is not None and log_probs is not None:  # its colour: its probability
+            rank, log_prob = int(ranks[k]), float(log_probs[k])
+            said = f"{names[k]}: log p({target!r}) after the last position {log_prob:.2f}, rank {rank:,}"
+            out.append({"colour": hex_colour(cmap(float(np.exp(log_prob)))), "text": f"#{rank:,}", "about": [said]})
         cells.append(out)
     left = [] if len(shown) == n else [f"the last {len(shown)} of {n} positions (the JSON has every one)"]
+    cols = [f"{i} {shown_token(result.tokens[i])}" for i in shown]
+    if target is not None and ranks is not None:
+        cols.append(f"rank {shown_token(target)}")
+        left.append(f"the last column: {shown_token(target)}'s rank after the last position, coloured by its "
+                    "probability; its log-probability on hover")  # fmt: skip
     return {
         "title": "the likeliest next token read at each layer",
         "rows": list(reversed(names)),
-        "cols": [f"{i} {shown_token(result.tokens[i])}" for i in shown],
+        "cols": cols,
         "cells": cells,
         "heading": lens_heading(result, model),
         "scale": [{"colour": hex_colour(cmap(v)), "label": f"{v:.2f}"} for v in np.linspace(1, 0, 6)],

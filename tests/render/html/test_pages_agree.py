@@ -149,3 +149,26 @@ def test_a_page_without_head_finds_the_sinks_its_figure_of_every_head_finds(
     assert lines.code == 0 and blob_of(page)["start"]["together"] is True
     assert cli(*command, "--head", "1", "-o", str(page)).code == 0
     assert blob_of(page)["start"]["together"] is False
+
+
+@needs("smollm2")
+def test_a_lens_page_gives_the_targets_rank_and_log_probability_as_the_json_does(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """The page's heading names the target; its last column gives the target's rank at each row, and its
+    log-probability on hover, the JSON's numbers."""
+    from paths import SAMPLES
+
+    command = ["lens", "--model", "smollm2", "--file", str(SAMPLES / "ioi.txt"), "--target", " Mary"]
+    page = tmp_path / "lens.html"
+    assert cli(*command, "-o", str(page)).code == 0
+    grid = blob_of(page)["grid"]
+    document = json.loads(cli(*command, "--json").out)
+    ranks, log_probs = document["target_rank"], document["target_logprob"]
+    assert grid["cols"][-1] == "rank ␣Mary"
+    column = [row[-1] for row in grid["cells"]]  # the output first, the embedding last
+    assert [cell["text"] for cell in column] == [f"#{rank:,}" for rank in reversed(ranks)]
+    assert all(
+        f"{p:.2f}, rank {r:,}" in cell["about"][0]
+        for cell, p, r in zip(column, reversed(log_probs), reversed(ranks), strict=True)
+    )
