@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -10,6 +11,8 @@ import numpy as np
 from ..errors import UsageError, out_of_range
 from .core import Array, BoolArray
 from .view import View
+
+HEAD_NUMBER = re.compile(r"\bhead (\d+)\b")  # a head's own number in its label ('layer 18 · head 6')
 
 
 class Later:
@@ -104,6 +107,21 @@ class Attention:
             return ()
         m = self.weights.shape[-1]
         return tuple(j for j in self.view.hidden if 0 <= j < m)
+
+    def head_index(self, head: int) -> int:
+        """The index of the head a user names. A map saved with some of a layer's heads (``--head 6``: one map,
+        labelled 'layer 18 · head 6') is asked for by the heads' own numbers, as it is labelled; its indices
+        (0 …) still work where no label has that number."""
+        named = [int(m.group(1)) if (m := HEAD_NUMBER.search(label)) else None for label in self.head_labels]
+        if named == list(range(len(named))) or None in named:
+            return head
+        if head in named:
+            return named.index(head)
+        if not 0 <= head < len(named):
+            kept = ", ".join(str(k) for k in named)
+            raise UsageError(f"--head {head} is not in this map: it holds {'head' if len(named) == 1 else 'heads'} "
+                             f"{kept} (give --head {named[0]})")  # fmt: skip
+        return head
 
     def select(self, head: int | None = None, mean: bool = False) -> Attention:
         """One head (``head``), the mean over heads (``mean``), or all of them."""

@@ -134,11 +134,18 @@ class FileSource:
     def heads(self) -> int:
         return len(self.map.head_labels) if self.map is not None else int(self.whole.weights.shape[1])
 
+    def _labelled(self, want: Want) -> Want:
+        """``want``'s heads as the map's indices: a map saved with some of a layer's heads is asked for by the heads'
+        own numbers (:meth:`~attnviz.engine.attention.Attention.head_index`)."""
+        if self.map is None or not want.heads:
+            return want
+        return replace(want, heads=tuple(self.map.head_index(head) for head in want.heads))
+
     def described(self, want: Want) -> dict[str, Any]:
         """How the maps ``want`` asks for will be described (their title), its layers and heads checked."""
         if self.map is not None:
             check_layer(self.map, want.layers[-1] if want.layers else None)
-            want.check_heads(len(self.map.head_labels))
+            self._labelled(want).check_heads(len(self.map.head_labels))
             return self.map.config
         stack = self.whole
         layers = want.chosen_layers(stack.layers)
@@ -148,7 +155,7 @@ class FileSource:
     def attention(self, want: Want, layer: int | None = None) -> Attention:
         """One layer's map (``layer``, by default the last) as ``want`` asks for it."""
         if self.map is not None:
-            return honour_attention(self.map, want, layer)
+            return honour_attention(self.map, self._labelled(want), layer)
         return self.stack(replace(want, layers=(layer if layer is not None else -1,))).layer()
 
     def stack(self, want: Want, consume: Layers | None = None) -> AttentionStack:

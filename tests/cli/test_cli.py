@@ -356,3 +356,19 @@ def test_no_option_value_is_cut_across_lines_of_the_help_at_80_columns(cli, monk
     for line in cli(command, "--help").out.splitlines():
         for cell in re.sub(r"\[[^\]]*\]", "", line).split("│"):  # [x>=1]: a range, not a value list
             assert cell.count("<") == cell.count(">"), (command, line)
+
+
+def test_a_map_saved_with_one_head_is_asked_for_by_that_heads_number(cli, tmp_path: Path) -> None:
+    """A document of --head 2 holds one map, labelled 'head 2': --from takes --head 2 for it (and its index 0, as
+    before); a head it does not hold is refused in one line that says which it holds."""
+    path = tmp_path / "head2.json"
+    path.write_text(cli("heatmap", "the", "cat", "sat", "on", "--heads", "4", "--head", "2", "--json").out)
+    by_number = cli("heatmap", "--from", str(path), "--head", "2", "--json")
+    assert by_number.code == 0, by_number.err
+    assert json.loads(by_number.out)["heads"] == ["head 2"]
+    assert by_number.out == cli("heatmap", "--from", str(path), "--head", "0", "--json").out
+    refused = cli("heatmap", "--from", str(path), "--head", "3")
+    assert (
+        refused.code == 2
+        and refused.err == "attnviz: error: --head 3 is not in this map: it holds head 2 (give --head 2)\n"
+    )
