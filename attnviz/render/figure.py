@@ -385,9 +385,9 @@ def styled(render: Callable[P, R]) -> Callable[P, R]:
 
 def new_figure(style: FigureStyle, aspect: float, *, wide: bool = False) -> Figure:
     """A pyplot-free figure with constrained layout, sized by the style."""
-    from matplotlib.figure import Figure
+    from .shown import ShownFigure
 
-    return Figure(figsize=style.figure_size(aspect, wide=wide), dpi=style.resolution(), layout="constrained")
+    return ShownFigure(figsize=style.figure_size(aspect, wide=wide), dpi=style.resolution(), layout="constrained")
 
 
 def points_offset(fig: Figure | SubFigure, dx: float, dy: float) -> Any:

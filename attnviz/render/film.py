@@ -107,8 +107,9 @@ class Film:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.cm import ScalarMappable
         from matplotlib.colors import Normalize, to_rgba
-        from matplotlib.figure import Figure
         from matplotlib.patches import Rectangle
+
+        from .shown import ShownFigure
 
         self.generation, self.style = generation, style
         self.written = len(generation.rows)
@@ -127,7 +128,7 @@ class Film:
         self.heat = _heat(self.map.weights[0], self.picked, style.cmap, masked, (self.scale, self.floor))
         self.image = np.empty_like(self.heat)
         with figure_context(style):
-            fig = Figure(figsize=(width, height), dpi=style.resolution(), layout="constrained")
+            fig = ShownFigure(figsize=(width, height), dpi=style.resolution(), layout="constrained")
             ax = fig.add_subplot()
             self.picture = ax.imshow(self.image, interpolation="nearest", aspect="auto",
                                      extent=(-0.5, size - 0.5, size - 0.5, -0.5))  # fmt: skip

@@ -675,7 +675,7 @@ def noted_heading(
 @styled
 def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Every head of ``att`` (or the one selected) as heatmaps sharing one 0–1 colour bar."""
-    from matplotlib.figure import Figure
+    from .shown import ShownFigure
 
     count = len(att.head_labels)
     check_panels(count, "heads")
@@ -690,7 +690,7 @@ def render_heatmap_figure(att: Attention, style: FigureStyle = DEFAULT_STYLE) ->
         shared.figure[key] = (fig, axes, (draw_heading(fig, title, top, style), top))
         return fig
     fig_w, fig_h = layout.size
-    fig = Figure(figsize=layout.size, dpi=style.resolution())
+    fig = ShownFigure(figsize=layout.size, dpi=style.resolution())
     rows, cols = layout.shape
     outer_only = layout.outer_only
     cmap = colormap(style.cmap)

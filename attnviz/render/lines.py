@@ -302,7 +302,7 @@ def render_lines_figure(
     labels as large as the panel's height allows (every k-th token when they would overlap: the
     heading says so) and cut to leave the lines at least half of the panel's width.
     """
-    from matplotlib.figure import Figure
+    from .shown import ShownFigure
 
     count = len(att.head_labels)
     n, m = len(att.tokens), len(att.keys)
@@ -373,7 +373,7 @@ def render_lines_figure(
     chosen = max(choices, key=kept)  # first of the best
     cols, height, title, head, lay = chosen.cols, chosen.height, chosen.title, chosen.head, chosen.lay
     panel_w, panel_h = chosen.panel_w, chosen.panel_h
-    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    fig = ShownFigure(figsize=(width, height), dpi=style.resolution())
     draw_heading(fig, title, height - pad / 72, style)
     for index in range(panels):
         r, c = divmod(index, cols)

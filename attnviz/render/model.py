@@ -207,8 +207,9 @@ def render_model_figure(
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
+
+    from .shown import ShownFigure
 
     weights = stack.weights
     layers, heads, n, m = weights.shape
@@ -258,7 +259,7 @@ def render_model_figure(
     grid_h = bands * band_h + (bands - 1) * between
     bar_title = text_extent("attention weight" + SCALE_NAMES[chosen], style.scaled(0.9))[0]  # drawn upright
     height = box_h if fixed else (2 * pad + heading + room) / 72 + max(grid_h, (bar_title + 2 * pad) / 72)
-    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    fig = ShownFigure(figsize=(width, height), dpi=style.resolution())
     left = (width - (room + bar_room) / 72 - grid_w) / 2 + room / 72  # centred across, and down
     bottom = (height - (heading + room) / 72 - grid_h) / 2
     text = style.colours["text"]
@@ -644,12 +645,12 @@ def render_heads_figure(
     share a key/value head side by side with a wider gap between groups.
     """
     from matplotlib.collections import PatchCollection
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
     from matplotlib.transforms import blended_transform_factory
 
     from ..analysis.heads import CLASS_HEADS, CLASS_NAMES, CLASS_SCORES, CLASSES
     from .heatmap import annotation_font, luminance
+    from .shown import ShownFigure
 
     layers, heads = len(classes), len(classes[0]) if classes else 0
     font, label = style.font_size, style.scaled(0.8)
@@ -726,7 +727,7 @@ def render_heads_figure(
     band_h = span_y * cell / 72
     grid_w, grid_h = span_x * cell / 72, bands * band_h + (bands - 1) * band_gap / 72
     height = box_h if fixed else (2 * pad + heading + legend_h + room) / 72 + grid_h
-    fig = Figure(figsize=(width, height), dpi=style.resolution())
+    fig = ShownFigure(figsize=(width, height), dpi=style.resolution())
     left = (width - room / 72 - grid_w) / 2 + room / 72
     bottom = (height - (heading + legend_h + room) / 72 - grid_h) / 2
     value_font = annotation_font(cell / 72, style, ".00")

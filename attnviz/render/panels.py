@@ -194,12 +194,12 @@ def _arrange_with(rows: list[Row], style: FigureStyle, lines: int) -> _Layout:
 
 def render_rows(rows: list[Row], heading: list[str], style: FigureStyle) -> Figure:
     """The figure: a heading, then each row's title and panels, each panel's colour bar beside it."""
-    from matplotlib.figure import Figure
+    from .shown import ShownFigure
 
     layout = _arrange(rows, heading, style)
     n, m = rows[0].panels[0].values.shape
     width, height = layout.size
-    fig = Figure(figsize=layout.size, dpi=style.resolution())
+    fig = ShownFigure(figsize=layout.size, dpi=style.resolution())
     font, pad, gap = style.font_size, style.font_size * 0.8, style.font_size * GAP
     side, side_h, labels = layout.side, layout.side * n / m, layout.labels
     cols = max(len(r.panels) for r in rows)

@@ -4,6 +4,7 @@ Python, every writer with a stdout that takes text only."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import os
@@ -44,6 +45,7 @@ attnviz.save_figure(fig, "mean.png")
 """,
     "att",
     'attnviz.head_view(attention, list(tokens), html_action="view")',
+    'fig  # no pyplot here: the figure gives the notebook its PNG itself',
 ]
 
 
@@ -73,8 +75,11 @@ def test_pages_and_figures_save_and_display_in_a_real_kernel(tmp_path: Path) -> 
         assert (tmp_path / name).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert (tmp_path / "mean.svg").read_bytes().lstrip().startswith(b"<?xml")
     assert (tmp_path / "mean.png").read_bytes().startswith(b"\x89PNG")
-    shown = [output for cell in notebook.cells[3:] for output in cell.outputs if "data" in output]
+    shown = [output for cell in notebook.cells[3:5] for output in cell.outputs if "data" in output]
     assert len(shown) == 2 and all(output.data["text/html"].startswith("<iframe srcdoc=") for output in shown)
+    [figure] = [output for output in notebook.cells[5].outputs if "data" in output]
+    assert base64.b64decode(figure.data["image/png"]).startswith(b"\x89PNG")
+    assert figure.metadata["image/png"]["width"] == 96 * attnviz.FigureStyle().figure_size(1.0)[0]
 
 
 class TextOnly(io.StringIO):
