@@ -200,7 +200,7 @@ def patch(
       attnviz patch --model smollm2 --clean "$A" --corrupt "$B" --target " Mary"
 
     with A "When Mary and John went to the store, John gave a drink to" and B
-    the same with Mary in John's place (README: activation patching).
+    the same with Mary in John's place (docs/gradients.md: activation patching).
     """
     from ..analysis.attribution import patch as run_patch
 

@@ -35,9 +35,29 @@ P_OUT = "Output"
 P_FIG = "Figures (with -o)"
 P_SOURCE = "Real attention"
 
+PAGE_COMMANDS = (
+    "heatmap",
+    "lines",
+    "explain",
+    "heads",
+    "ablate",
+    "patch",
+    "lens",
+    "dla",
+    "flow",
+    "generate",
+)  # the views that write a page
+PAGE_VIEWS = (
+    "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch, lens, dla, flow and generate"
+)
+
 Tokens = Annotated[
     list[str] | None,
-    typer.Argument(help="The sequence: words split on whitespace; - reads stdin.", show_default=False),
+    typer.Argument(
+        help="The text: with a model, as the model tokenises it (the arguments joined by spaces); without, words "
+        "split on whitespace; - reads stdin.",
+        show_default=False,
+    ),
 ]
 File = Annotated[
     Path | None,
@@ -253,8 +273,8 @@ Output = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write a figure to this file (.png, .svg, .pdf; heatmap, lines, explain, heads, ablate, patch: also an "
-        "interactive .html page), or - for stdout.",
+        help=f"Write a figure to this file (.png, .svg, .pdf; also an interactive .html page: {PAGE_VIEWS}), or - "
+        "for stdout.",
         show_default=False,
         rich_help_panel=P_FIG,
     ),
@@ -492,21 +512,6 @@ def layer_options(
 
 
 PAGE_SUFFIXES = (".html", ".htm")
-PAGE_COMMANDS = (
-    "heatmap",
-    "lines",
-    "explain",
-    "heads",
-    "ablate",
-    "patch",
-    "lens",
-    "dla",
-    "flow",
-    "generate",
-)  # the views that write a page
-PAGE_VIEWS = (
-    "heatmap (also --all-layers: the model view), lines, explain, heads, ablate, patch, lens, dla, flow and generate"
-)
 
 
 @dataclass(frozen=True)
@@ -540,7 +545,7 @@ class FigureRequest:
             raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
         if self.page and self.audit:
             raise UsageError("--audit measures a figure's layout; a page (.html) lays itself out in the browser")
-        chosen = None if self.output is None or self.page else format_of(self.output, self.fmt)
+        chosen = None if self.output is None or self.page else format_of(self.output, self.fmt, page=True)
         if self.output == "-" and sys.stdout.isatty():
             what = "an HTML page" if self.page else f"{'an' if chosen == 'svg' else 'a'} {str(chosen).upper()} image"
             raise UsageError(f"refusing to write {what} to the terminal: redirect stdout, or give -o FILE")

@@ -170,7 +170,7 @@ def write_figure(figure: opt.FigureRequest, build: Callable[[], Figure], descrip
     assert figure.output is not None
     if is_page(figure):
         raise UsageError(f"pages (.html) are written by {PAGE_VIEWS}; this view writes .png, .svg or .pdf")
-    chosen = format_of(figure.output, figure.fmt)
+    chosen = format_of(figure.output, figure.fmt, page=True)
     if figure.output == "-" and sys.stdout.isatty():
         raise UsageError(
             f"refusing to write {'an' if chosen == 'svg' else 'a'} {chosen.upper()} image to the terminal: redirect "

@@ -413,18 +413,22 @@ def tick_step(count: int, length_inches: float, font_size: float) -> int:
     return max(1, math.ceil(count / fits))
 
 
-def format_of(path: str, explicit: str | None) -> str:
-    """--format, else the file's extension; '-' (stdout) defaults to PNG."""
+def format_of(path: str, explicit: str | None, *, page: bool = False) -> str:
+    """``explicit`` (fmt=, --format at the command line), else the file's extension; '-' (stdout) defaults to PNG.
+    ``page``: said at the command line, where a view may write an .html page too."""
+    option = "--format" if page else "fmt"
     if explicit is not None:
         if explicit not in FORMATS:
-            raise UsageError(f"--format must be png, svg or pdf, got {quoted(explicit)}")
+            raise UsageError(f"{option} must be png, svg or pdf, got {quoted(explicit)}")
         return explicit
     if path == "-":
         return "png"
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
+        pages = " (.html: a page, for the views that have one)" if page else ""
         raise UsageError(
-            f"cannot tell the format of {quoted(path)} from its extension: use .png, .svg or .pdf, or --format"
+            f"cannot tell the format of {quoted(path)} from its extension: use .png, .svg or .pdf{pages}, or give "
+            f"{option}"
         )
     return suffix
 

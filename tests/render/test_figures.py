@@ -628,3 +628,18 @@ def test_the_model_views_mean_says_its_tiles_are_the_mean_of_the_heads() -> None
     stack = AttentionStack(tokens=tuple("abcd"), weights=weights, source={"model": "test"}, causal=False)
     assert "3 heads" in stack_parts(stack)
     assert "mean of 3 heads" in stack_parts(AttentionStack(**{**vars(stack), "mean": True}))
+
+
+def test_save_figure_says_what_python_takes_and_the_command_line_what_it_takes(tmp_path: Path, cli) -> None:
+    """The same unknown extension: in Python, save_figure's fmt; at the command line, --format, and .html too."""
+    import attnviz
+
+    fig = attnviz.render_heatmap_figure(self_attention(["a", "b"], LayerConfig(heads=1)))
+    with pytest.raises(attnviz.UsageError, match=r"use \.png, \.svg or \.pdf, or give fmt$"):
+        attnviz.save_figure(fig, tmp_path / "x.jpg")
+    with pytest.raises(attnviz.UsageError, match="^fmt must be png, svg or pdf, got 'jpg'$"):
+        attnviz.save_figure(fig, tmp_path / "x.png", fmt="jpg")
+    run = cli("heatmap", "a", "b", "-o", str(tmp_path / "x.jpg"))
+    assert run.code == 2 and run.err.endswith(
+        "or .pdf (.html: a page, for the views that have one), or give --format\n"
+    )
