@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.ablation import Ablation, Importance, strongest
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate, shown_token, table_token
 from .literal import literal
@@ -91,6 +91,8 @@ def render_ablation_figure(
     layers, heads = result.delta.shape
     group = head_group(result)
     columns = head_columns(heads, group)
+    from .shown import new_figure
+
     fig = new_figure(style, 0.9 if comparison is None else 0.5, wide=comparison is not None)
     ax = fig.subplots() if comparison is None else fig.subplots(1, 2, width_ratios=[3, 2])[0]
     limit = float(np.abs(result.delta).max()) or 1.0
@@ -219,6 +221,8 @@ def render_importance_figure(
 
     def build(step: int) -> tuple[Figure, Axes]:
         """laid out without the bars (:func:`.bars.bars_beside_weights` draws them on the layout kept)"""
+        from .shown import new_figure
+
         fig = new_figure(style, max(0.6, min(PAGE, 0.09 * keys)))
         weight_ax, delta_ax = fig.subplots(1, 2, sharey=True)
         panels[:] = [weight_ax, delta_ax]

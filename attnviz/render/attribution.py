@@ -15,7 +15,7 @@ from rich.text import Text
 from ..analysis.ablation import strongest
 from ..analysis.attribution import as_ablation
 from .ablation import TOP, render_ablation_figure, token_quoted
-from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
+from .figure import DEFAULT_STYLE, FigureStyle, styled
 from .heatmap import wrapped_title
 from .labels import abbreviate
 from .literal import literal
@@ -155,6 +155,8 @@ def _saliency_layout(
     from .heatmap import labelled
 
     n = len(result.tokens)
+    from .shown import new_figure
+
     fig = new_figure(style, aspect)
     height = fig.get_figheight() * 72
     grid = fig.add_gridspec(2, 2, height_ratios=[text_points, max(height * 0.3, height - text_points - 80)])

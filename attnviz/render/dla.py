@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..analysis.dla import LogitAttribution, largest
 from .ablation import head_columns, token_quoted
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import wrapped_title
 from .labels import abbreviate
 from .literal import literal
@@ -68,6 +68,8 @@ def render_dla_figure(result: LogitAttribution, model: str, style: FigureStyle =
     group = heads // result.kv_heads if result.kv_heads and 1 < heads // result.kv_heads < heads else 0
     columns = head_columns(heads, group)
     mlp_column = columns[-1] + 1 + GROUP_GAP * 2
+    from .shown import new_figure
+
     fig = new_figure(style, 0.9)
     ax = fig.subplots()
     limit = float(max(np.abs(result.heads).max(), np.abs(result.mlps).max())) or 1.0

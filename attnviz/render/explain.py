@@ -21,7 +21,7 @@ from ..analysis.explain import QueryExplanation
 from ..engine.attention import Attention
 from ..engine.core import Array
 from .bars import BAR_VALUE, NEARER, VALUE_PAD, freeze_layout, label_rows, make_room, panel_points, write_values
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, new_figure, styled, tick_step
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, lines_height, styled, tick_step
 from .labels import abbreviate, describe_parts, distinct_labels, wrap_parts
 from .literal import literal, plain_console
 from .terminal import cell_style
@@ -326,6 +326,8 @@ def _explain_layout(e: QueryExplanation, style: FigureStyle, att: Attention, gro
     m = len(e.dots)
     shown = min(len(e.q), FIGURE_COMPONENTS)
     keys = [abbreviate(t, 12) for t in att.keys]
+    from .shown import new_figure
+
     fig = new_figure(style, _explain_aspect(e, style, grown), wide=True)
     mosaic: list[Any] = [
         ["q", ".", ".", ".", ".", "."],

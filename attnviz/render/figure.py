@@ -383,13 +383,6 @@ def styled(render: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def new_figure(style: FigureStyle, aspect: float, *, wide: bool = False) -> Figure:
-    """A pyplot-free figure with constrained layout, sized by the style."""
-    from .shown import ShownFigure
-
-    return ShownFigure(figsize=style.figure_size(aspect, wide=wide), dpi=style.resolution(), layout="constrained")
-
-
 def points_offset(fig: Figure | SubFigure, dx: float, dy: float) -> Any:
     """A translation by (dx, dy) points, to add to a transform: 'this far from that point'."""
     from matplotlib.transforms import ScaledTranslation

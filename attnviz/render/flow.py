@@ -15,7 +15,7 @@ from rich.text import Text
 from ..analysis.routes import Routes
 from .ablation import token_quoted
 from .bars import freeze_layout, panel_points
-from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled, tick_step
+from .figure import DEFAULT_STYLE, FigureStyle, styled, tick_step
 from .heatmap import ordinal, wrapped_title
 from .labels import abbreviate, table_token
 from .literal import literal
@@ -63,6 +63,8 @@ def render_flow_figure(routes: Routes, model: str, style: FigureStyle = DEFAULT_
     n, layers = len(routes.tokens), routes.layers
     used = sorted({e.source for e in routes.edges} | {e.target for e in routes.edges} | {routes.position})
     place = {i: c for c, i in enumerate(used)}  # only the positions a route touches get a column
+    from .shown import new_figure
+
     fig = new_figure(style, 0.9, wide=True)
     ax = fig.subplots()
     Segment = tuple[tuple[float, float], tuple[float, float]]

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..analysis.lens import Lens, LensRows
 from .ablation import token_quoted
 from .bars import freeze_layout, panel_points
-from .figure import DEFAULT_STYLE, FigureStyle, colormap, new_figure, styled, text_extent, tick_step
+from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled, text_extent, tick_step
 from .heatmap import wrapped_title
 from .labels import abbreviate, table_token
 from .literal import literal, plain_console
@@ -125,6 +125,8 @@ def render_lens_figure(result: Lens, model: str, style: FigureStyle = DEFAULT_ST
     n = len(result.tokens)
     shown = list(range(max(0, n - FIGURE_POSITIONS), n))
     target = result.target is not None and rows.target_log_prob is not None
+    from .shown import new_figure
+
     fig = new_figure(style, 0.9, wide=True)
     ax = fig.subplots(1, 2, width_ratios=[5, 1], sharey=True)[0] if target else fig.subplots()
     probs = rows.top_probs[:, shown, 0]

@@ -23,7 +23,6 @@ from .figure import (
     DEFAULT_STYLE,
     FigureStyle,
     colormap,
-    new_figure,
     points_offset,
     stacked_height,
     styled,
@@ -460,6 +459,7 @@ def render_rollout_figure(
     """The rollout heatmap, and a bar per token: how much of it reaches the first (or a decoder's last) position.
     ``sinks`` "mark" outlines the rollout's sinks; ``hidden`` are the keys taken out of each layer's map."""
     from .scale import SCALE_NAMES, colour_floor, colour_values, scale_ticks
+    from .shown import new_figure
 
     fig = new_figure(style, 0.52, wide=True)
     engine: Any = fig.get_layout_engine()

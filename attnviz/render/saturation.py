@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.saturation import STATISTICS, Saturation
-from .figure import DEFAULT_STYLE, FigureStyle, new_figure, styled
+from .figure import DEFAULT_STYLE, FigureStyle, styled
 from .labels import wrap_parts
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ PANELS = (
 @styled
 def render_saturation_figure(result: Saturation, style: FigureStyle = DEFAULT_STYLE) -> Figure:
     """Each statistic against d_k on a log axis, ÷√d_k and unscaled on every panel."""
+    from .shown import new_figure
+
     fig = new_figure(style, 0.62, wide=True)
     axes = fig.subplots(2, 2, sharex=True)
     scaled_colour, unscaled_colour = LINES[style.theme]
