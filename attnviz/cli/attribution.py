@@ -67,9 +67,16 @@ def saliency(
         ),
     ] = "input-x-gradient",
     steps: Annotated[
-        int,
-        typer.Option("--steps", min=1, max=MAX_STEPS, help="Integrated gradients' steps.", rich_help_panel=opt.P_OUT),
-    ] = 32,
+        int | None,
+        typer.Option(
+            "--steps",
+            min=1,
+            max=MAX_STEPS,
+            help="Integrated gradients' steps (default 32).",
+            show_default=False,
+            rich_help_panel=opt.P_OUT,
+        ),
+    ] = None,  # fmt: skip
     head: Annotated[
         int | None,
         typer.Option(
@@ -104,6 +111,9 @@ def saliency(
     one_output(figure.output, as_json, False)
     if method not in SALIENCY_METHODS:
         raise UsageError(f"--method must be one of {', '.join(SALIENCY_METHODS)}; not {quoted(method)}")
+    if steps is not None and method != "integrated-gradients":
+        raise UsageError(f"--steps counts integrated gradients' steps; {method} takes none (--method "
+                         "integrated-gradients)")  # fmt: skip
     if layer.from_file is not None or not layer.external:
         raise UsageError("saliency runs a decoder: --model, --model-dir or --model-file")
     if not layer.text.strip():
@@ -119,7 +129,7 @@ def saliency(
     from ..progress import bar
 
     with bar("step", f"{printable(model.name)}: integrating") as progress:
-        result, beside = saliency_and_heads(model, layer.text, method, target, steps, progress)
+        result, beside = saliency_and_heads(model, layer.text, method, target, steps or 32, progress)
     if target is not None:
         say_if_read_after_space(result.tokens, -1, "the target is read after")
     shown_layer, shown_head = layer.layer, head

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._version import __version__
-from ..errors import UsageError, printable
+from ..errors import UsageError, printable, quoted
 from . import options as opt
 from . import output
 from .entry import app
@@ -196,6 +196,10 @@ def dla(
         result = documents.dla_from_document(doc, str(from_file))
         source = source_in(doc)
     else:
+        if versus is not None and versus == target:
+            raise UsageError(
+                f"--versus {quoted(versus)} is --target itself: the difference of a logit with itself is 0"
+            )
         model = decoder_for(layer, "logit attribution")
         from ..analysis.dla import direct_logit_attribution
         from ..progress import bar

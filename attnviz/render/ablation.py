@@ -112,7 +112,7 @@ def render_ablation_figure(
     layer, head, value = strongest(result, 1)[0]
     ax.add_patch(Rectangle((columns[head] - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=style.colours["text"],
                            linewidth=2))  # fmt: skip
-    ax.set_title(f"largest: layer {layer}, head {head} ({value:+.4f})", fontsize=style.scaled(0.8))
+    ax.set_title(f"largest: layer {layer}, head {head} ({value:+z.4f})", fontsize=style.scaled(0.8))
     ax.yaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
     shown = [int(h) for h in MaxNLocator(nbins="auto", integer=True, min_n_ticks=2).tick_values(0, heads - 1)
              if 0 <= h < heads]  # fmt: skip
@@ -166,7 +166,7 @@ def render_ablation(
         table.add_column(literal(column), justify="right")
     for layer, head, value in strongest(result, TOP):
         shade = ("red" if value * needed_sign(result) > 0 else "blue") if color else ""
-        table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade))
+        table.add_row(str(layer), str(head), Text(f"{value:+z.4f}", style=shade))
     yield Group(Text(""), table)
     yield Text(f"the {min(TOP, result.delta.size)} largest |Δ| of {result.delta.size} heads; --json has them all",
                style="dim")  # fmt: skip
@@ -184,7 +184,7 @@ def compared_rows(comparison: Comparison) -> Iterator[RenderableType]:
     for column in ("layer", "head", "exact Δ", "estimated Δ"):
         table.add_column(column, justify="right")
     for layer, head, exact, guess in comparison.worst:
-        table.add_row(str(layer), str(head), f"{exact:+.4f}", f"{guess:+.4f}")
+        table.add_row(str(layer), str(head), f"{exact:+z.4f}", f"{guess:+z.4f}")
     yield table
     yield Text("attribution patching is first order: it misses where later layers answer a head's removal "
                "nonlinearly, most where a later head's attention is saturated (a flat softmax: a small gradient until "
@@ -271,7 +271,7 @@ def render_importance(
     top_delta = int(np.nanargmax(np.abs(importance.delta[:keys]))) if np.isfinite(importance.delta[:keys]).any() else -1
     for j in range(keys):
         value = importance.delta[j]
-        shown = "—" if not np.isfinite(value) else f"{value:+.4f}"
+        shown = "—" if not np.isfinite(value) else f"{value:+z.4f}"
         bold = "bold" if color else ""
         weight = Text(f"{e.weights[j]:.3f}", style=bold if j == top_weight else "")
         table.add_row(

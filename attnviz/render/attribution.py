@@ -74,7 +74,8 @@ def render_saliency(result: Saliency, model: str, *, color: bool, width: int) ->
     for column, justify in (("position", "right"), ("token", "left"), ("score", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for i in np.argsort(-np.abs(result.scores), kind="stable")[:TOP]:
-        table.add_row(str(i), literal(abbreviate(result.tokens[i], 24)), f"{result.scores[i]:+.4f}")
+        score = f"{result.scores[i]:+z.4f}" if signed(result) else f"{result.scores[i]:.4f}"
+        table.add_row(str(i), literal(abbreviate(result.tokens[i], 24)), score)
     yield Group(Text(""), table)
     yield Text(f"the {min(TOP, len(result.scores))} largest |score| of {len(result.scores)} tokens; "
                "--json has them all", style="dim")  # fmt: skip
@@ -217,9 +218,9 @@ def render_patching(result: Patching, model: str, *, color: bool, width: int) ->
         table.add_column(literal(column), justify="right")
     for layer, head, value in strongest(as_ablation(result), TOP):
         shade_ = ("red" if value > 0 else "blue") if color else ""
-        table.add_row(str(layer), str(head), Text(f"{value:+.4f}", style=shade_))
+        table.add_row(str(layer), str(head), Text(f"{value:+z.4f}", style=shade_))
     yield Group(Text(""), table)
     gap = result.clean_log_prob - result.corrupt_log_prob
     yield Text(f"Δ: log p with the head's output from the clean text, less the corrupt run's; the clean text is "
-               f"{gap:+.4f} above the corrupt one (a head that carries the difference alone restores it all)",
+               f"{gap:+z.4f} above the corrupt one (a head that carries the difference alone restores it all)",
                style="dim")  # fmt: skip

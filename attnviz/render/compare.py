@@ -87,7 +87,7 @@ def delta_table(att: Attention, delta: Array, *, color: bool, fit: int = 0) -> T
         v = float(delta[i, j])
         if abs(v) < 0.005:
             return " 0.00", ("dim" if color else "")
-        return f"{v:+.2f}", (Style(color="red" if v > 0 else "blue", bold=abs(v) >= 0.1) if color else "")
+        return f"{v:+z.2f}", (Style(color="red" if v > 0 else "blue", bold=abs(v) >= 0.1) if color else "")
 
     return matrix_text(att, cell, 5, fit=fit)
 
@@ -135,8 +135,8 @@ def render_rows_figure(rows: list[Row], style: FigureStyle = DEFAULT_STYLE, *, h
                 row.labels[2],
                 vmin=-limit,
                 vmax=limit,
-                fmt="{:+.2f}",
-                widest=widest_text(row.delta[either], "{:+.2f}"),
+                fmt="{:+z.2f}",
+                widest=widest_text(row.delta[either], "{:+z.2f}"),
                 bar=diverging_bar(limit, "difference"),
                 footer=row.summary,
             ),

@@ -47,11 +47,11 @@ def render_dla(result: LogitAttribution, model: str, *, color: bool, width: int)
     table.add_column("part", justify="left")
     table.add_column(literal(measured(result)), justify="right")
     for name, value in largest(result, TOP):
-        table.add_row(name, Text(f"{value:+.4f}", style=("red" if value > 0 else "blue") if color else ""))
+        table.add_row(name, Text(f"{value:+z.4f}", style=("red" if value > 0 else "blue") if color else ""))
     yield Group(Text(""), table)
-    kinds = (f"embedding {result.embedding:+.3f} · heads {result.heads.sum():+.3f} · feed-forwards "
-             f"{result.mlps.sum():+.3f}" + (f" · biases {result.biases:+.3f}" if result.biases else ""))  # fmt: skip
-    yield Text(f"{kinds} = {result.total:+.4f}", style="dim")
+    kinds = (f"embedding {result.embedding:+z.3f} · heads {result.heads.sum():+z.3f} · feed-forwards "
+             f"{result.mlps.sum():+z.3f}" + (f" · biases {result.biases:+z.3f}" if result.biases else ""))  # fmt: skip
+    yield Text(f"{kinds} = {result.total:+z.4f}", style="dim")
     note = "" if result.additive else " (the model's own, after its soft-cap, is not a sum of parts)"
     yield Text(f"each part: W_U·(γ ⊙ part)/s with the final norm's scale s = {result.scale:.4g} held fixed; "
                f"red raises the logit{note}; --json has every head", style="dim")  # fmt: skip
@@ -98,7 +98,7 @@ def render_dla_figure(result: LogitAttribution, model: str, style: FigureStyle =
             layer = int(name.split()[1])
             ax.add_patch(Rectangle((mlp_column - 0.5, layer - 0.5), 1, 1, fill=False,
                                    edgecolor=style.colours["text"], linewidth=2))  # fmt: skip
-    ax.set_title("largest: " + ", ".join(f"{name} ({value:+.2f})" for name, value in named),
+    ax.set_title("largest: " + ", ".join(f"{name} ({value:+z.2f})" for name, value in named),
                  fontsize=style.scaled(0.75))  # fmt: skip
     ax.yaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=2))
     shown = [int(h) for h in MaxNLocator(nbins="auto", integer=True, min_n_ticks=2).tick_values(0, heads - 1)
@@ -108,7 +108,7 @@ def render_dla_figure(result: LogitAttribution, model: str, style: FigureStyle =
     ax.set_xlabel("head", fontsize=style.scaled(0.8))
     ax.set_ylabel("layer", fontsize=style.scaled(0.8))
     bar = fig.colorbar(image, ax=ax, shrink=1.0, pad=0.02)
-    bar.set_label(f"{measured(result)}: each part's\nred raises it", fontsize=style.scaled(0.7))
+    bar.set_label(f"{measured(result)}: each part's share\n(red raises it, blue lowers it)", fontsize=style.scaled(0.7))
     bar.ax.tick_params(labelsize=style.scaled(0.65))
     bar.outline.set_visible(False)
     fig.suptitle(wrapped_title(dla_heading(result, model), fig.get_size_inches()[0], style.font_size),

@@ -5,6 +5,7 @@ user can make is one line, and every figure passes the layout audit at every pre
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,14 @@ def test_flow_from_a_document_takes_another_threshold(cli, tmp_path: Path) -> No
         (["dla", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--target", "cat sat on"], "--target must be one"),
         (["lens", "a", "b"], "runs a decoder"),
         (["flow", "--from", "nowhere.json"], "nowhere.json"),
+        (
+            ["dla", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--target", " cat", "--versus", " cat"],
+            "--versus ' cat' is --target itself",
+        ),
+        (
+            ["saliency", "--model-dir", str(TINY / "llama-tiny"), TEXT, "--steps", "5"],
+            "--steps counts integrated gradients' steps; input-x-gradient takes none",
+        ),
     ],
 )
 def test_a_users_error_is_one_line(cli, args: list[str], message: str) -> None:
@@ -163,3 +172,14 @@ def test_flow_of_a_long_text_draws_the_graph_every_share_draws(
     assert edges and [(e["layer"], e["kind"], e["from"], e["to"]) for e in edges] == [
         (e.layer, e.kind, e.source, e.target) for e in routes_module.routes_into(every, None, at).edges
     ]
+
+
+def test_a_norm_is_shown_without_a_sign_and_no_score_as_minus_zero(cli) -> None:
+    """gradient-norm's scores are norms: no '+'; a signed score that rounds to zero is '+0.0000', never '-0.0000'."""
+    model = ["--model-dir", str(TINY / "llama-tiny")]
+    norms = cli("saliency", *model, TEXT, "--method", "gradient-norm", "--no-color")
+    signed = cli("saliency", *model, TEXT, "--no-color")
+    assert norms.code == 0 and signed.code == 0, norms.err + signed.err
+    score = re.compile(r"^\s+\d+\s+\S+\s+(\S+)$", re.M)
+    assert all(not s.startswith(("+", "-")) for s in score.findall(norms.out)) and score.findall(norms.out)
+    assert all(s[0] in "+-" and s != "-0.0000" for s in score.findall(signed.out)) and score.findall(signed.out)

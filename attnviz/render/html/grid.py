@@ -95,7 +95,8 @@ def ablation_grid(
     measure = "loss" if result.target is None else "log p"
     notes = [] if comparison is None else [
         f"estimate against the exact ablation: Spearman ρ {comparison.rank_correlation:.3f}; furthest: "
-        + ", ".join(f"layer {la} head {h} (exact {x:+.3f}, estimated {e:+.3f})" for la, h, x, e in comparison.worst[:3])
+        + ", ".join(f"layer {la} head {h} (exact {x:+z.3f}, estimated {e:+z.3f})"
+                    for la, h, x, e in comparison.worst[:3])
     ]  # fmt: skip
 
     def about(layer: int, head: int, value: float) -> list[str]:
