@@ -79,8 +79,19 @@ def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool 
     target = bool(said)
     header = f"rank {token_quoted(abbreviate(result.target or '', 6))}"
     n = len(result.tokens)
+    most = max(1, (width - 6) // (CELL + 1))
+
+    def cell(k: int, i: int) -> Text:
+        """Row k's likeliest next token at position i and its probability."""
+        best, prob = int(rows.top_ids[k, i, 0]), float(rows.top_probs[k, i, 0])
+        shown_prob = f"{prob:.2f}".removeprefix("0") if prob < 0.995 else "1"
+        word = table_token(result.words.get(best, "?"), CELL - 1 - len(shown_prob))
+        style = ("bold" if prob >= 0.5 else "dim" if prob < 0.1 else "") if color else ""
+        return literal(f"{word} {shown_prob}", style=style)
+
+    cells = {i: [cell(k, i) for k in range(len(names))] for i in range(max(0, n - most), n)}
     table, shown = Table(), [0]
-    for room in range(max(1, (width - 6) // (CELL + 1)), 0, -1):  # the most positions whose table fits the width
+    for room in range(most, 0, -1):  # the most positions whose table fits the width
         shown = list(range(max(0, n - room), n))
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
         table.add_column("", justify="right", no_wrap=True)
@@ -90,16 +101,7 @@ def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool 
         if target:
             table.add_column(literal(header), justify="right", no_wrap=True)
         for k, name in enumerate(names):
-            cells: list[RenderableType] = [Text(name, style="dim")]
-            for i in shown:
-                best, prob = int(rows.top_ids[k, i, 0]), float(rows.top_probs[k, i, 0])
-                shown_prob = f"{prob:.2f}".removeprefix("0") if prob < 0.995 else "1"
-                word = table_token(result.words.get(best, "?"), CELL - 1 - len(shown_prob))
-                style = ("bold" if prob >= 0.5 else "dim" if prob < 0.1 else "") if color else ""
-                cells.append(literal(f"{word} {shown_prob}", style=style))
-            if target:
-                cells.append(Text(said[k]))
-            table.add_row(*cells)
+            table.add_row(Text(name, style="dim"), *(cells[i][k] for i in shown), *([Text(said[k])] if target else []))
         if _natural_width(table, width) <= width:
             break
     yield Group(Text(""), table)
