@@ -45,7 +45,7 @@ attnviz.save_figure(fig, "mean.png")
 """,
     "att",
     'attnviz.head_view(attention, list(tokens), html_action="view")',
-    'fig  # no pyplot here: the figure gives the notebook its PNG itself',
+    "fig  # no pyplot here: the figure gives the notebook its PNG itself",
 ]
 
 
