@@ -33,7 +33,7 @@ def measured(result: LogitAttribution) -> str:
 
 
 def dla_heading(result: LogitAttribution, model: str) -> list[str]:
-    at = f"position {result.position} {token_quoted(abbreviate(result.tokens[result.position], 16))}"
+    at = f"position {result.position:,} {token_quoted(abbreviate(result.tokens[result.position], 16))}"
     heading = ["direct logit attribution", model, at, f"{measured(result)} = {result.logit:.4f}"]
     if not result.additive:
         heading.append(f"soft-capped: the parts sum to {result.raw_logit:.4f} before the cap")

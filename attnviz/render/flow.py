@@ -27,8 +27,9 @@ ROWS = 24
 
 
 def flow_heading(routes: Routes, model: str) -> list[str]:
-    at = f"into position {routes.position} {token_quoted(abbreviate(routes.tokens[routes.position], 16))}"
-    return ["information-flow routes", model, f"{len(routes.tokens)} tokens", at, f"threshold {routes.threshold:g}"]
+    n = len(routes.tokens)
+    at = f"into position {routes.position:,} {token_quoted(abbreviate(routes.tokens[routes.position], 16))}"
+    return ["information-flow routes", model, f"{n:,} token{'s' * (n != 1)}", at, f"threshold {routes.threshold:g}"]
 
 
 def render_flow(routes: Routes, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:
