@@ -37,6 +37,13 @@ def out_of_range(option: str, given: int, count: int, noun: str) -> UsageError:
     return UsageError(f"{option} {given} is out of range: there are {count:,} {many} (0 to {count - 1:,})")
 
 
+def plural(count: int, noun: str) -> str:
+    """'1 layer', '2 layers', '3,027 tokens', '3 queries': a count and its noun, as messages and headings say it."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:,} {noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{count:,} {noun}s"
+
+
 def printable(text: str, keep: str = "") -> str:
     """``text`` with control, format and bidi characters escaped (``\\x1b``, ``\\u202e``), so a message
     that quotes a user's input cannot move the cursor, set the clipboard or reorder the line.

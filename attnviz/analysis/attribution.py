@@ -26,14 +26,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from ..engine.core import Array
-from ..errors import UsageError, quoted
+from ..errors import UsageError, plural, quoted
 from .ablation import Ablation, Method, finite, picked_log_probabilities, replaced, target_id, token_text
 from .gradients import Gradients, backward
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
-
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder

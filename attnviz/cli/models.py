@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import UsageError, printable
+from ..errors import UsageError, plural, printable
 from ..sources.config import Repeat
 from . import options as opt
 from .entry import app
@@ -27,7 +27,6 @@ from . import output
 from .output import (
     emit,
     one_output,
-    plural,
     print_view,
     stack_figure_description,
     stack_of,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..errors import LayoutProblems, UsageError, printable, say
+from ..errors import LayoutProblems, UsageError, plural, printable, say
 from . import options as opt
 
 if TYPE_CHECKING:
@@ -36,13 +36,6 @@ class _Views:
 
 
 views = _Views()
-
-
-def plural(count: int, noun: str) -> str:
-    """'1 layer', '2 layers', '3 queries'."""
-    if count == 1:
-        return f"1 {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else f"{count} {noun}s"
 
 
 def stack_of(layer: opt.LayerRequest) -> AttentionStack:

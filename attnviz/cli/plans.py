@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from ..errors import UsageError, printable, say
+from ..errors import UsageError, plural, printable, say
 from . import options as opt
 from .entry import app
-from .output import plural, write_json
+from .output import write_json
 
 
 @app.command()

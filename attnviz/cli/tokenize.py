@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import UsageError
+from ..errors import UsageError, plural
 from . import options as opt
 from .entry import app
-from .output import plural, print_view, write_json
+from .output import print_view, write_json
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.routes import Routes
+from ..errors import plural
 from .ablation import token_quoted
 from .bars import freeze_layout, panel_points
 from .figure import DEFAULT_STYLE, FigureStyle, styled, tick_step
@@ -27,9 +28,14 @@ ROWS = 24
 
 
 def flow_heading(routes: Routes, model: str) -> list[str]:
-    n = len(routes.tokens)
     at = f"into position {routes.position:,} {token_quoted(abbreviate(routes.tokens[routes.position], 16))}"
-    return ["information-flow routes", model, f"{n:,} token{'s' * (n != 1)}", at, f"threshold {routes.threshold:g}"]
+    return [
+        "information-flow routes",
+        model,
+        plural(len(routes.tokens), "token"),
+        at,
+        f"threshold {routes.threshold:g}",
+    ]
 
 
 def render_flow(routes: Routes, model: str, *, color: bool, width: int) -> Iterator[RenderableType]:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.lens import Lens, LensRows
+from ..errors import plural
 from .ablation import token_quoted
 from .bars import freeze_layout, panel_points
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled, text_extent, tick_step
@@ -59,8 +60,8 @@ def interleaved(result: Lens) -> LensRows:
 
 
 def lens_heading(result: Lens, model: str) -> list[str]:
-    n, layers = len(result.tokens), len(result.rows.log_prob) - 1
-    parts = ["logit lens", model, f"{n:,} token{'s' * (n != 1)}", f"{layers:,} layer{'s' * (layers != 1)}"]
+    layers = len(result.rows.log_prob) - 1
+    parts = ["logit lens", model, plural(len(result.tokens), "token"), plural(layers, "layer")]
     if result.target is not None:
         parts.append(f"target {token_quoted(result.target)} after the last token")
     return parts
