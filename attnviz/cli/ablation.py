@@ -123,6 +123,7 @@ def ablate(
     assert result is not None
     if target is not None:
         output.say_if_read_after_space(result.tokens, -1, "the target is read after")
+        output.say_if_target_lacks_space(model.tokenizer, result.tokens[-1], target=target)
     comparison = None if exact is None or result is exact else compared(exact, result)
     source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
     name = shown_name(model, encoding)

@@ -15,7 +15,7 @@ from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS
 from .entry import app
 from .limits import cut_source, shown_name, taken, within_memory
-from .output import emit, one_output, say_if_read_after_space, views, write_page
+from .output import emit, one_output, say_if_read_after_space, say_if_target_lacks_space, views, write_page
 
 if TYPE_CHECKING:
     from ..models.decoder import Decoder
@@ -132,6 +132,7 @@ def saliency(
         result, beside = saliency_and_heads(model, layer.text, method, target, steps or 32, progress)
     if target is not None:
         say_if_read_after_space(result.tokens, -1, "the target is read after")
+        say_if_target_lacks_space(model.tokenizer, result.tokens[-1], target=target)
     shown_layer, shown_head = layer.layer, head
     if shown_layer is None or shown_head is None:
         delta = abs(beside.delta)
@@ -229,6 +230,7 @@ def patch(
 
     with bar("head", f"{printable(net.name)}: patching") as progress:
         result = run_patch(net, clean, corrupt, target, estimate, progress)
+    say_if_target_lacks_space(net.tokenizer, result.clean_tokens[-1], target=target)
     from ..render import schema
     from ..sources.model import model_source
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from ..engine.attention import Attention
     from ..engine.stack import AttentionStack
+    from ..models.tokenizers.pipeline import Tokenizer
     from ..render.figure import FigureStyle
 
 
@@ -245,6 +246,25 @@ def say_if_read_after_space(tokens: Iterable[str], position: int, read: str, *, 
         instead = f"--position {word} or " if positioned else ""
         said += f"; for '{abbreviate(tokens[word], 24)}' before it, give {instead}the text without it"
     say(said)
+
+
+def say_if_target_lacks_space(tokenizer: Tokenizer, before: str, **words: str | None) -> None:
+    """A warning for each word given (``target=' Paris'``: --target) that has no space before it, read after a token
+    that does not end in one, where the word after a space is a single token too: a model writes 'Paris' after ' is'
+    as ' Paris', and 'Paris' without its space is another token, most often ranked thousands below it."""
+    if not ANNOUNCE or not before or before[-1].isspace():
+        return
+    from ..render.labels import abbreviate
+
+    for option, word in words.items():
+        if not word or not word[0].isalnum():  # a word: punctuation and suffixes are written without one
+            continue
+        alone, spaced = tokenizer.tokenize(word), tokenizer.tokenize(" " + word)
+        if len(spaced) != 1 or spaced == alone:
+            continue
+        name, shown = f"--{option}", abbreviate(word, 24)
+        say(f"attnviz: warning: {name} '{shown}' is the token without a space before it; after "
+            f"'{abbreviate(before, 24)}' a word most often begins with one: {name} ' {shown}'")  # fmt: skip
 
 
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:

@@ -133,6 +133,7 @@ def lens(
             result = logit_lens(model, layer.text, target, mid, progress, layer.max_tokens)
         if target is not None:
             output.say_if_read_after_space(result.tokens, -1, "the target is read after")
+            output.say_if_target_lacks_space(model.tokenizer, result.tokens[-1], target=target)
         name, source = model.name, source_of(model, layer.text, result.ids)
     if output.is_page(figure):  # the grid to explore: each cell's likeliest tokens on hover or focus
         from ..render import html
@@ -207,6 +208,7 @@ def dla(
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:
             result = direct_logit_attribution(model, layer.text, target, versus, position, progress, layer.max_tokens)
         output.say_if_read_after_space(result.tokens, result.position, "the logits are read after", positioned=True)
+        output.say_if_target_lacks_space(model.tokenizer, result.tokens[result.position], target=target, versus=versus)
         name, source = model.name, source_of(model, layer.text, result.ids)
     view = {"target": result.target, "versus": result.versus, "position": result.position}
     if output.is_page(figure):  # the map to explore: each part's logit on hover or focus

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from bundled import needs
 from paths import REPO, SHARED_FIXTURES
 from tiny_gguf import write_tiny_llama
 
@@ -120,6 +121,47 @@ def test_a_measure_read_after_a_files_last_line_break_is_said(cli, tmp_path: Pat
         assert cli(command, *model, "--file", str(path), "--position", "-2", "--json").err == ""
     path.write_text(TEXT, encoding="utf-8")
     assert cli(command, *model, "--file", str(path), *target, "--json").err == ""
+
+
+@pytest.mark.parametrize("command", ["lens", "dla", "saliency", "ablate", "patch"])
+def test_a_target_word_without_its_space_is_said(cli, tmp_path: Path, command: str) -> None:
+    """'rug' after ' the' is another token than ' rug', the one the model writes there: one warning names the
+    token with its space, and the output is unchanged; ' rug', a punctuation mark, or a word read after a space get
+    no warning."""
+    model = ["--model-dir", str(TINY / "llama-tiny")]
+    text = TEXT.removesuffix(" rug")
+
+    def run(target: str, words: str = text, *more: str) -> tuple[str, dict]:
+        pair = ["--clean", words, "--corrupt", words.replace("cat", "dog"), "--estimate"]
+        given = pair if command == "patch" else [words]
+        done = cli(command, *model, *given, "--target", target, *more, "--json")
+        assert done.code == 0, done.err
+        return done.err, json.loads(done.out.splitlines()[0])
+
+    said, doc = run("rug")
+    assert said == (
+        "attnviz: warning: --target 'rug' is the token without a space before it; after '␣the' a word most often "
+        "begins with one: --target ' rug'\n"
+    )
+    assert doc == run("rug")[1]
+    assert run(" rug")[0] == run(",")[0] == ""
+    assert "--target" not in run("rug", text + " ")[0]  # the space is there: said only if a final one (above)
+    if command == "dla":
+        assert "--versus 'mat' is the token without a space" in run(" rug", text, "--versus", "mat")[0]
+
+
+@needs("gemma3")
+def test_a_sentencepiece_word_without_its_space_is_said(gemma3, capsys: pytest.CaptureFixture[str]) -> None:
+    """Gemma 3's pieces mark the space as '▁': 'Paris' and '▁Paris' are two tokens there too."""
+    from attnviz.cli.output import say_if_target_lacks_space
+
+    say_if_target_lacks_space(gemma3.tokenizer, " is", target="Paris")
+    say_if_target_lacks_space(gemma3.tokenizer, " is", target=" Paris", versus="!")
+    say_if_target_lacks_space(gemma3.tokenizer, "\n", target="Paris")
+    assert capsys.readouterr().err.splitlines() == [
+        "attnviz: warning: --target 'Paris' is the token without a space before it; after '␣is' a word most often "
+        "begins with one: --target ' Paris'"
+    ]
 
 
 @pytest.mark.parametrize("command", ["lens", "dla"])
