@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +15,10 @@ from . import output
 from .entry import app
 from .limits import cut_source, shown_name, taken, within_memory
 from .output import emit, one_output, views
+
+if TYPE_CHECKING:
+    from ..analysis.ablation import Ablation
+    from ..analysis.attribution import Comparison
 
 ABLATE_LAYER = opt.LAYER.variant(
     hidden=("keys", "keys_file", "heads", "d_model", "seed", "embed", "positions", "scale", "causal", "pad_to",
@@ -63,6 +68,7 @@ def ablate(
             rich_help_panel=opt.P_OUT,
         ),
     ] = False,  # fmt: skip
+    from_file: opt.DocumentFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -85,18 +91,68 @@ def ablate(
       attnviz ablate --model smollm2 --file doc.txt --estimate --compare
 
       attnviz ablate --model smollm2 --file doc.txt -o ablation.html
+
+      attnviz ablate --from ablation.json -o ablation.png --preset slide
     """
+    one_output(figure.output, as_json, False)
+    if from_file is not None:
+        if mean or target is not None or estimate or compare:
+            raise UsageError("--from shows the document as it was written: --mean, --target, --estimate and "
+                             "--compare were chosen then")  # fmt: skip
+        result, comparison, source, name = _read_back(from_file, layer)
+    else:
+        result, comparison, source, name = _run(layer, mean, target, estimate, compare)
+    from ..render import schema
+
+    made = {
+        "attnviz": __version__,
+        "command": "ablate",
+        "tokens": list(result.tokens),
+        "source": source,
+        "view": {"method": result.method, "target": result.target, "estimate": result.estimate},
+        "style": asdict(figure.style),
+    }
+    if output.is_page(figure):  # the map of Δ to explore: each head's on hover or focus
+        from ..render import html
+        from ..render.html.grid import ablation_grid
+
+        grid = ablation_grid(result, name, figure.style, comparison)
+        output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
+        return
+    emit(
+        figure,
+        as_json,
+        no_color,
+        draw=lambda: views.ablation.render_ablation_figure(result, name, figure.style, comparison),
+        description=lambda: made,
+        documents=lambda: [schema.ablation_document(result, source, comparison)],
+        show=lambda color, width: views.ablation.render_ablation(result, name, comparison, color=color, width=width),
+    )
+
+
+def _read_back(path: Path, layer: opt.LayerRequest) -> tuple[Ablation, Comparison | None, dict[str, Any], str]:
+    """An ablation as its --json document holds it: the result, its comparison, the source and the model's name."""
+    from ..render.ablation_documents import ablation_from_document
+
+    doc, name = output.read_back(path, "ablate", given=bool(layer.external or layer.text.strip() or layer.tokens))
+    result, comparison = ablation_from_document(doc, "stdin" if str(path) == "-" else str(path))
+    return result, comparison, output.source_in(doc), name
+
+
+def _run(
+    layer: opt.LayerRequest, mean: bool, target: str | None, estimate: bool, compare: bool
+) -> tuple[Ablation, Comparison | None, dict[str, Any], str]:
+    """Every head ablated (or estimated), the exact ablation beside the estimate with --compare."""
     from ..analysis.ablation import ablate as run_ablation
     from ..analysis.ablation import target_id
     from ..models import load_model
     from ..models.decoder import Decoder
     from ..sources.model import model_source
 
-    one_output(figure.output, as_json, False)
     if compare and not estimate:
         raise UsageError("--compare goes with --estimate (it compares the estimate with the exact ablation)")
-    if not layer.external or layer.from_file is not None:
-        raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file")
+    if not layer.external:
+        raise UsageError("ablate runs a decoder: --model, --model-dir or --model-file (or --from its document)")
     if not layer.text.strip():
         raise UsageError("no text: give it as arguments, with --file, or on stdin with -")
     loaded = load_model(layer.model, layer.model_dir, layer.model_file)
@@ -126,30 +182,4 @@ def ablate(
         output.say_if_target_lacks_space(model.tokenizer, result.tokens[-1], target=target)
     comparison = None if exact is None or result is exact else compared(exact, result)
     source = cut_source(model_source(model, layer.text, None, encoding.ids), encoding)
-    name = shown_name(model, encoding)
-    from ..render import schema
-
-    made = {
-        "attnviz": __version__,
-        "command": "ablate",
-        "tokens": list(result.tokens),
-        "source": source,
-        "view": {"method": result.method, "target": target, "estimate": result.estimate},
-        "style": asdict(figure.style),
-    }
-    if output.is_page(figure):  # the map of Δ to explore: each head's on hover or focus
-        from ..render import html
-        from ..render.html.grid import ablation_grid
-
-        grid = ablation_grid(result, name, figure.style, comparison)
-        output.write_page(figure, lambda: html.grid_page(grid, figure.style, made, view="ablate"))
-        return
-    emit(
-        figure,
-        as_json,
-        no_color,
-        draw=lambda: views.ablation.render_ablation_figure(result, name, figure.style, comparison),
-        description=lambda: made,
-        documents=lambda: [schema.ablation_document(result, source, comparison)],
-        show=lambda color, width: views.ablation.render_ablation(result, name, comparison, color=color, width=width),
-    )
+    return result, comparison, source, shown_name(model, encoding)

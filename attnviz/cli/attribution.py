@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,9 +15,19 @@ from . import options as opt
 from .ablation import ABLATE_LAYER, ABLATE_TOKENS
 from .entry import app
 from .limits import cut_source, shown_name, taken, within_memory
-from .output import emit, one_output, say_if_read_after_space, say_if_target_lacks_space, views, write_page
+from .output import (
+    emit,
+    one_output,
+    read_back,
+    say_if_read_after_space,
+    say_if_target_lacks_space,
+    source_in,
+    views,
+    write_page,
+)
 
 if TYPE_CHECKING:
+    from ..analysis.attribution import Patching
     from ..models.decoder import Decoder
 
 SALIENCY_LAYER = opt.LAYER.variant(hidden=tuple(h for h in ABLATE_LAYER.hidden if h != "layer"))
@@ -195,6 +205,7 @@ def patch(
             rich_help_panel=opt.P_OUT,
         ),
     ] = False,  # fmt: skip
+    from_file: opt.DocumentFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -212,35 +223,30 @@ def patch(
 
     with A "When Mary and John went to the store, John gave a drink to" and B
     the same with Mary in John's place (docs/gradients.md: activation patching).
+
+      attnviz patch --from patch.json -o patch.png --preset paper
     """
-    from ..analysis.attribution import patch as run_patch
-
     one_output(figure.output, as_json, False)
-    if clean is None or corrupt is None or target is None:
-        missing = [n for n, v in (("--clean", clean), ("--corrupt", corrupt), ("--target", target)) if v is None]
-        raise UsageError(f"patch needs --clean, --corrupt and --target; {' and '.join(missing)} missing")
-    net = decoder(model, model_dir, model_file, "patch", max_tokens)
-    most = None if estimate else ABLATE_TOKENS
-    taken(net, clean, most, "patch" + (" --estimate" if estimate else ""))
-    encoding = taken(net, corrupt, most, "patch" + (" --estimate" if estimate else ""))
-    if estimate:  # the clean run's heads' outputs are kept beside the backward pass
-        within_memory(net, encoding, "patch --estimate", 4 * net.heads * net.shape.d_head * net.layers)
-    name = shown_name(net, encoding)
-    from ..progress import bar
+    if from_file is not None:
+        if estimate or max_tokens is not None:
+            raise UsageError("--from shows the document as it was written: --estimate and --max-tokens were chosen "
+                             "then")  # fmt: skip
+        from ..render.ablation_documents import patching_from_document
 
-    with bar("head", f"{printable(net.name)}: patching") as progress:
-        result = run_patch(net, clean, corrupt, target, estimate, progress)
-    say_if_target_lacks_space(net.tokenizer, result.clean_tokens[-1], target=target)
+        given = any(v is not None for v in (clean, corrupt, target, model, model_dir, model_file))
+        doc, name = read_back(from_file, "patch", given=given)
+        result = patching_from_document(doc, "stdin" if str(from_file) == "-" else str(from_file))
+        source, clean = source_in(doc), doc.get("clean") if isinstance(doc.get("clean"), str) else None
+    else:
+        result, source, name = _patched(clean, corrupt, target, model, model_dir, model_file, max_tokens, estimate)
     from ..render import schema
-    from ..sources.model import model_source
 
-    source = cut_source(model_source(net, corrupt, None, result.corrupt_ids), encoding)
     made = {
         "attnviz": __version__,
         "command": "patch",
         "tokens": list(result.corrupt_tokens),
         "source": source,
-        "view": {"clean": clean, "target": target, "estimate": result.estimate},
+        "view": {"clean": clean, "target": result.target, "estimate": result.estimate},
         "style": asdict(figure.style),
     }
     if figure.page:  # the map of Δ to explore, as ablate's: each head's on hover or focus
@@ -256,6 +262,39 @@ def patch(
         no_color,
         draw=lambda: views.attribution.render_patching_figure(result, name, figure.style),
         description=lambda: made,
-        documents=lambda: [schema.patching_document(result, source)],
+        documents=lambda: [schema.patching_document(result, source, clean)],
         show=lambda color, width: views.attribution.render_patching(result, name, color=color, width=width),
     )
+
+
+def _patched(
+    clean: str | None,
+    corrupt: str | None,
+    target: str | None,
+    model: str | None,
+    model_dir: Path | None,
+    model_file: Path | None,
+    max_tokens: int | None,
+    estimate: bool,
+) -> tuple[Patching, dict[str, Any], str]:
+    """Each head's clean output patched into the corrupt run (or estimated): the result, its source, the model's
+    name."""
+    from ..analysis.attribution import patch as run_patch
+    from ..progress import bar
+    from ..sources.model import model_source
+
+    if clean is None or corrupt is None or target is None:
+        missing = [n for n, v in (("--clean", clean), ("--corrupt", corrupt), ("--target", target)) if v is None]
+        raise UsageError(f"patch needs --clean, --corrupt and --target (or --from its document); "
+                         f"{' and '.join(missing)} missing")  # fmt: skip
+    net = decoder(model, model_dir, model_file, "patch", max_tokens)
+    most = None if estimate else ABLATE_TOKENS
+    taken(net, clean, most, "patch" + (" --estimate" if estimate else ""))
+    encoding = taken(net, corrupt, most, "patch" + (" --estimate" if estimate else ""))
+    if estimate:  # the clean run's heads' outputs are kept beside the backward pass
+        within_memory(net, encoding, "patch --estimate", 4 * net.heads * net.shape.d_head * net.layers)
+    with bar("head", f"{printable(net.name)}: patching") as progress:
+        result = run_patch(net, clean, corrupt, target, estimate, progress)
+    say_if_target_lacks_space(net.tokenizer, result.clean_tokens[-1], target=target)
+    source = cut_source(model_source(net, corrupt, None, result.corrupt_ids), encoding)
+    return result, source, shown_name(net, encoding)

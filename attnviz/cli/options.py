@@ -238,6 +238,11 @@ Head = Annotated[
     typer.Option("--head", min=0, help="Show only this head.", show_default=False, rich_help_panel=P_OUT),
 ]
 Mean = Annotated[bool, typer.Option("--mean", help="Show the mean over heads.", rich_help_panel=P_OUT)]
+DocumentFrom = Annotated[
+    Path | None,
+    typer.Option("--from", help="Show a document this command wrote with --json, without running the model.",
+                 show_default=False, rich_help_panel=P_SOURCE),
+]  # fmt: skip
 Json = Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.", rich_help_panel=P_OUT)]
 Jsonl = Annotated[bool, typer.Option("--jsonl", help="Write one compact JSON object per head.", rich_help_panel=P_OUT)]
 Scores = Annotated[

@@ -267,6 +267,27 @@ def say_if_target_lacks_space(tokenizer: Tokenizer, before: str, **words: str | 
             f"'{abbreviate(before, 24)}' a word most often begins with one: {name} ' {shown}'")  # fmt: skip
 
 
+def read_back(path: Path, command: str, *, given: bool) -> tuple[dict[str, Any], str]:
+    """A document of ``command`` (--from), and the model it names; refused where a model or a text is ``given``."""
+    from ..files import stdin_alias
+    from ..sources.arrays import MAX_ATTENTION_JSON
+    from ..sources.documents import read_json_source
+
+    if given:
+        raise UsageError(f"--from shows a document {command} wrote; it takes no model and no text")
+    where = "stdin" if str(path) == "-" else str(path)
+    doc = read_json_source(stdin_alias(path), MAX_ATTENTION_JSON)
+    source = doc.get("source") if isinstance(doc, dict) else None
+    model = source.get("model") if isinstance(source, dict) else None
+    return doc, model if isinstance(model, str) else where
+
+
+def source_in(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document's ``source`` (the model and text it was made of), or nothing."""
+    source = doc.get("source")
+    return source if isinstance(source, dict) else {}
+
+
 def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None:
     from ..render.schema import write_document
 

@@ -25,11 +25,6 @@ STREAM_LAYER = opt.LAYER.variant(
 )  # fmt: skip
 STREAM_FIGURE = opt.FIGURE.variant(hidden=("annotate",))
 DEFAULT_THRESHOLD = 0.04  # the LLM Transparency Tool's
-FlowFrom = Annotated[
-    Path | None,
-    typer.Option("--from", help="Show a document this command wrote with --json, without running the model.",
-                 show_default=False, rich_help_panel=opt.P_SOURCE),
-]  # fmt: skip
 Target = Annotated[
     str | None,
     typer.Option("--target", help="One token, as written (' Mary' with its space).", show_default=False,
@@ -56,23 +51,7 @@ def decoder_for(layer: opt.LayerRequest, command: str) -> Decoder:
 
 def read_back(path: Path, layer: opt.LayerRequest, command: str) -> tuple[dict[str, Any], str]:
     """A document of ``command`` (--from), and the model it names; refused beside a model or a text."""
-    from ..files import stdin_alias
-    from ..sources.arrays import MAX_ATTENTION_JSON
-    from ..sources.documents import read_json_source
-
-    if layer.external or layer.text.strip() or layer.tokens:
-        raise UsageError(f"--from shows a document {command} wrote; it takes no model and no text")
-    where = "stdin" if str(path) == "-" else str(path)
-    doc = read_json_source(stdin_alias(path), MAX_ATTENTION_JSON)
-    source = doc.get("source") if isinstance(doc, dict) else None
-    model = source.get("model") if isinstance(source, dict) else None
-    return doc, model if isinstance(model, str) else where
-
-
-def source_in(doc: dict[str, Any]) -> dict[str, Any]:
-    """A document's ``source`` (the model and text it was made of), or nothing."""
-    source = doc.get("source")
-    return source if isinstance(source, dict) else {}
+    return output.read_back(path, command, given=bool(layer.external or layer.text.strip() or layer.tokens))
 
 
 def made(command: str, tokens: tuple[str, ...], source: dict[str, Any], view: dict[str, Any],
@@ -97,7 +76,7 @@ def lens(
     mid: Annotated[
         bool, typer.Option("--mid", help="Read the stream after each layer's attention too.", rich_help_panel=opt.P_OUT)
     ] = False,
-    from_file: FlowFrom = None,
+    from_file: opt.DocumentFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -123,7 +102,7 @@ def lens(
             raise UsageError("--from shows the document as it was written: --target and --mid were chosen then")
         doc, name = read_back(from_file, layer, "lens")
         result = documents.lens_from_document(doc, str(from_file))
-        source = source_in(doc)
+        source = output.source_in(doc)
     else:
         model = decoder_for(layer, "the logit lens")
         from ..analysis.lens import logit_lens
@@ -168,7 +147,7 @@ def dla(
         ),
     ] = None,  # fmt: skip
     position: Position = None,
-    from_file: FlowFrom = None,
+    from_file: opt.DocumentFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -195,7 +174,7 @@ def dla(
                              "chosen then")  # fmt: skip
         doc, name = read_back(from_file, layer, "dla")
         result = documents.dla_from_document(doc, str(from_file))
-        source = source_in(doc)
+        source = output.source_in(doc)
     else:
         if versus is not None and versus == target:
             raise UsageError(
@@ -250,7 +229,7 @@ def flow(
             "--per-head", help="Keep each head's shares too (in the JSON, up to 512 tokens).", rich_help_panel=opt.P_OUT
         ),
     ] = False,  # fmt: skip
-    from_file: FlowFrom = None,
+    from_file: opt.DocumentFrom = None,
     as_json: opt.Json = False,
     no_color: opt.NoColor = False,
 ) -> None:
@@ -278,7 +257,7 @@ def flow(
             raise UsageError("--from shows the document as it was written: --per-head was chosen then")
         doc, name = read_back(from_file, layer, "flow")
         routes = documents.flow_from_document(doc, str(from_file))
-        source = source_in(doc)
+        source = output.source_in(doc)
         if position is not None or threshold not in (None, routes.threshold):
             if routes.flow is None:
                 most = documents.FULL_MATRICES

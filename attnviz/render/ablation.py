@@ -54,12 +54,12 @@ def needed_words(result: Ablation) -> str:
 
 def ablation_heading(result: Ablation, model: str) -> list[str]:
     baseline = (
-        f"loss {result.baseline:.4f} over {len(result.ids) - 1} next tokens"
+        f"loss {result.baseline:.4f} over {len(result.tokens) - 1} next tokens"
         if result.target is None
         else f"log p({token_quoted(result.target)}) {result.baseline:.4f} after the last token"
     )
     method = f"{result.method} ablation" + ("" if result.estimate is None else f" estimated by {result.estimate}")
-    return [method, model, f"{len(result.ids)} tokens", baseline]
+    return [method, model, f"{len(result.tokens)} tokens", baseline]
 
 
 def head_group(result: Ablation) -> int:

@@ -195,7 +195,7 @@ def _saliency_layout(
 def patching_heading(result: Patching, model: str) -> list[str]:
     how = "activation patching" + ("" if result.estimate is None else f" estimated by {result.estimate}")
     target = token_quoted(result.target)
-    return [how, model, f"{len(result.corrupt_ids)} tokens",
+    return [how, model, f"{len(result.corrupt_tokens)} tokens",
             f"log p({target}) {result.clean_log_prob:.4f} clean, {result.corrupt_log_prob:.4f} corrupt"]  # fmt: skip
 
 

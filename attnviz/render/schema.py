@@ -350,6 +350,7 @@ def ablation_document(result: Ablation, source: dict[str, Any], comparison: Comp
             "rank_correlation": comparison.rank_correlation,
             "worst": [{"layer": layer, "head": h, "delta": exact, "estimate": guess}
                       for layer, h, exact, guess in comparison.worst],
+            "delta": comparison.exact.tolist(),
         }  # fmt: skip
     return {
         "schema": ABLATION_SCHEMA,
@@ -362,6 +363,7 @@ def ablation_document(result: Ablation, source: dict[str, Any], comparison: Comp
         baseline: result.baseline,
         "layers": int(result.delta.shape[0]),
         "heads": int(result.delta.shape[1]),
+        "kv_heads": result.kv_heads,
         "delta": result.delta.tolist(),
         "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(result, 10)],
     } | extra
@@ -386,14 +388,16 @@ def saliency_document(result: Saliency, source: dict[str, Any], shown: tuple[int
     }
 
 
-def patching_document(result: Patching, source: dict[str, Any]) -> dict[str, Any]:
+def patching_document(result: Patching, source: dict[str, Any], clean: str | None = None) -> dict[str, Any]:
     """Each head's output from the clean text put into the corrupt run: ``delta`` (layers × heads) of log p(target)
-    after the corrupt text's last token, exact (the layers after the head run again) or ``estimate``d."""
+    after the corrupt text's last token, exact (the layers after the head run again) or ``estimate``d; ``clean`` the
+    clean text as given (the source is the corrupt one's)."""
     from ..analysis.ablation import strongest
     from ..analysis.attribution import as_ablation
 
     doc = {
         "schema": PATCHING_SCHEMA,
+        "clean": clean,
         "clean_tokens": list(result.clean_tokens),
         "corrupt_tokens": list(result.corrupt_tokens),
         "source": source,
@@ -403,6 +407,7 @@ def patching_document(result: Patching, source: dict[str, Any]) -> dict[str, Any
         "corrupt_log_prob": result.corrupt_log_prob,
         "layers": int(result.delta.shape[0]),
         "heads": int(result.delta.shape[1]),
+        "kv_heads": result.kv_heads,
         "delta": result.delta.tolist(),
         "ranking": [{"layer": layer, "head": h, "delta": d} for layer, h, d in strongest(as_ablation(result), 10)],
     }
