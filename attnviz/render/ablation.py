@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.ablation import Ablation, Importance, strongest
+from ..errors import plural
 from .figure import DEFAULT_STYLE, FigureStyle, colormap, styled
 from .heatmap import wrapped_sentence, wrapped_title
 from .labels import abbreviate, shown_token, table_token
@@ -54,12 +55,12 @@ def needed_words(result: Ablation) -> str:
 
 def ablation_heading(result: Ablation, model: str) -> list[str]:
     baseline = (
-        f"loss {result.baseline:.4f} over {len(result.tokens) - 1} next tokens"
+        f"loss {result.baseline:.4f} over {plural(len(result.tokens) - 1, 'next token')}"
         if result.target is None
         else f"log p({token_quoted(result.target)}) {result.baseline:.4f} after the last token"
     )
     method = f"{result.method} ablation" + ("" if result.estimate is None else f" estimated by {result.estimate}")
-    return [method, model, f"{len(result.tokens)} tokens", baseline]
+    return [method, model, plural(len(result.tokens), "token"), baseline]
 
 
 def head_group(result: Ablation) -> int:

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..analysis.ablation import strongest
 from ..analysis.attribution import as_ablation
+from ..errors import plural
 from .ablation import TOP, render_ablation_figure, token_quoted
 from .figure import DEFAULT_STYLE, FigureStyle, styled
 from .heatmap import wrapped_title
@@ -36,7 +37,7 @@ def measure_phrase(result: Saliency) -> str:
 
 def saliency_heading(result: Saliency, model: str) -> list[str]:
     method = result.method + (f" ({result.steps} steps)" if result.steps else "")
-    return [method, model, f"{len(result.ids)} tokens", measure_phrase(result)]
+    return [method, model, plural(len(result.ids), "token"), measure_phrase(result)]
 
 
 def signed(result: Saliency) -> bool:
@@ -195,7 +196,7 @@ def _saliency_layout(
 def patching_heading(result: Patching, model: str) -> list[str]:
     how = "activation patching" + ("" if result.estimate is None else f" estimated by {result.estimate}")
     target = token_quoted(result.target)
-    return [how, model, f"{len(result.corrupt_tokens)} tokens",
+    return [how, model, plural(len(result.corrupt_tokens), "token"),
             f"log p({target}) {result.clean_log_prob:.4f} clean, {result.corrupt_log_prob:.4f} corrupt"]  # fmt: skip
 
 
