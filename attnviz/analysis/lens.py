@@ -56,6 +56,7 @@ class Lens:
     target: str | None
     target_id: int | None
     words: dict[int, str]  # the text of every token id the top lists name
+    first_read: int = 0  # the positions before it were not read (their rows NaN, their likeliest tokens −1)
 
 
 def read_rows(model: Decoder, h: Array, nexts: np.ndarray, chosen: int | None) -> tuple[np.ndarray, ...]:
@@ -160,27 +161,35 @@ def likeliest(scores: Array, first: int, best_scores: Array, best_ids: np.ndarra
     return best_scores, best_ids
 
 
-def lens_rows(model: Decoder, streams: list[list[Array]], ids: tuple[int, ...], chosen: int | None) -> list[LensRows]:
+def lens_rows(
+    model: Decoder, streams: list[list[Array]], ids: tuple[int, ...], chosen: int | None, first: int = 0
+) -> list[LensRows]:
     """The lens of each list of residual streams (each stream (n, hidden)) in ``streams``, all read together
-    (:func:`read_rows`: W_U dequantised once for them all); the lists are emptied as they are joined."""
+    (:func:`read_rows`: W_U dequantised once for them all), at the positions from ``first`` on (those before it NaN,
+    their likeliest tokens −1); the lists are emptied as they are joined."""
     n = len(ids)
+    m = n - first
     counts = [len(group) for group in streams]
-    nexts = np.tile(np.asarray([*ids[1:], -1]), sum(counts))
-    h = np.concatenate([s for group in streams for s in group], dtype=np.float32)
+    nexts = np.tile(np.asarray([*ids[first + 1 :], -1]), sum(counts))
+    h = np.concatenate([s[first:] for group in streams for s in group], dtype=np.float32)
     for group in streams:
         group.clear()  # held once, in h, from here on
     read = read_rows(model, h, nexts, chosen)
     found: list[LensRows] = []
     start = 0
     for count in counts:
-        picked, top_ids, top_probs, target = (part[start * n : (start + count) * n] for part in read)
+        picked, top_ids, top_probs, target = (part[start * m : (start + count) * m] for part in read)
         start += count
-        shaped = picked.reshape(count, n)[:, :-1], top_ids.reshape(count, n, TOP), top_probs.reshape(count, n, TOP)
+        log_prob = np.full((count, n), np.nan)
+        best_ids = np.full((count, n, TOP), -1, np.int64)
+        best_probs = np.full((count, n, TOP), np.nan)
+        log_prob[:, first:], best_ids[:, first:] = picked.reshape(count, m), top_ids.reshape(count, m, TOP)
+        best_probs[:, first:] = top_probs.reshape(count, m, TOP)
         if chosen is None:
-            found.append(LensRows(*shaped, None, None))
+            found.append(LensRows(log_prob[:, :-1], best_ids, best_probs, None, None))
         else:
-            last = target.reshape(count, n, 2)[:, -1]
-            found.append(LensRows(*shaped, last[:, 0], last[:, 1].astype(np.int64)))
+            last = target.reshape(count, m, 2)[:, -1]
+            found.append(LensRows(log_prob[:, :-1], best_ids, best_probs, last[:, 0], last[:, 1].astype(np.int64)))
     return found
 
 
@@ -190,11 +199,12 @@ def rows_target(rows: LensRows) -> list[Array]:
 
 def logit_lens(
     model: object, text: str, target: str | None = None, mid: bool = False, progress: Steps | None = None,
-    max_tokens: int | None = None,
+    max_tokens: int | None = None, last: int | None = None,
 ) -> Lens:  # fmt: skip
     """The logit lens of ``text`` on ``model`` (a decoder): each layer's residual stream read by the final norm and
     the output matrix; ``target``: one token whose log-probability and rank after the last position each row gives;
-    ``mid``: rows after each layer's attention too.
+    ``mid``: rows after each layer's attention too; ``last``: only the last so many positions read (a view that
+    shows no more: reading every position of a long text through a large vocabulary is most of the lens's time).
 
     Returns:
         A :class:`Lens`: rows 0 … L (row L the model's own next-token log-probabilities).
@@ -214,15 +224,16 @@ def logit_lens(
             streams.append(parts.resid_post)
 
     each_layer(decoder, ids, Record(), take, progress)
+    first = 0 if last is None else max(0, len(ids) - last)
     with overflow_checked():  # each reading is checked below
-        read, *rest = lens_rows(decoder, [streams, mids] if mid else [streams], ids, chosen)
+        read, *rest = lens_rows(decoder, [streams, mids] if mid else [streams], ids, chosen, first)
         mid_rows = rest[0] if mid else None
     for rows in (read, mid_rows):
         if rows is not None:
-            scores_finite(decoder, ids, rows.log_prob, rows.top_probs[:, :, 0], *rows_target(rows))
+            scores_finite(decoder, ids, rows.log_prob[:, first:], rows.top_probs[:, first:, 0], *rows_target(rows))
     named = {int(i) for i in read.top_ids.ravel() if i >= 0}
     if mid_rows is not None:
         named |= {int(i) for i in mid_rows.top_ids.ravel() if i >= 0}
     words = {i: token_text(decoder, i) for i in sorted(named | ({chosen} if chosen is not None else set()))}
     shown = None if chosen is None else token_text(decoder, chosen)
-    return Lens(encoding.tokens, ids, read, mid_rows, shown, chosen, words)
+    return Lens(encoding.tokens, ids, read, mid_rows, shown, chosen, words, first)

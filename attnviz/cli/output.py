@@ -295,6 +295,13 @@ def write_json(docs: Iterable[dict[str, Any]], *, compact: bool = False) -> None
         write_document(doc, sys.stdout, compact=compact)
 
 
+def terminal_width() -> int:
+    """The width the terminal views are drawn at (print_view's)."""
+    from ..render.literal import plain_console
+
+    return int(plain_console().width)
+
+
 def print_view(render: Callable[[bool, int], Iterable[RenderableType]], no_color: bool) -> None:
     from ..render.literal import plain_console
 

@@ -108,8 +108,16 @@ def lens(
         from ..analysis.lens import logit_lens
         from ..progress import bar
 
+        last = None  # the JSON holds every position; a page, a figure and a table show the last few
+        if output.is_page(figure):
+            from ..render.html.stream import LENS_POSITIONS
+
+            last = LENS_POSITIONS
+        elif not as_json:
+            shown = views.lens
+            last = shown.FIGURE_POSITIONS if figure.output else shown.positions_shown(output.terminal_width())
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:
-            result = logit_lens(model, layer.text, target, mid, progress, layer.max_tokens)
+            result = logit_lens(model, layer.text, target, mid, progress, layer.max_tokens, last)
         if target is not None:
             output.say_if_read_after_space(result.tokens, -1, "the target is read after")
             output.say_if_target_lacks_space(model.tokenizer, result.tokens[-1], target=target)

@@ -67,6 +67,11 @@ def lens_heading(result: Lens, model: str) -> list[str]:
     return parts
 
 
+def positions_shown(width: int) -> int:
+    """The most positions a table ``width`` columns wide shows (the lens reads no more for it)."""
+    return max(1, (width - 6) // (CELL + 1))
+
+
 def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool = True) -> Iterator[RenderableType]:
     """The last positions that fit ``width``: a row per layer, each cell the likeliest next token and its
     probability; the target's rank and log-probability beside them."""
@@ -80,7 +85,7 @@ def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool 
     target = bool(said)
     header = f"rank {token_quoted(abbreviate(result.target or '', 6))}"
     n = len(result.tokens)
-    most = max(1, (width - 6) // (CELL + 1))
+    most = positions_shown(width)
 
     def cell(k: int, i: int) -> Text:
         """Row k's likeliest next token at position i and its probability."""

@@ -38,6 +38,7 @@ def lens_document(result: Lens, source: dict[str, Any]) -> dict[str, Any]:
     """``logprob`` (L + 1 rows × n − 1): log p(token i + 1) read at each layer's input and the last one's output;
     ``top`` each row's and position's likeliest tokens; with a target, ``target_logprob`` and ``target_rank`` after the
     last position; with --mid, ``mid`` holds the same of the rows after each layer's attention."""
+    assert not result.first_read, "a lens read at its last positions alone holds no document"
     ensure_fits(len(result.tokens) * len(result.rows.log_prob) * (1 + 3 * TOP) * BYTES_PER_NUMBER,
                 "a lens document", "give fewer tokens (--max-tokens)")  # fmt: skip
     doc = {"schema": LENS_SCHEMA, "tokens": list(result.tokens), "source": source, "target": result.target,

@@ -113,6 +113,21 @@ def test_the_lens_last_row_is_the_models_own_log_probabilities(
     assert int(result.rows.top_ids[-1, -1, 0]) == best
     assert np.all(np.diff(result.rows.top_probs, axis=-1) <= 1e-12)  # each cell's likeliest first
     assert result.rows.target_rank is not None and np.all(result.rows.target_rank >= 1)
+    for last in (1, 3, len(ids) + 5):
+        part = logit_lens(model, text, target=word, mid=True, last=last)
+        first = max(0, len(ids) - last)
+        assert part.first_read == first and part.words.items() <= result.words.items()
+        for read, whole in ((part.rows, result.rows), (part.mid, result.mid)):
+            assert read is not None and whole is not None
+            assert np.array_equal(read.top_ids[:, first:], whole.top_ids[:, first:])
+            assert np.all(read.top_ids[:, :first] == -1) and np.isnan(read.log_prob[:, :first]).all()
+            assert read.target_log_prob is not None and whole.target_log_prob is not None
+            pairs = ((read.log_prob[:, first:], whole.log_prob[:, first:]),
+                     (read.top_probs[:, first:], whole.top_probs[:, first:]),
+                     (read.target_log_prob, whole.target_log_prob))  # fmt: skip
+            for a, b in pairs:
+                assert np.allclose(a, b, rtol=1e-5, atol=1e-5, equal_nan=True), name
+            assert np.array_equal(read.target_rank, whole.target_rank)
 
 
 @pytest.mark.parametrize("name", NAMES)

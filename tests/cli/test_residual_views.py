@@ -123,6 +123,37 @@ def test_a_measure_read_after_a_files_last_line_break_is_said(cli, tmp_path: Pat
     assert cli(command, *model, "--file", str(path), *target, "--json").err == ""
 
 
+@pytest.mark.parametrize("output", ["table", "wide table", "figure", "page"])
+def test_a_lens_reads_only_the_positions_its_view_shows_and_shows_what_every_position_gives(
+    cli, loads_once, tmp_path: Path, output: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table, a figure and a page show the last few positions: the lens reads those alone (the rest of a long
+    text through the vocabulary was most of its time), and what each shows is what the JSON of every position
+    shows drawn again with --from."""
+    import attnviz.analysis.lens as lens_module
+
+    model = ["--model-dir", str(TINY / "llama-tiny"), "--file", str(tmp_path / "text.txt"), "--target", " the", "--mid"]
+    (tmp_path / "text.txt").write_text(" ".join([TEXT] * 8), encoding="utf-8")
+    doc = tmp_path / "lens.json"
+    doc.write_text(cli("lens", *model, "--json").out, encoding="utf-8")
+    n = len(json.loads(doc.read_text())["tokens"])
+    read = []
+    lens_rows = lens_module.lens_rows
+    monkeypatch.setattr(lens_module, "lens_rows", lambda *a, **k: (read.append(a[-1]), lens_rows(*a, **k))[1])
+    if output.endswith("table"):
+        monkeypatch.setenv("COLUMNS", "200" if output == "wide table" else "80")
+        direct, again = cli("lens", *model), cli("lens", "--from", str(doc))
+        assert direct.code == 0 and direct.out == again.out, direct.err
+        [shown] = re.findall(rf"the last (\d+) of {n} positions", direct.out.replace("\n", " "))
+        assert int(shown) <= n - read[0] < n
+    else:
+        suffix = "png" if output == "figure" else "html"
+        direct, again = tmp_path / f"direct.{suffix}", tmp_path / f"again.{suffix}"
+        assert cli("lens", *model, "-o", str(direct)).code == 0 and cli("lens", "--from", str(doc), "-o", str(again))
+        assert direct.read_bytes() == again.read_bytes()
+        assert n - read[0] == (24 if output == "figure" else 64) < n
+
+
 @pytest.mark.parametrize("command", ["lens", "dla", "saliency", "ablate", "patch"])
 def test_a_target_word_without_its_space_is_said(cli, tmp_path: Path, command: str) -> None:
     """'rug' after ' the' is another token than ' rug', the one the model writes there: one warning names the
