@@ -136,7 +136,7 @@ def _read_back(path: Path, layer: opt.LayerRequest) -> tuple[Ablation, Compariso
 
     doc, name = output.read_back(path, "ablate", given=bool(layer.external or layer.text.strip() or layer.tokens))
     result, comparison = ablation_from_document(doc, "stdin" if str(path) == "-" else str(path))
-    return result, comparison, output.source_in(doc), name
+    return result, comparison, output.source_in(doc), output.with_cut(name, doc)
 
 
 def _run(

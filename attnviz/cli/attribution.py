@@ -23,6 +23,7 @@ from .output import (
     say_if_target_lacks_space,
     source_in,
     views,
+    with_cut,
     write_page,
 )
 
@@ -228,13 +229,14 @@ def patch(
     """
     one_output(figure.output, as_json, False)
     if from_file is not None:
-        if estimate or max_tokens is not None:
-            raise UsageError("--from shows the document as it was written: --estimate and --max-tokens were chosen "
-                             "then")  # fmt: skip
+        if estimate or max_tokens is not None or any(v is not None for v in (clean, corrupt, target)):
+            raise UsageError("--from shows the document as it was written: --clean, --corrupt, --target, --estimate "
+                             "and --max-tokens were chosen then")  # fmt: skip
         from ..render.ablation_documents import patching_from_document
 
-        given = any(v is not None for v in (clean, corrupt, target, model, model_dir, model_file))
+        given = any(v is not None for v in (model, model_dir, model_file))
         doc, name = read_back(from_file, "patch", given=given)
+        name = with_cut(name, doc)
         result = patching_from_document(doc, "stdin" if str(from_file) == "-" else str(from_file))
         source, clean = source_in(doc), doc.get("clean") if isinstance(doc.get("clean"), str) else None
     else:
@@ -295,6 +297,7 @@ def _patched(
         within_memory(net, encoding, "patch --estimate", 4 * net.heads * net.shape.d_head * net.layers)
     with bar("head", f"{printable(net.name)}: patching") as progress:
         result = run_patch(net, clean, corrupt, target, estimate, progress)
+    say_if_read_after_space(result.corrupt_tokens, -1, "the target is read after")
     say_if_target_lacks_space(net.tokenizer, result.clean_tokens[-1], target=target)
     source = cut_source(model_source(net, corrupt, None, result.corrupt_ids), encoding)
     return result, source, shown_name(net, encoding)

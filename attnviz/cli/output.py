@@ -250,14 +250,17 @@ def say_if_read_after_space(tokens: Iterable[str], position: int, read: str, *, 
 
 def say_if_target_lacks_space(tokenizer: Tokenizer, before: str, **words: str | None) -> None:
     """A warning for each word given (``target=' Paris'``: --target) that has no space before it, read after a token
-    that does not end in one, where the word after a space is a single token too: a model writes 'Paris' after ' is'
-    as ' Paris', and 'Paris' without its space is another token, most often ranked thousands below it."""
-    if not ANNOUNCE or not before or before[-1].isspace():
-        return
+    that ends in a letter or digit, where the word after a space is a single token too: a model writes 'Paris' after
+    ' is' as ' Paris', and 'Paris' without its space is another token, most often ranked thousands below it (a
+    suffix, 'ing' after ' walk', is said too: which a user means, only they know)."""
+    import unicodedata
+
+    if not ANNOUNCE or not before or not before[-1].isalnum() or unicodedata.east_asian_width(before[-1]) in "WF":
+        return  # after a quote, a bracket, a hyphen, '<bos>' or a CJK character a word has no space before it
     from ..render.labels import abbreviate
 
     for option, word in words.items():
-        if not word or not word[0].isalnum():  # a word: punctuation and suffixes are written without one
+        if not word or not word[0].isalnum():  # a word: punctuation is written without one
             continue
         alone, spaced = tokenizer.tokenize(word), tokenizer.tokenize(" " + word)
         if len(spaced) != 1 or spaced == alone:
@@ -279,7 +282,21 @@ def read_back(path: Path, command: str, *, given: bool) -> tuple[dict[str, Any],
     doc = read_json_source(stdin_alias(path), MAX_ATTENTION_JSON)
     source = doc.get("source") if isinstance(doc, dict) else None
     model = source.get("model") if isinstance(source, dict) else None
-    return doc, model if isinstance(model, str) else where
+    if not isinstance(model, str):
+        return doc, where
+    from ..files import check_tokens
+
+    check_tokens([model], f"{where}: 'source.model'")
+    return doc, model
+
+
+def with_cut(name: str, doc: dict[str, Any]) -> str:
+    """A model's name as the heading of a view that says a --max-tokens cut (limits.shown_name) says it, from the
+    cut its document's source records."""
+    cut = source_in(doc).get("max_tokens")
+    if isinstance(cut, dict) and type(cut.get("kept")) is int and type(cut.get("tokens")) is int:
+        return f"{name} · the first {cut['kept']:,} of {cut['tokens']:,} tokens (--max-tokens)"
+    return name
 
 
 def source_in(doc: dict[str, Any]) -> dict[str, Any]:

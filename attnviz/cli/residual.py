@@ -108,12 +108,8 @@ def lens(
         from ..analysis.lens import logit_lens
         from ..progress import bar
 
-        last = None  # the JSON holds every position; a page, a figure and a table show the last few
-        if output.is_page(figure):
-            from ..render.html.stream import LENS_POSITIONS
-
-            last = LENS_POSITIONS
-        elif not as_json:
+        last = None  # the JSON and the page (its numbers on hover) hold every position; a figure and a table few
+        if not (as_json or output.is_page(figure)):
             shown = views.lens
             last = shown.FIGURE_POSITIONS if figure.output else shown.positions_shown(output.terminal_width())
         with bar("layer", f"{printable(model.name)}: reading the stream") as progress:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import AttnvizError
+from ..files import check_tokens
 from ..sources.documents import nested_array
 from .schema import ABLATION_SCHEMA, PATCHING_SCHEMA
 
@@ -18,11 +19,16 @@ if TYPE_CHECKING:
     from ..analysis.attribution import Comparison, Patching
 
 NUMBER = (int, float)
+MAX_MEASURE = 1e6  # nats: a loss or log-probability (or a change in one) beyond it is no measurement of a model's
 
 
 def _deltas(doc: dict[str, Any], name: str, where: str) -> np.ndarray:
     """A (layers, heads) map of Δ that agrees with the document's own 'layers' and 'heads'."""
     delta = nested_array(doc.get(name), name, where, float)
+    if delta.size and not np.abs(delta).max() <= MAX_MEASURE:
+        raise AttnvizError(
+            f"{where}: '{name}' holds a change beyond ±{MAX_MEASURE:g} nats, which no model's measure has"
+        )
     layers, heads = doc.get("layers"), doc.get("heads")
     if delta.ndim != 2 or not delta.size or (type(layers), type(heads)) != (int, int) or delta.shape != (layers, heads):
         raise AttnvizError(f"{where}: '{name}' is not a map of 'layers' × 'heads' numbers")
@@ -32,14 +38,16 @@ def _deltas(doc: dict[str, Any], name: str, where: str) -> np.ndarray:
 def _kv_heads(doc: dict[str, Any], heads: int, where: str) -> int | None:
     kv = doc.get("kv_heads")
     if kv is not None and (type(kv) is not int or not 0 < kv <= heads or heads % kv):
-        raise AttnvizError(f"{where}: 'kv_heads' {kv!r:.40} does not divide its {heads} heads")
+        raise AttnvizError(f"{where}: 'kv_heads' is not a count of key/value heads that divides its {heads} heads")
     return kv
 
 
-def _number(doc: dict[str, Any], name: str, where: str) -> float:
+def _number(doc: dict[str, Any], name: str, where: str, low: float = -MAX_MEASURE, high: float = MAX_MEASURE) -> float:
     value: Any = doc.get(name)
     if type(value) not in NUMBER or not math.isfinite(value):
         raise AttnvizError(f"{where}: '{name}' is missing or not a finite number")
+    if not low <= value <= high:
+        raise AttnvizError(f"{where}: '{name}' {value:g} is not between {low:g} and {high:g}")
     return float(value)
 
 
@@ -47,8 +55,9 @@ def _target(doc: dict[str, Any], where: str, required: bool) -> tuple[str | None
     target, target_id = doc.get("target"), doc.get("target_id")
     if target is None and not required:
         return None, None
-    if not isinstance(target, str) or type(target_id) is not int:
+    if not isinstance(target, str) or type(target_id) is not int or target_id < 0:
         raise AttnvizError(f"{where}: 'target' and 'target_id' are not a token and its id")
+    check_tokens([target], f"{where}: 'target'")
     return target, target_id
 
 
@@ -56,6 +65,7 @@ def _token_list(doc: dict[str, Any], name: str, where: str) -> tuple[str, ...]:
     tokens = doc.get(name)
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise AttnvizError(f"{where}: '{name}' is not a non-empty list of strings")
+    check_tokens(tokens, f"{where}: '{name}'")
     return tuple(tokens)
 
 
@@ -70,8 +80,8 @@ def _ids(doc: dict[str, Any], count: int) -> tuple[int, ...]:
 
 def _estimate(doc: dict[str, Any], where: str) -> str | None:
     estimate = doc.get("estimate")
-    if estimate is not None and not isinstance(estimate, str):
-        raise AttnvizError(f"{where}: 'estimate' is not a string")
+    if estimate is not None and estimate != "attribution patching":
+        raise AttnvizError(f"{where}: 'estimate' is not 'attribution patching', the one estimate attnviz makes")
     return estimate
 
 
@@ -102,7 +112,7 @@ def _comparison(doc: dict[str, Any], shape: tuple[int, ...], where: str) -> Comp
                 _number(entry, "estimate", f"{where}: 'compare.worst'"),
             )
         )
-    return Comparison(_number(compare, "rank_correlation", f"{where}: 'compare'"), tuple(worst), exact)
+    return Comparison(_number(compare, "rank_correlation", f"{where}: 'compare'", -1, 1), tuple(worst), exact)
 
 
 def ablation_from_document(doc: Any, where: str) -> tuple[Ablation, Comparison | None]:
@@ -117,7 +127,9 @@ def ablation_from_document(doc: Any, where: str) -> tuple[Ablation, Comparison |
     if method not in ("zero", "mean"):
         raise AttnvizError(f"{where}: 'method' is neither 'zero' nor 'mean'")
     target, target_id = _target(doc, where, required=False)
-    baseline = _number(doc, "baseline_loss" if target is None else "baseline_log_prob", where)
+    baseline = (
+        _number(doc, "baseline_loss", where, 0) if target is None else _number(doc, "baseline_log_prob", where, high=0)
+    )
     delta = _deltas(doc, "delta", where)
     result = Ablation(tokens, _ids(doc, len(tokens)), method, baseline, delta, target, target_id,
                       _kv_heads(doc, delta.shape[1], where), _estimate(doc, where))  # fmt: skip
@@ -136,6 +148,6 @@ def patching_from_document(doc: Any, where: str) -> Patching:
     target, target_id = _target(doc, where, required=True)
     assert target is not None and target_id is not None
     delta = _deltas(doc, "delta", where)
-    return Patching(clean, corrupt, _ids(doc, len(corrupt)), target, target_id, _number(doc, "clean_log_prob", where),
-                    _number(doc, "corrupt_log_prob", where), delta, _estimate(doc, where),
-                    _kv_heads(doc, delta.shape[1], where))  # fmt: skip
+    clean_lp, corrupt_lp = (_number(doc, name, where, high=0) for name in ("clean_log_prob", "corrupt_log_prob"))
+    return Patching(clean, corrupt, _ids(doc, len(corrupt)), target, target_id, clean_lp, corrupt_lp, delta,
+                    _estimate(doc, where), _kv_heads(doc, delta.shape[1], where))  # fmt: skip

@@ -111,7 +111,7 @@ def render_lens(result: Lens, model: str, *, color: bool, width: int, mid: bool 
         if _natural_width(table, width) <= width:
             break
     yield Group(Text(""), table)
-    left = "" if len(shown) == n else f"the last {len(shown)} of {n} positions; "
+    left = "" if len(shown) == n else f"the last {len(shown)} of {n:,} positions; "
     yield Text(f"{left}each cell: the likeliest next token read from the stream at that row, and its probability; "
                "--json has every position", style="dim")  # fmt: skip
 

@@ -68,6 +68,12 @@ def spoiled(doc: dict[str, Any], how: str) -> dict[str, Any]:
         doc.pop("clean_log_prob", None)
     elif how == "target":
         doc["target"] = 5
+    elif how == "huge delta":
+        doc["delta"][0][0] = 1e308
+    elif how == "long target":
+        doc["target"] = "y" * 5000
+    elif how == "positive log p":
+        doc["clean_log_prob"] = 0.5
     elif how == "compare without delta":
         doc["compare"].pop("delta")
     elif how == "compare worst":
@@ -79,13 +85,16 @@ SPOILED = {
     "ablate": ["schema", "delta shape", "delta strings", "kv_heads", "tokens", "baseline"],
     "ablate-target": ["target"],
     "ablate-compare": ["compare without delta", "compare worst"],
-    "patch": ["schema", "delta shape", "tokens", "baseline", "target"],
+    "patch": ["schema", "delta shape", "tokens", "baseline", "target", "huge delta", "long target", "positive log p"],
 }
 MESSAGES = {
     "schema": "not an attnviz.",
     "delta shape": "'delta' is not a map of 'layers' × 'heads' numbers",
     "delta strings": "'delta' is not a nested list of numbers",
-    "kv_heads": "'kv_heads' 3 does not divide its 4 heads",
+    "kv_heads": "'kv_heads' is not a count of key/value heads that divides its 4 heads",
+    "huge delta": "'delta' holds a change beyond ±1e+06 nats",
+    "long target": "'target': token 0 has 5,000 characters",
+    "positive log p": "'clean_log_prob' 0.5 is not between -1e+06 and 0",
     "tokens": "is not a non-empty list of strings",
     "baseline": "is missing or not a finite number",
     "target": "'target' and 'target_id' are not a token and its id",
@@ -116,7 +125,8 @@ def test_a_document_that_is_not_one_is_refused_in_one_line(
         (["ablate", "--from", "DOC", "--model-file", "TINY"], "it takes no model and no text"),
         (["ablate", "--from", "DOC", "the", "cat"], "it takes no model and no text"),
         (["patch", "--from", "DOC", "--estimate"], "--estimate and --max-tokens were chosen then"),
-        (["patch", "--from", "DOC", "--target", " cat"], "it takes no model and no text"),
+        (["patch", "--from", "DOC", "--target", " cat"], "--clean, --corrupt, --target, --estimate and --max-tokens"),
+        (["patch", "--from", "DOC", "--model-file", "TINY"], "it takes no model and no text"),
         (["patch", "--from", "DOC"], "not an attnviz.patching/1 document (attnviz patch --json writes one)"),
         (["patch", "--clean", "a"], "patch needs --clean, --corrupt and --target (or --from its document)"),
         (["ablate", "the cat"], "--model, --model-dir or --model-file (or --from its document)"),

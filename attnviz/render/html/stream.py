@@ -80,7 +80,7 @@ def lens_grid(result: Lens, model: str, style: FigureStyle) -> dict[str, Any]:
             said = f"{names[k]}: log p({target!r}) after the last position {log_prob:.2f}, rank {rank:,}"
             out.append({"colour": hex_colour(cmap(float(np.exp(log_prob)))), "text": f"#{rank:,}", "about": [said]})
         cells.append(out)
-    left = [] if len(shown) == n else [f"the last {len(shown)} of {n} positions (the JSON has every one)"]
+    left = [] if len(shown) == n else [f"the last {len(shown)} of {n:,} positions (the JSON has every one)"]
     cols = [f"{i} {shown_token(result.tokens[i])}" for i in shown]
     if target is not None and ranks is not None:
         cols.append(f"rank {shown_token(target)}")
